@@ -1,0 +1,66 @@
+"""`algorithm` section: which RL algorithm, its functions and the optimizer (Trinity-RFT's shape)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+
+
+@dataclass
+class OptimizerConfig:
+    """AdamW settings (veRL's `actor_rollout_ref.actor.optim`)."""
+
+    lr: float = 1e-6
+    """Peak learning rate."""
+    lr_warmup_steps: int = -1
+    """Linear warm-up steps; -1 derives them from `lr_warmup_steps_ratio`."""
+    lr_warmup_steps_ratio: float = 0.0
+    """Warm-up length as a fraction of the total trainer steps (used when `lr_warmup_steps` < 0)."""
+    min_lr_ratio: float = 0.0
+    """Floor of the cosine schedule, as a fraction of `lr`."""
+    warmup_style: Literal["constant", "cosine"] = "constant"
+    """Schedule after warm-up: hold `lr` (constant) or decay to `min_lr_ratio * lr` (cosine)."""
+    optimizer_type: Literal["adamw"] = "adamw"
+    """Optimizer; rfthpc trains with AdamW."""
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    """AdamW betas."""
+    weight_decay: float = 0.01
+    """AdamW decoupled weight decay."""
+    eps: float = 1e-8
+    """AdamW epsilon."""
+
+
+@dataclass
+class AlgorithmConfig:
+    """The RL algorithm. Unset functions come from the `algorithm_type` preset."""
+
+    algorithm_type: str = "ppo"
+    """Preset that fills unset functions: ppo, grpo, opmd, reinforceplusplus, rloo, sft, tis, topr, cispo, kimi15, ..."""
+    repeat_times: Optional[int] = None
+    """Responses sampled per task (GRPO group size; veRL's `actor_rollout_ref.rollout.n`); defaults to the preset's."""
+    sample_strategy: Literal["default"] = "default"
+    """How the trainer samples experience: in commit order from the store."""
+    advantage_fn: Optional[str] = None
+    """Advantage estimator (grpo, ppo, reinforceplusplus, rloo, opmd) or `module:function`."""
+    advantage_fn_args: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the advantage function (e.g. gamma, lam, std_normalize)."""
+    policy_loss_fn: Optional[str] = None
+    """Policy loss (ppo, pg, sft, vanilla, tis, topr, cispo, kimi15) or `module:function`."""
+    policy_loss_fn_args: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the policy loss (e.g. clip_range, clip_ratio_c)."""
+    kl_penalty_fn: Optional[str] = None
+    """KL penalty in the reward: none, k1, k2, k3/low_var_kl, abs."""
+    kl_penalty_fn_args: dict[str, Any] = field(default_factory=dict)
+    """Arguments of the KL penalty (kl_coef; adaptive: target_kl, horizon)."""
+    kl_loss_fn: Optional[str] = None
+    """KL loss against the frozen reference model: none, k1, k2, k3/low_var_kl, abs."""
+    kl_loss_fn_args: dict[str, Any] = field(default_factory=dict)
+    """Arguments of the KL loss (kl_coef)."""
+    entropy_loss_fn: Optional[str] = None
+    """Entropy bonus: default or none."""
+    entropy_loss_fn_args: dict[str, Any] = field(default_factory=dict)
+    """Arguments of the entropy bonus (entropy_coef)."""
+    loss_agg_mode: Optional[str] = None
+    """Loss aggregation: token-mean, seq-mean-token-mean, seq-mean-token-sum."""
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    """Optimizer of the policy."""

@@ -1,0 +1,171 @@
+"""`buffer` section: tasksets the explorers read and the experience buffer the trainer reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, Optional
+
+import tyro
+
+
+@dataclass
+class FormatConfig:
+    """How records of a dataset become prompts and ground truths."""
+
+    prompt_type: Literal["plaintext", "messages"] = "plaintext"
+    """plaintext: a prompt column; messages: a chat list of {role, content}."""
+    prompt_key: str = "prompt"
+    """Column holding the question / prompt."""
+    response_key: str = "response"
+    """Column holding the reference answer (ground truth, or the SFT target)."""
+    messages_key: str = "messages"
+    """Column holding a chat when `prompt_type` is messages."""
+    system_prompt: Optional[str] = None
+    """System message put before every prompt."""
+    system_prompt_key: Optional[str] = None
+    """Column holding a per-record system message."""
+    reply_prefix: Optional[str] = None
+    """Text the assistant's reply starts with (appended after the generation prompt)."""
+    chat_template: Optional[str] = None
+    """A Jinja chat template for this dataset, replacing the tokenizer's."""
+
+
+@dataclass
+class RolloutArgs:
+    """Sampling parameters of one taskset; unset values come from `model`."""
+
+    temperature: Optional[float] = None
+    """Sampling temperature."""
+    top_p: Optional[float] = None
+    """Nucleus sampling threshold."""
+    top_k: Optional[int] = None
+    """Top-k (-1: off)."""
+    max_tokens: Optional[int] = None
+    """Response token limit; defaults to `model.max_response_tokens`."""
+    logprobs: Optional[int] = None
+    """Extra top logprobs per token."""
+    seed: Optional[int] = None
+    """Sampling seed (None: nondeterministic)."""
+
+
+@dataclass
+class TaskSelectorConfig:
+    """Order in which tasks of a taskset are handed out."""
+
+    selector_type: Literal["sequential", "shuffle"] = "sequential"
+    """sequential: dataset order; shuffle: a new seeded permutation per epoch."""
+    seed: int = 42
+    """Seed of the shuffle."""
+
+
+@dataclass
+class TasksetConfig:
+    """One taskset (train or eval) read by the explorers (veRL's `data.train_files` / `val_files`)."""
+
+    name: str = ""
+    """Name of the taskset; keys its claims and metrics."""
+    storage_type: Literal["file"] = "file"
+    """Where tasks come from: a local file or dataset directory."""
+    path: Optional[str] = None
+    """Local HF dataset directory, parquet, jsonl or json file (compute nodes have no internet)."""
+    subset_name: Optional[str] = None
+    """Dataset configuration (e.g. `main` for openai/gsm8k)."""
+    split: str = "train"
+    """Dataset split."""
+    repeat_times: Optional[int] = None
+    """Responses per task; defaults to `algorithm.repeat_times` (1 for eval tasksets)."""
+    format: FormatConfig = field(default_factory=FormatConfig)
+    """Column names and prompt building."""
+    rollout_args: RolloutArgs = field(default_factory=RolloutArgs)
+    """Sampling parameters for this taskset."""
+    default_workflow_type: Optional[str] = None
+    """Workflow for this taskset; defaults to the buffer-wide `default_workflow_type`."""
+    default_reward_fn_type: Optional[str] = None
+    """Reward function for this taskset; defaults to the buffer-wide `default_reward_fn_type`."""
+    workflow_args: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the workflow."""
+    reward_fn_args: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the reward function."""
+    task_selector: TaskSelectorConfig = field(default_factory=TaskSelectorConfig)
+    """Task order."""
+    total_epochs: Optional[int] = None
+    """Passes over this taskset; defaults to `buffer.total_epochs`."""
+    enable_progress_bar: bool = False
+    """Show a progress bar while loading."""
+
+
+@dataclass
+class ExplorerInputConfig:
+    """What the explorers read."""
+
+    # Hidden from the command line: loading moves it into `tasksets`, overridden as `tasksets.0.*`.
+    taskset: Annotated[Optional[TasksetConfig], tyro.conf.Suppress] = None
+    """A single training taskset (Trinity's shorthand for a one-element `tasksets`)."""
+    tasksets: list[TasksetConfig] = field(default_factory=list)
+    """Training tasksets."""
+    eval_tasksets: list[TasksetConfig] = field(default_factory=list)
+    """Evaluation tasksets; their results are metrics, never training data."""
+    default_workflow_type: Optional[str] = None
+    """Workflow used by tasksets that do not name one (e.g. math_workflow)."""
+    default_eval_workflow_type: Optional[str] = None
+    """Workflow for eval tasksets that do not name one; defaults to `default_workflow_type`."""
+    default_reward_fn_type: Optional[str] = None
+    """Reward function used by tasksets that do not name one."""
+    system_prompt: Optional[str] = None
+    """System prompt for tasksets whose format does not set one."""
+    reply_prefix: Optional[str] = None
+    """Reply prefix for tasksets whose format does not set one."""
+
+
+@dataclass
+class ExperienceBufferConfig:
+    """The trainer's input. In RL stages it is the run directory's HDF5 store; in SFT stages a dataset."""
+
+    name: str = "experience_buffer"
+    """Name of the buffer."""
+    storage_type: Literal["queue", "file", "sql"] = "queue"
+    """Trinity's buffer kind. rfthpc always exchanges RL experience through its HDF5 store; `file` with a `path` is an SFT dataset."""
+    path: Optional[str] = None
+    """SFT stages: the dataset (HF dir, parquet, jsonl, json). RL stages: ignored (the store lives in the run directory)."""
+    subset_name: Optional[str] = None
+    """Dataset configuration of an SFT dataset."""
+    split: str = "train"
+    """Split of an SFT dataset."""
+    format: FormatConfig = field(default_factory=FormatConfig)
+    """Column names of an SFT dataset."""
+    max_read_timeout: float = 1800.0
+    """Seconds the trainer waits for enough experience before it stops with an error."""
+    groups_per_chunk: int = 16
+    """Experience groups an explorer writes per HDF5 chunk (fewer, larger files suit Lustre)."""
+    max_chunk_delay: float = 5.0
+    """Seconds an explorer may hold finished groups before committing a partial chunk."""
+
+
+@dataclass
+class TrainerInputConfig:
+    """What the trainer reads."""
+
+    experience_buffer: ExperienceBufferConfig = field(default_factory=ExperienceBufferConfig)
+    """The experience buffer (or SFT dataset)."""
+
+
+@dataclass
+class BufferConfig:
+    """Batch sizes, epochs, and the inputs of explorers and trainer."""
+
+    batch_size: int = 1
+    """Tasks per explorer step (veRL's `ppo_mini_batch_size`)."""
+    train_batch_size: Optional[int] = None
+    """Experiences per trainer step; defaults to `batch_size * repeat_times`."""
+    total_epochs: int = 1
+    """Passes over the training tasksets."""
+    total_steps: Optional[int] = None
+    """Trainer steps; when set it bounds the run regardless of `total_epochs`."""
+    explorer_input: ExplorerInputConfig = field(default_factory=ExplorerInputConfig)
+    """Explorer-side inputs."""
+    trainer_input: TrainerInputConfig = field(default_factory=TrainerInputConfig)
+    """Trainer-side inputs."""
+    max_retry_times: int = 3
+    """Attempts for a failed workflow run before the task is given up (and counted)."""
+    max_retry_interval: float = 1.0
+    """Seconds between those attempts."""

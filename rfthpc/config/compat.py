@@ -1,0 +1,146 @@
+"""Where rfthpc differs from Trinity-RFT and veRL, said out loud.
+
+Three kinds of difference:
+- keys Trinity-RFT has that rfthpc deliberately does not support: an error naming the reason;
+- values rfthpc accepts but reads differently (e.g. `sync_method: nccl`): a note on stderr;
+- veRL settings under `trainer.trainer_config`: mapped onto rfthpc's typed fields, or named as
+  having no effect, or rejected as unknown.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from rfthpc.errors import ConfigError
+
+_NO_RAY = "rfthpc runs on Slurm and a shared filesystem, without Ray"
+
+UNSUPPORTED_KEYS: dict[str, str] = {
+    "ray_namespace": _NO_RAY,
+    "data_processor": "Trinity's data pipelines are not part of rfthpc; prepare datasets beforehand",
+    "service": "Trinity's data-juicer service is not part of rfthpc",
+    "log": "rfthpc writes role logs to <run dir>/log/ (Slurm stdout/stderr)",
+    "explorer.runner_num": "deprecated in Trinity-RFT; use explorer.runner_per_model",
+    "explorer.max_repeat_times_per_runner": "each engine generates a task's repeat_times responses in one request",
+    "explorer.rollout_model.enable_openai_api": "rfthpc's explorers call vLLM in process; no OpenAI server is started",
+    "explorer.rollout_model.enable_history": "workflows receive completions directly; no history recording is needed",
+    "buffer.explorer_input.taskset.wrap_in_ray": _NO_RAY,
+    "buffer.trainer_input.experience_buffer.wrap_in_ray": _NO_RAY,
+    "buffer.trainer_input.sft_warmup_dataset": "use `stages:` with an sft_warmup stage (Trinity-RFT's current form)",
+    "buffer.trainer_input.sft_warmup_steps": "use `stages:` with an sft_warmup stage (Trinity-RFT's current form)",
+    "synchronizer.explorer_world_size": "explorers never join the trainer's process group in rfthpc",
+    "trainer.enable_preview": "no preview in rfthpc",
+    "monitor.enable_ray_timeline": _NO_RAY,
+}
+
+
+def unsupported_reason(path: str) -> str | None:
+    """The reason a Trinity-RFT key is not supported, or None if rfthpc does not know the key."""
+    generic = path
+    for prefix in ("buffer.explorer_input.tasksets[", "buffer.explorer_input.eval_tasksets["):
+        if path.startswith(prefix):
+            generic = "buffer.explorer_input.taskset." + path.split("].", 1)[-1]
+    return UNSUPPORTED_KEYS.get(generic)
+
+
+def value_notes(raw: dict[str, Any]) -> list[str]:
+    """Notes for values rfthpc accepts but reads differently from Trinity-RFT."""
+    notes = []
+    sync = raw.get("synchronizer") or {}
+    if sync.get("sync_method") in ("nccl", "memory"):
+        notes.append(
+            f"synchronizer.sync_method: {sync['sync_method']!r} is read as 'checkpoint': trainer and "
+            "explorers are separate Slurm jobs and exchange weights through <run dir>/weights/"
+        )
+    buf = ((raw.get("buffer") or {}).get("trainer_input") or {}).get("experience_buffer") or {}
+    path = buf.get("path")
+    if isinstance(path, str) and path.startswith(("sqlite:", "postgresql:", "mysql:")):
+        notes.append(
+            f"buffer.trainer_input.experience_buffer.path: {path!r} is not used: rfthpc keeps "
+            "experience in its HDF5 store under <run dir>/experiences/"
+        )
+    return notes
+
+
+# veRL path under trainer.trainer_config -> rfthpc dotted path (None: accepted, no effect, with why).
+VERL_MAP: dict[str, str | None] = {
+    "actor_rollout_ref.model.enable_gradient_checkpointing": "trainer.enable_gradient_checkpointing",
+    "actor_rollout_ref.model.use_remove_padding": None,
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "trainer.ppo_micro_batch_size_per_gpu",
+    "actor_rollout_ref.actor.ppo_mini_batch_size": "trainer.ppo_mini_batch_size",
+    "actor_rollout_ref.actor.ppo_epochs": "trainer.ppo_epochs",
+    "actor_rollout_ref.actor.use_dynamic_bsz": "trainer.use_dynamic_bsz",
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": "trainer.max_token_len_per_gpu",
+    "actor_rollout_ref.actor.grad_clip": "trainer.grad_clip",
+    "actor_rollout_ref.actor.ulysses_sequence_parallel_size": "trainer.ulysses_sequence_parallel_size",
+    "actor_rollout_ref.actor.fsdp_config.param_offload": "trainer.param_offload",
+    "actor_rollout_ref.actor.fsdp_config.optimizer_offload": "trainer.optimizer_offload",
+    "actor_rollout_ref.actor.optim.lr": "algorithm.optimizer.lr",
+    "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": "algorithm.optimizer.lr_warmup_steps_ratio",
+    "actor_rollout_ref.actor.optim.weight_decay": "algorithm.optimizer.weight_decay",
+    "actor_rollout_ref.actor.entropy_coeff": "algorithm.entropy_loss_fn_args.entropy_coef",
+    "actor_rollout_ref.actor.clip_ratio": "algorithm.policy_loss_fn_args.clip_range",
+    "actor_rollout_ref.actor.loss_agg_mode": "algorithm.loss_agg_mode",
+    "actor_rollout_ref.ref.fsdp_config.param_offload": None,
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": None,
+    "critic.model.enable_gradient_checkpointing": "trainer.enable_gradient_checkpointing",
+    "critic.model.use_remove_padding": None,
+    "critic.model.fsdp_config.param_offload": "trainer.param_offload",
+    "critic.model.fsdp_config.optimizer_offload": "trainer.optimizer_offload",
+    "critic.optim.lr": "trainer.critic_lr",
+    "critic.optim.lr_warmup_steps_ratio": "trainer.critic_lr_warmup_steps_ratio",
+    "critic.ppo_micro_batch_size_per_gpu": "trainer.ppo_micro_batch_size_per_gpu",
+    "trainer.critic_warmup": "trainer.critic_warmup",
+}
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, dict) and v:
+            out.update(_flatten(v, key))
+        else:
+            out[key] = v
+    return out
+
+
+def _set_default(raw: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = raw
+    for p in parents:
+        child = node.get(p)
+        if not isinstance(child, dict):
+            child = node[p] = {}
+        node = child
+    node.setdefault(leaf, value)
+
+
+def apply_verl_trainer_config(raw: dict[str, Any], source: str) -> None:
+    """Map veRL keys in `trainer.trainer_config` onto rfthpc fields (explicit rfthpc keys win).
+
+    Unknown veRL keys are an error: rfthpc would otherwise ignore them silently.
+    """
+    trainer = raw.get("trainer") or {}
+    verl = trainer.get("trainer_config") or {}
+    if not isinstance(verl, dict):
+        raise ConfigError(f"{source}: trainer.trainer_config must be a mapping of veRL settings")
+    unknown = []
+    for key, value in _flatten(verl).items():
+        if key.startswith("actor_rollout_ref.rollout."):
+            continue  # Trinity-RFT ignores these too: the explorer section configures rollouts.
+        if key not in VERL_MAP:
+            close = difflib.get_close_matches(key, list(VERL_MAP), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            unknown.append(f"trainer.trainer_config.{key}{hint}")
+            continue
+        target = VERL_MAP[key]
+        if target is not None:
+            _set_default(raw, target, value)
+    if unknown:
+        raise ConfigError(
+            f"{source}: veRL settings rfthpc does not use: {', '.join(unknown)}. "
+            f"rfthpc maps these veRL keys: {', '.join(sorted(VERL_MAP))}; "
+            "remove the others or set the matching rfthpc key (see docs/migration.md)"
+        )

@@ -1,0 +1,201 @@
+"""Derived values, computed in one place: everything a user may leave unset and rfthpc can infer."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any
+
+from rfthpc.config.buffer import TasksetConfig
+from rfthpc.config.schema import STAGE_SECTIONS, Config
+from rfthpc.config.typed import Problems, build, to_dict
+from rfthpc.errors import ConfigError
+
+# Algorithm fields a preset may fill; an explicit value in the config always wins.
+PRESET_FIELDS = (
+    "advantage_fn", "policy_loss_fn", "kl_penalty_fn", "kl_loss_fn", "entropy_loss_fn", "loss_agg_mode",
+)
+
+
+def _fill(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
+def _apply_preset(cfg: Config) -> None:
+    from rfthpc.algorithms.presets import ALGORITHM_PRESETS
+
+    alg = cfg.algorithm
+    preset = ALGORITHM_PRESETS.get(alg.algorithm_type)
+    if preset is None:
+        raise ConfigError(
+            f"algorithm.algorithm_type: unknown algorithm {alg.algorithm_type!r}; "
+            f"known: {', '.join(sorted(ALGORITHM_PRESETS))}"
+        )
+    for name in PRESET_FIELDS:
+        if getattr(alg, name) is None and name in preset:
+            setattr(alg, name, preset[name])
+    for name in ("advantage_fn_args", "policy_loss_fn_args", "kl_penalty_fn_args", "kl_loss_fn_args",
+                 "entropy_loss_fn_args"):
+        defaults = preset.get(name) or {}
+        setattr(alg, name, {**defaults, **getattr(alg, name)})
+    if alg.algorithm_type == "sft":
+        alg.repeat_times = 1
+    elif alg.repeat_times is None:
+        alg.repeat_times = preset.get("repeat_times", 1)
+
+
+def _finish_taskset(cfg: Config, ts: TasksetConfig, index: int, is_eval: bool) -> None:
+    inp = cfg.buffer.explorer_input
+    if not ts.name:
+        ts.name = f"{'eval' if is_eval else 'taskset'}{index}"
+    if ts.repeat_times is None:
+        ts.repeat_times = 1 if is_eval else cfg.algorithm.repeat_times
+    workflow = (inp.default_eval_workflow_type or inp.default_workflow_type) if is_eval else inp.default_workflow_type
+    ts.default_workflow_type = ts.default_workflow_type or workflow or "math_workflow"
+    ts.default_reward_fn_type = ts.default_reward_fn_type or inp.default_reward_fn_type
+    ts.format.system_prompt = _fill(ts.format.system_prompt, inp.system_prompt)
+    ts.format.reply_prefix = _fill(ts.format.reply_prefix, inp.reply_prefix)
+    ra, m = ts.rollout_args, cfg.model
+    ra.temperature = _fill(ra.temperature, m.temperature)
+    ra.top_p = _fill(ra.top_p, m.top_p)
+    ra.top_k = _fill(ra.top_k, m.top_k)
+    ra.logprobs = _fill(ra.logprobs, m.logprobs)
+    ra.max_tokens = _fill(ra.max_tokens, m.max_response_tokens)
+    ts.total_epochs = _fill(ts.total_epochs, cfg.buffer.total_epochs)
+
+
+def _derive_model(cfg: Config) -> None:
+    m = cfg.model
+    if m.max_model_len is None and m.max_prompt_tokens is not None and m.max_response_tokens is not None:
+        m.max_model_len = m.max_prompt_tokens + m.max_response_tokens
+    if m.max_prompt_tokens is None and m.max_model_len is not None and m.max_response_tokens is not None:
+        m.max_prompt_tokens = m.max_model_len - m.max_response_tokens
+    if m.max_response_tokens is None and m.max_model_len is not None and m.max_prompt_tokens is not None:
+        m.max_response_tokens = m.max_model_len - m.max_prompt_tokens
+    m.critic_model_path = m.critic_model_path or m.model_path
+    rm = cfg.explorer.rollout_model
+    rm.model_path = rm.model_path or m.model_path
+    rm.max_model_len = _fill(rm.max_model_len, m.max_model_len)
+    rm.enable_thinking = _fill(rm.enable_thinking, m.enable_thinking)
+
+
+def _derive_steps(cfg: Config, source: str) -> None:
+    b, t = cfg.buffer, cfg.trainer
+    if b.total_steps is not None and t.total_steps is not None and b.total_steps != t.total_steps:
+        raise ConfigError(
+            f"{source}: buffer.total_steps ({b.total_steps}) and trainer.total_steps ({t.total_steps}) "
+            "disagree; set one of them"
+        )
+    b.total_steps = t.total_steps = _fill(b.total_steps, t.total_steps)
+
+
+def _derive_slurm(cfg: Config) -> None:
+    rm, s, c = cfg.explorer.rollout_model, cfg.slurm, cfg.cluster
+    s.explorer.array_size = _fill(s.explorer.array_size, rm.engine_num)
+    if c.gpu_per_node > 0:
+        s.explorer.gpus_per_node = _fill(s.explorer.gpus_per_node, rm.tensor_parallel_size)
+        s.trainer.gpus_per_node = _fill(s.trainer.gpus_per_node, trainer_gpus_per_node(cfg))
+
+
+def explorer_gpus(cfg: Config) -> int:
+    """GPUs the explorer side uses: rollout engines x tensor parallel + auxiliary engines."""
+    if cfg.mode == "train":
+        return 0
+    rm = cfg.explorer.rollout_model
+    aux = sum(a.engine_num * a.tensor_parallel_size for a in cfg.explorer.auxiliary_models)
+    return rm.engine_num * rm.tensor_parallel_size + aux
+
+
+def trainer_gpus_per_node(cfg: Config) -> int:
+    """GPUs per trainer node: what the cluster has left after the explorers (Trinity-RFT's rule)."""
+    if cfg.mode == "explore":
+        return 0
+    total = cfg.cluster.node_num * cfg.cluster.gpu_per_node
+    left = total - explorer_gpus(cfg)
+    nodes = max(1, cfg.slurm.trainer.nodes)
+    return max(0, min(cfg.cluster.gpu_per_node, left // nodes))
+
+
+def merge_taskset(cfg: Config, source: str) -> None:
+    """Move Trinity's single `taskset` into `tasksets` (in place), the one form the rest of rfthpc reads."""
+    inp = cfg.buffer.explorer_input
+    if inp.taskset is None:
+        return
+    if inp.tasksets:
+        raise ConfigError(
+            f"{source}: buffer.explorer_input has both `taskset` and `tasksets`; "
+            "move the single taskset into the `tasksets` list"
+        )
+    inp.tasksets, inp.taskset = [inp.taskset], None
+
+
+def finalize(cfg: Config, source: str = "config") -> Config:
+    """Return a copy of `cfg` with every derivable value filled in."""
+    cfg = copy.deepcopy(cfg)
+    _apply_preset(cfg)
+    merge_taskset(cfg, source)
+    inp = cfg.buffer.explorer_input
+    _derive_model(cfg)
+    for i, ts in enumerate(inp.tasksets):
+        _finish_taskset(cfg, ts, i, is_eval=False)
+    for i, ts in enumerate(inp.eval_tasksets):
+        _finish_taskset(cfg, ts, i, is_eval=True)
+    b = cfg.buffer
+    if b.train_batch_size is None:
+        b.train_batch_size = b.batch_size * cfg.algorithm.repeat_times
+    _derive_steps(cfg, source)
+    sync = cfg.synchronizer
+    if sync.max_staleness is None:
+        sync.max_staleness = sync.sync_interval - 1 + sync.sync_offset
+    t = cfg.trainer
+    if t.max_token_len_per_gpu is None and cfg.model.max_model_len is not None:
+        t.max_token_len_per_gpu = 2 * cfg.model.max_model_len
+    t.ppo_mini_batch_size = _fill(t.ppo_mini_batch_size, b.batch_size)
+    cfg.monitor.monitor_type = list(dict.fromkeys(cfg.monitor.monitor_type))
+    _derive_slurm(cfg)
+    return cfg
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+@dataclasses.dataclass
+class Stage:
+    """One resolved stage: its name and its complete config."""
+
+    name: str
+    config: Config
+
+
+def resolve_stages(cfg: Config, source: str = "config") -> list[Stage]:
+    """The run's stages with their full configs; a config without `stages` is one stage named `rft`.
+
+    `cfg` is the config before `finalize` (derivable fields still unset). Each stage's config is it
+    with the stage's sections merged over it, then finalized, so derived values follow the stage
+    (e.g. an sft stage has repeat_times 1 and its own batch size).
+    """
+    if not cfg.stages:
+        return [Stage("rft", finalize(cfg, source))]
+    base = to_dict(cfg)
+    base["stages"] = []
+    stages = []
+    for i, st in enumerate(cfg.stages):
+        name = st.stage_name or f"stage{i}"
+        merged = copy.deepcopy(base)
+        for section in STAGE_SECTIONS:
+            merged[section] = _deep_merge(merged[section], getattr(st, section))
+        if st.mode is not None:
+            merged["mode"] = st.mode
+        where = f"{source}, stage {name!r}"
+        problems = Problems(where)
+        stage_cfg = build(Config, merged, "", problems)
+        problems.raise_if_any()
+        stages.append(Stage(name, finalize(stage_cfg, where)))
+    return stages

@@ -1,0 +1,74 @@
+"""`explorer` section: rollout engines, runners per engine, evaluation cadence."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Optional
+
+
+@dataclass
+class InferenceModelConfig:
+    """One inference engine kind: the rollout model or an auxiliary model (e.g. an LLM judge)."""
+
+    name: str = ""
+    """Name by which workflows address an auxiliary model."""
+    model_path: Optional[str] = None
+    """Model directory; for the rollout model it defaults to `model.model_path`."""
+    engine_type: Literal["vllm", "vllm_async", "transformers"] = "vllm"
+    """vllm (CUDA or CPU build), or the transformers fallback; vllm_async is an alias of vllm."""
+    engine_num: int = 1
+    """Engines; each rollout engine is one explorer array task."""
+    tensor_parallel_size: int = 1
+    """GPUs per engine (vLLM tensor parallelism)."""
+    gpu_memory_utilization: float = 0.9
+    """Fraction of GPU memory vLLM may use."""
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
+    """Engine dtype; auto: bfloat16 on GPU, float32 on CPU."""
+    enforce_eager: bool = False
+    """Disable CUDA graphs (always eager on CPU)."""
+    enable_prefix_caching: bool = False
+    """vLLM prefix caching (cleared after each weight update)."""
+    enable_chunked_prefill: bool = False
+    """vLLM chunked prefill."""
+    use_v1: bool = True
+    """vLLM V1 engine (the only one in current vLLM)."""
+    seed: int = 42
+    """Engine seed; array task r uses seed + r."""
+    enable_thinking: Optional[bool] = None
+    """Thinking switch for chat templates that support it."""
+    chat_template: Optional[str] = None
+    """Chat template override for this engine."""
+    max_prompt_tokens: Optional[int] = None
+    """Auxiliary models: longest prompt."""
+    max_response_tokens: Optional[int] = None
+    """Auxiliary models: longest response."""
+    max_model_len: Optional[int] = None
+    """Context length; defaults to `model.max_model_len` for the rollout model."""
+    cpu_kvcache_space_gb: int = 4
+    """vLLM CPU backend only: GiB of KV cache (VLLM_CPU_KVCACHE_SPACE)."""
+
+
+@dataclass
+class ExplorerConfig:
+    """The explorers: one Slurm job array (or local processes) per explorer name."""
+
+    name: str = "explorer"
+    """Name of this explorer array; explorers added mid-run need a new name (e.g. explorer_new)."""
+    runner_per_model: int = 8
+    """Tasks each engine works on concurrently."""
+    max_timeout: float = 1800.0
+    """Seconds a single workflow run may take before it is abandoned (and the task retried)."""
+    max_retry_times: int = 2
+    """Retries of a timed-out or failed workflow run."""
+    rollout_model: InferenceModelConfig = field(default_factory=InferenceModelConfig)
+    """The policy's rollout engine."""
+    auxiliary_models: list[InferenceModelConfig] = field(default_factory=list)
+    """Extra engines a workflow may call (reward models, LLM judges)."""
+    eval_interval: int = 100
+    """Evaluate the eval tasksets every this many policy versions."""
+    eval_on_startup: bool = True
+    """Evaluate the initial policy before training (veRL's `trainer.val_before_train`)."""
+    bench_on_latest_checkpoint: bool = False
+    """Evaluate only the newest published policy (mode bench)."""
+    weights_poll_interval: float = 1.0
+    """Seconds between checks of `weights/latest` for a newer policy."""

@@ -1,0 +1,52 @@
+"""`model` and `cluster` sections: the policy model, token budgets, sampling defaults, GPU count."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+
+@dataclass
+class ModelConfig:
+    """The policy (and critic) model and its token budgets."""
+
+    model_path: str = ""
+    """Local directory of the Hugging Face model to fine-tune (compute nodes have no internet)."""
+    critic_model_path: str = ""
+    """Critic model directory for PPO; defaults to `model_path`."""
+    max_model_len: Optional[int] = None
+    """Prompt + response token limit; defaults to `max_prompt_tokens + max_response_tokens`."""
+    max_prompt_tokens: Optional[int] = None
+    """Longest prompt; defaults to `max_model_len - max_response_tokens`."""
+    max_response_tokens: Optional[int] = None
+    """Longest response (veRL's `data.max_response_length`)."""
+    min_response_tokens: int = 1
+    """Shortest response the engine may stop at."""
+    enable_prompt_truncation: bool = True
+    """Over-long prompts: truncate them (true) or skip the task (false); both are counted."""
+    temperature: float = 1.0
+    """Default sampling temperature (a taskset's `rollout_args` overrides it)."""
+    top_p: float = 1.0
+    """Default nucleus sampling threshold."""
+    top_k: int = -1
+    """Default top-k (-1: off)."""
+    logprobs: int = 0
+    """Extra top logprobs returned per token (the sampled token's logprob is always kept)."""
+    custom_chat_template: Optional[str] = None
+    """A Jinja chat template that replaces the tokenizer's."""
+    chat_template_path: Optional[str] = None
+    """A file holding the chat template (alternative to `custom_chat_template`)."""
+    enable_thinking: Optional[bool] = None
+    """Passed to chat templates that support a thinking switch (Qwen3)."""
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
+    """Training dtype; auto means bfloat16 on GPU and float32 on CPU."""
+
+
+@dataclass
+class ClusterConfig:
+    """The GPUs of the run, as Trinity-RFT counts them (explorer engines + trainer)."""
+
+    node_num: int = 1
+    """Nodes of the run (veRL's `trainer.nnodes`)."""
+    gpu_per_node: int = 8
+    """GPUs per node (veRL's `trainer.n_gpus_per_node`); 0 on CPU-only machines."""

@@ -1,0 +1,54 @@
+"""`trainer` section: checkpoints, batching, precision, and veRL's `trainer_config` pass-through."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+
+
+@dataclass
+class TrainerConfig:
+    """The trainer job (torchrun + FSDP2)."""
+
+    name: str = "trainer"
+    """Name of the trainer role in logs and metrics."""
+    trainer_type: Literal["verl"] = "verl"
+    """Trinity's trainer backend; rfthpc's FSDP2 trainer follows veRL's semantics and metric names."""
+    save_interval: int = 0
+    """Save a resumable checkpoint every this many steps (0: only at the end and on preemption)."""
+    save_hf_checkpoint: Literal["never", "last", "always"] = "last"
+    """Also write a merged Hugging Face copy in `actor/huggingface/` of the last or every checkpoint."""
+    max_checkpoints_to_keep: Optional[int] = None
+    """Older resumable checkpoints beyond this count are deleted (None: keep all)."""
+    grad_clip: float = 1.0
+    """Gradient norm clip (veRL's `actor.grad_clip`)."""
+    use_dynamic_bsz: bool = True
+    """Pack micro-batches by token count (`max_token_len_per_gpu`) instead of a fixed size."""
+    max_token_len_per_gpu: Optional[int] = None
+    """Tokens per micro-batch per GPU with dynamic batching; defaults to 2 x `model.max_model_len`."""
+    ppo_micro_batch_size_per_gpu: int = 4
+    """Experiences per micro-batch per GPU without dynamic batching."""
+    ppo_mini_batch_size: Optional[int] = None
+    """Tasks (groups) per optimizer update; defaults to `buffer.batch_size` (one update per step)."""
+    ppo_epochs: int = 1
+    """Passes over each batch."""
+    enable_gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass to save memory."""
+    param_offload: bool = False
+    """FSDP2 CPU offload of parameters."""
+    optimizer_offload: bool = False
+    """FSDP2 CPU offload of optimizer state."""
+    ulysses_sequence_parallel_size: int = 1
+    """Sequence parallelism; rfthpc supports only 1."""
+    total_steps: Optional[int] = None
+    """Trainer steps (alias of `buffer.total_steps`)."""
+    critic_warmup: int = 0
+    """Steps that train only the critic (PPO)."""
+    critic_lr: float = 1e-5
+    """Critic learning rate (veRL's `critic.optim.lr`)."""
+    critic_lr_warmup_steps_ratio: float = 0.0
+    """Critic warm-up ratio."""
+    trainer_config: dict[str, Any] = field(default_factory=dict)
+    """veRL-style settings (`actor_rollout_ref`, `critic`, `trainer`); known keys are mapped onto the fields above."""
+    trainer_config_path: Optional[str] = None
+    """A veRL YAML whose settings are read as `trainer_config`."""

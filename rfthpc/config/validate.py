@@ -1,0 +1,183 @@
+"""Consistency checks of a finalized config. Every problem is named with its key and its fix."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from rfthpc.config.derive import explorer_gpus, trainer_gpus_per_node
+from rfthpc.config.schema import Config
+from rfthpc.config.typed import Problems
+from rfthpc.errors import ConfigError
+
+NO_INTERNET_HINT = "compute nodes have no internet: download it first, then give the local directory"
+
+
+def _path_problem(key: str, value: str | None, kind: str) -> str | None:
+    """A message if `value` is not an existing local path, with the download hint for hub ids."""
+    if not value:
+        return f"{key}: missing; give the local {kind} path"
+    p = Path(os.path.expanduser(value))
+    if p.exists():
+        return None
+    repo_type = " --repo-type dataset" if kind == "dataset" else ""
+    looks_like_hub_id = value.count("/") == 1 and not value.startswith((".", "/", "~"))
+    if looks_like_hub_id:
+        return (
+            f"{key}: {value!r} is not a local path (it looks like a Hugging Face hub id); {NO_INTERNET_HINT}: "
+            f"`huggingface-cli download {value}{repo_type} --local-dir DIR`, then set {key}: DIR"
+        )
+    return f"{key}: {value!r} does not exist; {NO_INTERNET_HINT}"
+
+
+def _check_name(problems: Problems, key: str, name: str | None, lookup: Callable[[str], object]) -> None:
+    if not name:
+        return
+    try:
+        lookup(name)
+    except ConfigError as e:
+        msg = str(e)
+        problems.add(msg if msg.startswith(key) else f"{key}: {msg}")
+
+
+def _check_functions(cfg: Config, problems: Problems) -> None:
+    from rfthpc import algorithms as algos
+    from rfthpc.rewards.registry import REWARDS
+    from rfthpc.workflows.registry import WORKFLOWS
+
+    alg = cfg.algorithm
+    # Advantage and policy-loss arguments are keyword arguments of the function, checked by name;
+    # KL and entropy arguments (coefficients) belong to the trainer, so only the name is checked.
+    for key, name, registry in (
+        ("advantage_fn", alg.advantage_fn, algos.ADVANTAGE_FNS),
+        ("policy_loss_fn", alg.policy_loss_fn, algos.POLICY_LOSS_FNS),
+    ):
+        if name:
+            try:
+                registry.bind(name, getattr(alg, f"{key}_args"))
+            except ConfigError as e:
+                problems.add(str(e))
+    for key, name, registry in (
+        ("kl_penalty_fn", alg.kl_penalty_fn, algos.KL_FNS),
+        ("kl_loss_fn", alg.kl_loss_fn, algos.KL_FNS),
+        ("entropy_loss_fn", alg.entropy_loss_fn, algos.ENTROPY_LOSS_FNS),
+    ):
+        if name and name != "none":
+            _check_name(problems, f"algorithm.{key}", name, registry.get)
+    if alg.loss_agg_mode not in algos.LOSS_AGG_MODES:
+        problems.add(
+            f"algorithm.loss_agg_mode: unknown mode {alg.loss_agg_mode!r}; known: {', '.join(algos.LOSS_AGG_MODES)}"
+        )
+    inp = cfg.buffer.explorer_input
+    for group, sets in (("tasksets", inp.tasksets), ("eval_tasksets", inp.eval_tasksets)):
+        for i, ts in enumerate(sets):
+            key = f"buffer.explorer_input.{group}[{i}]"
+            _check_name(problems, f"{key}.default_workflow_type", ts.default_workflow_type, WORKFLOWS.get)
+            _check_name(problems, f"{key}.default_reward_fn_type", ts.default_reward_fn_type, REWARDS.get)
+
+
+def _check_sizes(cfg: Config, problems: Problems) -> None:
+    b, alg, m, sync = cfg.buffer, cfg.algorithm, cfg.model, cfg.synchronizer
+    if alg.repeat_times < 1:
+        problems.add(f"algorithm.repeat_times: {alg.repeat_times} must be >= 1")
+    if b.batch_size < 1:
+        problems.add(f"buffer.batch_size: {b.batch_size} must be >= 1")
+    if b.train_batch_size is not None and alg.repeat_times >= 1 and b.train_batch_size % alg.repeat_times:
+        problems.add(
+            f"buffer.train_batch_size: {b.train_batch_size} is not a multiple of algorithm.repeat_times "
+            f"({alg.repeat_times}); whole groups are trained together. Use "
+            f"{max(1, b.train_batch_size // alg.repeat_times) * alg.repeat_times} or leave it unset"
+        )
+    if sync.sync_interval < 1:
+        problems.add(f"synchronizer.sync_interval: {sync.sync_interval} must be >= 1 (trainer steps between publications)")
+    if sync.sync_offset < 0:
+        problems.add(f"synchronizer.sync_offset: {sync.sync_offset} must be >= 0")
+    if m.max_response_tokens is None:
+        problems.add("model.max_response_tokens: missing; set it (and model.max_model_len or model.max_prompt_tokens)")
+    elif m.max_model_len is None:
+        problems.add("model.max_model_len: missing; set it or model.max_prompt_tokens")
+    elif m.max_prompt_tokens is not None and m.max_prompt_tokens + m.max_response_tokens > m.max_model_len:
+        problems.add(
+            f"model: max_prompt_tokens ({m.max_prompt_tokens}) + max_response_tokens ({m.max_response_tokens}) "
+            f"exceed max_model_len ({m.max_model_len}); lower one of them or raise max_model_len"
+        )
+    elif m.max_prompt_tokens is not None and m.max_prompt_tokens < 1:
+        problems.add(
+            f"model.max_response_tokens ({m.max_response_tokens}) leaves no room for the prompt in "
+            f"max_model_len ({m.max_model_len})"
+        )
+    if cfg.trainer.ulysses_sequence_parallel_size != 1:
+        problems.add(
+            "trainer.ulysses_sequence_parallel_size: rfthpc supports only 1 (no sequence parallelism); "
+            "lower max_token_len_per_gpu or use more GPUs instead"
+        )
+    for key, value in (("trainer.ppo_epochs", cfg.trainer.ppo_epochs), ("trainer.ppo_micro_batch_size_per_gpu",
+                       cfg.trainer.ppo_micro_batch_size_per_gpu), ("explorer.runner_per_model", cfg.explorer.runner_per_model),
+                       ("explorer.rollout_model.engine_num", cfg.explorer.rollout_model.engine_num),
+                       ("explorer.rollout_model.tensor_parallel_size", cfg.explorer.rollout_model.tensor_parallel_size)):
+        if value < 1:
+            problems.add(f"{key}: {value} must be >= 1")
+
+
+def _check_gpus(cfg: Config, problems: Problems) -> None:
+    c = cfg.cluster
+    if c.gpu_per_node <= 0:
+        return
+    total = c.node_num * c.gpu_per_node
+    need_explorer = explorer_gpus(cfg)
+    rm = cfg.explorer.rollout_model
+    if need_explorer > total:
+        problems.add(
+            f"explorer: {rm.engine_num} engines x tensor_parallel_size {rm.tensor_parallel_size} (+ auxiliary "
+            f"models) need {need_explorer} GPUs, more than the cluster's {c.node_num} x {c.gpu_per_node} = {total}; "
+            "lower explorer.rollout_model.engine_num or raise cluster.gpu_per_node / cluster.node_num"
+        )
+    elif cfg.mode == "both" and trainer_gpus_per_node(cfg) < 1:
+        problems.add(
+            f"cluster: the explorers take {need_explorer} of {total} GPUs and leave none for the trainer; "
+            "lower explorer.rollout_model.engine_num or add GPUs (cluster.gpu_per_node / node_num)"
+        )
+    if rm.tensor_parallel_size > c.gpu_per_node:
+        problems.add(
+            f"explorer.rollout_model.tensor_parallel_size {rm.tensor_parallel_size} exceeds cluster.gpu_per_node "
+            f"{c.gpu_per_node}; an engine must fit on one node"
+        )
+
+
+def _check_inputs(cfg: Config, problems: Problems, check_paths: bool) -> None:
+    inp = cfg.buffer.explorer_input
+    sft = cfg.algorithm.algorithm_type == "sft"
+    if cfg.mode in ("both", "explore") and not sft and not inp.tasksets:
+        problems.add("buffer.explorer_input.taskset: missing; explorers need at least one training taskset")
+    eb = cfg.buffer.trainer_input.experience_buffer
+    if sft and not eb.path:
+        problems.add("buffer.trainer_input.experience_buffer.path: an sft stage trains on this dataset; give its local path")
+    if not check_paths:
+        return
+    checks = [("model.model_path", cfg.model.model_path, "model")]
+    if cfg.algorithm.advantage_fn == "ppo":
+        checks.append(("model.critic_model_path", cfg.model.critic_model_path, "model"))
+    for i, aux in enumerate(cfg.explorer.auxiliary_models):
+        checks.append((f"explorer.auxiliary_models[{i}].model_path", aux.model_path, "model"))
+    if cfg.mode in ("both", "explore") and not sft:
+        for group, sets in (("tasksets", inp.tasksets), ("eval_tasksets", inp.eval_tasksets)):
+            checks += [(f"buffer.explorer_input.{group}[{i}].path", ts.path, "dataset") for i, ts in enumerate(sets)]
+    if sft:
+        checks.append(("buffer.trainer_input.experience_buffer.path", eb.path, "dataset"))
+    for key, value, kind in checks:
+        msg = _path_problem(key, value, kind)
+        if msg:
+            problems.add(msg)
+
+
+def validate(cfg: Config, source: str = "config", check_paths: bool = True) -> None:
+    """Raise a ConfigError listing every inconsistency of a finalized config (one stage)."""
+    problems = Problems(source)
+    if not cfg.model.model_path:
+        problems.add("model.model_path: missing; give the local directory of the model to fine-tune")
+    _check_sizes(cfg, problems)
+    _check_gpus(cfg, problems)
+    _check_functions(cfg, problems)
+    _check_inputs(cfg, problems, check_paths)
+    problems.raise_if_any()

@@ -1,0 +1,159 @@
+"""Safe file operations on a shared filesystem (Lustre, GPFS, NFS).
+
+Every file that another process reads is written under a temporary name in the same directory,
+flushed, fsynced and published with `os.replace`, so a reader sees the old file or the new one,
+never a torn one. Temporary names start with `.tmp-` so every reader can skip them.
+Files and directories are private to the user unless the run shares them with a Unix group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import grp
+import json
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+TMP_PREFIX = ".tmp-"
+
+_share_gid: int | None = None
+
+
+def set_share_group(group: str | None) -> None:
+    """Make files created from now on group-readable/writable by `group` (None: private to the user)."""
+    global _share_gid
+    if group is None:
+        _share_gid = None
+        return
+    try:
+        _share_gid = grp.getgrnam(group).gr_gid
+    except KeyError:
+        from rfthpc.errors import ConfigError
+
+        raise ConfigError(
+            f"filesystem.share_group: Unix group {group!r} does not exist on this machine; "
+            "name a group you belong to (see `id -Gn`) or leave it unset to keep the run private"
+        ) from None
+
+
+def _file_mode() -> int:
+    return 0o660 if _share_gid is not None else 0o600
+
+
+def _dir_mode() -> int:
+    # setgid on shared directories keeps new entries in the share group.
+    return 0o2770 if _share_gid is not None else 0o700
+
+
+def apply_mode(path: Path, is_dir: bool) -> None:
+    """Set the run's permission policy (private or shared group) on one path."""
+    os.chmod(path, _dir_mode() if is_dir else _file_mode())
+    if _share_gid is not None:
+        os.chown(path, -1, _share_gid)
+
+
+def is_temporary(name: str) -> bool:
+    """True for names that writers use before publishing; readers must ignore them."""
+    return name.startswith(TMP_PREFIX)
+
+
+def temporary_name(final: Path) -> Path:
+    """A unique temporary sibling of `final` (same directory, so `os.replace` is atomic)."""
+    tag = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    return final.with_name(f"{TMP_PREFIX}{final.name}.{tag}")
+
+
+def make_dirs(path: Path) -> Path:
+    """Create `path` and missing parents with the run's permission policy; return it."""
+    path = Path(path)
+    missing: list[Path] = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
+    for d in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            d.mkdir()
+            apply_mode(d, is_dir=True)
+    return path
+
+
+def fsync_dir(path: Path) -> None:
+    """Flush a directory entry change (a rename) to stable storage where the filesystem allows."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # Some network filesystems refuse fsync on directories; the rename is still atomic.
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_path(final: Path) -> Iterator[Path]:
+    """Yield a temporary path to write; on success fsync it and `os.replace` it onto `final`.
+
+    On an exception the temporary file is removed and `final` is untouched.
+    """
+    final = Path(final)
+    make_dirs(final.parent)
+    tmp = temporary_name(final)
+    try:
+        yield tmp
+        if tmp.is_file():
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+            apply_mode(tmp, is_dir=False)
+        os.replace(tmp, final)
+        fsync_dir(final.parent)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Publish `data` at `path` atomically."""
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Publish `text` at `path` atomically."""
+    write_bytes_atomic(path, text.encode())
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Publish `obj` as indented JSON at `path` atomically."""
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def read_json(path: Path, default: Any = None) -> Any:
+    """Read a JSON file; return `default` if it does not exist (it may vanish on NFS)."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return default
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append one line with a single `write` (O_APPEND); callers that share the file hold a lock."""
+    make_dirs(Path(path).parent)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, _file_mode())
+    try:
+        os.write(fd, (line.rstrip("\n") + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)

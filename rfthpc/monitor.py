@@ -1,0 +1,111 @@
+"""Metrics of one role: `monitor/<role>.jsonl` always, plus the console and wandb when configured.
+
+Each process writes its own jsonl file (one writer per file, like everything in the run
+directory). wandb runs are named `<name>_<role>` and grouped by the experiment name, offline by
+default because compute nodes have no internet (`wandb sync <run dir>/monitor/wandb/...` later).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rfthpc.config.monitor import MonitorConfig
+from rfthpc.fsutil import append_line, make_dirs
+from rfthpc.rundir import RunDir
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def quiet_wandb_env() -> None:
+    """Keep wandb from prompting or phoning home on compute nodes without internet."""
+    os.environ.setdefault("WANDB_SILENT", "true")
+    os.environ.setdefault("WANDB_DISABLE_GIT", "true")
+
+
+class Monitor:
+    """Records a role's metrics per step."""
+
+    def __init__(
+        self,
+        run_dir: RunDir,
+        role: str,
+        config: MonitorConfig,
+        project: str,
+        name: str,
+        use_wandb: bool = True,
+        run_config: dict[str, Any] | None = None,
+    ) -> None:
+        """`role` names the file (`monitor/<role>.jsonl`) and the wandb run (`<name>_<role>`).
+
+        `use_wandb=False` keeps extra processes of one role (array tasks beyond the first, trainer
+        ranks beyond 0) out of wandb while they still write their own jsonl.
+        """
+        self.role = role
+        self.path = make_dirs(run_dir.monitor) / f"{role}.jsonl"
+        self.console = "console" in config.monitor_type
+        self._wandb = None
+        if use_wandb and "wandb" in config.monitor_type and config.wandb_mode != "disabled":
+            quiet_wandb_env()
+            import wandb
+
+            wandb_dir = make_dirs(run_dir.monitor / "wandb")
+            self._wandb = wandb.init(
+                project=project,
+                name=f"{name}_{role}",
+                group=name,
+                dir=str(wandb_dir),
+                mode=config.wandb_mode,
+                config=run_config or {},
+                resume="allow",
+                id=f"{name}_{role}".replace("/", "_"),
+                **config.monitor_args,
+            )
+
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        """Record `metrics` at `step` in every sink."""
+        record = {"step": step, "time": time.time(), **{k: _plain(v) for k, v in metrics.items()}}
+        append_line(self.path, json.dumps(record, sort_keys=True))
+        if self.console:
+            body = " ".join(f"{k}={_short(v)}" for k, v in sorted(record.items()) if k not in ("step", "time"))
+            print(f"[{self.role}] step {step} {body}", file=sys.stderr, flush=True)
+        if self._wandb is not None:
+            self._wandb.log({k: v for k, v in record.items() if k != "time" and not isinstance(v, str)}, step=step)
+
+    def close(self) -> None:
+        """Finish the wandb run (the jsonl file needs no closing)."""
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """Records of one role's jsonl file; a torn last line (a killed writer) is skipped."""
+    records = []
+    try:
+        lines = Path(path).read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    for line in lines:
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records

@@ -1,0 +1,178 @@
+"""Each class of bad config input gets a clear error naming the key and the fix."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from rfthpc.config import load_config
+from rfthpc.errors import ConfigError
+from tests.config.conftest import write
+
+BASE = """
+project: p
+name: n
+algorithm:
+  algorithm_type: grpo
+  repeat_times: 4
+model:
+  model_path: {model}
+  max_prompt_tokens: 64
+  max_response_tokens: 32
+cluster:
+  node_num: 1
+  gpu_per_node: 2
+buffer:
+  batch_size: 4
+  explorer_input:
+    taskset:
+      name: t
+      path: {data}
+      format:
+        prompt_key: question
+        response_key: answer
+    default_workflow_type: math_workflow
+"""
+
+
+@pytest.fixture
+def base(tmp_path: Path) -> str:
+    (tmp_path / "model").mkdir()
+    (tmp_path / "data.jsonl").write_text('{"question": "1+1", "answer": "#### 2"}\n')
+    return textwrap.dedent(BASE).format(model=tmp_path / "model", data=tmp_path / "data.jsonl")
+
+
+def _error(path: Path, overrides: list[str] | None = None) -> str:
+    with pytest.raises(ConfigError) as e:
+        load_config(path, overrides)
+    return str(e.value)
+
+
+def test_the_base_config_is_valid(tmp_path: Path, base: str) -> None:
+    assert load_config(write(tmp_path, base)).config.buffer.train_batch_size == 16
+
+
+def test_unknown_key_names_full_path_file_and_suggestion(tmp_path: Path, base: str) -> None:
+    cfg = write(tmp_path, base.replace("prompt_key: question", "promt_key: question"))
+    msg = _error(cfg)
+    assert "buffer.explorer_input.taskset.format.promt_key: unknown key" in msg
+    assert "did you mean 'buffer.explorer_input.taskset.format.prompt_key'" in msg
+    assert str(cfg) in msg
+
+
+def test_several_unknown_keys_are_reported_together(tmp_path: Path, base: str) -> None:
+    msg = _error(write(tmp_path, base + "trainr:\n  save_interval: 3\nmonitr: {}\n"))
+    assert "trainr: unknown key; did you mean 'trainer'" in msg
+    assert "monitr: unknown key; did you mean 'monitor'" in msg
+
+
+def test_wrong_type(tmp_path: Path, base: str) -> None:
+    msg = _error(write(tmp_path, base.replace("batch_size: 4", "batch_size: four")))
+    assert "buffer.batch_size: expected an integer, got 'four'" in msg
+
+
+def test_bad_choice_lists_choices(tmp_path: Path, base: str) -> None:
+    msg = _error(write(tmp_path, base + "mode: explorer\n"))
+    assert "mode: 'explorer' is not one of 'both', 'explore', 'train'; did you mean 'explore'?" in msg
+
+
+def test_missing_required_model_path(tmp_path: Path, base: str) -> None:
+    lines = [ln for ln in base.splitlines() if "model_path" not in ln]
+    msg = _error(write(tmp_path, "\n".join(lines)))
+    assert "model.model_path: missing" in msg
+
+
+def test_gpus_over_the_cluster(tmp_path: Path, base: str) -> None:
+    text = base + "explorer:\n  rollout_model:\n    engine_num: 2\n    tensor_parallel_size: 2\n"
+    msg = _error(write(tmp_path, text))
+    assert "need 4 GPUs, more than the cluster's 1 x 2 = 2" in msg
+
+
+def test_explorers_leaving_no_gpu_for_the_trainer(tmp_path: Path, base: str) -> None:
+    msg = _error(write(tmp_path, base + "explorer:\n  rollout_model:\n    engine_num: 2\n"))
+    assert "leave none for the trainer" in msg
+
+
+def test_prompt_plus_response_over_max_model_len(tmp_path: Path, base: str) -> None:
+    msg = _error(write(tmp_path, base.replace("max_prompt_tokens: 64", "max_prompt_tokens: 64\n  max_model_len: 80")))
+    assert "max_prompt_tokens (64) + max_response_tokens (32) exceed max_model_len (80)" in msg
+
+
+def test_train_batch_size_not_a_multiple_of_repeat_times(tmp_path: Path, base: str) -> None:
+    msg = _error(write(tmp_path, base.replace("batch_size: 4", "batch_size: 4\n  train_batch_size: 18")))
+    assert "buffer.train_batch_size: 18 is not a multiple of algorithm.repeat_times (4)" in msg
+
+
+def test_sync_interval_below_one(tmp_path: Path, base: str) -> None:
+    msg = _error(write(tmp_path, base + "synchronizer:\n  sync_interval: 0\n"))
+    assert "synchronizer.sync_interval: 0 must be >= 1" in msg
+
+
+def test_unknown_algorithm_lists_known_ones(tmp_path: Path, base: str) -> None:
+    msg = _error(write(tmp_path, base.replace("algorithm_type: grpo", "algorithm_type: grpoo")))
+    assert "unknown algorithm 'grpoo'" in msg and "grpo" in msg and "ppo" in msg
+
+
+def test_unknown_advantage_fn_lists_known_ones(tmp_path: Path, base: str) -> None:
+    msg = _error(write(tmp_path, base.replace("repeat_times: 4", "repeat_times: 4\n  advantage_fn: gae2")))
+    assert "algorithm.advantage_fn" in msg and "'gae2'" in msg and "grpo" in msg
+
+
+def test_unknown_workflow_and_reward_list_known_ones(tmp_path: Path, base: str) -> None:
+    text = base.replace("default_workflow_type: math_workflow",
+                        "default_workflow_type: maths_workflow\n    default_reward_fn_type: acc")
+    msg = _error(write(tmp_path, text))
+    assert "default_workflow_type" in msg and "'maths_workflow'" in msg and "math_workflow" in msg
+    assert "default_reward_fn_type" in msg and "'acc'" in msg
+
+
+def test_missing_paths_hint_that_compute_nodes_have_no_internet(tmp_path: Path, base: str) -> None:
+    text = base.replace(str(tmp_path / "model"), "Qwen/Qwen2.5-1.5B-Instruct").replace(
+        str(tmp_path / "data.jsonl"), str(tmp_path / "nope.jsonl"))
+    msg = _error(write(tmp_path, text))
+    assert "model.model_path: 'Qwen/Qwen2.5-1.5B-Instruct' is not a local path" in msg
+    assert "huggingface-cli download Qwen/Qwen2.5-1.5B-Instruct --local-dir DIR" in msg
+    assert "buffer.explorer_input.tasksets[0].path" in msg and "does not exist" in msg
+    assert "compute nodes have no internet" in msg
+
+
+def test_unsupported_trinity_key_is_named_with_its_reason(tmp_path: Path, base: str) -> None:
+    msg = _error(write(tmp_path, base + "ray_namespace: x\nexplorer:\n  runner_num: 4\n"))
+    assert "ray_namespace: Trinity-RFT key not supported by rfthpc: rfthpc runs on Slurm" in msg
+    assert "explorer.runner_num: Trinity-RFT key not supported by rfthpc" in msg and "runner_per_model" in msg
+
+
+def test_unsupported_sequence_parallelism(tmp_path: Path, base: str) -> None:
+    msg = _error(write(tmp_path, base + "trainer:\n  ulysses_sequence_parallel_size: 2\n"))
+    assert "trainer.ulysses_sequence_parallel_size: rfthpc supports only 1" in msg
+
+
+def test_unknown_verl_key_in_trainer_config(tmp_path: Path, base: str) -> None:
+    text = base + "trainer:\n  trainer_config:\n    actor_rollout_ref:\n      actor:\n        ppo_micro_batch_size_per_gpus: 2\n"
+    msg = _error(write(tmp_path, text))
+    assert "trainer.trainer_config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpus" in msg
+    assert "did you mean actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu" in msg
+
+
+def test_env_interpolation_with_and_without_default(tmp_path: Path, base: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RFTHPC_TEST_BS", "8")
+    cfg = load_config(write(tmp_path, base.replace("batch_size: 4", "batch_size: ${oc.env:RFTHPC_TEST_BS,2}"))).config
+    assert cfg.buffer.batch_size == 8
+    monkeypatch.delenv("RFTHPC_TEST_BS")
+    cfg = load_config(write(tmp_path, base.replace("batch_size: 4", "batch_size: ${oc.env:RFTHPC_TEST_BS,2}"))).config
+    assert cfg.buffer.batch_size == 2
+    msg = _error(write(tmp_path, base.replace("batch_size: 4", "batch_size: ${oc.env:RFTHPC_TEST_BS}")))
+    assert "RFTHPC_TEST_BS" in msg and "${oc.env:VAR,default}" in msg
+
+
+def test_not_yaml_and_not_a_mapping(tmp_path: Path) -> None:
+    assert "not valid YAML" in _error(write(tmp_path, "a: [1, 2\n"))
+    assert "top level must be a mapping" in _error(write(tmp_path, "- 1\n- 2\n"))
+    assert "does not exist" in _error(tmp_path / "missing.yaml")
+
+
+def test_both_taskset_and_tasksets(tmp_path: Path, base: str) -> None:
+    text = base.replace("    default_workflow_type", "    tasksets:\n      - name: u\n        path: x\n    default_workflow_type")
+    assert "both `taskset` and `tasksets`" in _error(write(tmp_path, text))

@@ -1,0 +1,47 @@
+"""Every config shipped in configs/ parses and validates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rfthpc.config import load_config
+from tests.config.conftest import CONFIGS
+
+SHIPPED = ["grpo.yaml", "async/explorer.yaml", "async/trainer.yaml", "async/explorer_new.yaml", "tiny-cpu.yaml"]
+
+
+def test_the_list_covers_every_shipped_config() -> None:
+    on_disk = sorted(str(p.relative_to(CONFIGS)) for p in CONFIGS.rglob("*.yaml"))
+    assert on_disk == sorted(SHIPPED)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_config_validates(name: str, local_paths: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    demo = local_paths / "demo"
+    for d in ("model", "gsm8k"):
+        (demo / d).mkdir(parents=True)
+    (demo / "sft.jsonl").write_text("")
+    monkeypatch.setenv("RFTHPC_DEMO_DIR", str(demo))
+    loaded = load_config(CONFIGS / name)
+    assert loaded.config.project and loaded.config.name
+    for stage in loaded.stages:
+        assert stage.config.buffer.train_batch_size % stage.config.algorithm.repeat_times == 0
+
+
+def test_async_pair_shares_one_run_directory(local_paths: Path) -> None:
+    cfgs = [load_config(CONFIGS / "async" / n).config for n in ("explorer.yaml", "trainer.yaml", "explorer_new.yaml")]
+    assert len({(c.checkpoint_root_dir, c.project, c.name) for c in cfgs}) == 1
+    assert [c.mode for c in cfgs] == ["explore", "train", "explore"]
+    assert cfgs[2].explorer.name != cfgs[0].explorer.name
+
+
+def test_tiny_cpu_demo_runs_sft_then_grpo(local_paths: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    demo = local_paths / "demo"
+    monkeypatch.setenv("RFTHPC_DEMO_DIR", str(demo))
+    loaded = load_config(CONFIGS / "tiny-cpu.yaml", check_paths=False)
+    sft, rft = (s.config for s in loaded.stages)
+    assert sft.algorithm.algorithm_type == "sft" and sft.mode == "train"
+    assert rft.algorithm.algorithm_type == "grpo" and rft.cluster.gpu_per_node == 0
+    assert rft.explorer.rollout_model.engine_type == "vllm"
