@@ -1,0 +1,247 @@
+"""Advantage estimators (`algorithm.advantage_fn`, arguments from `algorithm.advantage_fn_args`).
+
+Every estimator takes an `AdvantageInputs` (one reward per sequence, token-level tensors of shape
+(batch, tokens)) plus its keyword-only arguments and returns `(advantages, returns)`, both
+(batch, tokens), zero outside the response mask.
+
+Outcome estimators (grpo, rloo, opmd, reinforce) score sequence b by R_b = its reward, or by
+sum_t r_bt when token-level rewards are given (e.g. after a KL penalty, as veRL does). Token
+estimators (ppo, reinforceplusplus) use the token-level rewards, or the sequence reward placed on
+the last response token (`outcome_token_rewards`).
+
+Group estimators (grpo, rloo, opmd) compare the responses to one task (same group id). A group
+without contrast (one response, or all rewards exactly equal) gets advantage exactly 0: computing
+R - mean(R) in floating point would otherwise leave rounding noise that the std division magnifies.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from rfthpc.algorithms.aggregation import masked_whiten
+from rfthpc.algorithms.registry import Registry
+from rfthpc.errors import ConfigError
+
+AdvantageFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+
+ADVANTAGE_FNS: Registry[AdvantageFn] = Registry("advantage function", "algorithm.advantage_fn")
+
+
+@dataclass(frozen=True)
+class AdvantageInputs:
+    """What an advantage estimator may read, for a batch of B responses padded to T tokens."""
+
+    rewards: torch.Tensor
+    """(B,) reward of each response."""
+    response_mask: torch.Tensor
+    """(B, T) 1 for response tokens the policy generated, 0 for padding (and tool/observation tokens)."""
+    token_level_rewards: torch.Tensor | None = None
+    """(B, T) reward per token, if the rewards are shaped per token (e.g. by a KL penalty)."""
+    group_ids: torch.Tensor | None = None
+    """(B,) integer id of the task each response answers; needed by grpo, rloo and opmd."""
+    values: torch.Tensor | None = None
+    """(B, T) critic values V(s_t); needed by ppo (GAE)."""
+
+
+def outcome_token_rewards(rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """Place each sequence reward R_b on the last unmasked token of row b: r_bt = R_b [t = last_b].
+
+    Rows with no unmasked token get all zeros.
+    """
+    mask = response_mask.bool()
+    positions = torch.arange(1, mask.shape[-1] + 1, device=mask.device).expand_as(mask)
+    last = torch.where(mask, positions, 0).argmax(dim=-1)
+    out = torch.zeros(mask.shape, dtype=rewards.dtype, device=rewards.device)
+    out[torch.arange(mask.shape[0]), last] = rewards
+    return torch.where(mask, out, torch.zeros_like(out))
+
+
+def _scores(inputs: AdvantageInputs) -> torch.Tensor:
+    """R_b: the sequence reward, or the sum of the token-level rewards when given."""
+    if inputs.token_level_rewards is None:
+        return inputs.rewards
+    return inputs.token_level_rewards.sum(dim=-1)
+
+
+def _token_rewards(inputs: AdvantageInputs) -> torch.Tensor:
+    """r_bt: the token-level rewards, or the sequence reward on the last response token."""
+    if inputs.token_level_rewards is None:
+        return outcome_token_rewards(inputs.rewards, inputs.response_mask)
+    return inputs.token_level_rewards
+
+
+def _group_ids(inputs: AdvantageInputs, name: str) -> torch.Tensor:
+    if inputs.group_ids is None:
+        raise ConfigError(
+            f"algorithm.advantage_fn: {name!r} compares responses within a task group, but this batch "
+            "has no group ids; use an advantage_fn that needs no groups (ppo, reinforceplusplus, reinforce)."
+        )
+    return inputs.group_ids
+
+
+def _group_index(group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """For each response, the index of its group in 0..G-1, the size of that group, and G."""
+    _, inverse, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
+    return inverse, counts[inverse], int(counts.numel())
+
+
+def _group_mean(scores: torch.Tensor, inverse: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """Per response, the mean score of its group."""
+    sums = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device).index_add_(0, inverse, scores)
+    counts = torch.zeros_like(sums).index_add_(0, inverse, torch.ones_like(scores))
+    return (sums / counts)[inverse]
+
+
+def _has_contrast(scores: torch.Tensor, inverse: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """Per response, whether its group holds at least two different scores."""
+    init = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device)
+    high = init.scatter_reduce(0, inverse, scores, reduce="amax", include_self=False)
+    low = init.scatter_reduce(0, inverse, scores, reduce="amin", include_self=False)
+    return (high > low)[inverse]
+
+
+def _broadcast(per_seq: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """(B,) → (B, T): the sequence value on every response token, 0 elsewhere."""
+    full = per_seq.unsqueeze(-1).expand(response_mask.shape)
+    return torch.where(response_mask.bool(), full, torch.zeros_like(full))
+
+
+@ADVANTAGE_FNS.register("grpo")
+@torch.no_grad()
+def grpo(
+    inputs: AdvantageInputs, *, epsilon: float = 1e-6, std_normalize: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Group-normalised outcome advantage (GRPO; Dr.GRPO with std_normalize=False).
+
+    For response i in group g with n_g responses and scores R:
+        A_i = (R_i - mean_g(R)) / (std_g(R) + epsilon)     if std_normalize
+        A_i =  R_i - mean_g(R)                              otherwise
+    std_g is the unbiased standard deviation. A group without contrast gives A = 0.
+    Returns (A, A) broadcast over the response tokens.
+    """
+    scores = _scores(inputs)
+    inverse, sizes, n_groups = _group_index(_group_ids(inputs, "grpo"))
+    mean = _group_mean(scores, inverse, n_groups)
+    adv = scores - mean
+    if std_normalize:
+        var = _group_mean(adv**2, inverse, n_groups) * sizes / (sizes - 1).clamp(min=1)
+        adv = adv / (var.sqrt() + epsilon)
+    adv = torch.where(_has_contrast(scores, inverse, n_groups), adv, torch.zeros_like(adv))
+    out = _broadcast(adv, inputs.response_mask)
+    return out, out
+
+
+@ADVANTAGE_FNS.register("rloo")
+@torch.no_grad()
+def rloo(inputs: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE leave-one-out: the baseline of response i is the mean of the other n_g - 1 in its group.
+
+        A_i = R_i - (sum_{j in g, j != i} R_j) / (n_g - 1) = n_g / (n_g - 1) * (R_i - mean_g(R))
+    A group without contrast gives 0. Returns (A, A) broadcast over the response tokens.
+    """
+    scores = _scores(inputs)
+    inverse, sizes, n_groups = _group_index(_group_ids(inputs, "rloo"))
+    mean = _group_mean(scores, inverse, n_groups)
+    adv = (scores - mean) * sizes / (sizes - 1).clamp(min=1)
+    adv = torch.where(_has_contrast(scores, inverse, n_groups), adv, torch.zeros_like(adv))
+    out = _broadcast(adv, inputs.response_mask)
+    return out, out
+
+
+@ADVANTAGE_FNS.register("opmd")
+@torch.no_grad()
+def opmd(
+    inputs: AdvantageInputs, *, opmd_baseline: str = "mean", tau: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Online policy mirror descent advantage (Trinity-RFT): reward minus a group baseline b_g.
+
+        A_i = R_i - b_g,   b_g = mean_g(R)                                   (opmd_baseline="mean")
+                           b_g = tau * log( (1/n_g) sum_{j in g} exp(R_j / tau) )  ("logavgexp")
+    tau also scales the matching `opmd` policy loss by 1 / (1 + tau). A group without contrast
+    gives 0 (Trinity gives a lone response A = R_i, with no baseline to compare it with).
+    Returns (A, A) broadcast over the response tokens.
+    """
+    if opmd_baseline not in ("mean", "logavgexp"):
+        raise ConfigError(
+            f"algorithm.advantage_fn_args.opmd_baseline: unknown baseline {opmd_baseline!r}; known: mean, logavgexp."
+        )
+    if tau <= 0:
+        raise ConfigError(f"algorithm.advantage_fn_args.tau must be > 0, got {tau}.")
+    scores = _scores(inputs)
+    inverse, _, n_groups = _group_index(_group_ids(inputs, "opmd"))
+    if opmd_baseline == "mean":
+        baseline = _group_mean(scores, inverse, n_groups)
+    else:
+        scaled = scores / tau
+        # Subtracting the group maximum keeps exp() finite for large rewards / small tau.
+        peak = torch.full((n_groups,), -math.inf, dtype=scores.dtype, device=scores.device)
+        peak = peak.scatter_reduce(0, inverse, scaled, reduce="amax")[inverse]
+        mean_exp = _group_mean(torch.exp(scaled - peak), inverse, n_groups)
+        baseline = tau * (peak + torch.log(mean_exp))
+    adv = torch.where(_has_contrast(scores, inverse, n_groups), scores - baseline, torch.zeros_like(scores))
+    out = _broadcast(adv, inputs.response_mask)
+    return out, out
+
+
+@ADVANTAGE_FNS.register("reinforce")
+@torch.no_grad()
+def reinforce(inputs: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
+    """Plain REINFORCE: A_i = R_i on every response token (TOPR's default). Returns (A, A)."""
+    out = _broadcast(_scores(inputs), inputs.response_mask)
+    return out, out
+
+
+@ADVANTAGE_FNS.register("reinforceplusplus", "reinforce++", "reinforce_plus_plus")
+@torch.no_grad()
+def reinforce_plus_plus(inputs: AdvantageInputs, *, gamma: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE++: discounted token returns, whitened over the whole batch.
+
+        G_t = r_t + gamma * G_{t+1}   (restarted after each masked-out token, e.g. past EOS)
+        A   = whiten_{mask}(G) * mask
+    Returns (A, G).
+    """
+    rewards = _token_rewards(inputs)
+    mask = inputs.response_mask.to(rewards.dtype)
+    returns = torch.zeros_like(rewards)
+    running = torch.zeros_like(rewards[:, 0])
+    for t in reversed(range(rewards.shape[-1])):
+        running = rewards[:, t] + gamma * running
+        returns[:, t] = running
+        running = running * mask[:, t]
+    adv = masked_whiten(returns, mask) * mask
+    return adv, returns
+
+
+@ADVANTAGE_FNS.register("ppo", "gae")
+@torch.no_grad()
+def ppo(inputs: AdvantageInputs, *, gamma: float = 1.0, lam: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation from critic values (PPO), token level.
+
+        delta_t = r_t + gamma * V_{t'} - V_t              (t' = next response token; V = 0 past the end)
+        A_t     = delta_t + gamma * lam * A_{t'}
+        returns = A + V;  advantages = whiten_{mask}(A) * mask
+    Masked-out tokens (e.g. tool output inside a response) are skipped: they carry V and A through
+    unchanged. Returns (advantages, returns).
+    """
+    if inputs.values is None:
+        raise ConfigError(
+            "algorithm.advantage_fn: 'ppo' (GAE) needs critic values, but this run has no critic; "
+            "use algorithm_type ppo (which trains a critic) or a critic-free advantage_fn such as grpo."
+        )
+    rewards, values = _token_rewards(inputs), inputs.values
+    mask = inputs.response_mask.to(rewards.dtype)
+    next_value = torch.zeros_like(rewards[:, 0])
+    next_adv = torch.zeros_like(rewards[:, 0])
+    adv = torch.zeros_like(rewards)
+    for t in reversed(range(rewards.shape[-1])):
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        step_adv = delta + gamma * lam * next_adv
+        next_value = mask[:, t] * values[:, t] + (1 - mask[:, t]) * next_value
+        next_adv = mask[:, t] * step_adv + (1 - mask[:, t]) * next_adv
+        adv[:, t] = next_adv
+    returns = adv + values
+    return masked_whiten(adv, mask) * mask, returns

@@ -1,0 +1,80 @@
+"""Masked reductions of token-level tensors: loss aggregation, masked mean, whitening.
+
+`aggregate_loss` implements veRL's `loss_agg_mode` (`algorithm.loss_agg_mode` here).
+
+Masks are read as booleans (nonzero = token counts). Masked-out positions never reach the result,
+even when they hold inf or NaN, and a batch with no tokens gives 0, never NaN.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rfthpc.errors import ConfigError
+
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+
+
+def _check_mode(loss_agg_mode: str) -> None:
+    if loss_agg_mode not in LOSS_AGG_MODES:
+        raise ConfigError(
+            f"algorithm.loss_agg_mode: unknown mode {loss_agg_mode!r}; known: {', '.join(LOSS_AGG_MODES)}."
+        )
+
+
+def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """sum_{i: mask_i} values_i (over `dim`, or everything)."""
+    kept = torch.where(mask.bool(), values, torch.zeros_like(values))
+    return kept.sum() if dim is None else kept.sum(dim)
+
+
+def masked_count(mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Number of unmasked entries (over `dim`, or everything), as a float tensor."""
+    flags = mask.bool().to(torch.get_default_dtype())
+    return flags.sum() if dim is None else flags.sum(dim)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """sum_{mask} values / max(count_{mask}, 1): the mean of the unmasked entries, 0 if there are none."""
+    return masked_sum(values, mask, dim) / masked_count(mask, dim).clamp(min=1).to(values.dtype)
+
+
+def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """(x - mu) / sqrt(var + eps) with mu and the unbiased variance var taken over the unmasked entries.
+
+    var = sum_{mask} (x - mu)^2 / max(n - 1, 1), so one token whitens to 0 rather than failing.
+    """
+    mean = masked_mean(values, mask)
+    count = masked_count(mask).to(values.dtype)
+    var = masked_sum((values - mean) ** 2, mask) / (count - 1).clamp(min=1)
+    return (values - mean) * torch.rsqrt(var + eps)
+
+
+def aggregate_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str = "token-mean") -> torch.Tensor:
+    """Reduce a (batch, tokens) loss to a scalar, with veRL's semantics.
+
+    With m the mask, l the loss, n_b = sum_t m_bt and S = {b : n_b > 0} (empty responses excluded):
+      token-mean:           sum_bt m_bt l_bt / sum_bt m_bt
+      seq-mean-token-mean:  (1/|S|) sum_{b in S} (sum_t m_bt l_bt / n_b)
+      seq-mean-token-sum:   (1/|S|) sum_{b in S} sum_t m_bt l_bt
+    A batch with no unmasked token gives 0.
+    """
+    _check_mode(loss_agg_mode)
+    if loss_agg_mode == "token-mean":
+        return masked_mean(loss_mat, loss_mask)
+    seq_sum = masked_sum(loss_mat, loss_mask, dim=-1)
+    seq_len = masked_count(loss_mask, dim=-1).to(loss_mat.dtype)
+    per_seq = seq_sum / seq_len.clamp(min=1) if loss_agg_mode == "seq-mean-token-mean" else seq_sum
+    return masked_mean(per_seq, seq_len > 0)
+
+
+def aggregation_count(loss_mask: torch.Tensor, loss_agg_mode: str = "token-mean") -> torch.Tensor:
+    """The denominator `aggregate_loss` uses: tokens for token-mean, non-empty sequences otherwise.
+
+    A trainer that splits a batch into micro-batches gets the whole-batch loss exactly by weighting
+    each micro-batch loss with count_micro / count_batch.
+    """
+    _check_mode(loss_agg_mode)
+    if loss_agg_mode == "token-mean":
+        return masked_count(loss_mask)
+    return (masked_count(loss_mask, dim=-1) > 0).sum().to(torch.get_default_dtype())

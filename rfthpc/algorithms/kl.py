@@ -1,0 +1,147 @@
+"""KL regularisation against a reference model, as a reward penalty or as a loss term.
+
+Estimators (`algorithm.kl_penalty_fn`, `algorithm.kl_loss_fn`) map per-token log-probabilities of
+the policy (log p) and the reference (log q) to a per-token estimate of KL(p || q), with samples
+drawn from p (J. Schulman, "Approximating KL divergence", 2020).
+
+- In the reward (`apply_kl_penalty`): r_t <- r_t - beta * kl_t, with beta from a fixed or adaptive
+  controller (`kl_penalty_fn_args`: kl_coef, adaptive, target_kl, horizon). Metrics `critic/kl`,
+  `critic/kl_coeff` (veRL's names; veRL >= 0.4 calls them actor/reward_kl_penalty[_coeff]).
+- As a loss (`kl_loss`): kl_coef * agg(kl) (`kl_loss_fn_args`: kl_coef). Metrics `actor/kl_loss`
+  (the KL before the coefficient), `actor/kl_coef`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from rfthpc.algorithms.aggregation import aggregate_loss
+from rfthpc.algorithms.registry import Registry
+from rfthpc.errors import ConfigError
+
+KLFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+KL_FNS: Registry[KLFn] = Registry("KL estimator", "algorithm.kl_loss_fn / algorithm.kl_penalty_fn")
+
+
+@KL_FNS.register("none")
+def kl_none(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
+    """No KL regularisation: 0 for every token."""
+    return torch.zeros_like(log_prob)
+
+
+@KL_FNS.register("k1", "kl")
+def kl_k1(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
+    """k1 = log p - log q (unbiased, high variance, can be negative)."""
+    return log_prob - ref_log_prob
+
+
+@KL_FNS.register("k2", "mse")
+def kl_k2(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
+    """k2 = (log p - log q)^2 / 2 (biased, low variance; its gradient is the KL gradient)."""
+    return 0.5 * (log_prob - ref_log_prob) ** 2
+
+
+@KL_FNS.register("k3", "low_var_kl")
+def kl_k3(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
+    """k3 = q/p - log(q/p) - 1 (unbiased, low variance, >= 0).
+
+    As in veRL, log(q/p) is clamped to [-20, 20] and the result to [-10, 10] for stability.
+    """
+    log_q_over_p = torch.clamp(ref_log_prob - log_prob, -20.0, 20.0)
+    return torch.clamp(torch.exp(log_q_over_p) - log_q_over_p - 1.0, -10.0, 10.0)
+
+
+@KL_FNS.register("abs")
+def kl_abs(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
+    """|log p - log q|."""
+    return (log_prob - ref_log_prob).abs()
+
+
+class FixedKLController:
+    """A constant KL coefficient beta = kl_coef."""
+
+    def __init__(self, kl_coef: float) -> None:
+        self.value = kl_coef
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        """A fixed coefficient ignores the observed KL."""
+
+
+class AdaptiveKLController:
+    """The adaptive KL coefficient of Ziegler et al. 2019 (arXiv:1909.08593), as in veRL.
+
+    After each batch:
+        e     = clip(current_kl / target_kl - 1, -0.2, 0.2)
+        beta <- beta * (1 + e * n_steps / horizon)
+    """
+
+    def __init__(self, kl_coef: float, target_kl: float, horizon: float) -> None:
+        self.value = kl_coef
+        self.target_kl = target_kl
+        self.horizon = horizon
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        """Move beta towards the value that keeps the KL near target_kl, after n_steps samples."""
+        error = min(max(current_kl / self.target_kl - 1.0, -0.2), 0.2)
+        self.value *= 1.0 + error * n_steps / self.horizon
+
+
+KLController = FixedKLController | AdaptiveKLController
+
+
+def make_kl_controller(
+    *, kl_coef: float = 0.001, adaptive: bool = False, target_kl: float | None = None, horizon: float | None = None
+) -> KLController:
+    """The controller `algorithm.kl_penalty_fn_args` describes (Trinity-RFT's keys and defaults)."""
+    if not adaptive:
+        return FixedKLController(kl_coef)
+    if target_kl is None or horizon is None or target_kl <= 0 or horizon <= 0:
+        raise ConfigError(
+            "algorithm.kl_penalty_fn_args: adaptive KL needs target_kl > 0 and horizon > 0 "
+            f"(got target_kl={target_kl}, horizon={horizon}); set both or set adaptive: false."
+        )
+    return AdaptiveKLController(kl_coef, target_kl, horizon)
+
+
+@torch.no_grad()
+def apply_kl_penalty(
+    token_level_scores: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    ref_log_prob: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    kl_fn: str,
+    controller: KLController,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Penalise token rewards with the KL of the behaviour policy to the reference model:
+
+        r_t = s_t - beta * kl_t * m_t,   beta = controller.value before this batch
+    then updates the controller with the batch KL (mean over non-empty responses of their mean token
+    KL) and n_steps = batch size. Returns (token_level_rewards, {critic/kl, critic/kl_coeff}).
+    """
+    mask = response_mask.bool()
+    kl = torch.where(mask, KL_FNS.get(kl_fn)(old_log_prob, ref_log_prob), torch.zeros_like(old_log_prob))
+    beta = controller.value
+    current_kl = aggregate_loss(kl, mask, "seq-mean-token-mean").item()
+    controller.update(current_kl, n_steps=token_level_scores.shape[0])
+    return token_level_scores - beta * kl, {"critic/kl": current_kl, "critic/kl_coeff": beta}
+
+
+def kl_loss(
+    log_prob: torch.Tensor,
+    ref_log_prob: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    kl_fn: str,
+    kl_coef: float = 0.001,
+    loss_agg_mode: str = "token-mean",
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """KL loss term kl_coef * agg(kl(log_prob, ref_log_prob)), differentiable through log_prob.
+
+    Returns (term to add to the loss, {actor/kl_loss: agg(kl), actor/kl_coef}).
+    """
+    kl = aggregate_loss(KL_FNS.get(kl_fn)(log_prob, ref_log_prob), response_mask, loss_agg_mode)
+    return kl_coef * kl, {"actor/kl_loss": kl.detach().item(), "actor/kl_coef": kl_coef}

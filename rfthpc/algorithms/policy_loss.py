@@ -1,0 +1,271 @@
+"""Policy losses (`algorithm.policy_loss_fn`, arguments from `algorithm.policy_loss_fn_args`).
+
+Every loss takes a `PolicyLossInputs` plus keyword-only arguments (always including
+`loss_agg_mode`) and returns `(loss, metrics)`: a scalar to minimise and floats under veRL's metric
+names. Losses that use the behaviour policy report `actor/pg_loss`, `actor/pg_clipfrac`,
+`actor/pg_clipfrac_lower` and `actor/ppo_kl`, plus their own `actor/<variant>_*` metrics.
+
+Notation: pi = current policy (`log_prob`, differentiable), mu = policy that generated the tokens
+(`old_log_prob`, from the experience store), rho = pi / mu per token, A = advantage, sg = stop-gradient.
+rho is computed as exp(clamp(log pi - log mu, -20, 20)) so a stale sample cannot overflow it.
+
+The off-policy variants vanilla/tis/topr/cispo/kimi15 follow ROLL's `pg_variant` definitions and
+defaults (argument names follow this project's Trinity-style config; see each docstring).
+Note: veRL's policy loss "vanilla" is PPO's clipped loss; here `vanilla` is ROLL's (= `pg`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from rfthpc.algorithms.aggregation import aggregate_loss, masked_mean
+from rfthpc.algorithms.registry import Registry
+from rfthpc.errors import ConfigError
+
+PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
+
+POLICY_LOSS_FNS: Registry[PolicyLossFn] = Registry("policy loss", "algorithm.policy_loss_fn")
+
+_LOG_RATIO_LIMIT = 20.0
+
+
+@dataclass(frozen=True)
+class PolicyLossInputs:
+    """What a policy loss may read, for a batch of B responses padded to T tokens."""
+
+    log_prob: torch.Tensor
+    """(B, T) log pi(a_t | s_t) under the policy being trained (carries the gradient)."""
+    response_mask: torch.Tensor
+    """(B, T) 1 for tokens that enter the loss."""
+    old_log_prob: torch.Tensor | None = None
+    """(B, T) log mu(a_t | s_t) of the policy that generated the tokens (stored behaviour logprobs)."""
+    advantages: torch.Tensor | None = None
+    """(B, T) advantage per token."""
+    rewards: torch.Tensor | None = None
+    """(B,) sequence reward; TOPR splits positive and negative samples on it."""
+
+
+def _need(value: torch.Tensor | None, what: str, loss: str) -> torch.Tensor:
+    if value is None:
+        raise ConfigError(
+            f"algorithm.policy_loss_fn: {loss!r} needs {what}, which this batch does not carry; "
+            "choose a policy_loss_fn that fits the data (e.g. 'sft' for SFT data)."
+        )
+    return value
+
+
+def _ratio_terms(inputs: PolicyLossInputs, loss: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(log rho, rho, A) for a loss that uses the behaviour policy."""
+    old = _need(inputs.old_log_prob, "behaviour log-probabilities (old_log_prob)", loss)
+    adv = _need(inputs.advantages, "advantages", loss)
+    log_ratio = torch.clamp(inputs.log_prob - old, -_LOG_RATIO_LIMIT, _LOG_RATIO_LIMIT)
+    return log_ratio, torch.exp(log_ratio), adv
+
+
+def _fraction(flags: torch.Tensor | None, mask: torch.Tensor) -> float:
+    """Share of response tokens where `flags` is true (0 when there are no flags)."""
+    return 0.0 if flags is None else masked_mean(flags.to(torch.get_default_dtype()), mask).item()
+
+
+def _metrics(
+    loss: torch.Tensor,
+    log_ratio: torch.Tensor,
+    mask: torch.Tensor,
+    clipped: torch.Tensor | None = None,
+    clipped_lower: torch.Tensor | None = None,
+) -> dict[str, float]:
+    """The four veRL metrics; ppo_kl = masked mean of log mu - log pi."""
+    return {
+        "actor/pg_loss": loss.detach().item(),
+        "actor/pg_clipfrac": _fraction(clipped, mask),
+        "actor/pg_clipfrac_lower": _fraction(clipped_lower, mask),
+        "actor/ppo_kl": masked_mean(-log_ratio.detach(), mask).item(),
+    }
+
+
+@POLICY_LOSS_FNS.register("ppo")
+def ppo(
+    inputs: PolicyLossInputs,
+    *,
+    clip_range: float = 0.2,
+    clip_range_low: float | None = None,
+    clip_range_high: float | None = None,
+    clip_ratio_c: float = 3.0,
+    loss_agg_mode: str = "token-mean",
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO clipped surrogate with dual clip (veRL's), per token:
+
+        l   = max(-A rho, -A clip(rho, 1 - eps_low, 1 + eps_high))
+        l  <- min(l, -A c)   where A < 0        (dual clip, c = clip_ratio_c > 1)
+    eps_low / eps_high default to clip_range. pg_clipfrac: tokens where the clipped term wins;
+    pg_clipfrac_lower: tokens (A < 0) where the dual clip bound wins.
+    """
+    if clip_ratio_c <= 1.0:
+        raise ConfigError(
+            f"algorithm.policy_loss_fn_args.clip_ratio_c must be > 1 (dual-clip PPO), got {clip_ratio_c}."
+        )
+    low = clip_range if clip_range_low is None else clip_range_low
+    high = clip_range if clip_range_high is None else clip_range_high
+    log_ratio, ratio, adv = _ratio_terms(inputs, "ppo")
+    unclipped = -adv * ratio
+    clipped = -adv * torch.clamp(ratio, 1.0 - low, 1.0 + high)
+    surrogate = torch.maximum(unclipped, clipped)
+    dual_bound = -adv * clip_ratio_c
+    dual = torch.minimum(surrogate, dual_bound)
+    token_loss = torch.where(adv < 0, dual, surrogate)
+    loss = aggregate_loss(token_loss, inputs.response_mask, loss_agg_mode)
+    return loss, _metrics(
+        loss, log_ratio, inputs.response_mask, clipped > unclipped, (surrogate > dual_bound) & (adv < 0)
+    )
+
+
+@POLICY_LOSS_FNS.register("pg", "vanilla")
+def pg(inputs: PolicyLossInputs, *, loss_agg_mode: str = "token-mean") -> tuple[torch.Tensor, dict[str, float]]:
+    """Plain policy gradient, no importance ratio (ROLL's `vanilla`): l = -A log pi."""
+    log_ratio, _, adv = _ratio_terms(inputs, "pg")
+    loss = aggregate_loss(-adv * inputs.log_prob, inputs.response_mask, loss_agg_mode)
+    return loss, _metrics(loss, log_ratio, inputs.response_mask)
+
+
+@POLICY_LOSS_FNS.register("sft")
+def sft(inputs: PolicyLossInputs, *, loss_agg_mode: str = "token-mean") -> tuple[torch.Tensor, dict[str, float]]:
+    """Supervised fine-tuning, negative log-likelihood: l = -log pi. Metric `actor/sft_loss`."""
+    loss = aggregate_loss(-inputs.log_prob, inputs.response_mask, loss_agg_mode)
+    return loss, {"actor/sft_loss": loss.detach().item()}
+
+
+@POLICY_LOSS_FNS.register("opmd")
+def opmd(
+    inputs: PolicyLossInputs, *, tau: float = 1.0, loss_agg_mode: str = "token-mean"
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Online policy mirror descent (Trinity-RFT): L = agg(-A log pi) / (1 + tau).
+
+    The 1 / (1 + tau) factor is OPMD's regularisation towards the current policy; use the same tau
+    as the `opmd` advantage.
+    """
+    log_ratio, _, adv = _ratio_terms(inputs, "opmd")
+    loss = aggregate_loss(-adv * inputs.log_prob, inputs.response_mask, loss_agg_mode) / (1.0 + tau)
+    return loss, _metrics(loss, log_ratio, inputs.response_mask)
+
+
+@POLICY_LOSS_FNS.register("tis")
+def tis(
+    inputs: PolicyLossInputs,
+    *,
+    lower_bound: float = 0.0,
+    upper_bound: float = 1.0,
+    loss_agg_mode: str = "token-mean",
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Truncated importance sampling (ROLL `tis`): l = -sg(clip(rho, lower_bound, upper_bound)) A log pi.
+
+    ROLL's `tis_lower_bound` / `tis_upper_bound` (defaults 0 and 1). Metrics: actor/tis_lower_clipfrac,
+    actor/tis_upper_clipfrac, actor/tis_total_clipfrac, actor/tis_clipped_ratio_mean; pg_clipfrac is
+    the total and pg_clipfrac_lower the lower truncation fraction.
+    """
+    if lower_bound > upper_bound:
+        raise ConfigError(
+            f"algorithm.policy_loss_fn_args: tis lower_bound {lower_bound} exceeds upper_bound {upper_bound}."
+        )
+    log_ratio, ratio, adv = _ratio_terms(inputs, "tis")
+    weight = torch.clamp(ratio, lower_bound, upper_bound).detach()
+    mask = inputs.response_mask
+    loss = aggregate_loss(-weight * adv * inputs.log_prob, mask, loss_agg_mode)
+    below, above = ratio < lower_bound, ratio > upper_bound
+    metrics = _metrics(loss, log_ratio, mask, below | above, below)
+    metrics["actor/tis_lower_clipfrac"] = metrics["actor/pg_clipfrac_lower"]
+    metrics["actor/tis_upper_clipfrac"] = _fraction(above, mask)
+    metrics["actor/tis_total_clipfrac"] = metrics["actor/pg_clipfrac"]
+    metrics["actor/tis_clipped_ratio_mean"] = masked_mean(weight, mask).item()
+    return loss, metrics
+
+
+@POLICY_LOSS_FNS.register("topr")
+def topr(
+    inputs: PolicyLossInputs,
+    *,
+    positive_weight: float = 1.0,
+    negative_weight: float = 1.0,
+    loss_agg_mode: str = "token-mean",
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Tapered off-policy REINFORCE (TOPR, arXiv:2503.14286; ROLL `topr`).
+
+    Responses with reward R > 0 get an SFT-like update, the others a truncated-IS update:
+        l = -w+ A log pi                          (R > 0)
+        l = -w- sg(clip(rho, 0, 1)) A log pi      (R <= 0)
+    w+ / w- are ROLL's `topr_positive_weight` / `topr_negative_weight`. Metrics: counts of positive
+    and negative samples and the fraction of negative-sample tokens whose ratio was truncated (also
+    reported as pg_clipfrac).
+    """
+    log_ratio, ratio, adv = _ratio_terms(inputs, "topr")
+    rewards = _need(inputs.rewards, "sequence rewards", "topr")
+    positive = (rewards > 0).unsqueeze(-1).expand_as(adv)
+    weight = torch.where(positive, positive_weight, negative_weight * torch.clamp(ratio, 0.0, 1.0)).detach()
+    mask = inputs.response_mask
+    loss = aggregate_loss(-weight * adv * inputs.log_prob, mask, loss_agg_mode)
+    truncated = ~positive & (ratio > 1.0)
+    metrics = _metrics(loss, log_ratio, mask, truncated)
+    metrics["actor/topr_positive_samples"] = float((rewards > 0).sum().item())
+    metrics["actor/topr_negative_samples"] = float((rewards <= 0).sum().item())
+    metrics["actor/topr_negative_total_clipfrac"] = metrics["actor/pg_clipfrac"]
+    return loss, metrics
+
+
+@POLICY_LOSS_FNS.register("cispo")
+def cispo(
+    inputs: PolicyLossInputs,
+    *,
+    clip_range_low: float = 0.1,
+    clip_range_high: float = 0.1,
+    use_unified_mask: bool = False,
+    loss_agg_mode: str = "token-mean",
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Clipped IS-weight policy optimisation (CISPO, arXiv:2506.13585; ROLL `cispo`):
+
+        l = -sg(clip(rho, 1 - eps_low, 1 + eps_high)) A log pi  * M
+    M = 1, or with use_unified_mask M = 0 where (A > 0 and rho > 1 + eps_high) or
+    (A < 0 and rho < 1 - eps_low) — the tokens PPO's clip would silence. eps_low / eps_high are ROLL's
+    `cispo_epsilon_low` / `cispo_epsilon_high` (defaults 0.1; Trinity's cispo preset uses 1.0 / 0.28
+    with the unified mask). Metrics: actor/cispo_{lower,upper,total}_clipfrac and, with the mask,
+    actor/cispo_kept_tokens.
+    """
+    log_ratio, ratio, adv = _ratio_terms(inputs, "cispo")
+    low, high = 1.0 - clip_range_low, 1.0 + clip_range_high
+    weight = torch.clamp(ratio, low, high).detach()
+    below, above = ratio < low, ratio > high
+    keep = torch.ones_like(ratio, dtype=torch.bool)
+    if use_unified_mask:
+        keep = ~((adv > 0) & above | (adv < 0) & below)
+    mask = inputs.response_mask
+    token_loss = torch.where(keep, -weight * adv * inputs.log_prob, torch.zeros_like(ratio))
+    loss = aggregate_loss(token_loss, mask, loss_agg_mode)
+    metrics = _metrics(loss, log_ratio, mask, below | above, below)
+    metrics["actor/cispo_lower_clipfrac"] = metrics["actor/pg_clipfrac_lower"]
+    metrics["actor/cispo_upper_clipfrac"] = _fraction(above, mask)
+    metrics["actor/cispo_total_clipfrac"] = metrics["actor/pg_clipfrac"]
+    if use_unified_mask:
+        metrics["actor/cispo_kept_tokens"] = _fraction(keep, mask)
+    return loss, metrics
+
+
+@POLICY_LOSS_FNS.register("kimi15")
+def kimi15(
+    inputs: PolicyLossInputs, *, tau: float = 0.1, loss_agg_mode: str = "token-mean"
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Kimi k1.5 policy loss (arXiv:2501.12599 eq. 3; ROLL `kimi15`, `kimi15_tau`):
+
+        l = -A log pi + (tau / 2) (log pi - log mu)^2
+    Metrics: actor/kimi15_policy_grad_magnitude = mean |A log rho|, actor/kimi15_kl_reg_magnitude =
+    mean (tau / 2) (log rho)^2 over response tokens.
+    """
+    log_ratio, _, adv = _ratio_terms(inputs, "kimi15")
+    mask = inputs.response_mask
+    old = _need(inputs.old_log_prob, "behaviour log-probabilities (old_log_prob)", "kimi15")
+    token_loss = -adv * inputs.log_prob + 0.5 * tau * (inputs.log_prob - old) ** 2
+    loss = aggregate_loss(token_loss, mask, loss_agg_mode)
+    metrics = _metrics(loss, log_ratio, mask)
+    metrics["actor/kimi15_policy_grad_magnitude"] = masked_mean((adv * log_ratio).abs().detach(), mask).item()
+    metrics["actor/kimi15_kl_reg_magnitude"] = masked_mean(0.5 * tau * log_ratio.detach() ** 2, mask).item()
+    return loss, metrics

@@ -1,0 +1,89 @@
+"""Defaults per `algorithm.algorithm_type`, following Trinity-RFT's algorithm classes.
+
+The config loader fills every `algorithm.*` field the user left unset from the preset of the chosen
+algorithm_type; `*_args` a preset gives are merged under the user's. `use_critic`,
+`use_reference` and `requires_groups` are derived from the function names, so after the user
+overrides one (say `kl_loss_fn: none`) the loader recomputes them with the same helpers.
+
+Differences from Trinity-RFT: `tis` and `kimi15` are ROLL's off-policy variants made into algorithm
+types here (Trinity has no such type); `kimi15` takes the group-mean baseline advantage of the
+Kimi k1.5 paper (`opmd` with its default mean baseline).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+CRITIC_ADVANTAGE_FNS = frozenset({"ppo", "gae"})
+"""Advantage functions that read critic values."""
+
+GROUP_ADVANTAGE_FNS = frozenset({"grpo", "rloo", "opmd"})
+"""Advantage functions that compare the responses to one task, so need repeat_times > 1."""
+
+
+def needs_critic(advantage_fn: str | None) -> bool:
+    """True when the advantage function reads values from a trained critic."""
+    return advantage_fn in CRITIC_ADVANTAGE_FNS
+
+
+def needs_groups(advantage_fn: str | None) -> bool:
+    """True when the advantage function is group-relative (a group of one gives zero advantage)."""
+    return advantage_fn in GROUP_ADVANTAGE_FNS
+
+
+def needs_reference(kl_penalty_fn: str, kl_loss_fn: str) -> bool:
+    """True when a KL term against the reference model is active."""
+    return kl_penalty_fn != "none" or kl_loss_fn != "none"
+
+
+def _preset(
+    *,
+    advantage_fn: str | None,
+    policy_loss_fn: str,
+    repeat_times: int,
+    kl_loss_fn: str = "k2",
+    kl_penalty_fn: str = "none",
+    entropy_loss_fn: str = "default",
+    loss_agg_mode: str = "token-mean",
+    **fn_args: dict[str, Any],
+) -> dict[str, Any]:
+    return {
+        "repeat_times": repeat_times,
+        "advantage_fn": advantage_fn,
+        "policy_loss_fn": policy_loss_fn,
+        "kl_penalty_fn": kl_penalty_fn,
+        "kl_loss_fn": kl_loss_fn,
+        "entropy_loss_fn": entropy_loss_fn,
+        "loss_agg_mode": loss_agg_mode,
+        **fn_args,
+        "use_critic": needs_critic(advantage_fn),
+        "use_reference": needs_reference(kl_penalty_fn, kl_loss_fn),
+        "requires_groups": needs_groups(advantage_fn),
+    }
+
+
+ALGORITHM_PRESETS: dict[str, dict[str, Any]] = {
+    "ppo": _preset(advantage_fn="ppo", policy_loss_fn="ppo", repeat_times=1),
+    "grpo": _preset(advantage_fn="grpo", policy_loss_fn="ppo", repeat_times=2),
+    "dapo": _preset(advantage_fn="grpo", policy_loss_fn="ppo", repeat_times=16, kl_loss_fn="none"),
+    "reinforceplusplus": _preset(advantage_fn="reinforceplusplus", policy_loss_fn="ppo", repeat_times=2),
+    "rloo": _preset(advantage_fn="rloo", policy_loss_fn="ppo", repeat_times=2),
+    "opmd": _preset(advantage_fn="opmd", policy_loss_fn="opmd", repeat_times=2),
+    "topr": _preset(advantage_fn="reinforce", policy_loss_fn="topr", repeat_times=2),
+    "cispo": _preset(
+        advantage_fn="grpo",
+        policy_loss_fn="cispo",
+        repeat_times=2,
+        policy_loss_fn_args={"clip_range_low": 1.0, "clip_range_high": 0.28, "use_unified_mask": True},
+    ),
+    "tis": _preset(advantage_fn="grpo", policy_loss_fn="tis", repeat_times=2),
+    "kimi15": _preset(advantage_fn="opmd", policy_loss_fn="kimi15", repeat_times=2),
+    "sft": _preset(
+        advantage_fn=None,
+        policy_loss_fn="sft",
+        repeat_times=1,
+        kl_loss_fn="none",
+        entropy_loss_fn="none",
+    ),
+}
+"""algorithm_type → default algorithm fields (plus use_critic / use_reference / requires_groups)."""

@@ -1,0 +1,196 @@
+"""Advantage estimators against hand-computed numbers."""
+
+import math
+import statistics
+
+import pytest
+import torch
+
+from rfthpc.algorithms.advantages import ADVANTAGE_FNS, AdvantageInputs, outcome_token_rewards
+from rfthpc.errors import ConfigError
+
+
+def close(actual, expected, abs=1e-9):
+    """Element-wise closeness of nested lists (pytest.approx does not nest)."""
+    torch.testing.assert_close(
+        torch.tensor(actual, dtype=torch.float64), torch.tensor(expected, dtype=torch.float64), atol=abs, rtol=1e-6
+    )
+
+
+# Seven responses, padded to 3 tokens. Group 0 has four responses (one of them empty), group 1 two
+# with equal rewards, group 2 a single response.
+REWARDS = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 5.0])
+GROUPS = torch.tensor([0, 0, 0, 0, 1, 1, 2])
+MASK = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0], [0, 0, 0], [1, 1, 0], [1, 0, 0], [1, 1, 1]])
+
+
+def batch(**overrides):
+    fields = {"rewards": REWARDS, "response_mask": MASK, "group_ids": GROUPS}
+    fields.update(overrides)
+    return AdvantageInputs(**fields)
+
+
+def per_sequence(adv):
+    """The advantage of each sequence, checking it is constant on response tokens and 0 elsewhere."""
+    values = []
+    for row, mask in zip(adv.tolist(), MASK.tolist(), strict=True):
+        on = {v for v, m in zip(row, mask, strict=True) if m}
+        assert len(on) <= 1
+        assert all(v == 0.0 for v, m in zip(row, mask, strict=True) if not m)
+        values.append(on.pop() if on else None)
+    return values
+
+
+def test_outcome_token_rewards_on_last_response_token():
+    mask = torch.tensor([[1, 1, 0], [1, 0, 1], [0, 0, 0]])
+    placed = outcome_token_rewards(torch.tensor([2.0, 3.0, 4.0]), mask)
+    assert placed.tolist() == [[0.0, 2.0, 0.0], [0.0, 0.0, 3.0], [0.0, 0.0, 0.0]]
+
+
+def test_grpo():
+    adv, returns = ADVANTAGE_FNS.get("grpo")(batch())
+    # group 0 rewards 1,0,0,1: mean 0.5, unbiased std sqrt(4 * 0.25 / 3) = sqrt(1/3)
+    a = 0.5 / (math.sqrt(1 / 3) + 1e-6)
+    expected = [a, -a, -a, None, 0.0, 0.0, 0.0]  # the empty response still counts in group 0's stats
+    assert per_sequence(adv) == pytest.approx(expected)
+    assert torch.equal(adv, returns)
+
+
+def test_grpo_without_std_normalisation():
+    adv, _ = ADVANTAGE_FNS.get("grpo")(batch(), std_normalize=False)
+    assert per_sequence(adv) == pytest.approx([0.5, -0.5, -0.5, None, 0.0, 0.0, 0.0])
+
+
+def test_grpo_scores_token_level_rewards_when_given():
+    token_rewards = torch.tensor([[0.0, 1.5, 0.5], [0.0, 0.0, 0.0]])  # sums 2 and 0
+    inputs = AdvantageInputs(
+        rewards=torch.tensor([9.0, 9.0]),
+        response_mask=torch.ones(2, 3),
+        group_ids=torch.tensor([0, 0]),
+        token_level_rewards=token_rewards,
+    )
+    adv, _ = ADVANTAGE_FNS.get("grpo")(inputs)
+    a = 1.0 / (math.sqrt(2.0) + 1e-6)  # mean 1, unbiased std sqrt(2)
+    assert adv[:, 0].tolist() == pytest.approx([a, -a])
+
+
+def test_grpo_needs_group_ids():
+    with pytest.raises(ConfigError, match="'grpo' compares responses within a task group"):
+        ADVANTAGE_FNS.get("grpo")(batch(group_ids=None))
+
+
+def test_rloo():
+    adv, returns = ADVANTAGE_FNS.get("rloo")(batch())
+    # reward 1 against the mean of the other three (0, 0, 1): 1 - 1/3; reward 0: 0 - 2/3
+    assert per_sequence(adv) == pytest.approx([2 / 3, -2 / 3, -2 / 3, None, 0.0, 0.0, 0.0])
+    assert torch.equal(adv, returns)
+
+
+def test_opmd_mean_baseline():
+    adv, _ = ADVANTAGE_FNS.get("opmd")(batch())
+    assert per_sequence(adv) == pytest.approx([0.5, -0.5, -0.5, None, 0.0, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("tau", [1.0, 0.5])
+def test_opmd_logavgexp_baseline(tau):
+    adv, _ = ADVANTAGE_FNS.get("opmd")(batch(), opmd_baseline="logavgexp", tau=tau)
+    # b = tau * log((e^{1/tau} + e^0 + e^0 + e^{1/tau}) / 4) = tau * log((e^{1/tau} + 1) / 2)
+    b = tau * math.log((math.exp(1 / tau) + 1) / 2)
+    # group 1 (rewards 1, 1): b = tau * log(e^{1/tau}) = 1, so advantage 0
+    assert per_sequence(adv) == pytest.approx([1 - b, -b, -b, None, 0.0, 0.0, 0.0])
+
+
+def test_opmd_logavgexp_large_rewards_stay_finite():
+    inputs = AdvantageInputs(
+        rewards=torch.tensor([1000.0, 998.0], dtype=torch.float64),
+        response_mask=torch.ones(2, 1),
+        group_ids=torch.tensor([0, 0]),
+    )
+    adv, _ = ADVANTAGE_FNS.get("opmd")(inputs, opmd_baseline="logavgexp", tau=0.1)
+    # b = 1000 + 0.1 * log((1 + e^{-20}) / 2)
+    b = 1000 + 0.1 * math.log((1 + math.exp(-20)) / 2)
+    assert adv.flatten().tolist() == pytest.approx([1000 - b, 998 - b])
+
+
+def test_opmd_unknown_baseline():
+    with pytest.raises(ConfigError, match="mean, logavgexp"):
+        ADVANTAGE_FNS.get("opmd")(batch(), opmd_baseline="median")
+
+
+def test_reinforce_is_the_reward():
+    adv, _ = ADVANTAGE_FNS.get("reinforce")(batch())
+    assert per_sequence(adv) == [1.0, 0.0, 0.0, None, 1.0, 1.0, 5.0]
+
+
+def test_reinforce_plus_plus_discounts_resets_and_whitens():
+    token_rewards = torch.tensor([[0.0, 0.0, 1.0], [0.0, 2.0, 7.0]])  # the 7 sits past EOS
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    inputs = AdvantageInputs(rewards=torch.zeros(2), response_mask=mask, token_level_rewards=token_rewards)
+    adv, returns = ADVANTAGE_FNS.get("reinforceplusplus")(inputs, gamma=0.5)
+    # row 0: 1, then 0 + 0.5 * 1, then 0 + 0.5 * 0.5; row 1 restarts before the masked 7
+    close(returns.tolist(), [[0.25, 0.5, 1.0], [1.0, 2.0, 7.0]])
+    kept = [0.25, 0.5, 1.0, 1.0, 2.0]
+    mean, std = statistics.mean(kept), statistics.stdev(kept)
+    expected = [[(x - mean) / std for x in kept[:3]], [(x - mean) / std for x in kept[3:]] + [0.0]]
+    close(adv.tolist(), expected, abs=1e-6)
+
+
+def test_reinforce_plus_plus_from_sequence_rewards():
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    inputs = AdvantageInputs(rewards=torch.tensor([1.0, 2.0]), response_mask=mask)
+    _, returns = ADVANTAGE_FNS.get("reinforce++")(inputs, gamma=0.5)
+    close(returns.tolist(), [[0.25, 0.5, 1.0], [1.0, 2.0, 0.0]])
+
+
+def test_ppo_gae():
+    inputs = AdvantageInputs(
+        rewards=torch.tensor([1.0]), response_mask=torch.ones(1, 3), values=torch.tensor([[0.5, 0.6, 0.7]])
+    )
+    adv, returns = ADVANTAGE_FNS.get("ppo")(inputs, gamma=0.9, lam=0.5)
+    # delta_2 = 1 - 0.7 = 0.3;            A_2 = 0.3
+    # delta_1 = 0.9 * 0.7 - 0.6 = 0.03;   A_1 = 0.03 + 0.45 * 0.3 = 0.165
+    # delta_0 = 0.9 * 0.6 - 0.5 = 0.04;   A_0 = 0.04 + 0.45 * 0.165 = 0.11425
+    raw = [0.11425, 0.165, 0.3]
+    close(returns.tolist(), [[0.61425, 0.765, 1.0]])
+    mean, var = statistics.mean(raw), statistics.variance(raw)
+    close(adv.tolist(), [[(a - mean) / math.sqrt(var + 1e-8) for a in raw]], abs=1e-6)
+
+
+def test_ppo_gae_skips_masked_tokens():
+    inputs = AdvantageInputs(
+        rewards=torch.tensor([1.0]),
+        response_mask=torch.tensor([[1, 0, 1]]),  # the middle token is tool output, not the policy's
+        values=torch.tensor([[0.5, 0.6, 0.7]]),
+    )
+    adv, returns = ADVANTAGE_FNS.get("gae")(inputs, gamma=0.9, lam=0.5)
+    # A_2 = 1 - 0.7 = 0.3; token 1 is skipped, so A_0 = (0.9 * 0.7 - 0.5) + 0.45 * 0.3 = 0.265
+    assert returns[0, 0].item() == pytest.approx(0.265 + 0.5)
+    assert returns[0, 2].item() == pytest.approx(1.0)
+    # 0.265 and 0.3: mean 0.2825, unbiased variance 2 * 0.0175^2, whitened with eps 1e-8
+    w = 0.0175 / math.sqrt(2 * 0.0175**2 + 1e-8)
+    close(adv.tolist(), [[-w, 0.0, w]], abs=1e-6)
+
+
+def test_ppo_needs_values():
+    with pytest.raises(ConfigError, match="needs critic values"):
+        ADVANTAGE_FNS.get("ppo")(batch())
+
+
+@pytest.mark.parametrize("name", ["grpo", "rloo", "opmd", "reinforce", "reinforceplusplus"])
+def test_all_empty_batch_gives_zeros_not_nan(name):
+    inputs = AdvantageInputs(
+        rewards=torch.tensor([1.0, 0.0]), response_mask=torch.zeros(2, 2), group_ids=torch.tensor([0, 0])
+    )
+    adv, _ = ADVANTAGE_FNS.get(name)(inputs)
+    assert adv.tolist() == [[0.0, 0.0], [0.0, 0.0]]
+
+
+@pytest.mark.parametrize("name", ["grpo", "rloo", "opmd"])
+@pytest.mark.parametrize("reward", [0.1, 0.7, 1 / 3])
+def test_equal_rewards_give_exact_zeros_despite_rounding(name, reward):
+    # the float32 mean of seven equal 0.1s is not exactly 0.1; unguarded, grpo would give -0.0074
+    inputs = AdvantageInputs(
+        rewards=torch.full((7,), reward), response_mask=torch.ones(7, 2), group_ids=torch.zeros(7, dtype=torch.long)
+    )
+    adv, _ = ADVANTAGE_FNS.get(name)(inputs)
+    assert adv.abs().max().item() == 0.0

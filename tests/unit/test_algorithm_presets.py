@@ -1,0 +1,69 @@
+"""Algorithm presets: every name resolves, and the derived flags match Trinity-RFT's classes."""
+
+import pytest
+
+from rfthpc.algorithms import (
+    ADVANTAGE_FNS,
+    ALGORITHM_PRESETS,
+    ENTROPY_LOSS_FNS,
+    KL_FNS,
+    LOSS_AGG_MODES,
+    POLICY_LOSS_FNS,
+    needs_critic,
+    needs_groups,
+    needs_reference,
+)
+
+
+@pytest.mark.parametrize("algorithm_type", sorted(ALGORITHM_PRESETS))
+def test_preset_names_resolve_and_args_bind(algorithm_type):
+    preset = ALGORITHM_PRESETS[algorithm_type]
+    if preset["advantage_fn"] is not None:
+        ADVANTAGE_FNS.bind(preset["advantage_fn"], preset.get("advantage_fn_args"))
+    POLICY_LOSS_FNS.bind(preset["policy_loss_fn"], preset.get("policy_loss_fn_args"))
+    KL_FNS.get(preset["kl_penalty_fn"])
+    KL_FNS.get(preset["kl_loss_fn"])
+    ENTROPY_LOSS_FNS.get(preset["entropy_loss_fn"])
+    assert preset["loss_agg_mode"] in LOSS_AGG_MODES
+    assert preset["requires_groups"] <= (preset["repeat_times"] > 1)
+
+
+@pytest.mark.parametrize(
+    ("algorithm_type", "advantage_fn", "policy_loss_fn", "kl_loss_fn", "repeat_times", "critic", "reference", "groups"),
+    [
+        ("ppo", "ppo", "ppo", "k2", 1, True, True, False),
+        ("grpo", "grpo", "ppo", "k2", 2, False, True, True),
+        ("dapo", "grpo", "ppo", "none", 16, False, False, True),
+        ("reinforceplusplus", "reinforceplusplus", "ppo", "k2", 2, False, True, False),
+        ("rloo", "rloo", "ppo", "k2", 2, False, True, True),
+        ("opmd", "opmd", "opmd", "k2", 2, False, True, True),
+        ("topr", "reinforce", "topr", "k2", 2, False, True, False),
+        ("cispo", "grpo", "cispo", "k2", 2, False, True, True),
+        ("sft", None, "sft", "none", 1, False, False, False),
+    ],
+)
+def test_trinity_defaults(
+    algorithm_type, advantage_fn, policy_loss_fn, kl_loss_fn, repeat_times, critic, reference, groups
+):
+    preset = ALGORITHM_PRESETS[algorithm_type]
+    assert preset["advantage_fn"] == advantage_fn
+    assert preset["policy_loss_fn"] == policy_loss_fn
+    assert preset["kl_loss_fn"] == kl_loss_fn
+    assert preset["kl_penalty_fn"] == "none"
+    assert preset["repeat_times"] == repeat_times
+    assert (preset["use_critic"], preset["use_reference"], preset["requires_groups"]) == (critic, reference, groups)
+
+
+def test_cispo_preset_uses_trinity_clip_arguments():
+    assert ALGORITHM_PRESETS["cispo"]["policy_loss_fn_args"] == {
+        "clip_range_low": 1.0,
+        "clip_range_high": 0.28,
+        "use_unified_mask": True,
+    }
+
+
+def test_flags_after_user_overrides():
+    assert not needs_reference(kl_penalty_fn="none", kl_loss_fn="none")
+    assert needs_reference(kl_penalty_fn="k3", kl_loss_fn="none")
+    assert needs_critic("gae") and not needs_critic("grpo")
+    assert needs_groups("rloo") and not needs_groups("reinforceplusplus")
