@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from rfthpc.algorithms.aggregation import masked_whiten
-from rfthpc.algorithms.registry import Registry
+from rfthpc.registry import Registry
 from rfthpc.errors import ConfigError
 
 AdvantageFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import torch
 
 from rfthpc.algorithms.aggregation import aggregate_loss
-from rfthpc.algorithms.registry import Registry
+from rfthpc.registry import Registry
 
 EntropyLossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 

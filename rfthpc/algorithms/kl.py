@@ -18,7 +18,7 @@ from collections.abc import Callable
 import torch
 
 from rfthpc.algorithms.aggregation import aggregate_loss
-from rfthpc.algorithms.registry import Registry
+from rfthpc.registry import Registry
 from rfthpc.errors import ConfigError
 
 KLFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from rfthpc.algorithms.aggregation import aggregate_loss, masked_mean
-from rfthpc.algorithms.registry import Registry
+from rfthpc.registry import Registry
 from rfthpc.errors import ConfigError
 
 PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]

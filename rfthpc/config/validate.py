@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 from rfthpc.config.derive import explorer_gpus, trainer_gpus_per_node
 from rfthpc.config.schema import Config
 from rfthpc.config.typed import Problems
 from rfthpc.errors import ConfigError
+from rfthpc.registry import Registry
 
 NO_INTERNET_HINT = "compute nodes have no internet: download it first, then give the local directory"
 
@@ -31,14 +31,14 @@ def _path_problem(key: str, value: str | None, kind: str) -> str | None:
     return f"{key}: {value!r} does not exist; {NO_INTERNET_HINT}"
 
 
-def _check_name(problems: Problems, key: str, name: str | None, lookup: Callable[[str], object]) -> None:
+def _check_name(problems: Problems, key: str, name: str | None, registry: Registry) -> None:
+    """Record a problem under `key` if the registry does not know `name`."""
     if not name:
         return
     try:
-        lookup(name)
+        registry.get(name)
     except ConfigError as e:
-        msg = str(e)
-        problems.add(msg if msg.startswith(key) else f"{key}: {msg}")
+        problems.add(f"{key}: {str(e).removeprefix(registry.config_key + ': ')}")
 
 
 def _check_functions(cfg: Config, problems: Problems) -> None:
@@ -64,7 +64,7 @@ def _check_functions(cfg: Config, problems: Problems) -> None:
         ("entropy_loss_fn", alg.entropy_loss_fn, algos.ENTROPY_LOSS_FNS),
     ):
         if name and name != "none":
-            _check_name(problems, f"algorithm.{key}", name, registry.get)
+            _check_name(problems, f"algorithm.{key}", name, registry)
     if alg.loss_agg_mode not in algos.LOSS_AGG_MODES:
         problems.add(
             f"algorithm.loss_agg_mode: unknown mode {alg.loss_agg_mode!r}; known: {', '.join(algos.LOSS_AGG_MODES)}"
@@ -73,8 +73,8 @@ def _check_functions(cfg: Config, problems: Problems) -> None:
     for group, sets in (("tasksets", inp.tasksets), ("eval_tasksets", inp.eval_tasksets)):
         for i, ts in enumerate(sets):
             key = f"buffer.explorer_input.{group}[{i}]"
-            _check_name(problems, f"{key}.default_workflow_type", ts.default_workflow_type, WORKFLOWS.get)
-            _check_name(problems, f"{key}.default_reward_fn_type", ts.default_reward_fn_type, REWARDS.get)
+            _check_name(problems, f"{key}.default_workflow_type", ts.default_workflow_type, WORKFLOWS)
+            _check_name(problems, f"{key}.default_reward_fn_type", ts.default_reward_fn_type, REWARDS)
 
 
 def _check_sizes(cfg: Config, problems: Problems) -> None:

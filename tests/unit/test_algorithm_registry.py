@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rfthpc.algorithms import ADVANTAGE_FNS, KL_FNS, POLICY_LOSS_FNS, AdvantageInputs, kl_loss
-from rfthpc.algorithms.registry import Registry
+from rfthpc.registry import Registry
 from rfthpc.errors import ConfigError
 
 
@@ -90,8 +90,8 @@ def test_bind_applies_arguments():
     ("spec", "fragment"),
     [
         ("no_such_module_xyz:fn", "cannot import module 'no_such_module_xyz'"),
-        ("my_rl_parts:missing", "has no attribute 'missing'"),
-        ("my_rl_parts:NOT_A_FUNCTION", "is not a function"),
+        ("my_rl_parts:missing", "has no callable 'missing'"),
+        ("my_rl_parts:NOT_A_FUNCTION", "has no callable 'NOT_A_FUNCTION'"),
         ("my_rl_parts:", "must look like 'package.module:function'"),
     ],
 )

@@ -1,0 +1,98 @@
+"""Answer extraction and equivalence for math problems (GSM8K, MATH-style `\\boxed{}`).
+
+The final answer of a response is the text after its last `####`, else the content of its last
+`\\boxed{...}`, else its last number. Equivalence is decided by `math-verify` (symbolic: `42`,
+`42.0`, `$42$`, `\\frac{84}{2}` are equal), with a numeric comparison as a fallback for what
+it cannot parse.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+
+from rfthpc.rewards.registry import REWARDS
+
+ANSWER_MARK = "####"
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
+# math-verify enforces its timeouts with SIGALRM, which only the main thread may use.
+_TIMEOUT_SECONDS = 5
+
+
+def _last_boxed(text: str) -> str | None:
+    start = text.rfind("\\boxed")
+    if start < 0:
+        return None
+    i = text.find("{", start)
+    if i < 0:
+        return None
+    depth = 0
+    for j in range(i, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return text[i + 1 : j].strip()
+    return None
+
+
+def extract_answer(response: str) -> str | None:
+    """The final answer of a response: after the last `####`, else last `\\boxed{}`, else last number."""
+    if ANSWER_MARK in response:
+        tail = response.rsplit(ANSWER_MARK, 1)[1].strip()
+        return tail.split("\n", 1)[0].strip() or None
+    boxed = _last_boxed(response)
+    if boxed:
+        return boxed
+    numbers = _NUMBER.findall(response)
+    return numbers[-1] if numbers else None
+
+
+def gold_answer(truth: str) -> str:
+    """The reference answer of a GSM8K solution (`… #### 42` → `42`), or the truth itself."""
+    if ANSWER_MARK in truth:
+        return truth.rsplit(ANSWER_MARK, 1)[1].strip()
+    return truth.strip()
+
+
+def _as_number(text: str) -> float | None:
+    cleaned = text.strip().strip("$").rstrip(".").replace(",", "").strip()
+    try:
+        return float(cleaned)
+    except ValueError:
+        numbers = _NUMBER.findall(text)
+        return float(numbers[-1].replace(",", "")) if len(numbers) == 1 else None
+
+
+def answers_equal(predicted: str, gold: str) -> bool:
+    """True if `predicted` and `gold` denote the same value (math-verify, then numeric 1e-6 rel)."""
+    from math_verify import parse, verify
+
+    timeout = _TIMEOUT_SECONDS if threading.current_thread() is threading.main_thread() else None
+    gold_parsed = parse(gold, parsing_timeout=timeout)
+    pred_parsed = parse(predicted, parsing_timeout=timeout)
+    if gold_parsed and pred_parsed:
+        return bool(verify(gold_parsed, pred_parsed, timeout_seconds=timeout))
+    a, b = _as_number(predicted), _as_number(gold)
+    if a is not None and b is not None:
+        return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
+    return predicted.strip() == gold.strip()
+
+
+@REWARDS.register("accuracy_reward", "math_reward")
+def accuracy_reward(response: str, truth: str | None) -> dict[str, float]:
+    """{"accuracy": 1} if the response's final answer equals the truth's, else 0."""
+    if truth is None:
+        raise ValueError("the task has no ground truth: set format.response_key for this taskset")
+    predicted = extract_answer(response)
+    ok = predicted is not None and answers_equal(predicted, gold_answer(truth))
+    return {"accuracy": 1.0 if ok else 0.0}
+
+
+@REWARDS.register("math_boxed_reward")
+def boxed_accuracy_reward(response: str, truth: str | None) -> dict[str, float]:
+    """Like `accuracy_reward`, but only an answer inside `\\boxed{}` counts (MATH-style prompts)."""
+    if truth is None:
+        raise ValueError("the task has no ground truth: set format.response_key for this taskset")
+    predicted = _last_boxed(response)
+    ok = bool(predicted) and answers_equal(predicted, gold_answer(truth))
+    return {"accuracy": 1.0 if ok else 0.0}

@@ -1,0 +1,14 @@
+"""The reward-function registry: `REWARDS.get("math_reward")`, or user code as `module:function`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rfthpc.registry import Registry
+
+REWARDS: Registry[Callable[..., Any]] = Registry(
+    "reward function",
+    "buffer.explorer_input.default_reward_fn_type",
+    ["rfthpc.rewards.math_reward", "rfthpc.rewards.format_reward"],
+)

@@ -1,0 +1,15 @@
+"""The workflow registry: `WORKFLOWS.get("math_workflow")`, or user code as `module:function`."""
+
+from __future__ import annotations
+
+from rfthpc.registry import Registry
+from rfthpc.workflows.base import Workflow, WorkflowContext, WorkflowResult
+
+WORKFLOWS: Registry[Workflow] = Registry(
+    "workflow", "buffer.explorer_input.default_workflow_type", ["rfthpc.workflows.simple", "rfthpc.workflows.math"]
+)
+
+
+def run_workflow(task, ctx: WorkflowContext) -> WorkflowResult:
+    """Run the task's own workflow (`default_workflow_type`, or its row's `workflow_key`)."""
+    return WORKFLOWS.get(task.workflow)(task, ctx)

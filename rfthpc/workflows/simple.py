@@ -1,0 +1,64 @@
+"""Single-turn workflows: one prompt, `repeat_times` sampled responses, one reward function."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from rfthpc.data.tasksets import Task
+from rfthpc.errors import ConfigError
+from rfthpc.rewards.registry import REWARDS
+from rfthpc.rewards.scoring import score_group
+from rfthpc.workflows.base import Experience, WorkflowContext, WorkflowResult
+from rfthpc.workflows.registry import WORKFLOWS
+
+
+def check_workflow_args(task: Task, allowed: Collection[str]) -> None:
+    """Raise ConfigError naming any `workflow_args` key the task's workflow does not use."""
+    unknown = set(task.workflow_args) - set(allowed)
+    if unknown:
+        raise ConfigError(
+            f"taskset {task.taskset!r}: workflow_args {sorted(unknown)} are not used by {task.workflow!r}; "
+            f"it takes: {', '.join(sorted(allowed)) or '(none)'}"
+        )
+
+
+def run_single_turn(
+    task: Task, ctx: WorkflowContext, reward_fn: str, default_system_prompt: str | None = None
+) -> WorkflowResult:
+    """Generate the group for one task and score it with the named reward function.
+
+    A prompt that is too long (and not truncated) gives an empty, `skipped` result. A reward
+    function that raises gives rewards 0 and `info["reward_error"]` on the group and on each
+    experience, so the caller can log it, count it and keep going.
+    """
+    fn = REWARDS.get(reward_fn)
+    messages = ctx.prompts.messages(task, default_system_prompt)
+    prompt = ctx.prompts.encode(messages, task.chat_template)
+    if prompt is None:
+        return WorkflowResult([], {"skipped": "prompt longer than max_prompt_tokens"})
+    completions = ctx.engine.generate([prompt.token_ids], task.repeat_times, task.rollout_args)[0]
+    outcome = score_group(
+        fn, reward_fn, [c.text for c in completions], task.truth, task.reward_fn_args,
+        {"prompt": task.prompt, "task": task, "auxiliary": ctx.auxiliary},
+    )
+    info = {"prompt_truncated": prompt.truncated}
+    exp_info = {}
+    if outcome.error is not None:
+        info["reward_error"] = exp_info["reward_error"] = outcome.error
+    experiences = [
+        Experience.from_completion(prompt.token_ids, c, r, reward_components=comp, info=dict(exp_info))
+        for c, r, comp in zip(completions, outcome.rewards, outcome.components)
+    ]
+    return WorkflowResult(experiences, info)
+
+
+@WORKFLOWS.register("simple_workflow")
+def simple_workflow(task: Task, ctx: WorkflowContext) -> WorkflowResult:
+    """One turn: system prompt (if any) + the task's prompt; reward function chosen by name."""
+    check_workflow_args(task, ())
+    if task.reward_fn is None:
+        raise ConfigError(
+            f"taskset {task.taskset!r}: simple_workflow needs a reward function; "
+            "set default_reward_fn_type (e.g. accuracy_reward, format_reward or module:function)"
+        )
+    return run_single_turn(task, ctx, task.reward_fn)
