@@ -135,10 +135,10 @@ class ExperienceBufferConfig:
     """Column names of an SFT dataset."""
     max_read_timeout: float = 1800.0
     """Seconds the trainer waits for enough experience before it stops with an error."""
-    groups_per_chunk: int = 16
-    """Experience groups an explorer writes per HDF5 chunk (fewer, larger files suit Lustre)."""
+    groups_per_chunk: int = 64
+    """Experience groups an explorer writes per HDF5 chunk at most (fewer, larger files suit Lustre's metadata servers)."""
     max_chunk_delay: float = 5.0
-    """Seconds an explorer may hold finished groups before committing a partial chunk."""
+    """Seconds an explorer may hold finished groups before committing a partial chunk (it also commits before waiting for new weights)."""
 
 
 @dataclass

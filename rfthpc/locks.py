@@ -1,0 +1,268 @@
+"""Locks on the small shared mutable files of a run (task claims, jobs.jsonl), of a configurable kind.
+
+Which kind excludes across nodes depends on the filesystem (see docs/store.md, "Lock kinds"):
+
+- `strict-soft` (default): filelock.StrictSoftFileLock, hard-link claims; excludes across NFS
+  clients and Lustre and GPFS nodes. A dead holder's claim is broken by a waiter.
+- `soft`: filelock.SoftFileLock, an O_CREAT|O_EXCL marker; excludes across nodes but starves under
+  load. A dead holder's marker is broken by a waiter.
+- `flock`: fcntl.flock (filelock.UnixFileLock); node-local on NFS, GPFS and Lustre `localflock`, so
+  for single-node runs. The kernel releases a dead holder's lock.
+- `lockf`: fcntl.lockf (POSIX record locks); coherent on GPFS and on NFS with a lock manager. The
+  kernel (or lock manager) releases a dead holder's lock.
+
+A waiter breaks a soft or strict-soft lock whose holder is provably dead (same host, process gone) at once,
+and one whose marker has not changed for `stale_s` seconds of the waiter's own monotonic clock (so clock
+skew between hosts cannot expire a live holder). Holders must therefore finish within `stale_s`, which the
+claim operations (milliseconds) do by far. Every break is logged as a warning naming the holder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import logging
+import os
+import socket
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Literal, Self, get_args
+
+import filelock
+
+from rfthpc.errors import ConfigError
+from rfthpc.fsutil import apply_mode, make_dirs
+
+LockKind = Literal["strict-soft", "soft", "flock", "lockf"]
+LOCK_KINDS: tuple[str, ...] = get_args(LockKind)
+DEFAULT_LOCK_KIND: LockKind = "strict-soft"
+
+log = logging.getLogger(__name__)
+
+# Waiters poll from 5 ms (claim operations hold the lock for milliseconds) backing off to 50 ms.
+_POLL_MIN_S = 0.005
+_POLL_MAX_S = 0.05
+
+
+class LockTimeout(TimeoutError):
+    """A run-directory lock was not acquired within its timeout (a live holder kept it)."""
+
+
+def check_lock_kind(kind: str) -> LockKind:
+    """Return `kind` if it names a lock kind, else raise a ConfigError that lists the kinds."""
+    if kind not in LOCK_KINDS:
+        raise ConfigError(
+            f"lock kind {kind!r} is unknown; use one of {', '.join(LOCK_KINDS)} "
+            f"({DEFAULT_LOCK_KIND} is safe on every shared filesystem)"
+        )
+    return kind  # type: ignore[return-value]
+
+
+def process_gone(pid: int) -> bool:
+    """True if no live process has `pid` on this host (a zombie counts as gone: it holds nothing)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
+class RunLock:
+    """An exclusive (not reentrant) lock on `path`; use as `with make_lock(...):`."""
+
+    def __init__(self, path: Path, kind: LockKind, timeout_s: float, stale_s: float) -> None:
+        self.path = Path(path)
+        self.kind = check_lock_kind(kind)
+        self.timeout_s = float(timeout_s)
+        self.stale_s = float(stale_s)
+        make_dirs(self.path.parent)
+        self._lockf_fd: int | None = None
+        self._filelock: filelock.BaseFileLock | None = None
+        if kind == "strict-soft":
+            self._filelock = filelock.StrictSoftFileLock(self.path, timeout=0)
+        elif kind == "soft":
+            self._filelock = filelock.SoftFileLock(self.path, timeout=0)
+        elif kind == "flock":
+            # fallback_to_soft=False: on a filesystem without flock (Lustre `noflock`) fail loudly
+            # instead of silently becoming a different kind of lock.
+            self._filelock = filelock.UnixFileLock(self.path, timeout=0, fallback_to_soft=False)
+        self._first_seen: dict[object, float] = {}
+
+    def __enter__(self) -> Self:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+    def acquire(self) -> None:
+        """Wait up to `timeout_s` for the lock, breaking a dead holder's lock on the way."""
+        deadline = time.monotonic() + self.timeout_s
+        self._first_seen.clear()
+        delay = _POLL_MIN_S
+        while True:
+            if self._try_acquire():
+                return
+            if time.monotonic() >= deadline:
+                raise LockTimeout(
+                    f"lock {self.path} ({self.kind}) not acquired within {self.timeout_s:.0f} s: "
+                    f"{self._describe_holder()}; if that process is dead on an unreachable host, wait "
+                    f"{self.stale_s:.0f} s (stale_s) for it to be broken, or remove the lock by hand"
+                )
+            self._recover_stale()
+            time.sleep(delay)
+            delay = min(2 * delay, _POLL_MAX_S)
+
+    def release(self) -> None:
+        """Release the lock."""
+        if self._filelock is not None:
+            self._filelock.release()
+        elif self._lockf_fd is not None:
+            fcntl.lockf(self._lockf_fd, fcntl.LOCK_UN)
+            os.close(self._lockf_fd)
+            self._lockf_fd = None
+
+    def _try_acquire(self) -> bool:
+        if self.kind == "lockf":
+            return self._try_lockf()
+        assert self._filelock is not None
+        if self.kind == "soft":
+            self._log_dead_soft_holder()
+        try:
+            self._filelock.acquire(timeout=0)
+        except filelock.Timeout:
+            return False
+        except OSError as e:
+            if e.errno in (errno.ENOSYS, errno.EOPNOTSUPP):
+                raise ConfigError(
+                    f"lock kind {self.kind!r} is not supported by the filesystem of {self.path} "
+                    f"({e.strerror}); use {DEFAULT_LOCK_KIND!r}"
+                ) from None
+            raise
+        with contextlib.suppress(OSError):
+            if self.kind in ("flock", "lockf"):
+                apply_mode(self.path, is_dir=False)
+        return True
+
+    def _try_lockf(self) -> bool:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno in (errno.EACCES, errno.EAGAIN):
+                return False
+            if e.errno in (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP):
+                raise ConfigError(
+                    f"lock kind 'lockf' is not supported by the filesystem of {self.path} "
+                    f"({e.strerror}); use {DEFAULT_LOCK_KIND!r}"
+                ) from None
+            raise
+        self._lockf_fd = fd
+        return True
+
+    def _stale(self, key: object) -> float | None:
+        """Seconds `key` has been seen unchanged by this waiter if that exceeds stale_s, else None."""
+        now = time.monotonic()
+        first = self._first_seen.setdefault(key, now)
+        return now - first if now - first >= self.stale_s else None
+
+    def _recover_stale(self) -> None:
+        if self.kind == "strict-soft":
+            self._recover_strict()
+        elif self.kind == "soft":
+            self._recover_soft()
+
+    def _recover_strict(self) -> None:
+        assert isinstance(self._filelock, filelock.StrictSoftFileLock)
+        claims = self._filelock.claims
+        for token in {c.token for c in claims}:
+            mine = [c for c in claims if c.token == token]
+            holder = mine[0]
+            if holder.hostname == socket.gethostname() and process_gone(holder.pid):
+                reason = "which has exited"
+            elif (age := self._stale(("strict", token))) is not None:
+                reason = f"unchanged for {age:.0f} s (stale_s={self.stale_s:.0f})"
+            else:
+                continue
+            log.warning(
+                "breaking lock %s: claim of pid %d on host %s, %s",
+                self.path, holder.pid, holder.hostname, reason,
+            )
+            for claim in mine:
+                with contextlib.suppress(FileNotFoundError):
+                    self._filelock.force_break(claim.name)
+
+    def _read_soft_marker(self) -> tuple[int, str, os.stat_result] | None:
+        try:
+            st = os.lstat(self.path)
+            with open(self.path) as f:
+                lines = f.read().splitlines()
+            return int(lines[0]), lines[1], st
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def _log_dead_soft_holder(self) -> None:
+        # filelock removes a marker whose same-host owner exited by itself; say so in the log.
+        marker = self._read_soft_marker()
+        if marker is not None:
+            pid, host, _ = marker
+            if host == socket.gethostname() and process_gone(pid):
+                log.warning("breaking lock %s: marker of pid %d on host %s, which has exited", self.path, pid, host)
+
+    def _recover_soft(self) -> None:
+        marker = self._read_soft_marker()
+        if marker is None:
+            return
+        pid, host, st = marker
+        age = self._stale(("soft", st.st_ino, st.st_mtime_ns, pid, host))
+        if age is None:
+            return
+        try:
+            now = os.lstat(self.path)
+        except FileNotFoundError:
+            return
+        if (now.st_ino, now.st_mtime_ns) != (st.st_ino, st.st_mtime_ns):
+            return
+        log.warning(
+            "breaking lock %s: marker of pid %d on host %s unchanged for %.0f s (stale_s=%.0f)",
+            self.path, pid, host, age, self.stale_s,
+        )
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+    def _describe_holder(self) -> str:
+        if isinstance(self._filelock, filelock.StrictSoftFileLock):
+            held = [c for c in self._filelock.claims if c.state == "held"]
+            if held:
+                return f"held by pid {held[0].pid} on host {held[0].hostname}"
+        elif self.kind == "soft" and (marker := self._read_soft_marker()) is not None:
+            return f"held by pid {marker[0]} on host {marker[1]}"
+        return "held by another process"
+
+
+def make_lock(
+    path: Path,
+    kind: LockKind = DEFAULT_LOCK_KIND,
+    timeout_s: float = 120.0,
+    stale_s: float = 60.0,
+) -> RunLock:
+    """A lock on `path` of the given kind (see the module docstring); use as a context manager.
+
+    `timeout_s`: how long `with` waits before raising LockTimeout. `stale_s`: how long a soft or
+    strict-soft marker may stay unchanged, as seen by a waiter, before the waiter breaks it.
+    """
+    return RunLock(path, kind, timeout_s, stale_s)

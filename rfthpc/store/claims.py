@@ -1,0 +1,302 @@
+"""Task claims: explorers that share a taskset split its tasks, each task once per epoch, none lost.
+
+State, one JSON file per taskset (`tasks/<taskset>/claims.json`), rewritten atomically under a
+run-directory lock (`rfthpc.locks`; the lock kind is configurable):
+
+- a cursor `(epoch, pos)` into the epoch's task order (`sequential`: 0..N-1; `shuffle`: a
+  permutation seeded by `(seed, epoch)`, new each epoch), and `issued`, the number of tasks handed
+  out fresh so far (each has a `serial`; `max_tasks` = total_steps x batch_size stops it);
+- `outstanding`: claimed, not yet completed tasks with their owner and owner attempt;
+- `returned`: tasks released by their owner or reclaimed from a dead one, handed out first;
+- `owners`: each owner's attempt and last heartbeat.
+
+An owner is an explorer slot (`<explorer name>/<rank>`); an attempt is one process of it. A claim is
+reclaimed when its owner's heartbeat is older than `lease_s`, or at once when a new attempt of the
+same owner (a requeued array task) shows up. Heartbeats are wall-clock times written by the owner;
+clock skew between nodes must stay well below `lease_s`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rfthpc.errors import ConfigError, UserError
+from rfthpc.fsutil import make_dirs, read_json, write_json_atomic
+from rfthpc.locks import DEFAULT_LOCK_KIND, LockKind, make_lock
+from rfthpc.rundir import RunDir
+from rfthpc.store.schema import check_name
+
+log = logging.getLogger(__name__)
+
+SELECTORS = ("sequential", "shuffle")
+CLAIMS_FILE = "claims.json"
+LOCK_FILE = "claims.lock"
+STATE_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One task handed to one explorer."""
+
+    taskset: str
+    epoch: int
+    """0-based epoch of the taskset."""
+    index: int
+    """The task's index in the taskset."""
+    serial: int
+    """Order in which the task was first handed out over the run (0-based): serial // batch_size is
+    the explore step it belongs to."""
+
+    @property
+    def key(self) -> str:
+        """Its name in the claims state: `<epoch>:<index>`."""
+        return f"{self.epoch}:{self.index}"
+
+
+def default_owner() -> str:
+    """An owner name for a process outside an explorer array: `<host>-<pid>`."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class TaskClaims:
+    """Claims on the tasks of one taskset, shared by every explorer of a run (joiners included)."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        taskset: str,
+        num_tasks: int,
+        total_epochs: int = 1,
+        selector: str = "sequential",
+        seed: int = 42,
+        lease_s: float = 300.0,
+        lock: LockKind = DEFAULT_LOCK_KIND,
+        owner: str | None = None,
+        max_tasks: int | None = None,
+        lock_timeout_s: float = 120.0,
+        lock_stale_s: float = 60.0,
+    ) -> None:
+        check_name("taskset name", taskset)
+        if num_tasks < 1:
+            raise UserError(f"taskset {taskset!r} has {num_tasks} tasks; it needs at least one")
+        if total_epochs < 1:
+            raise ConfigError(f"total_epochs must be >= 1, got {total_epochs}")
+        if selector not in SELECTORS:
+            raise ConfigError(f"task selector {selector!r} is unknown; use one of {', '.join(SELECTORS)}")
+        if max_tasks is not None and max_tasks < 1:
+            raise ConfigError(f"total_steps x batch_size must be >= 1, got {max_tasks}")
+        if lease_s <= 0:
+            raise ConfigError(f"claim lease_s must be > 0, got {lease_s}")
+        self.taskset = taskset
+        self.num_tasks = int(num_tasks)
+        self.total_epochs = int(total_epochs)
+        self.selector = selector
+        self.seed = int(seed)
+        self.max_tasks = max_tasks
+        self.lease_s = float(lease_s)
+        self.owner = owner or default_owner()
+        self.attempt = f"{int(time.time()):x}-{secrets.token_hex(4)}"
+        self.dir = make_dirs(RunDir(run_dir).tasks / taskset)
+        self.path = self.dir / CLAIMS_FILE
+        self._lock = make_lock(self.dir / LOCK_FILE, lock, lock_timeout_s, lock_stale_s)
+        self._orders: dict[int, np.ndarray] = {}
+
+    # ---- state ---------------------------------------------------------------------------------
+
+    def _fresh_state(self) -> dict[str, Any]:
+        return {
+            "format": STATE_FORMAT,
+            "taskset": self.taskset,
+            "num_tasks": self.num_tasks,
+            "total_epochs": self.total_epochs,
+            "selector": self.selector,
+            "seed": self.seed,
+            "max_tasks": self.max_tasks,
+            "epoch": 0,
+            "pos": 0,
+            "issued": 0,
+            "completed": 0,
+            "reclaimed": 0,
+            "outstanding": {},
+            "returned": [],
+            "owners": {},
+        }
+
+    def _load(self) -> dict[str, Any]:
+        state = read_json(self.path)
+        if state is None:
+            return self._fresh_state()
+        for key in ("num_tasks", "total_epochs", "selector", "seed", "max_tasks"):
+            if state.get(key) != getattr(self, key):
+                raise ConfigError(
+                    f"taskset {self.taskset!r} in {self.path} was started with {key}={state.get(key)!r}, "
+                    f"but this explorer has {key}={getattr(self, key)!r}; give every explorer of a "
+                    "taskset the same settings, or use a new taskset name"
+                )
+        return state
+
+    def _order(self, epoch: int) -> np.ndarray:
+        if epoch not in self._orders:
+            if self.selector == "shuffle":
+                order = np.random.default_rng([self.seed, epoch]).permutation(self.num_tasks)
+            else:
+                order = np.arange(self.num_tasks)
+            self._orders = {epoch: order}
+        return self._orders[epoch]
+
+    def _reclaim(self, state: dict[str, Any], now: float) -> None:
+        """Return to the pool every claim of a dead owner (lease expired) or of an old attempt."""
+        owners = state["owners"]
+        for key, c in list(state["outstanding"].items()):
+            info = owners.get(c["owner"], {})
+            if info.get("attempt") != c["attempt"]:
+                why = f"owner {c['owner']} restarted (attempt {c['attempt']} -> {info.get('attempt')})"
+            elif now - info.get("heartbeat", 0.0) > self.lease_s:
+                why = f"owner {c['owner']} sent no heartbeat for {now - info.get('heartbeat', 0.0):.0f} s"
+            else:
+                continue
+            del state["outstanding"][key]
+            state["returned"].append([c["epoch"], c["index"], c["serial"]])
+            state["reclaimed"] += 1
+            log.warning("taskset %s: reclaimed task %s (epoch %d, index %d): %s",
+                        self.taskset, key, c["epoch"], c["index"], why)
+
+    def _fresh_left(self, state: dict[str, Any]) -> bool:
+        if self.max_tasks is not None and state["issued"] >= self.max_tasks:
+            return False
+        return state["epoch"] < self.total_epochs
+
+    def _transact(self, change: Callable[[dict[str, Any], float], Any]) -> Any:
+        """Apply `change` to the state under the lock, refreshing this owner's heartbeat."""
+        with self._lock:
+            state = self._load()
+            now = time.time()
+            previous = state["owners"].get(self.owner)
+            if previous is not None and previous["attempt"] != self.attempt:
+                # A requeued array task replaces its dead predecessor; a live one means two explorers
+                # share a name and would keep taking each other's claims.
+                log.warning(
+                    "taskset %s: owner %s starts attempt %s; its previous attempt %s (last heartbeat %.0f s ago) "
+                    "is presumed dead and its claims are reclaimed. If it is alive, two explorers share the "
+                    "name: give each explorer array its own explorer.name",
+                    self.taskset, self.owner, self.attempt, previous["attempt"], now - previous["heartbeat"],
+                )
+            state["owners"][self.owner] = {"attempt": self.attempt, "heartbeat": now}
+            self._reclaim(state, now)
+            result = change(state, now)
+            write_json_atomic(self.path, state)
+        return result
+
+    # ---- operations ----------------------------------------------------------------------------
+
+    def _claim_now(self, state: dict[str, Any], n: int) -> list[Claim]:
+        claims: list[Claim] = []
+        while len(claims) < n and state["returned"]:
+            epoch, index, serial = state["returned"].pop(0)
+            claims.append(Claim(self.taskset, epoch, index, serial))
+        while len(claims) < n and self._fresh_left(state):
+            index = int(self._order(state["epoch"])[state["pos"]])
+            claims.append(Claim(self.taskset, state["epoch"], index, state["issued"]))
+            state["issued"] += 1
+            state["pos"] += 1
+            if state["pos"] == self.num_tasks:
+                state["epoch"] += 1
+                state["pos"] = 0
+        for c in claims:
+            state["outstanding"][c.key] = {
+                "epoch": c.epoch, "index": c.index, "serial": c.serial,
+                "owner": self.owner, "attempt": self.attempt,
+            }
+        return claims
+
+    def claim(
+        self,
+        n: int,
+        timeout_s: float | None = None,
+        poll_s: float = 1.0,
+        on_wait: Callable[[], None] | None = None,
+    ) -> list[Claim]:
+        """Claim up to `n` tasks: released or reclaimed ones first, then fresh ones in selector order.
+
+        When none is free but others still hold claims (which may come back if their owner dies),
+        waits, calling `on_wait()` every `poll_s` (e.g. to flush the experience writer), until some
+        are free, everything is done, or `timeout_s` passes. So with `timeout_s=None`, [] means
+        the taskset is finished: every task of every epoch (or `max_tasks`) completed.
+        """
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            claims, finished = self._transact(lambda s, now: (self._claim_now(s, n), self._finished(s)))
+            if claims or finished or (deadline is not None and time.monotonic() >= deadline):
+                return claims
+            if on_wait is not None:
+                on_wait()
+            time.sleep(poll_s if deadline is None else max(0.0, min(poll_s, deadline - time.monotonic())))
+
+    def complete(self, claims: Iterable[Claim]) -> list[Claim]:
+        """Mark claims done; return those accepted. A claim this process no longer holds (its lease
+        expired and another explorer took it) is refused: discard its result to keep exactly-once."""
+
+        def change(state: dict[str, Any], now: float) -> list[Claim]:
+            accepted = []
+            for c in claims:
+                held = state["outstanding"].get(c.key)
+                if held is not None and (held["owner"], held["attempt"]) == (self.owner, self.attempt):
+                    del state["outstanding"][c.key]
+                    state["completed"] += 1
+                    accepted.append(c)
+                else:
+                    log.warning("taskset %s: task %s is no longer claimed by %s (lease expired?); "
+                                "its result is discarded", self.taskset, c.key, self.owner)
+            return accepted
+
+        return self._transact(change)
+
+    def release(self, claims: Iterable[Claim]) -> None:
+        """Give claims back unexplored (e.g. on preemption) so another explorer takes them first."""
+
+        def change(state: dict[str, Any], now: float) -> None:
+            for c in claims:
+                held = state["outstanding"].get(c.key)
+                if held is not None and (held["owner"], held["attempt"]) == (self.owner, self.attempt):
+                    del state["outstanding"][c.key]
+                    state["returned"].append([c.epoch, c.index, c.serial])
+
+        self._transact(change)
+
+    def heartbeat(self) -> None:
+        """Tell the others this process is alive, keeping its claims (call well within `lease_s`)."""
+        self._transact(lambda s, now: None)
+
+    def _finished(self, state: dict[str, Any]) -> bool:
+        return not self._fresh_left(state) and not state["outstanding"] and not state["returned"]
+
+    def progress(self) -> dict[str, Any]:
+        """Counts of the taskset: epoch, issued, completed, outstanding, returned, reclaimed, finished."""
+        with self._lock:
+            state = self._load()
+        return {
+            "epoch": state["epoch"],
+            "issued": state["issued"],
+            "completed": state["completed"],
+            "outstanding": len(state["outstanding"]),
+            "returned": len(state["returned"]),
+            "reclaimed": state["reclaimed"],
+            "finished": self._finished(state),
+        }
+
+    @property
+    def finished(self) -> bool:
+        """True once every task has been completed (no fresh task left, none claimed or returned)."""
+        return bool(self.progress()["finished"])

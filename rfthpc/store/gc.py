@@ -1,0 +1,75 @@
+"""Garbage collection of the experience store: consumed chunks and stale temporary files.
+
+Rules (docs/store.md, "Garbage collection"):
+- a chunk is deleted only when the consumption state of the newest complete trainer checkpoint
+  (`StoreReader.mark_checkpointed`) says it is fully consumed, so a trainer that resumes from that
+  checkpoint still finds every group it has not consumed, and the live trainer (which is ahead of
+  its checkpoint) has already read it;
+- a `.tmp-` file is deleted when its writer is provably dead (same host, process gone) or it is
+  older than `tmp_max_age_s` (writing a chunk takes seconds; a live writer never leaves one that old);
+- quarantined chunks are kept for a person to look at; directories are kept (a live writer may be
+  about to write into one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from rfthpc.fsutil import TMP_PREFIX, read_json
+from rfthpc.locks import process_gone
+from rfthpc.store.layout import CHECKPOINTED_FILE, QUARANTINE_DIR, READER_DIR, explorer_dirs, list_chunks, open_store
+
+_TMP_RE = re.compile(r"^" + re.escape(TMP_PREFIX) + r".+?\.(?:h5|json|txt)\.(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]{8}$")
+
+
+def _tmp_is_stale(path: Path, now: float, tmp_max_age_s: float) -> bool:
+    m = _TMP_RE.match(path.name)
+    if m is not None and m["host"] == socket.gethostname() and process_gone(int(m["pid"])):
+        return True
+    try:
+        return now - path.stat().st_mtime > tmp_max_age_s
+    except FileNotFoundError:
+        return False
+
+
+def collect_garbage(
+    run_dir: Path,
+    consumed_state: dict[str, Any] | None = None,
+    tmp_max_age_s: float = 3600.0,
+) -> dict[str, int]:
+    """Delete consumed chunks and stale temporary files; return counts of what was removed.
+
+    `consumed_state`: a reader `state_dict()` from a complete checkpoint; by default the one the
+    trainer last recorded with `StoreReader.mark_checkpointed` (none recorded: no chunk is deleted).
+    """
+    store = open_store(run_dir)
+    state = consumed_state if consumed_state is not None else read_json(store / READER_DIR / CHECKPOINTED_FILE)
+    cursor: dict[str, list[int]] = state["cursor"] if state else {}
+    removed = {"chunks": 0, "chunk_bytes": 0, "tmp_files": 0}
+    for ref in list_chunks(store):
+        if ref.quarantined or ref.seq >= cursor.get(ref.stream, [0, 0])[0]:
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            size = ref.path.stat().st_size
+            os.unlink(ref.path)
+            removed["chunks"] += 1
+            removed["chunk_bytes"] += size
+    now = time.time()
+    dirs = [store, store / READER_DIR, *explorer_dirs(store), *explorer_dirs(store / QUARANTINE_DIR)]
+    for d in dirs:
+        try:
+            names = os.listdir(d)
+        except FileNotFoundError:
+            continue
+        for name in names:
+            if name.startswith(TMP_PREFIX) and _tmp_is_stale(d / name, now, tmp_max_age_s):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(d / name)
+                    removed["tmp_files"] += 1
+    return removed

@@ -1,0 +1,209 @@
+"""`rfthpc store inspect RUN_DIR`: what the store holds and how fast it fills and drains.
+
+Counts come from the chunk file names (committed, pending), the trainer's progress file
+(consumed, dropped, skipped, quarantined, staleness of consumed groups) and the attributes of the
+pending chunks (policy versions waiting). Nothing is modified; a chunk that vanishes meanwhile
+(GC) is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+from rfthpc.fsutil import is_temporary, read_json
+from rfthpc.rundir import RunDir
+from rfthpc.store.chunks import ChunkCorrupt, read_chunk_attrs
+from rfthpc.store.claims import CLAIMS_FILE
+from rfthpc.store.layout import PROGRESS_FILE, READER_DIR, explorer_dirs, list_chunks, open_store
+
+
+def _hist(counter: Counter[int]) -> dict[str, int]:
+    return {str(k): v for k, v in sorted(counter.items())}
+
+
+def inspect_store(run_dir: Path, rate_window_s: float = 300.0) -> dict[str, Any]:
+    """Summarise a run's experience store (refuses a directory that is not a store).
+
+    Returns counts of groups (committed = consumed + dropped_stale + skipped_eval + quarantined +
+    pending), per-explorer chunk/group counts and commit rates over the last `rate_window_s`,
+    histograms of policy versions (pending) and staleness (consumed, and pending against the
+    trainer's current version), and the task-claim progress of each taskset.
+    """
+    store = open_store(run_dir)
+    now = time.time()
+    progress = read_json(store / READER_DIR / PROGRESS_FILE) or {}
+    state = progress.get("state") or {}
+    cursor: dict[str, list[int]] = state.get("cursor", {})
+    counters: dict[str, int] = state.get("counters", {})
+    current_version = progress.get("current_version")
+
+    per_explorer: dict[str, dict[str, Any]] = defaultdict(
+        lambda: {"ranks": set(), "streams": set(), "chunks": 0, "groups": 0, "recent_groups": 0,
+                 "first_commit": None, "last_commit": None}
+    )
+    pending = 0
+    quarantined_files = 0
+    pending_versions: Counter[int] = Counter()
+    pending_eval = 0
+    unreadable = 0
+    for ref in sorted(list_chunks(store), key=lambda r: (r.stream, r.seq)):
+        if ref.quarantined:
+            quarantined_files += 1
+            continue
+        e = per_explorer[ref.explorer]
+        e["ranks"].add(ref.rank)
+        e["streams"].add(ref.stream)
+        e["chunks"] += 1
+        e["groups"] += ref.n_groups
+        t = ref.commit_ns / 1e9
+        e["first_commit"] = t if e["first_commit"] is None else min(e["first_commit"], t)
+        e["last_commit"] = t if e["last_commit"] is None else max(e["last_commit"], t)
+        if now - t <= rate_window_s:
+            e["recent_groups"] += ref.n_groups
+        seq, done = cursor.get(ref.stream, [0, 0])
+        if ref.seq < seq:
+            continue
+        skip = done if ref.seq == seq else 0
+        pending += ref.n_groups - skip
+        try:
+            attrs = read_chunk_attrs(ref.path)
+        except (FileNotFoundError, ChunkCorrupt):
+            unreadable += 1
+            continue
+        for version, is_eval in list(zip(attrs["policy_versions"], attrs["eval_flags"]))[skip:]:
+            pending_versions[version] += 1
+            pending_eval += is_eval
+
+    explorers = {}
+    for name, e in sorted(per_explorer.items()):
+        span = min(rate_window_s, now - e["first_commit"]) if e["first_commit"] is not None else 0.0
+        explorers[name] = {
+            "ranks": len(e["ranks"]),
+            "streams": len(e["streams"]),
+            "chunks": e["chunks"],
+            "groups": e["groups"],
+            "groups_per_s": e["recent_groups"] / span if span > 0 else 0.0,
+            "last_commit_age_s": now - e["last_commit"] if e["last_commit"] is not None else None,
+        }
+    in_progress = sum(
+        1 for d in explorer_dirs(store) for name in _names(d) if is_temporary(name)
+    )
+    consumed = int(counters.get("consumed", 0))
+    dropped = int(counters.get("dropped_stale", 0))
+    skipped = int(counters.get("skipped_eval", 0))
+    quarantined_groups = int(counters.get("quarantined_groups", 0))
+    pending_staleness: Counter[int] = Counter()
+    if current_version is not None:
+        for version, count in pending_versions.items():
+            pending_staleness[int(current_version) - version] += count
+    tasksets = {}
+    tasks_dir = RunDir(run_dir).tasks
+    for d in sorted(tasks_dir.iterdir()) if tasks_dir.is_dir() else []:
+        claims = read_json(d / CLAIMS_FILE)
+        if isinstance(claims, dict):
+            tasksets[d.name] = {
+                "epoch": claims.get("epoch"),
+                "total_epochs": claims.get("total_epochs"),
+                "issued": claims.get("issued"),
+                "completed": claims.get("completed"),
+                "outstanding": len(claims.get("outstanding", {})),
+                "returned": len(claims.get("returned", [])),
+                "reclaimed": claims.get("reclaimed"),
+            }
+    return {
+        "store": str(store),
+        "time": now,
+        "counts": {
+            "committed": consumed + dropped + skipped + quarantined_groups + pending,
+            "consumed": consumed,
+            "dropped_stale": dropped,
+            "skipped_eval": skipped,
+            "quarantined": quarantined_groups,
+            "pending": pending,
+            "pending_eval": pending_eval,
+        },
+        "files": {
+            "chunks": sum(e["chunks"] for e in explorers.values()),
+            "in_progress_tmp": in_progress,
+            "quarantined": quarantined_files,
+            "unreadable_pending": unreadable,
+        },
+        "trainer": {
+            "current_version": current_version,
+            "last_take_age_s": now - progress["time"] if "time" in progress else None,
+        },
+        "explorers": explorers,
+        "policy_version_hist_pending": _hist(pending_versions),
+        "staleness_hist_pending": _hist(pending_staleness),
+        "staleness_hist_consumed": state.get("staleness_hist", {}),
+        "tasksets": tasksets,
+    }
+
+
+def _names(d: Path) -> list[str]:
+    try:
+        return os.listdir(d)
+    except FileNotFoundError:
+        return []
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> list[str]:
+    cells = [[str(h) for h in headers]] + [[_fmt(v) for v in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    return ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in cells]
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.2f}"
+    return str(v)
+
+
+def _hist_lines(title: str, hist: dict[str, int]) -> list[str]:
+    if not hist:
+        return [f"{title}: (none)"]
+    top = max(hist.values())
+    lines = [f"{title}:"]
+    for k, v in sorted(hist.items(), key=lambda kv: int(kv[0])):
+        lines.append(f"  {k:>6}  {v:>8}  {'#' * max(1, round(30 * v / top))}")
+    return lines
+
+
+def format_inspect(d: dict[str, Any]) -> str:
+    """A readable report of `inspect_store`'s result."""
+    c, f, t = d["counts"], d["files"], d["trainer"]
+    lines = [f"experience store {d['store']}", ""]
+    lines += _table(
+        ["groups", "committed", "consumed", "dropped_stale", "skipped_eval", "quarantined", "pending"],
+        [["", c["committed"], c["consumed"], c["dropped_stale"], c["skipped_eval"], c["quarantined"], c["pending"]]],
+    )
+    lines.append(
+        f"files: {f['chunks']} chunks, {f['in_progress_tmp']} being written, {f['quarantined']} quarantined"
+        + (f", {f['unreadable_pending']} pending unreadable" if f["unreadable_pending"] else "")
+    )
+    lines.append(
+        f"trainer: current version {_fmt(t['current_version'])}, last take {_fmt(t['last_take_age_s'])} s ago"
+    )
+    lines.append("")
+    rows = [
+        [name, e["ranks"], e["streams"], e["chunks"], e["groups"], e["groups_per_s"], e["last_commit_age_s"]]
+        for name, e in d["explorers"].items()
+    ]
+    lines += _table(["explorer", "ranks", "processes", "chunks", "groups", "groups/s", "last commit s ago"], rows)
+    lines.append("")
+    lines += _hist_lines("policy versions of pending groups", d["policy_version_hist_pending"])
+    lines += _hist_lines("staleness of pending groups (trainer version - policy version)",
+                         d["staleness_hist_pending"])
+    lines += _hist_lines("staleness of consumed groups", d["staleness_hist_consumed"])
+    if d["tasksets"]:
+        lines.append("")
+        rows = [[name, f"{s['epoch']}/{s['total_epochs']}", s["issued"], s["completed"], s["outstanding"],
+                 s["returned"], s["reclaimed"]] for name, s in d["tasksets"].items()]
+        lines += _table(["taskset", "epoch", "issued", "completed", "claimed", "returned", "reclaimed"], rows)
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,187 @@
+"""Where the experience store keeps things, and how chunk files are named and found.
+
+    experiences/STORE.json                           marks the directory as a store (format, version)
+    experiences/<explorer>/c<rank>-<token>-<seq>-<commit_ns>-<n_groups>.h5    committed chunks
+    experiences/<explorer>/.tmp-...                  chunks being written (never read)
+    experiences/_quarantine/<explorer>/<chunk>.h5    unreadable chunks moved aside, with <chunk>.error.txt
+    experiences/_reader/progress.json                the trainer's consumption state and counters (live)
+    experiences/_reader/checkpointed.json            the consumption state of its last complete checkpoint
+
+A *stream* is one writer process: `<explorer>/<rank>-<token>`, where the token is new for every
+process start, so a requeued explorer never reuses a file name. Its chunks are numbered 0, 1, 2, ...
+in commit order; `commit_ns` is the wall clock at the rename that committed the chunk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from rfthpc.errors import UserError
+from rfthpc.fsutil import is_temporary, make_dirs, read_json, write_json_atomic, write_text_atomic
+from rfthpc.rundir import CONFIG_FILE, RunDir
+
+STORE_MARKER = "STORE.json"
+STORE_FORMAT = "rfthpc-experience-store"
+STORE_VERSION = 1
+QUARANTINE_DIR = "_quarantine"
+READER_DIR = "_reader"
+PROGRESS_FILE = "progress.json"
+CHECKPOINTED_FILE = "checkpointed.json"
+
+_CHUNK_RE = re.compile(
+    r"^c(?P<rank>\d+)-(?P<token>[0-9a-f]{16})-(?P<seq>\d+)-(?P<commit_ns>\d+)-(?P<n>\d+)\.h5$"
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ChunkRef:
+    """A committed chunk, known from its file name alone."""
+
+    explorer: str
+    rank: int
+    token: str
+    seq: int
+    commit_ns: int
+    n_groups: int
+    path: Path
+    quarantined: bool = False
+
+    @property
+    def stream(self) -> str:
+        """The writer process that committed it: `<explorer>/<rank>-<token>`."""
+        return stream_key(self.explorer, self.rank, self.token)
+
+
+def stream_key(explorer: str, rank: int, token: str) -> str:
+    """The name of one writer process's sequence of chunks."""
+    return f"{explorer}/{rank:05d}-{token}"
+
+
+def chunk_name(rank: int, token: str, seq: int, commit_ns: int, n_groups: int) -> str:
+    """The committed file name of chunk `seq` of a stream."""
+    return f"c{rank:05d}-{token}-{seq:08d}-{commit_ns:019d}-{n_groups}.h5"
+
+
+def parse_chunk_name(explorer: str, path: Path, quarantined: bool = False) -> ChunkRef | None:
+    """The ChunkRef a committed chunk's path names, or None for any other file."""
+    m = _CHUNK_RE.match(path.name)
+    if m is None:
+        return None
+    return ChunkRef(
+        explorer=explorer,
+        rank=int(m["rank"]),
+        token=m["token"],
+        seq=int(m["seq"]),
+        commit_ns=int(m["commit_ns"]),
+        n_groups=int(m["n"]),
+        path=path,
+        quarantined=quarantined,
+    )
+
+
+def _not_a_store(run_dir: Path, reason: str) -> UserError:
+    return UserError(
+        f"{run_dir} is not an rfthpc run directory with an experience store: {reason}. "
+        "Pass the run directory that `rfthpc submit` or `rfthpc run` created "
+        f"(<checkpoint_root_dir>/<project>/<name>, holding {CONFIG_FILE} and experiences/{STORE_MARKER})"
+    )
+
+
+def open_store(run_dir: Path, create: bool = False) -> Path:
+    """Check that `run_dir` holds an experience store and return its directory.
+
+    With `create`, make the store in a run directory that has none yet (one with config.yaml or an
+    empty experiences/). A directory that is not a run directory, or an experiences/ directory
+    holding something else, is refused with a UserError.
+    """
+    run = RunDir(run_dir)
+    store = run.experiences
+    marker = store / STORE_MARKER
+    if not run.root.is_dir():
+        raise _not_a_store(run.root, "the directory does not exist")
+    info = _read_marker(run.root, marker)
+    if info is None and create:
+        # Ignore temporary names: another role may be creating the store right now.
+        existing = [p.name for p in store.iterdir() if not is_temporary(p.name)] if store.is_dir() else []
+        if not existing and not store.is_dir() and not run.config.is_file():
+            raise _not_a_store(run.root, f"it has neither {CONFIG_FILE} nor experiences/")
+        if not existing:
+            make_dirs(store)
+            write_json_atomic(marker, {"format": STORE_FORMAT, "version": STORE_VERSION})
+        info = _read_marker(run.root, marker)
+        if info is None:
+            raise _not_a_store(run.root, f"{store} holds {existing[:3]} but no {STORE_MARKER}")
+    if info is None:
+        raise _not_a_store(run.root, f"{marker} is missing")
+    if not isinstance(info, dict) or info.get("format") != STORE_FORMAT:
+        raise _not_a_store(run.root, f"{marker} does not describe an {STORE_FORMAT}")
+    if info.get("version") != STORE_VERSION:
+        raise UserError(
+            f"the experience store in {store} has format version {info.get('version')!r}, but this rfthpc "
+            f"reads version {STORE_VERSION}; use the rfthpc version that created the run"
+        )
+    return store
+
+
+def _read_marker(run_root: Path, marker: Path) -> object:
+    try:
+        return read_json(marker)
+    except ValueError:
+        raise _not_a_store(run_root, f"{marker} is not valid JSON") from None
+
+
+def explorer_dirs(store: Path) -> list[Path]:
+    """The per-explorer chunk directories of a store."""
+    try:
+        entries = list(os.scandir(store))
+    except FileNotFoundError:
+        return []
+    return sorted(
+        Path(e.path)
+        for e in entries
+        if e.name[:1].isalnum() and e.is_dir(follow_symlinks=False)
+    )
+
+
+def list_chunks(store: Path) -> list[ChunkRef]:
+    """Every committed chunk in the store, quarantined ones included (flagged), in no order.
+
+    Temporary files are skipped; a directory that vanishes while listing is tolerated.
+    """
+    refs: list[ChunkRef] = []
+    dirs = [(d, False) for d in explorer_dirs(store)]
+    dirs += [(d, True) for d in explorer_dirs(store / QUARANTINE_DIR)]
+    for d, quarantined in dirs:
+        try:
+            names = os.listdir(d)
+        except FileNotFoundError:
+            continue
+        for name in names:
+            if is_temporary(name):
+                continue
+            ref = parse_chunk_name(d.name, d / name, quarantined)
+            if ref is not None:
+                refs.append(ref)
+    return refs
+
+
+def quarantine(store: Path, ref: ChunkRef, reason: str) -> Path:
+    """Move an unreadable chunk out of the reading path, next to a note saying why; return its new path.
+
+    The chunk keeps its name, so readers still see its place in its stream (an empty chunk) and a
+    restarted reader does not wait for it.
+    """
+    dest_dir = make_dirs(store / QUARANTINE_DIR / ref.explorer)
+    dest = dest_dir / ref.path.name
+    write_text_atomic(dest.with_name(dest.name + ".error.txt"), reason + "\n")
+    with contextlib.suppress(FileNotFoundError):
+        os.replace(ref.path, dest)
+    log.error("quarantined experience chunk %s -> %s: %s", ref.path, dest, reason)
+    return dest

@@ -1,0 +1,306 @@
+"""The trainer's side of the store: take committed groups in commit order, each exactly once.
+
+Consumption state is one cursor per stream (writer process): `(seq, done)` = every group of chunks
+before `seq` and the first `done` groups of chunk `seq` are consumed. Streams commit chunks in
+sequence order, so this small state names exactly the consumed groups; it is JSON, goes into the
+trainer's checkpoint (`state_dict`), and a restarted trainer that loads it neither loses nor repeats
+a group. A `take` is a transaction: the cursors move only when a full batch is returned.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import time
+from collections import Counter, deque
+from pathlib import Path
+from typing import Any
+
+from rfthpc.fsutil import make_dirs, write_json_atomic
+from rfthpc.store.chunks import ChunkCorrupt, read_chunk
+from rfthpc.store.layout import (
+    CHECKPOINTED_FILE,
+    PROGRESS_FILE,
+    READER_DIR,
+    ChunkRef,
+    list_chunks,
+    open_store,
+    quarantine,
+)
+from rfthpc.store.schema import Group
+
+log = logging.getLogger(__name__)
+
+STATE_FORMAT = 1
+_COUNTERS = ("consumed", "dropped_stale", "skipped_eval", "quarantined_chunks", "quarantined_groups")
+_STALL_WARN_S = 60.0
+_PROGRESS_EVERY_S = 1.0
+
+
+class StoreTimeout(TimeoutError):
+    """Fewer groups than asked for were committed before the timeout (nothing was consumed)."""
+
+
+class StoreReader:
+    """The single consumer of a run's experience store (the trainer's rank 0)."""
+
+    def __init__(self, run_dir: Path, max_staleness: int | None = None, poll_s: float = 0.1) -> None:
+        """`max_staleness`: drop (and count) groups with `current_version - policy_version` above it
+        (None keeps all). `poll_s`: how often a waiting `take` lists the store."""
+        if max_staleness is not None and max_staleness < 0:
+            raise ValueError(f"max_staleness must be >= 0 or None, got {max_staleness}")
+        self.store = open_store(run_dir, create=True)
+        self.max_staleness = max_staleness
+        self.poll_s = poll_s
+        self._cursor: dict[str, list[int]] = {}
+        self._counters: Counter[str] = Counter()
+        self._staleness_hist: Counter[int] = Counter()
+        self._version_hist: Counter[int] = Counter()
+        self._known: dict[str, dict[int, ChunkRef]] = {}
+        self._seen_at: dict[tuple[str, int], int] = {}
+        self._cache: dict[tuple[str, int], list[Group]] = {}
+        self._scans = 0
+        self._blocked_since: dict[str, float] = {}
+        self._warned_stall: set[str] = set()
+        self.visible_latencies: deque[float] = deque(maxlen=10_000)
+        """Seconds from a chunk's commit to this reader first listing it (live chunks only)."""
+        self._last: dict[str, float] = {}
+        self._progress_written = 0.0
+
+    # ---- listing -------------------------------------------------------------------------------
+
+    def _scan(self) -> None:
+        """List the store and remember chunks not yet consumed, with when they were first seen."""
+        now = time.time()
+        self._scans += 1
+        listed: set[tuple[str, int]] = set()
+        for ref in list_chunks(self.store):
+            key = (ref.stream, ref.seq)
+            listed.add(key)
+            if ref.seq < self._cursor.get(ref.stream, [0, 0])[0]:
+                continue
+            chunks = self._known.setdefault(ref.stream, {})
+            old = chunks.get(ref.seq)
+            if old is None or (ref.quarantined and not old.quarantined):
+                chunks[ref.seq] = ref
+            if key not in self._seen_at:
+                self._seen_at[key] = self._scans
+                # The first scan finds the backlog; only later ones measure commit -> visible.
+                if self._scans > 1 and not ref.quarantined:
+                    self.visible_latencies.append(max(0.0, now - ref.commit_ns / 1e9))
+        self._watch_stalls(listed)
+
+    def _watch_stalls(self, listed: set[tuple[str, int]]) -> None:
+        """Warn once about a stream whose next chunk is missing while later ones exist (deleted by hand,
+        or GC after the trainer was restored from an older checkpoint than the last one)."""
+        now = time.monotonic()
+        for stream, chunks in self._known.items():
+            seq = self._cursor.get(stream, [0, 0])[0]
+            key = (stream, seq)
+            if seq in chunks and key not in listed and key not in self._cache:
+                del chunks[seq]  # vanished: forget it so the stall check below sees the gap
+            if seq in chunks or not any(s > seq for s in chunks):
+                self._blocked_since.pop(stream, None)
+                continue
+            since = self._blocked_since.setdefault(stream, now)
+            if now - since > _STALL_WARN_S and stream not in self._warned_stall:
+                self._warned_stall.add(stream)
+                log.warning(
+                    "experience stream %s: chunk %d is missing but later chunks exist; its groups wait "
+                    "until it reappears (was it deleted by hand, or GC'd after the trainer resumed from "
+                    "an older checkpoint than the last one it marked?)", stream, seq,
+                )
+
+    # ---- reading -------------------------------------------------------------------------------
+
+    def _load(self, ref: ChunkRef) -> tuple[ChunkRef, list[Group]] | None:
+        """A chunk's groups, with its ref (a quarantined ref and no groups if it is unreadable);
+        None if the file vanished (NFS directory caches can list a file before it opens)."""
+        key = (ref.stream, ref.seq)
+        if ref.quarantined:
+            return ref, []
+        if key in self._cache:
+            return ref, self._cache[key]
+        try:
+            attrs, groups = read_chunk(ref.path)
+            if (attrs.get("stream"), attrs.get("seq"), len(groups)) != (ref.stream, ref.seq, ref.n_groups):
+                raise ChunkCorrupt(
+                    ref.path,
+                    f"its name says stream {ref.stream} chunk {ref.seq} with {ref.n_groups} groups, its "
+                    f"content says stream {attrs.get('stream')} chunk {attrs.get('seq')} with {len(groups)}",
+                )
+        except FileNotFoundError:
+            return None
+        except ChunkCorrupt as e:
+            dest = quarantine(self.store, ref, str(e))
+            ref = ChunkRef(
+                ref.explorer, ref.rank, ref.token, ref.seq, ref.commit_ns, ref.n_groups, dest, quarantined=True
+            )
+            self._known[ref.stream][ref.seq] = ref
+            return ref, []
+        self._cache[key] = groups
+        return ref, groups
+
+    def _order_key(self, ref: ChunkRef) -> tuple[int, int, str, int]:
+        # Commit order across explorers: chunks listed earlier first, and within one listing by
+        # commit time. A stream's own chunks are visited strictly in sequence (see _select).
+        return (self._seen_at.get((ref.stream, ref.seq), 0), ref.commit_ns, ref.stream, ref.seq)
+
+    def _select(
+        self, n: int, current_version: int
+    ) -> tuple[list[Group], dict[str, list[int]], Counter[str], int]:
+        """Walk the unconsumed groups in commit order on a copy of the cursors.
+
+        Returns the groups picked (at most n), the cursors after them, the counter changes, and how
+        many groups were picked; nothing in `self` moves (the caller commits a full batch).
+        """
+        cursor = {s: list(c) for s, c in self._cursor.items()}
+        delta: Counter[str] = Counter()
+        heap = []
+        for stream, chunks in self._known.items():
+            ref = chunks.get(cursor.get(stream, [0, 0])[0])
+            if ref is not None:
+                heap.append((self._order_key(ref), ref))
+        heapq.heapify(heap)
+        picked: list[Group] = []
+        while heap and len(picked) < n:
+            _, ref = heapq.heappop(heap)
+            loaded = self._load(ref)
+            if loaded is None:
+                continue
+            ref, groups = loaded
+            seq, done = cursor.setdefault(ref.stream, [0, 0])
+            pos = done if seq == ref.seq else 0
+            while pos < len(groups) and len(picked) < n:
+                g = groups[pos]
+                pos += 1
+                if g.is_eval:
+                    delta["skipped_eval"] += 1
+                elif self.max_staleness is not None and g.staleness(current_version) > self.max_staleness:
+                    delta["dropped_stale"] += 1
+                else:
+                    picked.append(g)
+            if pos < len(groups):
+                cursor[ref.stream] = [ref.seq, pos]
+                continue
+            cursor[ref.stream] = [ref.seq + 1, 0]
+            if ref.quarantined:
+                delta["quarantined_chunks"] += 1
+                delta["quarantined_groups"] += ref.n_groups
+            nxt = self._known[ref.stream].get(ref.seq + 1)
+            if nxt is not None:
+                heapq.heappush(heap, (self._order_key(nxt), nxt))
+        return picked, cursor, delta, len(picked)
+
+    def take(self, n_groups: int, current_version: int, timeout_s: float | None = None) -> list[Group]:
+        """Return the next `n_groups` committed training groups in commit order, each exactly once.
+
+        Eval groups are skipped and stale groups (`current_version - policy_version > max_staleness`)
+        dropped, both counted in `metrics()`. Waits for groups to arrive; raises StoreTimeout after
+        `timeout_s` (None: wait forever) with nothing consumed, so a later call gets them.
+        """
+        if n_groups < 1:
+            raise ValueError(f"n_groups must be >= 1, got {n_groups}")
+        start = time.monotonic()
+        while True:
+            self._scan()
+            picked, cursor, delta, got = self._select(n_groups, current_version)
+            if got == n_groups:
+                break
+            waited = time.monotonic() - start
+            if timeout_s is not None and waited >= timeout_s:
+                raise StoreTimeout(
+                    f"only {got} of {n_groups} experience groups were committed to {self.store} within "
+                    f"{timeout_s:.1f} s; explorers may be slow, dead or not started (see `rfthpc store inspect`)"
+                )
+            pause = self.poll_s if timeout_s is None else min(self.poll_s, timeout_s - waited)
+            time.sleep(max(pause, 0.0))
+        self._commit(picked, cursor, delta, current_version, time.monotonic() - start)
+        return picked
+
+    def _commit(
+        self,
+        picked: list[Group],
+        cursor: dict[str, list[int]],
+        delta: Counter[str],
+        current_version: int,
+        waited_s: float,
+    ) -> None:
+        self._cursor = cursor
+        self._counters.update(delta)
+        self._counters["consumed"] += len(picked)
+        staleness = [g.staleness(current_version) for g in picked]
+        self._staleness_hist.update(staleness)
+        self._version_hist.update(g.policy_version for g in picked)
+        for stream, chunks in self._known.items():
+            seq = cursor.get(stream, [0, 0])[0]
+            for s in [s for s in chunks if s < seq]:
+                del chunks[s]
+                self._cache.pop((stream, s), None)
+                self._seen_at.pop((stream, s), None)
+        self._last = {
+            "take_wait_s": waited_s,
+            "batch_staleness_mean": sum(staleness) / len(staleness),
+            "batch_staleness_max": float(max(staleness)),
+            "current_version": current_version,
+        }
+        # For `rfthpc store inspect`; not the durable state (that is the checkpoint's state_dict).
+        if time.monotonic() - self._progress_written >= _PROGRESS_EVERY_S:
+            self._write_progress()
+
+    def _write_progress(self) -> None:
+        make_dirs(self.store / READER_DIR)
+        write_json_atomic(
+            self.store / READER_DIR / PROGRESS_FILE,
+            {"time": time.time(), "current_version": self._last.get("current_version"),
+             "state": self.state_dict(), "metrics": self.metrics()},
+        )
+        self._progress_written = time.monotonic()
+
+    # ---- state ---------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The consumption state (JSON-able): save it in the trainer checkpoint."""
+        return {
+            "format": STATE_FORMAT,
+            "cursor": {s: list(c) for s, c in sorted(self._cursor.items())},
+            "counters": {k: int(self._counters[k]) for k in _COUNTERS},
+            "staleness_hist": {str(k): v for k, v in sorted(self._staleness_hist.items())},
+            "version_hist": {str(k): v for k, v in sorted(self._version_hist.items())},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from a `state_dict()` (from the checkpoint the trainer resumes)."""
+        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+            raise ValueError(f"not an experience-store reader state (format {STATE_FORMAT}): {str(state)[:200]}")
+        self._cursor = {s: [int(c[0]), int(c[1])] for s, c in state["cursor"].items()}
+        self._counters = Counter({k: int(v) for k, v in state["counters"].items()})
+        self._staleness_hist = Counter({int(k): v for k, v in state["staleness_hist"].items()})
+        self._version_hist = Counter({int(k): v for k, v in state["version_hist"].items()})
+        self._known.clear()
+        self._cache.clear()
+        self._seen_at.clear()
+
+    def mark_checkpointed(self, state: dict[str, Any]) -> None:
+        """Record `state` as the one in the newest complete trainer checkpoint.
+
+        Garbage collection deletes only chunks consumed according to this state, so a trainer
+        that resumes from that checkpoint still finds every group it has not consumed.
+        """
+        make_dirs(self.store / READER_DIR)
+        write_json_atomic(self.store / READER_DIR / CHECKPOINTED_FILE, state)
+        self._write_progress()
+
+    def metrics(self) -> dict[str, float]:
+        """Counters since the run started (restored from checkpoints) and figures of the last take."""
+        pending = 0
+        for stream, chunks in self._known.items():
+            seq, done = self._cursor.get(stream, [0, 0])
+            pending += sum(r.n_groups for r in chunks.values() if not r.quarantined) - (done if seq in chunks else 0)
+        out = {f"store/{k}": float(self._counters[k]) for k in _COUNTERS}
+        out["store/pending"] = float(pending)
+        if self.visible_latencies:
+            lat = sorted(self.visible_latencies)
+            out["store/visible_latency_p50_s"] = lat[len(lat) // 2]
+        out.update({f"store/{k}": v for k, v in self._last.items()})
+        return out

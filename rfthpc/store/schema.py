@@ -1,0 +1,186 @@
+"""What the experience store holds: one `Experience` per response, one `Group` per task.
+
+A group holds all `repeat_times` responses an explorer generated for one task; it is the unit the
+writer commits and the reader hands to the trainer (group-relative advantages need the whole group).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rfthpc.errors import UserError
+
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+_INT32_MAX = np.iinfo(np.int32).max
+
+
+@dataclass
+class Experience:
+    """One response to a task, with what the trainer needs to compute its loss."""
+
+    prompt_ids: np.ndarray
+    """int32 [P]: the prompt token ids."""
+    response_ids: np.ndarray
+    """int32 [R]: the generated token ids (multi-turn: all turns, environment tokens included)."""
+    logprobs: np.ndarray
+    """float32 [R]: the behaviour policy's log-probability of each response token."""
+    loss_mask: np.ndarray
+    """bool/int8 [R]: 1 where the token is trained on (multi-turn: environment tokens are 0)."""
+    reward: float
+    """The scalar reward of the response."""
+    token_rewards: np.ndarray | None = None
+    """float32 [R] or None: optional per-token rewards."""
+    info: dict = field(default_factory=dict)
+    """JSON-serialisable extra data (e.g. the reward function's components)."""
+
+
+@dataclass
+class Group:
+    """All `repeat_times` responses to one task: the unit of commit and of read."""
+
+    task_id: str
+    """The task's id in its taskset."""
+    experiences: list[Experience]
+    """The responses, in generation order."""
+    policy_version: int
+    """The trainer step whose weights generated it (`weights/step_N`; 0 = the initial model)."""
+    explorer: str
+    """The explorer array's name (`explorer.name`)."""
+    rank: int
+    """The array task index of the explorer process."""
+    group_id: str = ""
+    """Unique id; the writer assigns `<explorer>/<rank>/<stream token>/<n>` when empty."""
+    is_eval: bool = False
+    """True for evaluation groups: metrics for the explorer, never training data."""
+    created_at: float = 0.0
+    """Unix time the explorer started the task."""
+    finished_at: float = 0.0
+    """Unix time the explorer finished the task."""
+    info: dict = field(default_factory=dict)
+    """JSON-serialisable extra data about the task (e.g. its epoch and index)."""
+
+    @property
+    def rewards(self) -> np.ndarray:
+        """float64 [len(experiences)]: the scalar rewards."""
+        return np.array([e.reward for e in self.experiences], dtype=np.float64)
+
+    def staleness(self, current_version: int) -> int:
+        """How many policy versions the trainer is ahead: `current_version - policy_version`."""
+        return current_version - self.policy_version
+
+
+def check_name(what: str, value: str) -> str:
+    """Return `value` if it is a safe directory/file name component, else raise UserError."""
+    if not isinstance(value, str) or not NAME_PATTERN.match(value):
+        raise UserError(
+            f"{what} {value!r} is not a valid name: use 1-100 letters, digits, '_', '.' or '-', "
+            "starting with a letter or digit"
+        )
+    return value
+
+
+def _where(group: Group, i: int | None = None, field: str = "") -> str:
+    """Names the bad value in an error (built only when there is one: the checks run per token array)."""
+    at = f"group of task {group.task_id!r}"
+    if i is not None:
+        at += f", experience {i}"
+    return f"{at}: {field}" if field else at
+
+
+def _json(group: Group, i: int | None, obj: dict) -> str:
+    if not isinstance(obj, dict):
+        raise UserError(f"{_where(group, i, 'info')} must be a dict, got {type(obj).__name__}")
+    if not obj:
+        return "{}"
+    try:
+        return json.dumps(obj, separators=(",", ":"), sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise UserError(
+            f"{_where(group, i, 'info')} is not JSON-serialisable ({e}); store plain numbers, strings, lists and dicts"
+        ) from None
+
+
+def _ids(group: Group, i: int, field: str, arr: Any) -> np.ndarray:
+    """Token ids as a 1-D integer array (their range is checked per group by `_check_id_range`)."""
+    a = np.asarray(arr)
+    if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
+        raise UserError(f"{_where(group, i, field)} must be a 1-D integer array, got shape {a.shape} dtype {a.dtype}")
+    return a
+
+
+def _check_id_range(group: Group, ids: list[tuple[np.ndarray, np.ndarray]]) -> None:
+    # One reduction over the whole group: a check per array costs more than writing it.
+    every = np.concatenate([a for pair in ids for a in pair])
+    if every.size and (every.min() < 0 or every.max() > _INT32_MAX):
+        for i, pair in enumerate(ids):
+            for field, a in zip(("prompt_ids", "response_ids"), pair):
+                if a.size and (a.min() < 0 or a.max() > _INT32_MAX):
+                    raise UserError(f"{_where(group, i, field)} holds token ids outside [0, 2**31): "
+                                    f"{a.min()}..{a.max()}")
+
+
+def _per_token(group: Group, i: int, field: str, arr: Any, n: int, dtype: type) -> np.ndarray:
+    a = np.asarray(arr)
+    if a.shape != (n,):
+        raise UserError(f"{_where(group, i, field)} must have one value per response token ({n}), got shape {a.shape}")
+    return a if a.dtype == dtype else a.astype(dtype)
+
+
+@dataclass
+class CheckedExperience:
+    """An Experience with arrays in their stored dtypes and info serialised (writer input)."""
+
+    prompt_ids: np.ndarray
+    response_ids: np.ndarray
+    logprobs: np.ndarray
+    loss_mask: np.ndarray
+    reward: float
+    token_rewards: np.ndarray | None
+    info_json: str
+
+
+def check_group(group: Group) -> tuple[list[CheckedExperience], str]:
+    """Validate `group` for storage; return its experiences in stored dtypes and its info as JSON.
+
+    Raises UserError naming the task, the experience and the field when the workflow produced bad data.
+    """
+    if not isinstance(group.task_id, str) or not group.task_id:
+        raise UserError(f"{_where(group)}: task_id must be a non-empty string")
+    if not group.experiences:
+        raise UserError(f"{_where(group)}: has no experiences; a group holds all repeat_times responses of one task")
+    if not isinstance(group.policy_version, (int, np.integer)) or group.policy_version < 0:
+        raise UserError(f"{_where(group)}: policy_version must be an integer >= 0, got {group.policy_version!r}")
+    ids = [
+        (_ids(group, i, "prompt_ids", e.prompt_ids), _ids(group, i, "response_ids", e.response_ids))
+        for i, e in enumerate(group.experiences)
+    ]
+    _check_id_range(group, ids)
+    # Responses usually share one prompt array: convert it once so the chunk can store it once.
+    prompts: dict[int, np.ndarray] = {}
+    checked = []
+    for i, (e, (prompt, response)) in enumerate(zip(group.experiences, ids)):
+        n = response.shape[0]
+        reward = float(e.reward)
+        if not math.isfinite(reward):
+            raise UserError(f"{_where(group, i, 'reward')} is {reward}; the reward function must return a finite number")
+        checked.append(
+            CheckedExperience(
+                prompt_ids=prompts.setdefault(id(prompt), prompt if prompt.dtype == np.int32 else prompt.astype(np.int32)),
+                response_ids=response if response.dtype == np.int32 else response.astype(np.int32),
+                logprobs=_per_token(group, i, "logprobs", e.logprobs, n, np.float32),
+                loss_mask=_per_token(group, i, "loss_mask", e.loss_mask, n, np.int8),
+                reward=reward,
+                token_rewards=None
+                if e.token_rewards is None
+                else _per_token(group, i, "token_rewards", e.token_rewards, n, np.float32),
+                info_json=_json(group, i, e.info),
+            )
+        )
+    return checked, _json(group, None, group.info)

@@ -1,0 +1,37 @@
+"""Small groups for the store tests, with content derived from their arguments."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rfthpc.store.schema import Experience, Group
+
+
+def make_group(
+    task: str,
+    version: int = 0,
+    explorer: str = "ex",
+    rank: int = 0,
+    responses: int = 2,
+    tokens: int = 5,
+    is_eval: bool = False,
+) -> Group:
+    """A group of `responses` responses of `tokens` tokens whose values encode the task name."""
+    base = sum(map(ord, task))
+    return Group(
+        task_id=task,
+        experiences=[
+            Experience(
+                prompt_ids=np.arange(3) + base,
+                response_ids=np.arange(tokens) + base + 10 * i,
+                logprobs=np.full(tokens, -0.5 - i, np.float32),
+                loss_mask=np.ones(tokens, np.int8),
+                reward=float(i),
+            )
+            for i in range(responses)
+        ],
+        policy_version=version,
+        explorer=explorer,
+        rank=rank,
+        is_eval=is_eval,
+    )

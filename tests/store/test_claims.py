@@ -1,0 +1,162 @@
+"""Task claims: selectors, epochs, limits, leases, restarts, and many explorer processes at once."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rfthpc.errors import ConfigError
+from rfthpc.fsutil import read_json
+from rfthpc.store.claims import CLAIMS_FILE, TaskClaims
+
+PROCS = Path(__file__).with_name("procs.py")
+REPO = Path(__file__).parents[2]
+
+
+def _holders(run_dir: Path) -> set[str]:
+    state = read_json(run_dir / "tasks" / "ts" / CLAIMS_FILE) or {"outstanding": {}}
+    return {c["owner"] for c in state["outstanding"].values()}
+
+
+def _pairs(claims: list) -> list[tuple[int, int]]:
+    return [(c.epoch, c.index) for c in claims]
+
+
+def test_sequential_epochs_then_finished(run_dir: Path) -> None:
+    c = TaskClaims(run_dir, "ts", 3, total_epochs=2, owner="a")
+    first = c.claim(4)
+    assert _pairs(first) == [(0, 0), (0, 1), (0, 2), (1, 0)]
+    assert [x.serial for x in first] == [0, 1, 2, 3]
+    assert c.complete(first) == first
+    rest = c.claim(5)
+    assert _pairs(rest) == [(1, 1), (1, 2)]
+    assert not c.finished
+    c.complete(rest)
+    assert c.finished and c.claim(2) == []
+    assert c.progress()["completed"] == 6
+
+
+def test_shuffle_is_seeded_and_new_each_epoch(run_dir: Path) -> None:
+    c = TaskClaims(run_dir, "a", 20, total_epochs=2, selector="shuffle", seed=3, owner="x")
+    got = c.claim(40)
+    e0 = [x.index for x in got if x.epoch == 0]
+    e1 = [x.index for x in got if x.epoch == 1]
+    assert sorted(e0) == sorted(e1) == list(range(20))
+    assert e0 != e1 and e0 != list(range(20))
+    same = TaskClaims(run_dir, "b", 20, total_epochs=2, selector="shuffle", seed=3, owner="x")
+    assert [x.index for x in same.claim(40)] == e0 + e1
+
+
+def test_max_tasks_stops_claiming(run_dir: Path) -> None:
+    c = TaskClaims(run_dir, "ts", 10, total_epochs=3, owner="a", max_tasks=4)
+    got = c.claim(10)
+    assert len(got) == 4
+    c.complete(got)
+    assert c.finished and c.claim(1) == []
+
+
+def test_released_claims_are_handed_out_first(run_dir: Path) -> None:
+    a = TaskClaims(run_dir, "ts", 10, owner="a")
+    b = TaskClaims(run_dir, "ts", 10, owner="b")
+    got = a.claim(3)
+    a.release(got[1:])
+    assert _pairs(b.claim(3)) == [(0, 1), (0, 2), (0, 3)]
+
+
+def test_dead_owner_claims_are_reclaimed_after_the_lease(run_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    a = TaskClaims(run_dir, "ts", 4, owner="a", lease_s=0.3)
+    b = TaskClaims(run_dir, "ts", 4, owner="b", lease_s=0.3)
+    lost = a.claim(2)
+    assert _pairs(b.claim(2)) == [(0, 2), (0, 3)]
+    b.heartbeat()
+    assert b.claim(1, timeout_s=0) == []  # a's lease still runs
+    time.sleep(0.4)
+    b.heartbeat()
+    with caplog.at_level(logging.WARNING):
+        assert _pairs(b.claim(2)) == [(0, 0), (0, 1)]
+    assert "reclaimed task 0:0" in caplog.text and "owner a sent no heartbeat" in caplog.text
+    assert a.complete(lost) == []  # too late: b holds them now
+
+
+def test_claim_waits_for_a_dead_owners_tasks(run_dir: Path) -> None:
+    a = TaskClaims(run_dir, "ts", 2, owner="a", lease_s=0.3)
+    b = TaskClaims(run_dir, "ts", 2, owner="b", lease_s=0.3)
+    a.claim(2)
+    waits = []
+    t = time.monotonic()
+    got = b.claim(2, poll_s=0.05, on_wait=lambda: waits.append(1))
+    assert _pairs(got) == [(0, 0), (0, 1)] and waits
+    assert 0.25 < time.monotonic() - t < 3
+
+
+def test_heartbeat_keeps_claims(run_dir: Path) -> None:
+    a = TaskClaims(run_dir, "ts", 2, owner="a", lease_s=0.4)
+    b = TaskClaims(run_dir, "ts", 2, owner="b", lease_s=0.4)
+    held = a.claim(2)
+    for _ in range(4):
+        time.sleep(0.15)
+        a.heartbeat()
+    assert b.claim(1, timeout_s=0) == []
+    assert a.complete(held) == held
+
+
+def test_restarted_owner_takes_back_its_claims_at_once(run_dir: Path) -> None:
+    before = TaskClaims(run_dir, "ts", 5, owner="explorer/3", lease_s=300)
+    held = before.claim(2)
+    after = TaskClaims(run_dir, "ts", 5, owner="explorer/3", lease_s=300)  # requeued: new process
+    assert _pairs(after.claim(3)) == _pairs(held) + [(0, 2)]
+
+
+def test_explorers_joining_with_other_settings_are_refused(run_dir: Path) -> None:
+    TaskClaims(run_dir, "ts", 5, total_epochs=2, owner="a").claim(1)
+    with pytest.raises(ConfigError, match="started with total_epochs=2, but this explorer has total_epochs=3"):
+        TaskClaims(run_dir, "ts", 5, total_epochs=3, owner="b").claim(1)
+    with pytest.raises(ConfigError, match="selector 'random' is unknown"):
+        TaskClaims(run_dir, "ts", 5, selector="random")
+
+
+@pytest.mark.slow
+def test_many_explorer_processes_explore_each_task_once_despite_kills(run_dir: Path, tmp_path: Path) -> None:
+    n_tasks, epochs = 30, 2
+    out = tmp_path / "done.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def start(owner: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, str(PROCS), "claimer", str(run_dir), owner, str(n_tasks),
+                                 str(epochs), "1.0", "strict-soft", str(out)], env=env)
+
+    def lines() -> list[dict]:
+        return [json.loads(x) for x in out.read_text().splitlines()] if out.exists() else []
+
+    victims = ("explorer/1", "explorer/4")
+    procs = {f"explorer/{i}": start(f"explorer/{i}") for i in range(6)}
+    try:
+        for victim in victims:
+            # Kill it once it has completed a batch and holds its next claims (it explores 0.3 s).
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not (
+                any(x["owner"] == victim for x in lines()) and victim in _holders(run_dir)
+            ):
+                time.sleep(0.005)
+            procs[victim].send_signal(signal.SIGKILL)
+            procs[victim].wait()
+        for p in procs.values():
+            p.wait(timeout=60)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+    assert [p.returncode for p in procs.values()] == [0, -9, 0, 0, -9, 0]
+    done = [tuple(pair) for x in lines() for pair in x["done"]]
+    assert len(done) == len(set(done)), "a task was completed twice"
+    assert sorted(done) == [(e, i) for e in range(epochs) for i in range(n_tasks)]
+    progress = TaskClaims(run_dir, "ts", n_tasks, total_epochs=epochs, selector="shuffle", seed=7).progress()
+    assert progress["reclaimed"] >= 2 and progress["finished"]

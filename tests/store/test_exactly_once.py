@@ -1,0 +1,120 @@
+"""Ten writer processes and one reader, with random SIGKILLs: every committed group read exactly once."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rfthpc.fsutil import is_temporary
+from rfthpc.store.chunks import read_chunk
+from rfthpc.store.layout import list_chunks
+
+PROCS = Path(__file__).with_name("procs.py")
+REPO = Path(__file__).parents[2]
+SLOTS = [("ea", r) for r in range(5)] + [("eb", r) for r in range(5)]
+GROUPS_PER_PROCESS = 48
+GROUPS_PER_CHUNK = 8
+TMP_CHUNK = re.compile(r"^\.tmp-c\d+-[0-9a-f]+-(?P<seq>\d+)\.h5\..+-(?P<pid>\d+)-[0-9a-f]{8}$")
+
+
+def _start(*args: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen([sys.executable, str(PROCS), *args], env=env, stderr=subprocess.PIPE)
+
+
+def _kill(p: subprocess.Popen) -> None:
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+
+
+@pytest.mark.slow
+def test_every_committed_group_is_read_exactly_once_under_sigkills(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("mode: both\n")
+    log, ckpt, done, acks = tmp_path / "reader.jsonl", tmp_path / "ckpt.json", tmp_path / "done", tmp_path / "acks"
+    acks.mkdir()
+    rng = random.Random(1234)
+
+    def start_writer(slot: int) -> subprocess.Popen:
+        explorer, rank = SLOTS[slot]
+        return _start("writer", str(run), explorer, str(rank), str(GROUPS_PER_PROCESS), str(GROUPS_PER_CHUNK),
+                      str(acks / f"{explorer}-{rank}.jsonl"))
+
+    writers = {slot: start_writer(slot) for slot in range(len(SLOTS))}
+    reader = _start("reader", str(run), str(log), str(ckpt), str(done), "5")
+    try:
+        random_kills = mid_chunk_kills = reader_kills = 0
+        t0 = time.monotonic()
+        random_kill_at = sorted(t0 + rng.uniform(1.0, 8.0) for _ in range(8))
+        reader_kill_at = [t0 + 3.0, t0 + 7.0]
+        next_mid_chunk_kill = t0 + 1.5
+        deadline = t0 + 50
+        while writers and time.monotonic() < deadline:
+            for slot, p in list(writers.items()):
+                if p.poll() is not None:
+                    assert p.returncode == 0, p.stderr.read().decode()
+                    del writers[slot]
+            running = {p.pid: slot for slot, p in writers.items()}
+            # Kill a writer caught between creating its temporary chunk and publishing it, after
+            # it committed its first chunk (so a dead writer's committed chunks are read too).
+            if mid_chunk_kills < 6 and time.monotonic() >= next_mid_chunk_kill:
+                for d in (run / "experiences" / "ea", run / "experiences" / "eb"):
+                    for name in os.listdir(d) if d.exists() else []:
+                        m = TMP_CHUNK.match(name)
+                        pid = int(m["pid"]) if m and int(m["seq"]) > 0 else -1
+                        if pid in running and writers[running[pid]].poll() is None:
+                            slot = running.pop(pid)
+                            _kill(writers[slot])
+                            writers[slot] = start_writer(slot)
+                            mid_chunk_kills += 1
+                            next_mid_chunk_kill = time.monotonic() + 0.7
+            if random_kill_at and writers and time.monotonic() >= random_kill_at[0]:
+                random_kill_at.pop(0)
+                slot = rng.choice(sorted(writers))
+                _kill(writers[slot])
+                writers[slot] = start_writer(slot)
+                random_kills += 1
+            if reader_kill_at and time.monotonic() >= reader_kill_at[0]:
+                reader_kill_at.pop(0)
+                _kill(reader)
+                reader_kills += 1
+                reader = _start("reader", str(run), str(log), str(ckpt), str(done), "5")
+            time.sleep(0.002)
+        assert not writers, "writers did not finish in time"
+        done.touch()
+        reader.wait(timeout=40)
+        assert reader.returncode == 0, reader.stderr.read().decode()
+    finally:
+        for p in [*writers.values(), reader]:
+            if p.poll() is None:
+                _kill(p)
+
+    committed: list[str] = []
+    for ref in list_chunks(run / "experiences"):
+        assert not ref.quarantined
+        committed += [g.group_id for g in read_chunk(ref.path)[1]]
+    assert len(committed) == len(set(committed))
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    consumed = [gid for line in lines for gid in line["ids"]]
+    assert [gid for line in lines for gid in line["bad"]] == []
+    assert len(consumed) == len(set(consumed)), "a group was read twice"
+    assert set(consumed) == set(committed), "a committed group was lost, or an uncommitted one read"
+    acked = {gid for f in acks.iterdir() for line in f.read_text().splitlines() for gid in json.loads(line)}
+    assert acked <= set(committed)
+    leftovers = [n for d in ("ea", "eb") for n in os.listdir(run / "experiences" / d) if is_temporary(n)]
+    print(f"{len(committed)} groups committed and read once; kills: {random_kills} random, "
+          f"{mid_chunk_kills} mid-chunk ({len(leftovers)} partial chunks left), {reader_kills} reader")
+    assert mid_chunk_kills >= 1 and leftovers, "no writer was killed mid-chunk"
+    assert reader_kills == 2 and random_kills == 8
+    # Killed writers committed some chunks before dying: those are read too.
+    assert len(committed) > len(SLOTS) * GROUPS_PER_PROCESS

@@ -1,0 +1,73 @@
+"""Garbage collection removes consumed chunks and dead writers' temporary files, nothing still needed."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from rfthpc.fsutil import TMP_PREFIX
+from rfthpc.store.gc import collect_garbage
+from rfthpc.store.layout import QUARANTINE_DIR, list_chunks
+from rfthpc.store.reader import StoreReader
+from rfthpc.store.writer import ChunkWriter
+
+from .groups import make_group
+
+
+def _chunks(run_dir: Path) -> int:
+    return len([r for r in list_chunks(run_dir / "experiences") if not r.quarantined])
+
+
+def test_only_chunks_consumed_at_the_checkpoint_are_deleted(run_dir: Path) -> None:
+    w = ChunkWriter(run_dir, "ex", 0, groups_per_chunk=2)
+    for i in range(8):
+        w.add(make_group(f"t{i}"))
+    reader = StoreReader(run_dir)
+    assert collect_garbage(run_dir)["chunks"] == 0  # no checkpoint recorded yet
+    reader.take(3, 0, timeout_s=1)
+    checkpointed = reader.state_dict()  # chunk 0 consumed, chunk 1 half consumed
+    reader.mark_checkpointed(checkpointed)
+    reader.take(3, 0, timeout_s=1)  # the live trainer is ahead of its checkpoint
+    removed = collect_garbage(run_dir)
+    assert removed["chunks"] == 1 and removed["chunk_bytes"] > 0
+    assert _chunks(run_dir) == 3
+    # A trainer resumed from the checkpoint still finds everything it has not consumed.
+    resumed = StoreReader(run_dir)
+    resumed.load_state_dict(checkpointed)
+    assert [g.task_id for g in resumed.take(5, 0, timeout_s=1)] == [f"t{i}" for i in range(3, 8)]
+    assert collect_garbage(run_dir, consumed_state=resumed.state_dict())["chunks"] == 3
+
+
+def test_temporary_files_of_dead_or_long_gone_writers_are_deleted(run_dir: Path) -> None:
+    ChunkWriter(run_dir, "ex", 0).close()
+    d = run_dir / "experiences" / "ex"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    host = socket.gethostname()
+    dead_tmp = d / f"{TMP_PREFIX}c00000-0123456789abcdef-00000003.h5.{host}-{dead.stdout.strip()}-0badc0de"
+    live_tmp = d / f"{TMP_PREFIX}c00001-0123456789abcdef-00000000.h5.{host}-{os.getpid()}-0badc0de"
+    old_tmp = d / f"{TMP_PREFIX}c00002-0123456789abcdef-00000000.h5.other-node.cluster-77-0badc0de"
+    young_remote = d / f"{TMP_PREFIX}c00003-0123456789abcdef-00000000.h5.other-node.cluster-78-0badc0de"
+    for p in (dead_tmp, live_tmp, old_tmp, young_remote):
+        p.write_bytes(b"partial")
+    two_hours_ago = time.time() - 7200
+    os.utime(old_tmp, (two_hours_ago, two_hours_ago))
+    assert collect_garbage(run_dir)["tmp_files"] == 2
+    assert sorted(p.name for p in d.iterdir()) == sorted([live_tmp.name, young_remote.name])
+
+
+def test_quarantined_chunks_are_kept(run_dir: Path) -> None:
+    w = ChunkWriter(run_dir, "ex", 0, groups_per_chunk=1)
+    for i in range(2):
+        w.add(make_group(f"t{i}"))
+    first = min(r.path for r in list_chunks(run_dir / "experiences"))
+    first.write_bytes(b"garbage")
+    reader = StoreReader(run_dir)
+    reader.take(1, 0, timeout_s=1)
+    reader.mark_checkpointed(reader.state_dict())
+    assert collect_garbage(run_dir)["chunks"] == 1
+    assert (run_dir / "experiences" / QUARANTINE_DIR / "ex" / first.name).exists()

@@ -1,0 +1,89 @@
+"""Run-directory locks: every kind excludes across processes; a dead holder's lock is recovered."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rfthpc.errors import ConfigError
+from rfthpc.locks import LOCK_KINDS, LockTimeout, make_lock
+
+PROCS = Path(__file__).with_name("lockprocs.py")
+REPO = Path(__file__).parents[2]
+
+
+def _spawn(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(PROCS), *args], env={**os.environ, "PYTHONPATH": str(REPO)},
+                            stdout=subprocess.PIPE, text=True)
+
+
+def _holding(lock: Path, kind: str) -> subprocess.Popen:
+    p = _spawn("holder", str(lock), kind)
+    assert p.stdout is not None and p.stdout.readline().strip() == "held"
+    return p
+
+
+@pytest.mark.parametrize("kind", LOCK_KINDS)
+def test_every_kind_excludes_other_processes(kind: str, tmp_path: Path) -> None:
+    counter = tmp_path / "counter"
+    counter.write_text("0")
+    procs = [_spawn("incrementer", str(tmp_path / "x.lock"), kind, str(counter), "20") for _ in range(3)]
+    for p in procs:
+        assert p.wait(timeout=60) == 0
+    assert counter.read_text() == "60"
+
+
+@pytest.mark.parametrize("kind", LOCK_KINDS)
+def test_lock_of_a_killed_holder_is_recovered(kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    lock = tmp_path / "x.lock"
+    p = _holding(lock, kind)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    t = time.monotonic()
+    with caplog.at_level(logging.WARNING), make_lock(lock, kind, timeout_s=10, stale_s=300):
+        pass
+    assert time.monotonic() - t < 5
+    if kind in ("strict-soft", "soft"):  # flock/lockf: the kernel released it, nothing to break
+        assert f"breaking lock {lock}" in caplog.text and f"pid {p.pid}" in caplog.text
+        assert "which has exited" in caplog.text
+
+
+@pytest.mark.parametrize("kind", ["strict-soft", "soft"])
+def test_marker_unchanged_for_stale_s_is_broken(kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # A stopped holder looks like one on an unreachable node: alive as far as this host knows.
+    lock = tmp_path / "x.lock"
+    p = _holding(lock, kind)
+    p.send_signal(signal.SIGSTOP)
+    try:
+        with caplog.at_level(logging.WARNING), make_lock(lock, kind, timeout_s=10, stale_s=0.5):
+            assert "unchanged for" in caplog.text and f"pid {p.pid}" in caplog.text
+    finally:
+        p.kill()
+        p.wait()
+
+
+@pytest.mark.parametrize("kind", LOCK_KINDS)
+def test_live_holder_makes_others_time_out_with_a_clear_message(kind: str, tmp_path: Path) -> None:
+    lock = tmp_path / "x.lock"
+    p = _holding(lock, kind)
+    try:
+        with (
+            pytest.raises(LockTimeout, match=rf"lock {lock} \({kind}\) not acquired within 0 s"),
+            make_lock(lock, kind, timeout_s=0.3, stale_s=60),
+        ):
+            pass
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_unknown_kind_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="lock kind 'nfs' is unknown; use one of strict-soft, soft, flock, lockf"):
+        make_lock(tmp_path / "x.lock", "nfs")  # type: ignore[arg-type]
