@@ -16,6 +16,7 @@ import importlib
 import importlib.util
 import inspect
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -91,6 +92,7 @@ class Registry(Generic[F]):
         self.config_key = config_key
         self._builtin_modules = tuple(builtin_modules)
         self._loaded = not self._builtin_modules
+        self._loading = threading.RLock()
         self._fns: dict[str, F] = {}
 
     def register(self, name: str, *aliases: str) -> Callable[[F], F]:
@@ -107,11 +109,15 @@ class Registry(Generic[F]):
 
     def _load_builtins(self) -> None:
         # Imported on first lookup, not at import time, so a registry and the modules that fill it
-        # can import each other without a cycle.
-        if not self._loaded:
-            self._loaded = True
-            for module in self._builtin_modules:
-                importlib.import_module(module)
+        # can import each other without a cycle. Workflow threads may look up concurrently: the
+        # flag is set only once every built-in has registered.
+        if self._loaded:
+            return
+        with self._loading:
+            if not self._loaded:
+                for module in self._builtin_modules:
+                    importlib.import_module(module)
+                self._loaded = True
 
     def names(self) -> list[str]:
         """All registered names, aliases included, sorted."""

@@ -9,7 +9,7 @@ Layout (see docs/run-directory.md):
     weights/step_<N>/, weights/latest  published policies for explorers
     global_step_<N>/actor/             resumable trainer checkpoints
     latest_checkpointed_iteration.txt
-    trainer_meta.json, explorer_meta/<name>.json
+    trainer_meta.json, explorer_meta/<name>/<rank>.json
     log/, monitor/
 
 Roles never import each other's internals; they all use these names.
@@ -94,9 +94,14 @@ class RunDir:
         """Trainer progress summary (step, stage, published version)."""
         return self.root / "trainer_meta.json"
 
-    def explorer_meta(self, name: str) -> Path:
-        """Progress summary of one explorer array (`explorer.name`)."""
-        return self.root / "explorer_meta" / f"{name}.json"
+    @property
+    def explorer_meta_root(self) -> Path:
+        """Progress records of every explorer process, `<name>/<rank>.json`."""
+        return self.root / "explorer_meta"
+
+    def explorer_meta(self, name: str, rank: int) -> Path:
+        """Progress record of one explorer process (array `name`, task `rank`)."""
+        return self.explorer_meta_root / name / f"{rank}.json"
 
     @property
     def log(self) -> Path:

@@ -47,7 +47,7 @@ class Completion:
 
     token_ids: list[int]
     logprobs: list[float]
-    """Behaviour log-probability of each sampled token (before temperature, as vLLM reports)."""
+    """Log-probability each token was sampled with (after temperature, top-k and top-p: vLLM's processed logprobs)."""
     text: str
     finish_reason: str
     """"stop" (an end token) or "length" (max_tokens reached)."""

@@ -1,0 +1,183 @@
+"""Many workflows, one engine call: gather the generate calls of concurrent workflow threads.
+
+Workflows are plain sequential functions (`workflow(task, ctx)`), one per task. The explorer runs
+`runner_per_model` of them in threads; each one's `ctx.engine.generate(...)` blocks while the
+explorer's main thread, in `serve`, collects the calls and, once every running workflow is
+waiting (or the oldest call has waited `max_wait_s`, for a workflow busy elsewhere, e.g. in a
+slow reward function), hands them to the engine as one `generate_batch` call. So a step's tasks
+are generated together, as one vLLM `generate` with `n = repeat_times` per prompt would be, and
+multi-turn workflows batch their later turns the same way.
+
+Only the serving thread touches the engines, so engines need not be thread-safe.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from rfthpc.engines.base import GenerateRequest, PolicyEngine
+from rfthpc.workflows.base import Completion, SamplingArgs
+
+
+class GenerationCancelled(Exception):
+    """The explorer is stopping (or the workflow ran out of time): this generate call is not served."""
+
+
+@dataclass
+class _Call:
+    engine: str
+    requests: list[GenerateRequest]
+    runner: int
+    created: float = field(default_factory=time.monotonic)
+    done: threading.Event = field(default_factory=threading.Event)
+    result: list[list[Completion]] | None = None
+    error: BaseException | None = None
+
+
+class BatchedClient:
+    """What a workflow sees as its engine: `generate` blocks until the serving thread has run it."""
+
+    def __init__(self, batcher: RequestBatcher, engine: str) -> None:
+        self._batcher = batcher
+        self.engine = engine
+
+    def generate(
+        self, prompts_token_ids: Sequence[Sequence[int]], n: int, params: SamplingArgs
+    ) -> list[list[Completion]]:
+        """For each prompt, `n` samples (served together with the other runners' calls)."""
+        return self._batcher.submit(self.engine, [GenerateRequest(list(p), n, params) for p in prompts_token_ids])
+
+
+class RequestBatcher:
+    """Collects generate calls from runner threads; `serve` (one thread) runs them in batches."""
+
+    def __init__(self, engines: Mapping[str, PolicyEngine], max_wait_s: float = 0.05) -> None:
+        self.engines = dict(engines)
+        self.max_wait_s = max_wait_s
+        self._cond = threading.Condition()
+        self._pending: list[_Call] = []
+        self._active: set[int] = set()
+        self._cancelled: dict[int, str] = {}
+        self._cancel_all: str | None = None
+        self.calls_served = 0
+        self.batches_served = 0
+
+    def client(self, engine: str) -> BatchedClient:
+        """A `RolloutEngine` for workflows that routes to the engine named `engine`."""
+        if engine not in self.engines:
+            raise KeyError(f"no engine named {engine!r}; engines: {', '.join(self.engines)}")
+        return BatchedClient(self, engine)
+
+    @contextmanager
+    def runner(self) -> Iterator[int]:
+        """Mark the calling thread as a running workflow for the duration of the block."""
+        ident = threading.get_ident()
+        with self._cond:
+            self._active.add(ident)
+            self._cancelled.pop(ident, None)
+        try:
+            yield ident
+        finally:
+            with self._cond:
+                self._active.discard(ident)
+                self._cond.notify_all()
+
+    @property
+    def active(self) -> int:
+        """Workflow threads currently running."""
+        with self._cond:
+            return len(self._active)
+
+    @property
+    def pending(self) -> int:
+        """Calls waiting to be served."""
+        with self._cond:
+            return len(self._pending)
+
+    def submit(self, engine: str, requests: list[GenerateRequest]) -> list[list[Completion]]:
+        """Queue one call and wait until it is served; raise GenerationCancelled if it will not be."""
+        ident = threading.get_ident()
+        call = _Call(engine, requests, ident)
+        with self._cond:
+            reason = self._cancel_all or self._cancelled.get(ident)
+            if reason is not None:
+                raise GenerationCancelled(reason)
+            self._pending.append(call)
+            self._cond.notify_all()
+        call.done.wait()
+        if call.error is not None:
+            raise call.error
+        assert call.result is not None
+        return call.result
+
+    def cancel(self, reason: str, runner: int | None = None) -> None:
+        """Fail the pending and later calls of `runner` (None: of every runner) with GenerationCancelled."""
+        with self._cond:
+            if runner is None:
+                self._cancel_all = reason
+            else:
+                self._cancelled[runner] = reason
+            keep = []
+            for call in self._pending:
+                if runner is None or call.runner == runner:
+                    call.error = GenerationCancelled(reason)
+                    call.done.set()
+                else:
+                    keep.append(call)
+            self._pending = keep
+            self._cond.notify_all()
+
+    def resume(self) -> None:
+        """Serve calls again after `cancel` (the next batch of workflows starts afresh)."""
+        with self._cond:
+            self._cancel_all = None
+            self._cancelled.clear()
+
+    def _ready(self) -> bool:
+        if not self._pending:
+            return False
+        if len(self._pending) >= len(self._active):
+            return True
+        return time.monotonic() - self._pending[0].created >= self.max_wait_s
+
+    def serve(self, timeout_s: float) -> int:
+        """Wait up to `timeout_s` for a batch to be ready, run it; return the number of calls served."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while not self._ready():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return 0
+                wait = left
+                if self._pending:
+                    wait = min(left, max(0.0, self._pending[0].created + self.max_wait_s - time.monotonic()))
+                self._cond.wait(wait)
+            calls, self._pending = self._pending, []
+        for engine in {c.engine for c in calls}:
+            self._run(engine, [c for c in calls if c.engine == engine])
+        self.calls_served += len(calls)
+        self.batches_served += 1
+        return len(calls)
+
+    def _run(self, engine: str, calls: list[_Call]) -> None:
+        requests = [r for c in calls for r in c.requests]
+        try:
+            results = self.engines[engine].generate_batch(requests)
+        except Exception as e:  # noqa: BLE001 - handed to the workflow that made the call
+            if len(calls) == 1:
+                calls[0].error = e
+                calls[0].done.set()
+                return
+            # One bad request (e.g. an over-long prompt) must not fail the other workflows' calls.
+            for call in calls:
+                self._run(engine, [call])
+            return
+        start = 0
+        for call in calls:
+            call.result = results[start : start + len(call.requests)]
+            start += len(call.requests)
+            call.done.set()

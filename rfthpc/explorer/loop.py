@@ -1,0 +1,560 @@
+"""The explorer loop: claim tasks -> wait for an allowed policy -> generate and score -> commit groups.
+
+One process (one Slurm array task, or one local process) runs it:
+
+1. For each stage whose mode is `both` or `explore`, in order: wait until the trainer reports it
+   has started the stage (the first stage needs no wait), then explore its tasksets one after
+   another.
+2. Each step claims this process's share of a batch (`ceil(buffer.batch_size / array size)` tasks)
+   from the taskset's `TaskClaims`, loads the newest complete published weights, waits (bounded
+   by `synchronizer.sync_timeout`) while the policy held is older than the staleness bound allows
+   for these tasks (`rfthpc.explorer.staleness`), then runs the tasks' workflows concurrently with
+   their generate calls batched into one engine call (`rfthpc.explorer.rollout`).
+3. Each finished group, stamped with the policy version that generated it, goes to the
+   `ChunkWriter`; a claim is completed only once its group's chunk is committed, so a crash never
+   loses a task (a requeued or other explorer redoes it). Tasks that failed every attempt or were
+   skipped (over-long prompt) are completed without a group and counted.
+4. Rank 0 evaluates the eval tasksets on start-up, every `explorer.eval_interval` versions and on
+   the final policy (`rfthpc.explorer.eval`); metrics go to `monitor/explorer_<name>_<rank>.jsonl`.
+
+Exit codes: 0 when every task is done or the trainer is done; `EXIT_PREEMPTED` (124) after a
+SIGTERM/SIGUSR2 (finished groups committed, unfinished claims released); a `UserError` (exit 2)
+when no allowed policy appears within `sync_timeout` or the input is bad.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rfthpc.config import Config, Stage
+from rfthpc.engines.base import EngineSettings, PolicyEngine, make_engine
+from rfthpc.engines.batching import RequestBatcher
+from rfthpc.errors import EXIT_PREEMPTED, UserError
+from rfthpc.explorer import eval as evaluation
+from rfthpc.explorer import setup
+from rfthpc.explorer.follow import WeightFollower
+from rfthpc.explorer.meta import Progress
+from rfthpc.explorer.rollout import RolloutPolicy, TaskOutcome, run_tasks
+from rfthpc.explorer.signals import StopRequest
+from rfthpc.explorer.staleness import expected_train_step, required_version, staleness, taskset_offsets
+from rfthpc.fsutil import read_json, set_share_group
+from rfthpc.monitor import Monitor
+from rfthpc.rundir import RunDir
+from rfthpc.store import ChunkWriter, Claim, Group, TaskClaims
+from rfthpc.store.schema import Experience as StoredExperience
+from rfthpc.workflows.base import WorkflowContext
+
+log = logging.getLogger(__name__)
+
+EXPLORE_MODES = ("both", "explore")
+
+EngineFactory = Callable[[str, EngineSettings], PolicyEngine]
+
+
+class SyncTimeout(UserError):
+    """No policy within the staleness bound was published in time."""
+
+
+class _Stopped(Exception):
+    """A stop request arrived while waiting; unwinds to the stage loop."""
+
+
+@dataclass(frozen=True)
+class TrainerView:
+    """What `trainer_meta.json` says (contracts: step, stage, stage_index, stage_start_step, done)."""
+
+    exists: bool
+    stage_index: int = 0
+    stage_start_step: int = 0
+    done: bool = False
+
+    @classmethod
+    def read(cls, run: RunDir) -> TrainerView:
+        """The trainer's state now (a missing or torn file reads as "not started")."""
+        try:
+            meta = read_json(run.trainer_meta)
+        except ValueError:
+            meta = None
+        if not isinstance(meta, dict):
+            return cls(False)
+        return cls(True, int(meta.get("stage_index") or 0), int(meta.get("stage_start_step") or 0),
+                   bool(meta.get("done")))
+
+
+@dataclass
+class _Source:
+    """One training taskset of the stage being explored, with its claims."""
+
+    taskset: setup.Taskset
+    claims: TaskClaims
+    offset: int
+
+
+@dataclass
+class _Pending:
+    """A group handed to the writer whose claim is completed once its chunk is committed."""
+
+    claims: TaskClaims
+    claim: Claim
+
+
+class Explorer:
+    """One explorer process: array task `rank` of explorer array `name` in run directory `run_dir`."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        name: str,
+        rank: int,
+        stages: Sequence[Stage],
+        engine_factory: EngineFactory = make_engine,
+    ) -> None:
+        """`stages` are the run's resolved stages (`load_resolved(config).stages`)."""
+        if rank < 0:
+            raise UserError(f"explorer rank {rank}: use an array task index >= 0")
+        self.rundir = RunDir(run_dir)
+        self.name = name
+        self.rank = rank
+        self.stages = list(stages)
+        self.owner = f"{name}/{rank}"
+        self.stage_name = ""
+        self.tasksets: dict[int, tuple[list[setup.Taskset], list[setup.Taskset]]] = {}
+        self.engine_factory = engine_factory
+        self.stop = StopRequest()
+        self.engines: dict[str, PolicyEngine] = {}
+        self.writer: ChunkWriter | None = None
+        self.monitor: Monitor | None = None
+        self.pending: list[_Pending] = []
+        self.claim_sets: list[TaskClaims] = []
+        self._last_heartbeat = 0.0
+        lease = self.stages[0].config.filesystem.lease_s if self.stages else 300.0
+        self.follower = WeightFollower(self.rundir, name, rank, lease_refresh_s=max(1.0, lease / 4))
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Explore until done; return the exit code (0 done, 124 stopped by a signal)."""
+        explore = [(i, s) for i, s in enumerate(self.stages) if s.config.mode in EXPLORE_MODES]
+        if not explore:
+            log.info("no stage has mode both or explore: nothing to explore")
+            return 0
+        cfg = explore[0][1].config
+        set_share_group(cfg.filesystem.share_group)
+        self.stop.install()
+        try:
+            # Bad data fails here, before minutes are spent starting an engine.
+            self.tasksets = {i: self._load_tasksets(s.config) for i, s in explore}
+            self._start(cfg)
+            return self._run_stages(explore)
+        finally:
+            self._shutdown()
+
+    def _start(self, cfg: Config) -> None:
+        self.progress = Progress(self.rundir, self.name, self.rank)
+        self.monitor = Monitor(self.rundir, f"explorer_{self.name}_{self.rank}", cfg.monitor, cfg.project, cfg.name,
+                               use_wandb=self.rank == 0)
+        buf = cfg.buffer.trainer_input.experience_buffer
+        self.writer = ChunkWriter(self.rundir.root, self.name, self.rank, buf.groups_per_chunk, buf.max_chunk_delay)
+        # The tokenizer and chat template are checked before minutes go into starting an engine.
+        prompts = setup.prompt_builder(cfg)
+        version, path = self.follower.start_point(cfg.model.model_path)
+        rm = cfg.explorer.rollout_model
+        log.info("explorer %s rank %d: starting %s engine on %s (policy version %d)",
+                 self.name, self.rank, rm.engine_type, path, version)
+        self.engines[setup.POLICY_ENGINE] = self.engine_factory(
+            rm.engine_type, setup.engine_settings(cfg, rm, self.rank, path))
+        for aux_name, (engine_type, settings) in setup.auxiliary_settings(cfg, self.rank).items():
+            self.engines[aux_name] = self.engine_factory(engine_type, settings)
+        self.follower.attach(self.engines[setup.POLICY_ENGINE], version)
+        self.batcher = RequestBatcher(self.engines)
+        self.ctx = WorkflowContext(
+            engine=self.batcher.client(setup.POLICY_ENGINE),
+            prompts=prompts,
+            auxiliary={n: self.batcher.client(n) for n in self.engines if n != setup.POLICY_ENGINE},
+        )
+        self.progress.update(state="started", version=version)
+
+    def _shutdown(self) -> None:
+        try:
+            if self.writer is not None:
+                self.writer.close()
+                self._complete_committed()
+        except Exception:
+            log.exception("could not commit the last groups; their tasks will be redone by another explorer")
+        self.follower.close()
+        if self.monitor is not None:
+            self.monitor.close()
+        for engine in self.engines.values():
+            engine.close()
+        self.engines.clear()
+        self.stop.restore()
+
+    def _run_stages(self, explore: list[tuple[int, Stage]]) -> int:
+        last = explore[0][0]
+        for index, stage in explore:
+            status = self._explore_stage(index, stage)
+            last = index
+            if status == "stopped":
+                return self._stopped()
+            if status == "trainer_done":
+                break
+        self._flush()
+        if self._final_evaluation(self.stages[last].config, self.tasksets[last][1]) == "stopped":
+            return self._stopped()
+        self.progress.update(state="done", version=self.follower.version)
+        log.info("explorer %s rank %d: done (%d groups committed)", self.name, self.rank,
+                 self.progress["groups_committed"])
+        return 0
+
+    def _stopped(self) -> int:
+        self._flush()
+        self.progress.update(state="stopped", version=self.follower.version)
+        log.warning("explorer %s rank %d: stopped by %s; exiting with %d for requeue",
+                    self.name, self.rank, self.stop.reason, EXIT_PREEMPTED)
+        return EXIT_PREEMPTED
+
+    # ---- stages --------------------------------------------------------------------------------
+
+    def _wait_for_stage(self, index: int, cfg: Config) -> int | str:
+        """The stage's start step once the trainer is in it; a status if it is past it or stopped."""
+        while True:
+            view = TrainerView.read(self.rundir)
+            if view.done:
+                return "trainer_done"
+            if view.exists and view.stage_index > index:
+                return "skipped"
+            if view.exists and view.stage_index == index:
+                return view.stage_start_step
+            if index == 0:
+                return 0
+            if self.stop.requested:
+                return "stopped"
+            self.progress.update(state="waiting_for_stage", stage=index)
+            time.sleep(cfg.explorer.weights_poll_interval)
+
+    @staticmethod
+    def _load_tasksets(cfg: Config) -> tuple[list[setup.Taskset], list[setup.Taskset]]:
+        inp = cfg.buffer.explorer_input
+        return ([setup.load(ts, is_eval=False) for ts in inp.tasksets],
+                [setup.load(ts, is_eval=True) for ts in inp.eval_tasksets])
+
+    def _sources(self, cfg: Config, tasksets: list[setup.Taskset], claim_prefix: str) -> list[_Source]:
+        sizes = [len(ts.tasks) * (ts.config.total_epochs or 1) for ts in tasksets]
+        max_tasks = None if cfg.buffer.total_steps is None else cfg.buffer.total_steps * cfg.buffer.batch_size
+        sources = []
+        fs = cfg.filesystem
+        for ts, (offset, limit) in zip(tasksets, taskset_offsets(sizes, max_tasks), strict=True):
+            if limit == 0:
+                continue
+            claims = TaskClaims(
+                self.rundir.root, f"{claim_prefix}{ts.name}", len(ts.tasks),
+                total_epochs=ts.config.total_epochs or 1, selector=ts.config.task_selector.selector_type,
+                seed=ts.config.task_selector.seed, lease_s=fs.lease_s, lock=fs.lock_type, owner=self.owner,
+                max_tasks=limit,
+            )
+            sources.append(_Source(ts, claims, offset))
+        return sources
+
+    def _explore_stage(self, index: int, stage: Stage) -> str:
+        cfg = stage.config
+        start = self._wait_for_stage(index, cfg)
+        if isinstance(start, str):
+            return start
+        explore_stages = sum(s.config.mode in EXPLORE_MODES for s in self.stages)
+        # Several RL stages may read one taskset; each stage then has its own claims.
+        train, evals = self.tasksets[index]
+        sources = self._sources(cfg, train, f"{stage.name}." if explore_stages > 1 else "")
+        self.claim_sets = [s.claims for s in sources]
+        array_size = cfg.slurm.explorer.array_size or cfg.explorer.rollout_model.engine_num
+        claim_size = max(1, math.ceil(cfg.buffer.batch_size / max(1, array_size)))
+        poll = cfg.filesystem.poll_interval_s
+        self.stage_name = stage.name
+        self.progress.update(state="exploring", stage=index, stage_name=stage.name)
+        log.info("explorer %s rank %d: exploring stage %r (starts after trainer step %d), %d tasks per claim",
+                 self.name, self.rank, stage.name, start, claim_size)
+        try:
+            self._follow(cfg, evals, startup=True)
+            for source in sources:
+                while True:
+                    if self.stop.requested:
+                        return "stopped"
+                    view = TrainerView.read(self.rundir)
+                    if view.done:
+                        return "trainer_done"
+                    if view.exists and view.stage_index > index:
+                        return "skipped"
+                    claims = source.claims.claim(claim_size, timeout_s=max(5.0, poll), poll_s=poll,
+                                                 on_wait=self._idle)
+                    if not claims:
+                        self._flush()
+                        if source.claims.finished:
+                            break
+                        continue
+                    status = self._explore_batch(cfg, source, claims, start, evals)
+                    if status is not None:
+                        return status
+        except _Stopped:
+            return "stopped"
+        self._flush()
+        return "finished"
+
+    # ---- one batch -----------------------------------------------------------------------------
+
+    def _explore_batch(
+        self, cfg: Config, source: _Source, claims: list[Claim], stage_start: int, evals: list[setup.Taskset]
+    ) -> str | None:
+        bs = cfg.buffer.batch_size
+        steps = [expected_train_step(stage_start, c.serial, bs, source.offset) for c in claims]
+        need = required_version(max(steps), cfg.synchronizer.max_staleness)
+        wait_s = 0.0
+        try:
+            self._follow(cfg, evals)
+            if self.follower.version < need:
+                self._flush()
+                began = time.monotonic()
+                status = self._wait_for_version(need, cfg, evals)
+                if status is not None:
+                    source.claims.release(claims)
+                    return status
+                wait_s = time.monotonic() - began
+        except (_Stopped, SyncTimeout):
+            source.claims.release(claims)
+            raise
+        version = self.follower.version
+        policy = RolloutPolicy(
+            concurrency=cfg.explorer.runner_per_model, max_timeout_s=cfg.explorer.max_timeout,
+            retries=cfg.explorer.max_retry_times, retry_interval_s=cfg.buffer.max_retry_interval,
+        )
+        began = time.perf_counter()
+        outcomes = run_tasks([source.taskset.tasks[c.index] for c in claims], self.ctx, self.batcher, policy,
+                             self.stop, tick=self._tick)
+        elapsed = time.perf_counter() - began
+        done_now, release, groups = [], [], []
+        for claim, step, outcome in zip(claims, steps, outcomes, strict=True):
+            if outcome.cancelled:
+                release.append(claim)
+            elif outcome.result is None or not outcome.result.experiences:
+                done_now.append(claim)
+            else:
+                group = self._group(outcome, claim, version, step)
+                groups.append((claim, group))
+        if release:
+            source.claims.release(release)
+        if done_now:
+            source.claims.complete(done_now)
+            self.progress.update(tasks_completed=self.progress["tasks_completed"] + len(done_now))
+        assert self.writer is not None
+        for claim, group in groups:
+            self.pending.append(_Pending(source.claims, claim))
+            self.writer.add(group)
+            self._complete_committed()
+        self._log_batch(outcomes, groups, steps, version, elapsed, wait_s, source.taskset.name)
+        if self.stop.requested:
+            return "stopped"
+        return None
+
+    def _group(self, outcome: TaskOutcome, claim: Claim, version: int, step: int) -> Group:
+        assert outcome.result is not None
+        task, result = outcome.task, outcome.result
+        params = task.rollout_args
+        experiences = [
+            StoredExperience(
+                prompt_ids=np.asarray(e.prompt_token_ids, dtype=np.int32),
+                response_ids=np.asarray(e.response_token_ids, dtype=np.int32),
+                logprobs=np.asarray(e.logprobs, dtype=np.float32),
+                loss_mask=np.asarray(e.loss_mask, dtype=np.int8),
+                reward=e.reward,
+                token_rewards=None if e.token_level_rewards is None
+                else np.asarray(e.token_level_rewards, dtype=np.float32),
+                info={**e.info, "finish_reason": e.finish_reason, "reward_components": e.reward_components,
+                      "response_text": e.response_text},
+            )
+            for e in result.experiences
+        ]
+        info: dict[str, Any] = {
+            **result.info,
+            "taskset": task.taskset, "index": claim.index, "epoch": claim.epoch, "serial": claim.serial,
+            "stage": self.stage_name, "expected_step": step, "workflow": task.workflow,
+            # The trainer divides its logits by this temperature so its logprobs match the stored ones.
+            "temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k,
+            "max_tokens": params.max_tokens,
+        }
+        return Group(
+            task_id=task.task_id, experiences=experiences, policy_version=version, explorer=self.name,
+            rank=self.rank, created_at=outcome.started, finished_at=outcome.finished, info=info,
+        )
+
+    # ---- weights, staleness, evaluation --------------------------------------------------------
+
+    def _follow(self, cfg: Config, evals: list[setup.Taskset], startup: bool = False) -> bool:
+        """Load newer weights if published; evaluate if due. True if new weights were loaded."""
+        loaded = self.follower.update()
+        if self.rank != 0 or not evals:
+            return loaded
+        version = self.follower.version
+        last = self.progress["evaluated_version"]
+        if last is None and startup and not cfg.explorer.eval_on_startup:
+            last = version
+            self.progress.update(evaluated_version=version)
+        due = (last is None and startup) or evaluation.eval_due(version, last, cfg.explorer.eval_interval)
+        if due:
+            self._evaluate(cfg, evals)
+        return loaded
+
+    def _evaluate(self, cfg: Config, evals: list[setup.Taskset]) -> None:
+        version = self.follower.version
+        self._flush()
+        policy = RolloutPolicy(concurrency=cfg.explorer.runner_per_model, max_timeout_s=cfg.explorer.max_timeout,
+                               retries=cfg.explorer.max_retry_times, retry_interval_s=cfg.buffer.max_retry_interval)
+        began = time.perf_counter()
+        metrics, complete = evaluation.evaluate(
+            evals, lambda tasks: run_tasks(tasks, self.ctx, self.batcher, policy, self.stop, tick=self._tick))
+        if not complete:
+            raise _Stopped()
+        metrics["eval/version"] = version
+        metrics["eval/time_s"] = time.perf_counter() - began
+        assert self.monitor is not None
+        self.monitor.log(metrics, step=version)
+        self.progress.update(evaluated_version=version)
+
+    def _wait_for_version(self, need: int, cfg: Config, evals: list[setup.Taskset]) -> str | None:
+        """Wait until the policy held is at least `need`; a status if the wait ends otherwise."""
+        timeout = cfg.synchronizer.sync_timeout
+        deadline = time.monotonic() + timeout
+        log.info("waiting for policy version >= %d (holding %d) to stay within max_staleness=%d",
+                 need, self.follower.version, cfg.synchronizer.max_staleness)
+        self.progress.update(state="waiting_for_weights", version=self.follower.version, need_version=need)
+        while self.follower.version < need:
+            if self.stop.requested:
+                return "stopped"
+            view = TrainerView.read(self.rundir)
+            if view.done:
+                return "trainer_done"
+            if time.monotonic() >= deadline:
+                raise SyncTimeout(
+                    f"explorer {self.name} rank {self.rank}: no policy version >= {need} was published within "
+                    f"synchronizer.sync_timeout={timeout:.0f} s (holding version {self.follower.version}); "
+                    "check that the trainer is running (its log and trainer_meta.json), or raise sync_timeout / "
+                    "sync_offset to let explorers run further ahead"
+                )
+            self._tick()
+            time.sleep(cfg.explorer.weights_poll_interval)
+            self._follow(cfg, evals)
+        self.progress.update(state="exploring", version=self.follower.version)
+        return None
+
+    def _final_evaluation(self, cfg: Config, evals: list[setup.Taskset]) -> str | None:
+        """Rank 0: keep evaluating new versions until the trainer is done, then the final policy."""
+        if self.rank != 0 or not evals:
+            return None
+        deadline = time.monotonic() + cfg.synchronizer.sync_timeout
+        try:
+            while TrainerView.read(self.rundir).exists and not TrainerView.read(self.rundir).done:
+                if self.stop.requested:
+                    return "stopped"
+                if self._follow(cfg, evals):
+                    deadline = time.monotonic() + cfg.synchronizer.sync_timeout
+                if time.monotonic() >= deadline:
+                    log.warning("no new policy for %.0f s and the trainer is not done; skipping the final evaluation",
+                                cfg.synchronizer.sync_timeout)
+                    return None
+                self._tick()
+                time.sleep(cfg.explorer.weights_poll_interval)
+            self.follower.update()
+            if self.progress["evaluated_version"] != self.follower.version:
+                self._evaluate(cfg, evals)
+        except _Stopped:
+            return "stopped"
+        return None
+
+    # ---- bookkeeping ---------------------------------------------------------------------------
+
+    def _complete_committed(self) -> None:
+        """Complete the claims whose groups the writer has committed (all but the last `buffered`)."""
+        assert self.writer is not None
+        committed = len(self.pending) - self.writer.buffered
+        if committed <= 0:
+            return
+        done, self.pending = self.pending[:committed], self.pending[committed:]
+        for claims in {id(p.claims): p.claims for p in done}.values():
+            accepted = claims.complete([p.claim for p in done if p.claims is claims])
+            rejected = sum(p.claims is claims for p in done) - len(accepted)
+            if rejected:
+                log.warning("%d committed groups belong to tasks another explorer took over (this process "
+                            "missed its heartbeats for filesystem.lease_s); they may be explored twice", rejected)
+        self.progress.update(groups_committed=self.progress["groups_committed"] + committed,
+                             tasks_completed=self.progress["tasks_completed"] + committed)
+
+    def _flush(self) -> None:
+        if self.writer is not None:
+            self.writer.flush()
+            self._complete_committed()
+
+    def _heartbeat(self) -> None:
+        lease = self.stages[0].config.filesystem.lease_s
+        if time.monotonic() - self._last_heartbeat >= lease / 4:
+            for claims in self.claim_sets:
+                claims.heartbeat()
+            self._last_heartbeat = time.monotonic()
+
+    def _tick(self) -> None:
+        """Periodic duties while workflows run or the explorer waits: leases, heartbeats, due commits."""
+        self._heartbeat()
+        self.follower.refresh_lease()
+        if self.writer is not None:
+            self.writer.flush_if_due()
+            self._complete_committed()
+
+    def _idle(self) -> None:
+        """Called while no task can be claimed: commit what is buffered (others may wait for it)."""
+        if self.stop.requested:
+            raise _Stopped()
+        self._flush()
+        self.follower.refresh_lease()
+
+    def _log_batch(self, outcomes: list[TaskOutcome], groups: list[tuple[Claim, Group]], steps: list[int],
+                   version: int, elapsed: float, wait_s: float, taskset: str) -> None:
+        rewards = np.concatenate([g.rewards for _, g in groups]) if groups else np.zeros(0)
+        resp = [len(e.response_ids) for _, g in groups for e in g.experiences]
+        prompt = [len(e.prompt_ids) for _, g in groups for e in g.experiences]
+        tokens = int(sum(resp))
+        stal = [staleness(s, version) for s in steps]
+        metrics: dict[str, Any] = {
+            "rollout/version": version,
+            "rollout/expected_step": max(steps),
+            "rollout/staleness": float(np.mean(stal)),
+            "rollout/staleness_max": max(stal),
+            "rollout/groups": len(groups),
+            "rollout/tasks": len(outcomes),
+            "rollout/failed_tasks": sum(o.error is not None for o in outcomes),
+            "rollout/cancelled_tasks": sum(o.cancelled for o in outcomes),
+            "rollout/reward_errors": sum("reward_error" in g.info for _, g in groups),
+            "rollout/prompt_truncated": sum(bool(g.info.get("prompt_truncated")) for _, g in groups),
+            "rollout/prompt_skipped": sum(o.result is not None and "skipped" in o.result.info for o in outcomes),
+            "rollout/tokens": tokens,
+            "rollout/tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
+            "rollout/time_s": elapsed,
+            "rollout/wait_s": wait_s,
+            "rollout/weight_load_s": self.follower.last_load_s,
+        }
+        if rewards.size:
+            metrics.update({
+                "rollout/reward_mean": float(rewards.mean()), "rollout/reward_std": float(rewards.std()),
+                "rollout/reward_max": float(rewards.max()), "rollout/reward_min": float(rewards.min()),
+                "rollout/response_length": float(np.mean(resp)), "rollout/prompt_length": float(np.mean(prompt)),
+                "rollout/finish_length_ratio": float(np.mean(
+                    [e.info.get("finish_reason") == "length" for _, g in groups for e in g.experiences])),
+            })
+        step = self.progress["steps"] + 1
+        assert self.monitor is not None
+        self.monitor.log(metrics, step=step)
+        self.progress.update(steps=step, version=version, tokens_per_s=metrics["rollout/tokens_per_s"],
+                             taskset=taskset)

@@ -1,0 +1,130 @@
+"""From a stage's config to what the explorer runs: engine settings, tasksets, prompt builder.
+
+Config keys read here: `model.*` (path, token budgets, prompt truncation, chat template,
+min_response_tokens), `explorer.rollout_model.*` / `explorer.auxiliary_models[*]` (engine),
+`buffer.explorer_input.tasksets` / `eval_tasksets` (data, format, rollout_args, repeat_times,
+workflow, reward), `buffer.batch_size`, `buffer.total_steps`, `buffer.total_epochs`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rfthpc.config import Config
+from rfthpc.config.buffer import TasksetConfig
+from rfthpc.config.explorer import InferenceModelConfig
+from rfthpc.data.tasksets import PromptBuilder, Task, load_taskset
+from rfthpc.engines.base import EngineSettings
+from rfthpc.errors import ConfigError
+from rfthpc.workflows.base import SamplingArgs
+
+POLICY_ENGINE = "policy"
+"""The batcher's name of the rollout engine (auxiliary engines go by their `name`)."""
+
+
+def engine_settings(
+    cfg: Config, model: InferenceModelConfig, rank: int, model_path: str | None = None
+) -> EngineSettings:
+    """Settings of one engine of array task `rank` (seed + rank); `model_path` overrides the config's."""
+    path = model_path or model.model_path or cfg.model.model_path
+    dtype = model.dtype if model.dtype != "auto" else cfg.model.dtype
+    return EngineSettings(
+        model_path=str(path),
+        dtype=dtype,
+        max_model_len=model.max_model_len,
+        seed=model.seed + rank,
+        tensor_parallel_size=model.tensor_parallel_size,
+        gpu_memory_utilization=model.gpu_memory_utilization,
+        enforce_eager=model.enforce_eager,
+        enable_prefix_caching=model.enable_prefix_caching,
+        enable_chunked_prefill=model.enable_chunked_prefill,
+        cpu_kvcache_space_gb=model.cpu_kvcache_space_gb,
+        min_response_tokens=cfg.model.min_response_tokens,
+    )
+
+
+def auxiliary_settings(cfg: Config, rank: int) -> dict[str, tuple[str, EngineSettings]]:
+    """`{name: (engine_type, settings)}` of `explorer.auxiliary_models` (e.g. an LLM judge)."""
+    out: dict[str, tuple[str, EngineSettings]] = {}
+    for i, aux in enumerate(cfg.explorer.auxiliary_models):
+        if not aux.name or aux.name == POLICY_ENGINE or aux.name in out:
+            raise ConfigError(
+                f"explorer.auxiliary_models[{i}].name={aux.name!r}: give each auxiliary model a unique "
+                f"name other than {POLICY_ENGINE!r}; workflows address it by that name"
+            )
+        if not aux.model_path:
+            raise ConfigError(f"explorer.auxiliary_models[{i}].model_path: missing; give a local model directory")
+        out[aux.name] = (aux.engine_type, engine_settings(cfg, aux, rank, aux.model_path))
+    return out
+
+
+def chat_template(cfg: Config) -> str | None:
+    """The chat template override of the policy, if the config sets one."""
+    m = cfg.model
+    if m.chat_template_path:
+        path = Path(m.chat_template_path).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"model.chat_template_path: {path} does not exist; give a readable template file")
+        return path.read_text()
+    return cfg.explorer.rollout_model.chat_template or m.custom_chat_template
+
+
+def prompt_builder(cfg: Config) -> PromptBuilder:
+    """The policy tokenizer (with any chat template override) and the prompt-length policy."""
+    from transformers import AutoTokenizer
+
+    tokenizer: Any = AutoTokenizer.from_pretrained(str(Path(cfg.model.model_path).expanduser()))
+    template = chat_template(cfg)
+    if template:
+        tokenizer.chat_template = template
+    return PromptBuilder(tokenizer, cfg.model.max_prompt_tokens, cfg.model.enable_prompt_truncation)
+
+
+def sampling_args(ts: TasksetConfig) -> SamplingArgs:
+    """A finalized taskset's `rollout_args` (unset max_tokens: SamplingArgs' default)."""
+    ra = ts.rollout_args
+    kwargs: dict[str, Any] = {"temperature": ra.temperature, "top_p": ra.top_p, "top_k": ra.top_k}
+    if ra.max_tokens is not None:
+        kwargs["max_tokens"] = ra.max_tokens
+    return SamplingArgs(**{k: v for k, v in kwargs.items() if v is not None})
+
+
+@dataclass
+class Taskset:
+    """One loaded taskset."""
+
+    config: TasksetConfig
+    tasks: list[Task]
+
+    @property
+    def name(self) -> str:
+        """The taskset's name (keys its metrics)."""
+        return self.config.name
+
+
+def load(ts: TasksetConfig, is_eval: bool) -> Taskset:
+    """Read a taskset's data into Tasks (UserError naming the path or key if it cannot)."""
+    if not ts.path:
+        group = "eval_tasksets" if is_eval else "tasksets"
+        raise ConfigError(f"buffer.explorer_input.{group}: taskset {ts.name!r} has no path; give a local dataset path")
+    f = ts.format
+    tasks = load_taskset(
+        ts.path,
+        name=ts.name,
+        subset_name=ts.subset_name,
+        split=ts.split,
+        prompt_key=f.prompt_key,
+        response_key=f.response_key,
+        system_prompt=f.system_prompt,
+        chat_template=f.chat_template,
+        workflow=ts.default_workflow_type or "math_workflow",
+        reward_fn=ts.default_reward_fn_type,
+        workflow_args=ts.workflow_args,
+        reward_fn_args=ts.reward_fn_args,
+        rollout_args=sampling_args(ts),
+        repeat_times=ts.repeat_times or 1,
+        is_eval=is_eval,
+    )
+    return Taskset(ts, tasks)

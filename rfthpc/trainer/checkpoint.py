@@ -1,0 +1,239 @@
+"""Resumable trainer checkpoints: `global_step_<N>/actor/` (and `critic/` for PPO).
+
+    actor/model/                           torch.distributed.checkpoint (DCP) of the sharded model
+    actor/optim/                           DCP of the optimizer state
+    actor/extra_state_world_size_<W>_rank_<R>.pt   RNG states (torch.load(weights_only=True))
+    actor/hf_config/                       config, generation config, tokenizer, chat template
+    actor/rfthpc_checkpoint.json           step, stage, dtype, schedule, store-reader state, SFT data position, ...
+                                           (written last; critic/ has its own copy)
+    actor/huggingface/                     optional merged HF copy (trainer.save_hf_checkpoint)
+
+Writing: every rank writes into `.tmp-global_step_<N>-<tag>/`; after a barrier rank 0 renames it
+to `global_step_<N>` and then replaces `latest_checkpointed_iteration.txt`. A process killed at
+any moment (SIGKILL included) leaves the previous checkpoint untouched and only a `.tmp-`
+directory, which the next start removes. DCP reshards on load, so a run may resume on another
+number of ranks (RNG states are restored only on the same number).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import re
+import shutil
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+
+from rfthpc.fsutil import TMP_PREFIX, fsync_dir, make_dirs, read_json, write_json_atomic, write_text_atomic
+from rfthpc.rundir import RunDir
+from rfthpc.trainer.dist import DistEnv
+from rfthpc.trainer.fsdp import drain, gathered
+from rfthpc.weights import copy_config_files, write_hf_dir
+
+log = logging.getLogger(__name__)
+
+META_FILE = "rfthpc_checkpoint.json"
+META_FORMAT = 1
+_STEP_DIR = re.compile(r"^global_step_(\d+)$")
+
+
+@dataclass
+class Part:
+    """One trained model of the checkpoint (`actor` or `critic`)."""
+
+    name: str
+    model: nn.Module
+    optimizer: torch.optim.Optimizer | None
+    config_dir: Path
+    """Model directory whose config and tokenizer files are copied to `hf_config/`."""
+
+
+def _complete(run: RunDir, step: int) -> bool:
+    return (run.checkpoint(step) / "actor" / META_FILE).is_file()
+
+
+def latest_checkpoint(run_dir: Path) -> int | None:
+    """Step of the newest complete checkpoint, or None.
+
+    `latest_checkpointed_iteration.txt` names it; a process killed between the rename and that
+    file leaves a newer complete directory, which counts too (every renamed directory is complete).
+    """
+    run = RunDir(run_dir)
+    steps = []
+    with contextlib.suppress(FileNotFoundError, ValueError):
+        steps.append(int(run.latest_checkpoint_file.read_text().strip()))
+    with contextlib.suppress(FileNotFoundError):
+        steps += [int(m[1]) for m in map(_STEP_DIR.match, os.listdir(run.root)) if m]
+    complete = [s for s in steps if _complete(run, s)]
+    return max(complete) if complete else None
+
+
+def read_meta(run_dir: Path, step: int) -> dict[str, Any]:
+    """The `rfthpc_checkpoint.json` of checkpoint `step`."""
+    meta = read_json(RunDir(run_dir).checkpoint(step) / "actor" / META_FILE)
+    if not isinstance(meta, dict) or meta.get("format") != META_FORMAT:
+        raise ValueError(f"{RunDir(run_dir).checkpoint(step)} is not an rfthpc checkpoint of format {META_FORMAT}")
+    return meta
+
+
+def _rng_state() -> dict[str, Any]:
+    np_state = np.random.get_state()
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": (np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]),
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    name, keys, *rest = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), *rest))
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+def _extra_state_name(env: DistEnv) -> str:
+    return f"extra_state_world_size_{env.world_size}_rank_{env.rank}.pt"
+
+
+def _write_fsynced(path: Path, obj: Any) -> None:
+    with open(path, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def save_checkpoint(
+    run_dir: Path,
+    step: int,
+    env: DistEnv,
+    parts: list[Part],
+    meta: dict[str, Any],
+    save_hf: bool = False,
+    hf_dtype: torch.dtype | None = None,
+) -> Path:
+    """Write checkpoint `step` (all ranks call this) and make it the latest; return its directory.
+
+    `meta` (JSON-able, rank 0's counts) goes to `<part>/rfthpc_checkpoint.json`. An existing
+    `global_step_<step>` is replaced (the same step saved again, e.g. marking its stage finished).
+    """
+    run = RunDir(run_dir)
+    tag = env.broadcast_object(f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    tmp = run.root / f"{TMP_PREFIX}global_step_{step}-{tag}"
+    if env.is_main:
+        for part in parts:
+            make_dirs(tmp / part.name)
+    env.barrier()
+    for part in parts:
+        root = tmp / part.name
+        dcp.save({"model": get_model_state_dict(part.model)}, checkpoint_id=str(root / "model"))
+        if part.optimizer is not None:
+            dcp.save({"optim": get_optimizer_state_dict(part.model, part.optimizer)}, checkpoint_id=str(root / "optim"))
+        _write_fsynced(root / _extra_state_name(env), _rng_state())
+        if save_hf:
+            stream = gathered(part.model, env, hf_dtype or torch.float32)
+            if env.is_main:
+                write_hf_dir(root / "huggingface", stream, part.config_dir)
+            else:
+                drain(stream)
+        if env.is_main:
+            copy_config_files(part.config_dir, root / "hf_config")
+            for entry in os.scandir(root / "hf_config"):
+                with open(entry.path, "rb") as f:
+                    os.fsync(f.fileno())
+    if env.is_main:
+        # Written last in each part (the actor's decides completeness): `rfthpc convert` reads the dtype.
+        record = {**meta, "format": META_FORMAT, "step": step, "world_size": env.world_size, "time": time.time()}
+        for part in sorted(parts, key=lambda p: p.name == "actor"):
+            write_json_atomic(tmp / part.name / META_FILE, {**record, "role": part.name})
+    env.barrier()
+    final = run.checkpoint(step)
+    if env.is_main:
+        for d in [tmp, *(tmp / p.name for p in parts)]:
+            fsync_dir(d)
+        old = None
+        if final.exists():
+            old = run.root / f"{TMP_PREFIX}old-global_step_{step}-{tag}"
+            os.rename(final, old)
+        os.rename(tmp, final)
+        fsync_dir(run.root)
+        write_text_atomic(run.latest_checkpoint_file, f"{step}\n")
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    env.barrier()
+    return final
+
+
+def load_model_weights(dcp_dir: Path, model: nn.Module) -> None:
+    """Load a DCP model state dict (`global_step_<N>/<part>/model`) into a sharded `model` (all ranks)."""
+    state = {"model": get_model_state_dict(model)}
+    dcp.load(state, checkpoint_id=str(dcp_dir))
+    set_model_state_dict(model, state["model"])
+
+
+def load_optimizer_state(dcp_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Load a DCP optimizer state (`global_step_<N>/<part>/optim`) into `optimizer` (all ranks)."""
+    state = {"optim": get_optimizer_state_dict(model, optimizer)}
+    dcp.load(state, checkpoint_id=str(dcp_dir))
+    set_optimizer_state_dict(model, optimizer, state["optim"])
+
+
+def restore_rng(run_dir: Path, step: int, env: DistEnv) -> bool:
+    """Restore this rank's RNG states from checkpoint `step` if it was written by as many ranks."""
+    extra = RunDir(run_dir).checkpoint(step) / "actor" / _extra_state_name(env)
+    if not extra.is_file():
+        log.warning("checkpoint %d was written by another number of ranks than %d: RNG states are not restored",
+                    step, env.world_size)
+        return False
+    _set_rng_state(torch.load(extra, weights_only=True))
+    return True
+
+
+def remove_temporary(run_dir: Path) -> None:
+    """Delete `.tmp-` checkpoint directories left by a killed trainer (call on rank 0 before training)."""
+    run = RunDir(run_dir)
+    for name in os.listdir(run.root):
+        if name.startswith((f"{TMP_PREFIX}global_step_", f"{TMP_PREFIX}old-global_step_")):
+            shutil.rmtree(run.root / name, ignore_errors=True)
+
+
+def remove_old_checkpoints(run_dir: Path, keep: int | None, protect: set[int] = frozenset()) -> list[int]:
+    """Delete complete checkpoints beyond the `keep` newest (None: keep all), except `protect`; return them.
+
+    The metadata file goes first, so a half-deleted directory is never taken for a checkpoint.
+    """
+    if keep is None or keep < 1:
+        return []
+    run = RunDir(run_dir)
+    steps = sorted(int(m[1]) for m in map(_STEP_DIR.match, os.listdir(run.root)) if m and _complete(run, int(m[1])))
+    removed = []
+    for step in steps[:-keep]:
+        if step in protect:
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(run.checkpoint(step) / "actor" / META_FILE)
+        shutil.rmtree(run.checkpoint(step), ignore_errors=True)
+        removed.append(step)
+    return removed

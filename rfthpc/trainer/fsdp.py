@@ -1,0 +1,199 @@
+"""Sharded models: a Hugging Face directory -> an FSDP2 (`fully_shard`) module on every rank.
+
+Every rank builds the model on the meta device (no memory), shards each decoder layer and then the
+root, allocates only its own shards on its device, and receives the weights from rank 0, which
+alone reads the safetensors. So a node's CPU memory holds one full copy, not one per GPU.
+
+Precision: parameters (and the optimizer state) stay float32; on GPU the forward and backward
+run in bfloat16 (`model.dtype: auto` or bfloat16) with gradients reduced in float32 (FSDP2's
+MixedPrecisionPolicy). On CPU everything is float32 (no fast bfloat16 there).
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Literal
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+from rfthpc.errors import UserError
+from rfthpc.trainer.dist import DistEnv
+from rfthpc.weights import TensorStream
+
+ModelKind = Literal["causal_lm", "value"]
+_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def compute_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """The dtype of forward/backward for `model.dtype`: auto is bfloat16 on GPU, float32 on CPU."""
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return _DTYPES[dtype]
+
+
+def _auto_class(kind: ModelKind):
+    from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
+
+    return AutoModelForCausalLM if kind == "causal_lm" else AutoModelForTokenClassification
+
+
+def _load_config(path: Path, kind: ModelKind):
+    from transformers import AutoConfig
+
+    if not Path(path).is_dir():
+        raise UserError(
+            f"model directory {path} does not exist; set model.model_path (or model.critic_model_path) "
+            "to a local Hugging Face model directory"
+        )
+    try:
+        config = AutoConfig.from_pretrained(path)
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path} is not a Hugging Face model directory a trainer can load: {e}") from None
+    if kind == "value":
+        config.num_labels = 1
+    config.use_cache = False
+    return config
+
+
+def layer_classes(model: nn.Module) -> set[str]:
+    """Names of the block classes FSDP2 shards one by one (the model's `_no_split_modules`)."""
+    names = set(getattr(model, "_no_split_modules", None) or ())
+    if not names:
+        raise UserError(
+            f"{type(model).__name__} does not name its transformer blocks (_no_split_modules); "
+            "rfthpc shards models per block and supports Hugging Face decoder models"
+        )
+    return names
+
+
+def build_sharded_model(
+    path: Path | str,
+    env: DistEnv,
+    *,
+    kind: ModelKind = "causal_lm",
+    dtype: str = "auto",
+    gradient_checkpointing: bool = False,
+    trainable: bool = True,
+) -> nn.Module:
+    """The model in `path`, sharded over every rank with FSDP2, weights loaded from rank 0.
+
+    `kind="value"` builds a token-classification model with one label (a value head, as veRL's
+    critic; the head is freshly initialised when `path` is a causal LM). Non-trainable models
+    (the frozen reference) get `requires_grad=False` and eval mode.
+    """
+    path = Path(path)
+    if kind == "value":
+        # A token-classification head returns a view; the trainer never modifies outputs in place,
+        # which is what FSDP2's warning is about.
+        warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
+    config = _load_config(path, kind)
+    auto = _auto_class(kind)
+    with torch.device("meta"):
+        model = auto.from_config(config, dtype=torch.float32)
+    if gradient_checkpointing and trainable:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    mesh = init_device_mesh(env.device.type, (env.world_size,))
+    param_dtype = compute_dtype(dtype, env.device)
+    mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32) if param_dtype != torch.float32 \
+        else MixedPrecisionPolicy()
+    blocks = layer_classes(model)
+    # With one rank a "shard" is the whole parameter: freeing it after the forward only forces a
+    # second copy for the backward.
+    reshard = env.world_size > 1
+    for module in model.modules():
+        if type(module).__name__ in blocks:
+            fully_shard(module, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
+    fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
+    model.to_empty(device=env.device)
+    _load_from_rank0(model, path, auto, config, env)
+    if not trainable:
+        model.requires_grad_(False)
+        model.eval()
+    else:
+        model.train()
+    return model
+
+
+def _load_from_rank0(model: nn.Module, path: Path, auto, config, env: DistEnv) -> None:
+    """Fill the sharded `model` with the weights in `path`: rank 0 reads, every rank gets its shards.
+
+    Buffers that are not in the state dict (rotary frequencies) are recomputed by the model's
+    constructor on rank 0 and broadcast, since `to_empty` left them uninitialised.
+    """
+    full: dict[str, torch.Tensor] = {}
+    buffers: dict[str, torch.Tensor] = {}
+    if env.is_main:
+        # Seeded so a freshly initialised value head is the same in every run.
+        torch.manual_seed(0)
+        source = auto.from_pretrained(path, config=config, dtype=torch.float32)
+        full = source.state_dict()
+        buffers = {k: v for k, v in source.named_buffers()}
+    set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    for name, buf in model.named_buffers():
+        if env.is_main:
+            buf.copy_(buffers[name].to(buf.device))
+        dist.broadcast(buf, src=0)
+
+
+def gathered(model: nn.Module, env: DistEnv, dtype: torch.dtype) -> TensorStream:
+    """The unsharded weights of `model`, one tensor at a time, stored in `dtype` (tied aliases left out).
+
+    Every rank must consume the stream in full (each tensor is an all-gather); the tensors are
+    meaningful on rank 0. With one rank the local shard is the whole tensor: nothing is copied.
+    """
+    from torch.distributed.tensor import DTensor
+
+    from rfthpc.convert.writer import TensorEntry
+
+    state = get_model_state_dict(model)
+    skip = tied_keys(model)
+    names = sorted(k for k in state if k not in skip)
+
+    def full(t: torch.Tensor) -> torch.Tensor:
+        if isinstance(t, DTensor):
+            t = t.to_local() if t.device_mesh.size() == 1 else t.full_tensor()
+        return t.detach().to("cpu")
+
+    return TensorStream([TensorEntry(k, tuple(state[k].shape), dtype) for k in names],
+                        ((k, full(state[k])) for k in names))
+
+
+def drain(stream: TensorStream) -> None:
+    """Take part in the collectives of a stream whose tensors this rank does not write."""
+    for _ in stream.tensors:
+        pass
+
+
+def tied_keys(model: nn.Module) -> set[str]:
+    """State-dict keys that alias another weight (e.g. lm_head with tied embeddings): HF files omit them."""
+    config = getattr(model, "config", None)
+    if not getattr(config, "tie_word_embeddings", False):
+        return set()
+    tied = getattr(model, "_tied_weights_keys", None) or {}
+    return set(tied.keys() if isinstance(tied, dict) else tied)
+
+
+def vocab_size(model: nn.Module) -> int:
+    """Rows of the input embedding: token ids must be below this."""
+    return int(model.get_input_embeddings().num_embeddings)
+
+
+def publish_model(model: nn.Module, env: DistEnv, run_dir: Path, step: int, config_dir: Path,
+                  dtype: torch.dtype) -> Path | None:
+    """Publish the sharded `model` as `weights/step_<step>` in `dtype` (all ranks gather, rank 0 writes);
+    return the step directory on rank 0, None elsewhere. An already published step is kept."""
+    from rfthpc import weights
+
+    exists = env.broadcast_object(weights.is_complete(weights.step_dir(run_dir, step)) if env.is_main else None)
+    stream = gathered(model, env, dtype)
+    if env.is_main:
+        return weights.publish(run_dir, step, stream, config_dir, dtype)
+    if not exists:
+        drain(stream)
+    return None

@@ -1,0 +1,525 @@
+"""The training loop: stages in order, one step at a time, publishing, checkpointing, stopping cleanly.
+
+A step (global step t, the trainer holding policy version t - 1):
+ 1. rank 0 takes a batch (experience groups from the store, or SFT rows), checks it and hands it
+    to every rank;
+ 2. forward passes without gradients where the algorithm needs them: the reference model's
+    log-probabilities (KL), the policy's before the update (PPO's ratio, when the step makes
+    several updates), the critic's values (GAE);
+ 3. rewards are shaped and advantages computed (every rank, whole batch);
+ 4. the critic, then the policy, take `ppo_epochs` passes of mini-batch updates;
+ 5. every `sync_interval` steps of an RL stage the policy is published under `weights/step_<t>`;
+ 6. every `save_interval` steps, at the end of each stage and on SIGTERM/SIGUSR2 a checkpoint is
+    written (then a signal makes the trainer exit with 124 to be requeued).
+A NaN/inf loss or gradient abandons the batch: no optimizer step, no step counted, nothing
+published; it is logged and counted (`trainer/nan_skipped_batches`).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rfthpc import weights
+from rfthpc.config import Config, Stage, load_resolved
+from rfthpc.errors import EXIT_PREEMPTED, UserError
+from rfthpc.fsutil import set_share_group, write_json_atomic
+from rfthpc.rundir import RunDir
+from rfthpc.trainer import checkpoint as ckpt
+from rfthpc.trainer.batching import mini_batches, plan_micro_batches
+from rfthpc.trainer.dist import DistEnv, init_distributed
+from rfthpc.trainer.experience import ExperienceSource, Poll
+from rfthpc.trainer.forward import sharded_forward, token_logprobs, token_values
+from rfthpc.trainer.fsdp import build_sharded_model, compute_dtype, publish_model, vocab_size
+from rfthpc.trainer.losses import Algorithm
+from rfthpc.trainer.optim import LRSchedule, make_optimizer, set_lr
+from rfthpc.trainer.rl_batch import StepTensors, build_step_tensors
+from rfthpc.trainer.samples import Sample
+from rfthpc.trainer.sft_data import SFTData, load_tokenizer
+from rfthpc.trainer.signals import StopRequest
+from rfthpc.trainer.stages import Position, resume_position
+from rfthpc.trainer.update import ShardedUpdater, UpdateResult
+
+log = logging.getLogger(__name__)
+
+EXIT_DONE = 0
+EXIT_FAILED = 1
+MAX_CONSECUTIVE_NAN_BATCHES = 10
+"""Abandoned batches in a row after which the trainer gives up (the model itself is likely broken)."""
+
+
+class _SFTSource:
+    """Rank 0's SFT batches, in the shape of `ExperienceSource.poll`."""
+
+    def __init__(self, data: SFTData, n: int) -> None:
+        self.data, self.n = data, n
+
+    def poll(self, current_version: int) -> Poll:
+        return Poll("batch", self.data.take(self.n))
+
+
+@dataclass
+class _StageState:
+    """What one stage needs while it runs."""
+
+    stage: Stage
+    algorithm: Algorithm
+    total_steps: int | None
+    actor: ShardedUpdater
+    schedule: LRSchedule
+    reference: torch.nn.Module | None = None
+    critic: ShardedUpdater | None = None
+    critic_schedule: LRSchedule | None = None
+    source: Any = None
+    sft: SFTData | None = None
+
+    @property
+    def cfg(self) -> Config:
+        return self.stage.config
+
+    @property
+    def is_rl(self) -> bool:
+        return not self.algorithm.is_sft
+
+
+class Trainer:
+    """Runs the trainer role over the stages of the run in `run_dir` (every rank creates one)."""
+
+    def __init__(self, run_dir: Path, env: DistEnv) -> None:
+        self.rundir = RunDir(run_dir)
+        self.env = env
+        if not self.rundir.config.is_file():
+            raise UserError(f"{self.rundir.root} has no {self.rundir.config.name}; pass the run directory that "
+                            "`rfthpc submit` or `rfthpc run` created (--run-dir)")
+        loaded = load_resolved(self.rundir.config)
+        self.base = loaded.base
+        self.stages = loaded.stages
+        set_share_group(self.base.filesystem.share_group)
+        self.stop = StopRequest()
+        self.monitor = None
+        self.reader = None
+        self.nan_batches = 0
+        self.nan_consecutive = 0
+        self.last_saved: tuple[int, bool] | None = None
+        self.policy: torch.nn.Module | None = None
+        self.model_path: Path = Path()
+
+    # ---- entry ---------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Train every remaining stage; return 0 (done), 124 (stopped by a signal) or 1 (failed)."""
+        self.stop.install()
+        try:
+            return self._run()
+        finally:
+            self.stop.restore()
+            if self.monitor is not None:
+                self.monitor.close()
+
+    def _run(self) -> int:
+        meta = self._resume_meta()
+        pos = resume_position(self.stages, meta)
+        if pos is None:
+            if meta is not None:
+                self._write_trainer_meta(Position(int(meta["stage_index"]), int(meta["stage_start_step"]),
+                                                  int(meta["step"])), done=True)
+            return EXIT_DONE
+        self.last_saved = (meta["step"], bool(meta.get("stage_finished"))) if meta else None
+        first = self.stages[pos.stage_index].config
+        if self.env.is_main:
+            from rfthpc.monitor import Monitor
+            from rfthpc.store import StoreReader
+
+            self.monitor = Monitor(self.rundir, "trainer", first.monitor, first.project, first.name)
+            self.reader = StoreReader(self.rundir.root, poll_s=min(0.5, first.filesystem.poll_interval_s))
+            if meta and meta.get("reader"):
+                self.reader.load_state_dict(meta["reader"])
+        self.model_path = Path(first.model.model_path).expanduser()
+        self.policy = build_sharded_model(self.model_path, self.env, dtype=first.model.dtype,
+                                          gradient_checkpointing=first.trainer.enable_gradient_checkpointing)
+        if meta:
+            ckpt.load_model_weights(self.rundir.checkpoint(meta["step"]) / "actor" / "model", self.policy)
+            ckpt.restore_rng(self.rundir.root, meta["step"], self.env)
+            self.nan_batches = int(meta.get("counters", {}).get("nan_skipped_batches", 0))
+        while pos is not None:
+            mid_stage = meta if meta and not meta.get("stage_finished") and meta["stage_index"] == pos.stage_index \
+                else None
+            code, pos = self._run_stage(pos, mid_stage)
+            if code != EXIT_DONE:
+                return code
+            meta = None
+        return EXIT_DONE
+
+    def _resume_meta(self) -> dict[str, Any] | None:
+        meta = None
+        if self.env.is_main:
+            ckpt.remove_temporary(self.rundir.root)
+            step = ckpt.latest_checkpoint(self.rundir.root)
+            if step is not None and not self.base.continue_from_checkpoint:
+                log.warning("continue_from_checkpoint is false: starting over, ignoring checkpoint %d", step)
+                step = None
+            meta = ckpt.read_meta(self.rundir.root, step) if step is not None else None
+        return self.env.broadcast_object(meta)
+
+    # ---- stages --------------------------------------------------------------------------------
+
+    def _run_stage(self, pos: Position, meta: dict[str, Any] | None) -> tuple[int, Position | None]:
+        """Run the stage at `pos` (from checkpoint `meta` if resuming inside it); return the exit
+        code and the next position (None: no stage left)."""
+        st = self._setup_stage(self.stages[pos.stage_index], pos, meta)
+        log.info("stage %r (%s) from global step %d", st.stage.name, st.algorithm.algorithm_type, pos.step)
+        if st.is_rl and pos.step == pos.stage_start_step:
+            self._publish(pos.step, st.cfg)
+        self._write_trainer_meta(pos)
+        finished = False
+        while not finished:
+            if st.total_steps is not None and pos.step_in_stage >= st.total_steps:
+                break
+            poll = self._fetch(st, pos)
+            if poll.status == "stop":
+                self._save(st, pos, stage_finished=False)
+                log.warning("stopped by a signal at step %d after a checkpoint; requeue to continue", pos.step)
+                return EXIT_PREEMPTED, None
+            if poll.status == "exhausted":
+                log.info("stage %r ends at step %d: %s", st.stage.name, pos.step, poll.message)
+                break
+            if poll.status == "timeout":
+                self._save(st, pos, stage_finished=False)
+                log.error("stage %r: %s", st.stage.name, poll.message)
+                return EXIT_FAILED, None
+            metrics = self._train_step(st, pos, poll.samples)
+            if metrics is None:
+                continue
+            pos.step += 1
+            if st.is_rl and pos.step_in_stage % st.cfg.synchronizer.sync_interval == 0:
+                self._publish(pos.step, st.cfg)
+            finished = st.total_steps is not None and pos.step_in_stage >= st.total_steps
+            interval = st.cfg.trainer.save_interval
+            if finished or (interval > 0 and pos.step % interval == 0):
+                self._save(st, pos, stage_finished=finished)
+            self._write_trainer_meta(pos)
+            self._log(metrics, pos.step)
+        # Rank 0 decides: every rank must take part in a publication (it gathers the weights).
+        if st.is_rl and self.env.broadcast_object(weights.read_latest(self.rundir.root) != pos.step):
+            self._publish(pos.step, st.cfg)
+        if self.last_saved != (pos.step, True):
+            self._save(st, pos, stage_finished=True)
+        nxt = resume_position(self.stages, {"stage_index": pos.stage_index, "stage": st.stage.name,
+                                            "step": pos.step, "stage_finished": True})
+        if nxt is None:
+            self._write_trainer_meta(pos, done=True)
+        return EXIT_DONE, nxt
+
+    def _setup_stage(self, stage: Stage, pos: Position, meta: dict[str, Any] | None) -> _StageState:
+        cfg = stage.config
+        alg = Algorithm.from_config(cfg.algorithm)
+        t = cfg.trainer
+        planner = functools.partial(
+            _plan, world_size=self.env.world_size,
+            token_budget=t.max_token_len_per_gpu if t.use_dynamic_bsz else None,
+            micro_batch_size=t.ppo_micro_batch_size_per_gpu,
+        )
+        optimizer = make_optimizer(self.policy, cfg.algorithm.optimizer)
+        n = cfg.buffer.train_batch_size
+        sft = None
+        total = cfg.buffer.total_steps
+        if alg.is_sft:
+            rows: int | str | None = None
+            if self.env.is_main:
+                try:
+                    tokenizer = load_tokenizer(self.model_path, _chat_template(cfg))
+                    sft = SFTData(cfg.buffer.trainer_input.experience_buffer, tokenizer, self._max_length(cfg))
+                    rows = len(sft)
+                except UserError as e:
+                    rows = str(e)
+                if meta and meta.get("sft_data") and sft is not None:
+                    sft.load_state_dict(meta["sft_data"])
+            rows = self.env.broadcast_object(rows)
+            if isinstance(rows, str):
+                raise UserError(rows)
+            if total is None:
+                total = max(1, rows * cfg.buffer.total_epochs // n)
+        updater = ShardedUpdater(self.policy, optimizer, self.env, planner, alg.weight, t.grad_clip)
+        st = _StageState(stage, alg, total, updater, LRSchedule.from_config(cfg.algorithm.optimizer, total))
+        st.sft = sft
+        if sft is not None:
+            st.source = _SFTSource(sft, n)
+        if st.is_rl and self.env.is_main:
+            self.reader.max_staleness = cfg.synchronizer.max_staleness
+            eb = cfg.buffer.trainer_input.experience_buffer
+            st.source = ExperienceSource(
+                self.rundir.root, self.reader, max(1, n // cfg.algorithm.repeat_times),
+                [ts.name for ts in cfg.buffer.explorer_input.tasksets],
+                vocab_size=vocab_size(self.policy), max_length=self._max_length(cfg),
+                temperature=_sampling_temperature(cfg), timeout_s=eb.max_read_timeout,
+                poll_s=max(1.0, 2 * cfg.filesystem.poll_interval_s),
+                grace_s=eb.max_chunk_delay + 2 * cfg.filesystem.poll_interval_s,
+            )
+        if alg.use_reference:
+            st.reference = self._reference_model(cfg, pos)
+        if alg.use_critic:
+            st.critic, st.critic_schedule = self._critic(cfg, alg, planner, total, meta)
+        if meta:
+            ckpt.load_optimizer_state(self.rundir.checkpoint(meta["step"]) / "actor" / "optim", self.policy, optimizer)
+            if alg.kl_controller is not None and meta.get("kl_controller") is not None:
+                alg.kl_controller.value = float(meta["kl_controller"])
+        return st
+
+    def _reference_model(self, cfg: Config, pos: Position) -> torch.nn.Module:
+        """The frozen policy as it was when the stage began: the initial model for a first stage,
+        else the checkpoint written at the end of the previous stage (kept while this stage runs)."""
+        ref = build_sharded_model(self.model_path, self.env, dtype=cfg.model.dtype, trainable=False)
+        if pos.stage_start_step > 0:
+            source = self.rundir.checkpoint(pos.stage_start_step) / "actor" / "model"
+            if not source.is_dir():
+                raise UserError(
+                    f"the KL reference of this stage is the policy at its start (step {pos.stage_start_step}), "
+                    f"but checkpoint {source.parent.parent} is gone; restore it, or set algorithm.kl_loss_fn and "
+                    "kl_penalty_fn to none"
+                )
+            ckpt.load_model_weights(source, ref)
+        return ref
+
+    def _critic(self, cfg: Config, alg: Algorithm, planner, total: int | None,
+                meta: dict[str, Any] | None) -> tuple[ShardedUpdater, LRSchedule]:
+        t = cfg.trainer
+        critic = build_sharded_model(Path(cfg.model.critic_model_path).expanduser(), self.env, kind="value",
+                                     dtype=cfg.model.dtype, gradient_checkpointing=t.enable_gradient_checkpointing)
+        optimizer = make_optimizer(critic, cfg.algorithm.optimizer, lr=t.critic_lr)
+        if meta:
+            root = self.rundir.checkpoint(meta["step"]) / "critic"
+            ckpt.load_model_weights(root / "model", critic)
+            ckpt.load_optimizer_state(root / "optim", critic, optimizer)
+        schedule = LRSchedule(t.critic_lr, total, -1, t.critic_lr_warmup_steps_ratio, key="trainer.critic")
+        return ShardedUpdater(critic, optimizer, self.env, planner, alg.weight, t.grad_clip), schedule
+
+    def _max_length(self, cfg: Config) -> int | None:
+        limits = [getattr(self.policy.config, "max_position_embeddings", None)]
+        if cfg.trainer.use_dynamic_bsz:
+            limits.append(cfg.trainer.max_token_len_per_gpu)
+        limits = [x for x in limits if x]
+        return min(limits) if limits else None
+
+    # ---- one step ------------------------------------------------------------------------------
+
+    def _fetch(self, st: _StageState, pos: Position) -> Poll:
+        """The next batch on every rank, polling (collectively) until one arrives or the loop must stop."""
+        while True:
+            if self.env.any(self.stop.requested):
+                return Poll("stop")
+            poll = None
+            if self.env.is_main:
+                try:
+                    poll = st.source.poll(pos.step)
+                except UserError as e:
+                    poll = Poll("error", message=str(e))
+                poll.groups = []
+            poll = self.env.broadcast_object(poll)
+            if poll.status == "error":
+                raise UserError(poll.message)
+            if poll.status != "wait":
+                return poll
+
+    def _train_step(self, st: _StageState, pos: Position, samples: list[Sample]) -> dict[str, float] | None:
+        """Train on one batch; return its metrics, or None if it was abandoned (NaN/inf)."""
+        start = time.perf_counter()
+        alg, cfg = st.algorithm, st.cfg
+        planner = st.actor.planner
+        ref = old = values = None
+        if st.reference is not None:
+            ref = sharded_forward(lambda mb: token_logprobs(st.reference, mb)[0], samples, self.env, planner)
+        # SFT: one update per step; RL: one per `ppo_mini_batch_size` groups, `ppo_epochs` times.
+        minis = [list(range(len(samples)))] if alg.is_sft else mini_batches(samples, cfg.trainer.ppo_mini_batch_size)
+        epochs = 1 if alg.is_sft else cfg.trainer.ppo_epochs
+        if alg.recompute_old_logprob and len(minis) * epochs > 1:
+            old = sharded_forward(lambda mb: token_logprobs(self.policy, mb)[0], samples, self.env, planner)
+        if st.critic is not None:
+            values = sharded_forward(lambda mb: token_values(st.critic.model, mb), samples, self.env, planner)
+        tensors, metrics = build_step_tensors(samples, alg, ref=ref, old=old, values=values)
+        k = pos.step_in_stage
+        results: list[UpdateResult] = []
+        if st.critic is not None:
+            set_lr(st.critic.optimizer, st.critic_schedule(k))
+            for _ in range(epochs):
+                for idx in minis:
+                    res = st.critic.update(samples, idx, tensors.mask, functools.partial(_critic_loss, alg, tensors))
+                    if not res.finite:
+                        self._abandon(pos, "critic", res)
+                        return None
+                    results.append(UpdateResult(True, res.grad_norm, {**res.metrics, "critic/grad_norm": res.grad_norm}))
+            metrics["critic/lr"] = st.critic_schedule(k)
+        if st.critic is None or k >= cfg.trainer.critic_warmup:
+            lr = st.schedule(k)
+            set_lr(st.actor.optimizer, lr)
+            for _ in range(epochs):
+                for idx in minis:
+                    res = st.actor.update(samples, idx, tensors.mask, functools.partial(_actor_loss, alg, tensors))
+                    if not res.finite:
+                        self._abandon(pos, "policy", res)
+                        return None
+                    results.append(UpdateResult(True, res.grad_norm, {**res.metrics, "actor/grad_norm": res.grad_norm}))
+            metrics["actor/lr"] = lr
+        elapsed = time.perf_counter() - start
+        self.nan_consecutive = 0
+        metrics.update(_mean_metrics(results))
+        tokens = sum(s.length for s in samples)
+        staleness = [pos.step - s.policy_version for s in samples]
+        metrics.update({
+            "perf/time_per_step": elapsed,
+            "perf/total_num_tokens": float(tokens),
+            "perf/throughput": tokens / elapsed / self.env.world_size,
+            "training/stage_index": float(pos.stage_index),
+            "trainer/nan_skipped_batches": float(self.nan_batches),
+        })
+        if not alg.is_sft:
+            metrics["staleness/mean"] = sum(staleness) / len(staleness)
+            metrics["staleness/max"] = float(max(staleness))
+            if self.reader is not None:
+                metrics.update(self.reader.metrics())
+        return metrics
+
+    def _abandon(self, pos: Position, what: str, res: UpdateResult) -> None:
+        """Count and log a batch given up for a NaN/inf; stop after too many in a row."""
+        self.nan_batches += 1
+        self.nan_consecutive += 1
+        log.error("step %d: non-finite %s loss or gradient (grad norm %s); batch abandoned, no optimizer step, "
+                  "nothing published (%d abandoned so far)", pos.step + 1, what, res.grad_norm, self.nan_batches)
+        self._log({"trainer/nan_skipped_batches": float(self.nan_batches), **{
+            k: v for k, v in res.metrics.items() if k.endswith("loss")}}, pos.step + 1)
+        if self.nan_consecutive >= MAX_CONSECUTIVE_NAN_BATCHES:
+            raise RuntimeError(f"{self.nan_consecutive} batches in a row had a non-finite loss or gradient; "
+                               "the model or the learning rate is broken (see monitor/trainer.jsonl)")
+
+    # ---- outputs -------------------------------------------------------------------------------
+
+    def _publish(self, step: int, cfg: Config) -> None:
+        """Publish the policy as `weights/step_<step>` (all ranks gather; rank 0 writes)."""
+        start = time.perf_counter()
+        publish_model(self.policy, self.env, self.rundir.root, step, self.model_path,
+                      compute_dtype(cfg.model.dtype, self.env.device))
+        if self.env.is_main:
+            removed = weights.collect_published(self.rundir.root, cfg.synchronizer.keep_published, cfg.filesystem.lease_s)
+            log.info("published weights/step_%d in %.2f s%s", step, time.perf_counter() - start,
+                     f"; removed steps {removed}" if removed else "")
+
+    def _save(self, st: _StageState, pos: Position, stage_finished: bool) -> None:
+        """Write checkpoint `pos.step` (all ranks), then let the store and old checkpoints be collected."""
+        from rfthpc.store import collect_garbage
+
+        parts = [ckpt.Part("actor", self.policy, st.actor.optimizer, self.model_path)]
+        if st.critic is not None:
+            parts.append(ckpt.Part("critic", st.critic.model, st.critic.optimizer,
+                                   Path(st.cfg.model.critic_model_path).expanduser()))
+        meta = {
+            "stage": st.stage.name,
+            "stage_index": pos.stage_index,
+            "stage_start_step": pos.stage_start_step,
+            "stage_finished": stage_finished,
+            "dtype": str(compute_dtype(st.cfg.model.dtype, self.env.device)).removeprefix("torch."),
+            "scheduler": {"step_in_stage": pos.step_in_stage},
+            "reader": self.reader.state_dict() if self.reader is not None else None,
+            "sft_data": st.sft.state_dict() if st.sft is not None else None,
+            "kl_controller": st.algorithm.kl_controller.value if st.algorithm.kl_controller is not None else None,
+            "counters": {"nan_skipped_batches": self.nan_batches},
+            "published_version": weights.read_latest(self.rundir.root),
+        }
+        hf = st.cfg.trainer.save_hf_checkpoint
+        last = stage_finished and pos.stage_index == len(self.stages) - 1
+        save_hf = hf == "always" or (hf == "last" and last)
+        ckpt.save_checkpoint(self.rundir.root, pos.step, self.env, parts, meta, save_hf=save_hf,
+                             hf_dtype=compute_dtype(st.cfg.model.dtype, self.env.device))
+        self.last_saved = (pos.step, stage_finished)
+        if self.env.is_main:
+            self.reader.mark_checkpointed(meta["reader"])
+            collect_garbage(self.rundir.root)
+            protect = {pos.stage_start_step} if st.reference is not None else set()
+            ckpt.remove_old_checkpoints(self.rundir.root, st.cfg.trainer.max_checkpoints_to_keep, protect)
+
+    def _write_trainer_meta(self, pos: Position, done: bool = False) -> None:
+        if not self.env.is_main:
+            return
+        write_json_atomic(self.rundir.trainer_meta, {
+            "step": pos.step,
+            "stage": self.stages[pos.stage_index].name,
+            "stage_index": pos.stage_index,
+            "stage_start_step": pos.stage_start_step,
+            "published_version": weights.read_latest(self.rundir.root),
+            "done": done,
+            "updated": time.time(),
+        })
+
+    def _log(self, metrics: dict[str, float], step: int) -> None:
+        if self.monitor is not None:
+            self.monitor.log(metrics, step)
+
+
+def _plan(samples: list[Sample], indices: list[int], *, world_size: int, token_budget: int | None,
+          micro_batch_size: int):
+    return plan_micro_batches(samples, indices, world_size, token_budget=token_budget,
+                              micro_batch_size=micro_batch_size)
+
+
+def _actor_loss(alg: Algorithm, t: StepTensors, model: torch.nn.Module, mb, idx: list[int]):
+    lp, entropy = token_logprobs(model, mb, with_entropy=True, entropy_grad=alg.entropy_needs_grad)
+    if alg.is_sft:
+        return alg.actor_loss(lp, entropy, mb.response_mask, None, None, None, None)
+    width, dev = lp.shape[1], lp.device
+    if not alg.recompute_old_logprob:
+        old = t.rows("behaviour", idx, width, dev)
+    elif t.old is not None:
+        old = t.rows("old", idx, width, dev)
+    else:
+        # One update per step: the policy before it is the policy now.
+        old = lp.detach()
+    return alg.actor_loss(lp, entropy, mb.response_mask, old, t.rows("advantages", idx, width, dev),
+                          t.rewards[idx].to(dev), t.rows("ref", idx, width, dev))
+
+
+def _critic_loss(alg: Algorithm, t: StepTensors, model: torch.nn.Module, mb, idx: list[int]):
+    from rfthpc.algorithms import value_loss
+
+    vpreds = token_values(model, mb)
+    width, dev = vpreds.shape[1], vpreds.device
+    return value_loss(vpreds, t.rows("values", idx, width, dev), t.rows("returns", idx, width, dev),
+                      mb.response_mask, loss_agg_mode=alg.loss_agg_mode)
+
+
+def _mean_metrics(results: list[UpdateResult]) -> dict[str, float]:
+    sums: dict[str, list[float]] = defaultdict(list)
+    for r in results:
+        for k, v in r.metrics.items():
+            sums[k].append(v)
+    return {k: sum(v) / len(v) for k, v in sums.items()}
+
+
+def _chat_template(cfg: Config) -> str | None:
+    m = cfg.model
+    if m.custom_chat_template:
+        return m.custom_chat_template
+    if m.chat_template_path:
+        return Path(m.chat_template_path).expanduser().read_text()
+    return None
+
+
+def _sampling_temperature(cfg: Config) -> float:
+    """The temperature explorers sample at: the tasksets' if they agree, else `model.temperature`."""
+    temps = {ts.rollout_args.temperature for ts in cfg.buffer.explorer_input.tasksets}
+    t = temps.pop() if len(temps) == 1 else cfg.model.temperature
+    return t if t and t > 0 and math.isfinite(t) else 1.0
+
+
+def run_trainer(run_dir: Path) -> int:
+    """The trainer process: join the process group, train, leave; return the exit code."""
+    env = init_distributed()
+    try:
+        return Trainer(run_dir, env).run()
+    finally:
+        env.close()

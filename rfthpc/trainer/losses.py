@@ -1,0 +1,136 @@
+"""The configured algorithm (`algorithm.*`), bound to the functions of `rfthpc.algorithms`.
+
+The actor's loss on a micro-batch is
+
+    L = policy_loss(log pi, log mu, A) - entropy_coef * agg(H) + kl_coef * agg(kl(log pi, log pi_ref))
+
+with every term aggregated by `algorithm.loss_agg_mode`. Which log-probabilities play "old" (mu):
+PPO's clipped loss compares with the policy at the start of the step (recomputed, as veRL does);
+the off-policy losses (pg/vanilla, tis, topr, cispo, kimi15, opmd) correct for the policy that
+generated the data, so they use the behaviour log-probabilities the explorer stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from rfthpc import algorithms as algos
+from rfthpc.config.algorithm import AlgorithmConfig
+from rfthpc.errors import ConfigError
+
+RECOMPUTE_OLD_LOGPROB = frozenset({"ppo"})
+"""Policy losses whose ratio is taken against the current policy before the update."""
+
+
+@dataclass
+class Algorithm:
+    """One stage's algorithm: bound functions and what the step must compute for them."""
+
+    algorithm_type: str
+    policy_loss_name: str
+    policy_loss: Callable[..., tuple[torch.Tensor, dict[str, float]]]
+    entropy_bonus: Callable[..., tuple[torch.Tensor, dict[str, float]]]
+    loss_agg_mode: str
+    advantage_name: str | None = None
+    advantage: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None
+    kl_loss_fn: str = "none"
+    kl_loss_coef: float = 0.0
+    kl_penalty_fn: str = "none"
+    kl_controller: Any = None
+    entropy_coef: float = 0.0
+
+    @property
+    def is_sft(self) -> bool:
+        """Supervised fine-tuning: no advantages, no behaviour policy."""
+        return self.advantage is None
+
+    @property
+    def use_reference(self) -> bool:
+        """A frozen reference model is needed (KL loss or KL penalty)."""
+        return not self.is_sft and algos.needs_reference(self.kl_penalty_fn, self.kl_loss_fn)
+
+    @property
+    def use_critic(self) -> bool:
+        """A value model is trained (PPO's GAE)."""
+        return algos.needs_critic(self.advantage_name)
+
+    @property
+    def entropy_needs_grad(self) -> bool:
+        """The entropy enters the loss (a bonus with a nonzero coefficient), not only the metrics."""
+        return self.entropy_coef != 0.0
+
+    @property
+    def recompute_old_logprob(self) -> bool:
+        """The loss's "old" log-probabilities are the current policy's before the update."""
+        return self.policy_loss_name in RECOMPUTE_OLD_LOGPROB
+
+    @classmethod
+    def from_config(cls, alg: AlgorithmConfig) -> Algorithm:
+        """Bind the (finalized) `algorithm` section; raises ConfigError on unknown names or arguments."""
+        mode = alg.loss_agg_mode or "token-mean"
+        if mode not in algos.LOSS_AGG_MODES:
+            raise ConfigError(f"algorithm.loss_agg_mode: unknown mode {mode!r}; known: {', '.join(algos.LOSS_AGG_MODES)}")
+        if not alg.policy_loss_fn:
+            raise ConfigError("algorithm.policy_loss_fn: missing; name a policy loss or an algorithm_type preset")
+        policy = algos.POLICY_LOSS_FNS.bind(alg.policy_loss_fn, {**alg.policy_loss_fn_args, "loss_agg_mode": mode})
+        entropy = algos.ENTROPY_LOSS_FNS.bind(alg.entropy_loss_fn or "none",
+                                              {**alg.entropy_loss_fn_args, "loss_agg_mode": mode})
+        out = cls(alg.algorithm_type, alg.policy_loss_fn, policy, entropy, mode)
+        if (alg.entropy_loss_fn or "none") != "none":
+            out.entropy_coef = float(alg.entropy_loss_fn_args.get("entropy_coef", 0.0))
+        if alg.advantage_fn:
+            out.advantage_name = alg.advantage_fn
+            out.advantage = algos.ADVANTAGE_FNS.bind(alg.advantage_fn, alg.advantage_fn_args)
+        elif alg.policy_loss_fn != "sft":
+            raise ConfigError(
+                f"algorithm.advantage_fn: missing for policy loss {alg.policy_loss_fn!r}; name one (e.g. grpo) "
+                "or use algorithm_type sft"
+            )
+        out.kl_loss_fn = alg.kl_loss_fn or "none"
+        out.kl_penalty_fn = alg.kl_penalty_fn or "none"
+        for name in (out.kl_loss_fn, out.kl_penalty_fn):
+            algos.KL_FNS.get(name)
+        unknown = set(alg.kl_loss_fn_args) - {"kl_coef"}
+        if unknown:
+            raise ConfigError(f"algorithm.kl_loss_fn_args: {sorted(unknown)} not accepted; accepted: kl_coef")
+        out.kl_loss_coef = float(alg.kl_loss_fn_args.get("kl_coef", 0.001))
+        if out.kl_penalty_fn != "none":
+            try:
+                out.kl_controller = algos.make_kl_controller(**alg.kl_penalty_fn_args)
+            except TypeError as e:
+                raise ConfigError(
+                    f"algorithm.kl_penalty_fn_args: {e}; accepted: kl_coef, adaptive, target_kl, horizon"
+                ) from None
+        return out
+
+    def actor_loss(
+        self,
+        log_prob: torch.Tensor,
+        entropy: torch.Tensor,
+        mask: torch.Tensor,
+        old_log_prob: torch.Tensor | None,
+        advantages: torch.Tensor | None,
+        rewards: torch.Tensor | None,
+        ref_log_prob: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The loss L above on one micro-batch (aggregated over its own tokens) and its metrics."""
+        inputs = algos.PolicyLossInputs(log_prob=log_prob, response_mask=mask, old_log_prob=old_log_prob,
+                                        advantages=advantages, rewards=rewards)
+        loss, metrics = self.policy_loss(inputs)
+        bonus, entropy_metrics = self.entropy_bonus(entropy, mask)
+        loss = loss + bonus.to(loss.dtype)
+        metrics.update(entropy_metrics)
+        if self.kl_loss_fn != "none" and ref_log_prob is not None:
+            term, kl_metrics = algos.kl_loss(log_prob, ref_log_prob, mask, kl_fn=self.kl_loss_fn,
+                                             kl_coef=self.kl_loss_coef, loss_agg_mode=self.loss_agg_mode)
+            loss = loss + term
+            metrics.update(kl_metrics)
+        return loss, metrics
+
+    def weight(self, mask: torch.Tensor) -> float:
+        """How many units (tokens or non-empty sequences, per loss_agg_mode) a micro-batch aggregates over."""
+        return float(algos.aggregation_count(mask, self.loss_agg_mode))

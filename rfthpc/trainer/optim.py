@@ -1,0 +1,75 @@
+"""AdamW and its learning-rate schedule (`algorithm.optimizer`, veRL's `actor.optim`).
+
+The schedule is a pure function of the trainer step within the stage, so resuming restores it
+exactly from the step number alone:
+
+    W = lr_warmup_steps, or round(lr_warmup_steps_ratio * total_steps) when lr_warmup_steps < 0
+    lr_k = lr * (k + 1) / W                                              for k < W (linear warm-up)
+    lr_k = lr                                                            constant, k >= W
+    lr_k = lr * (m + (1 - m) * (1 + cos(pi * (k - W) / (T - W))) / 2)    cosine, k >= W, m = min_lr_ratio
+with k the 0-based step within the stage and T its total steps.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from rfthpc.config.algorithm import OptimizerConfig
+from rfthpc.errors import ConfigError
+
+
+def make_optimizer(model: nn.Module, cfg: OptimizerConfig, lr: float | None = None) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters (`lr` overrides `cfg.lr`, e.g. the critic's)."""
+    if len(cfg.betas) != 2:
+        raise ConfigError(f"algorithm.optimizer.betas: {cfg.betas} must hold two numbers, e.g. [0.9, 0.999]")
+    params = [p for p in model.parameters() if p.requires_grad]
+    # FSDP2's sharded parameters (DTensors) would otherwise get the slow one-tensor-at-a-time update.
+    return torch.optim.AdamW(params, lr=cfg.lr if lr is None else lr, betas=(cfg.betas[0], cfg.betas[1]),
+                             eps=cfg.eps, weight_decay=cfg.weight_decay, foreach=True)
+
+
+class LRSchedule:
+    """The learning rate of each step of a stage (see the module docstring)."""
+
+    def __init__(self, lr: float, total_steps: int | None, warmup_steps: int = -1, warmup_ratio: float = 0.0,
+                 style: str = "constant", min_lr_ratio: float = 0.0, key: str = "algorithm.optimizer") -> None:
+        if warmup_steps < 0:
+            if warmup_ratio > 0 and total_steps is None:
+                raise ConfigError(
+                    f"{key}.lr_warmup_steps_ratio needs a known number of steps; set buffer.total_steps "
+                    f"or give {key}.lr_warmup_steps instead"
+                )
+            warmup_steps = round(warmup_ratio * (total_steps or 0))
+        if style == "cosine" and total_steps is None:
+            raise ConfigError(f"{key}.warmup_style cosine decays over buffer.total_steps; set it, or use constant")
+        if style not in ("constant", "cosine"):
+            raise ConfigError(f"{key}.warmup_style: unknown style {style!r}; use constant or cosine")
+        self.lr = lr
+        self.total = total_steps
+        self.warmup = warmup_steps
+        self.style = style
+        self.min_ratio = min_lr_ratio
+
+    @classmethod
+    def from_config(cls, cfg: OptimizerConfig, total_steps: int | None) -> LRSchedule:
+        """The schedule of `algorithm.optimizer` over a stage of `total_steps` steps."""
+        return cls(cfg.lr, total_steps, cfg.lr_warmup_steps, cfg.lr_warmup_steps_ratio, cfg.warmup_style,
+                   cfg.min_lr_ratio)
+
+    def __call__(self, k: int) -> float:
+        """Learning rate of the stage's step k (0-based)."""
+        if k < self.warmup:
+            return self.lr * (k + 1) / self.warmup
+        if self.style == "constant" or self.total is None or self.total <= self.warmup:
+            return self.lr
+        progress = min(1.0, (k - self.warmup) / (self.total - self.warmup))
+        return self.lr * (self.min_ratio + (1 - self.min_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Use `lr` for the next optimizer steps."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr

@@ -1,0 +1,111 @@
+"""A step's batch as padded (B, R) tensors, with rewards shaped and advantages computed.
+
+Every rank holds the whole batch and computes the advantages itself (they are cheap and
+group-relative estimators need all responses of a task), so no advantage is ever communicated.
+
+Token scores s_t: the workflow's token-level rewards when it gave them, else the sequence reward
+on the last response token. With a KL penalty, r_t = s_t - beta * kl(log mu_t, log pi_ref_t),
+taken with the behaviour log-probabilities mu (the policy that sampled the tokens).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from rfthpc import algorithms as algos
+from rfthpc.trainer.batching import pad_rows
+from rfthpc.trainer.losses import Algorithm
+from rfthpc.trainer.samples import Sample
+
+
+@dataclass
+class StepTensors:
+    """Per-token tensors of the whole batch, (B, R) with R the longest response (CPU)."""
+
+    mask: torch.Tensor
+    rewards: torch.Tensor
+    """(B,) sequence rewards."""
+    behaviour: torch.Tensor | None = None
+    old: torch.Tensor | None = None
+    """Recomputed log-probabilities of the policy before the update (PPO's ratio)."""
+    ref: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
+    returns: torch.Tensor | None = None
+
+    def rows(self, name: str, indices: list[int], width: int, device: torch.device) -> torch.Tensor | None:
+        """Rows `indices` of tensor `name`, first `width` tokens, on `device` (None if absent)."""
+        full = getattr(self, name)
+        if full is None:
+            return None
+        picked = full[indices]
+        if picked.dim() == 2:
+            if picked.shape[1] < width:
+                picked = torch.nn.functional.pad(picked, (0, width - picked.shape[1]))
+            picked = picked[:, :width]
+        return picked.to(device)
+
+
+def _tensor(rows: list[np.ndarray | None], width: int) -> torch.Tensor:
+    return torch.from_numpy(pad_rows(rows, width))
+
+
+def _stats(prefix: str, values: torch.Tensor, mask: torch.Tensor | None = None) -> dict[str, float]:
+    if mask is not None:
+        values = values[mask.bool()]
+    if values.numel() == 0:
+        return {f"{prefix}/mean": 0.0, f"{prefix}/max": 0.0, f"{prefix}/min": 0.0}
+    v = values.double()
+    return {f"{prefix}/mean": v.mean().item(), f"{prefix}/max": v.max().item(), f"{prefix}/min": v.min().item()}
+
+
+def build_step_tensors(
+    samples: list[Sample],
+    algorithm: Algorithm,
+    ref: list[np.ndarray] | None = None,
+    old: list[np.ndarray] | None = None,
+    values: list[np.ndarray] | None = None,
+) -> tuple[StepTensors, dict[str, float]]:
+    """Pad the batch, shape the rewards (KL penalty) and compute advantages; return the tensors and
+    veRL's batch metrics (critic/score, critic/rewards, critic/advantages, response_length, ...)."""
+    width = max(1, max(len(s.response_ids) for s in samples))
+    mask = torch.from_numpy(pad_rows([s.loss_mask for s in samples], width, dtype=bool, fill=False))
+    rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
+    t = StepTensors(mask=mask, rewards=rewards)
+    lengths = torch.tensor([len(s.response_ids) for s in samples], dtype=torch.float32)
+    metrics = {**_stats("response_length", lengths),
+               **_stats("prompt_length", torch.tensor([len(s.prompt_ids) for s in samples], dtype=torch.float32))}
+    if algorithm.is_sft:
+        return t, metrics
+    t.behaviour = _tensor([s.behaviour_logprobs for s in samples], width)
+    t.ref = None if ref is None else _tensor(ref, width)
+    t.old = None if old is None else _tensor(old, width)
+    t.values = None if values is None else _tensor(values, width)
+    has_token_rewards = any(s.token_rewards is not None for s in samples)
+    scores = _tensor([s.token_rewards for s in samples], width) if has_token_rewards else None
+    token_rewards = scores
+    if algorithm.kl_penalty_fn != "none" and t.ref is not None:
+        base = scores if scores is not None else algos.outcome_token_rewards(rewards, mask)
+        token_rewards, kl_metrics = algos.apply_kl_penalty(
+            base, t.behaviour, t.ref, mask, kl_fn=algorithm.kl_penalty_fn, controller=algorithm.kl_controller
+        )
+        metrics.update(kl_metrics)
+    inputs = algos.AdvantageInputs(
+        rewards=rewards,
+        response_mask=mask,
+        token_level_rewards=token_rewards,
+        group_ids=torch.tensor([s.group for s in samples], dtype=torch.long),
+        values=t.values,
+    )
+    t.advantages, t.returns = algorithm.advantage(inputs)
+    seq_rewards = token_rewards.sum(-1) if token_rewards is not None else rewards
+    metrics.update(_stats("critic/score", rewards))
+    metrics.update(_stats("critic/rewards", seq_rewards))
+    metrics.update(_stats("critic/advantages", t.advantages, mask))
+    metrics.update(_stats("critic/returns", t.returns, mask))
+    if t.values is not None:
+        metrics.update(_stats("critic/values", t.values, mask))
+    return t, metrics

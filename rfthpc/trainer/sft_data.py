@@ -1,0 +1,137 @@
+"""SFT data: a dataset (`buffer.trainer_input.experience_buffer`) as samples, in order, resumably.
+
+Rows are read with the taskset loader (`rfthpc.data.tasksets.read_split`: a local HF dataset
+directory, parquet, jsonl, json). Two shapes (`format.prompt_type`):
+- plaintext: `prompt_key` (user message) and `response_key` (the assistant's reply), with an
+  optional system prompt (`format.system_prompt` or the `system_prompt_key` column);
+- messages: a chat list under `messages_key`; every assistant turn is trained on.
+
+Tokens come from the chat template: for assistant turn i, the reply's tokens are the template of
+messages[:i+1] minus the template of messages[:i] with the generation prompt. The loss covers
+the reply up to and including the end-of-turn token (not the newline some templates add after).
+
+Step k takes rows `k * n ... (k + 1) * n - 1` (modulo the dataset size: epochs follow each other),
+so the position is one number, saved in the checkpoint (a resumed run continues where it was).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rfthpc.config.buffer import ExperienceBufferConfig
+from rfthpc.errors import UserError
+from rfthpc.trainer.samples import Sample
+
+
+class SFTData:
+    """Samples of an SFT dataset, `n` rows per step, position kept as `consumed`."""
+
+    def __init__(
+        self,
+        buffer: ExperienceBufferConfig,
+        tokenizer: Any,
+        max_length: int | None,
+        chat_template: str | None = None,
+    ) -> None:
+        from rfthpc.data.tasksets import read_split
+
+        if not buffer.path:
+            raise UserError("buffer.trainer_input.experience_buffer.path: an sft stage trains on a dataset; give its path")
+        self.where = f"SFT dataset {buffer.path} (split {buffer.split!r})"
+        self.rows = read_split(buffer.path, buffer.subset_name, buffer.split)
+        if len(self.rows) == 0:
+            raise UserError(f"{self.where} has no rows")
+        self.format = buffer.format
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        self.chat_template = buffer.format.chat_template or chat_template
+        self.eos_id = tokenizer.eos_token_id
+        self.consumed = 0
+        self.truncated = 0
+        columns = set(self.rows.column_names)
+        f = self.format
+        needed = [f.messages_key] if f.prompt_type == "messages" else [f.prompt_key, f.response_key]
+        missing = [k for k in needed if k not in columns]
+        if missing:
+            keys = "messages_key" if f.prompt_type == "messages" else "prompt_key / response_key"
+            raise UserError(f"{self.where}: column(s) {missing} missing (format.{keys}); the columns are: "
+                            f"{', '.join(sorted(columns))}")
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def state_dict(self) -> dict[str, int]:
+        """The position (rows handed out), for the checkpoint."""
+        return {"consumed": self.consumed}
+
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
+        """Continue from a checkpointed position."""
+        self.consumed = int(state["consumed"])
+
+    def take(self, n: int) -> list[Sample]:
+        """The next `n` rows as samples (each its own group)."""
+        out = []
+        for j in range(n):
+            row = self.rows[(self.consumed + j) % len(self.rows)]
+            out.append(self._sample(row, (self.consumed + j) % len(self.rows), j))
+        self.consumed += n
+        return out
+
+    def _messages(self, row: Mapping[str, Any], index: int) -> list[dict[str, str]]:
+        f = self.format
+        if f.prompt_type == "messages":
+            messages = row[f.messages_key]
+            if not isinstance(messages, Sequence) or not all(isinstance(m, Mapping) for m in messages):
+                raise UserError(f"{self.where} row {index}: {f.messages_key!r} must be a list of {{role, content}}")
+            return [dict(m) for m in messages]
+        system = row.get(f.system_prompt_key) if f.system_prompt_key else f.system_prompt
+        out = [{"role": "system", "content": system}] if system else []
+        return out + [{"role": "user", "content": str(row[f.prompt_key])},
+                      {"role": "assistant", "content": str(row[f.response_key])}]
+
+    def _render(self, messages: list[dict[str, str]], generation_prompt: bool) -> list[int]:
+        ids = self.tokenizer.apply_chat_template(messages, chat_template=self.chat_template, tokenize=True,
+                                                 add_generation_prompt=generation_prompt, return_dict=False)
+        return list(ids)
+
+    def _sample(self, row: Mapping[str, Any], index: int, group: int) -> Sample:
+        messages = self._messages(row, index)
+        turns = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+        if not turns or turns[0] == 0:
+            raise UserError(f"{self.where} row {index}: needs an assistant reply after at least one other message")
+        prompt = self._render(messages[:turns[0]], generation_prompt=True)
+        tokens, mask = list(prompt), [False] * len(prompt)
+        for i in turns:
+            before = self._render(messages[:i], generation_prompt=True)
+            upto = self._render(messages[:i + 1], generation_prompt=False)
+            if upto[:len(before)] != before or len(before) < len(tokens) or before[:len(tokens)] != tokens:
+                raise UserError(
+                    f"{self.where} row {index}: the chat template does not render the conversation as a prefix "
+                    "of itself plus the reply, so the reply's tokens cannot be found; use a template that does "
+                    "(e.g. Qwen's), or format.prompt_type plaintext"
+                )
+            reply = upto[len(before):]
+            end = reply.index(self.eos_id) + 1 if self.eos_id in reply else len(reply)
+            mask += [False] * (len(before) - len(tokens)) + [True] * end + [False] * (len(reply) - end)
+            tokens = upto
+        if self.max_length is not None and len(tokens) > self.max_length:
+            self.truncated += 1
+            tokens, mask = tokens[:self.max_length], mask[:self.max_length]
+        p = len(prompt)
+        return Sample(prompt_ids=np.asarray(tokens[:p], dtype=np.int64),
+                      response_ids=np.asarray(tokens[p:], dtype=np.int64),
+                      loss_mask=np.asarray(mask[p:], dtype=bool), group=group)
+
+
+def load_tokenizer(model_dir: Path, chat_template: str | None = None) -> Any:
+    """The tokenizer of `model_dir` (with `chat_template` replacing its own when given)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if chat_template:
+        tokenizer.chat_template = chat_template
+    return tokenizer

@@ -1,0 +1,109 @@
+"""One optimizer update of a sharded model on one mini-batch, split over ranks and micro-batches.
+
+The mini-batch loss is the aggregate over all its tokens (or sequences) on all ranks. Each
+micro-batch's loss is aggregated over its own units, so it is weighted by
+
+    w_mb = count(mb) / count(mini-batch)         (count per loss_agg_mode: tokens or sequences)
+
+and the weighted losses sum to the mini-batch loss. FSDP2 averages gradients over ranks, so each
+rank scales its losses by the world size to make that a sum. The result does not depend on how
+the mini-batch is split, so 1 rank and N ranks train the same model (up to float rounding).
+
+A non-finite loss or gradient norm on any rank abandons the update: gradients are dropped and
+the optimizer does not step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from rfthpc.trainer.batching import BatchPlan, MicroBatch, collate
+from rfthpc.trainer.dist import DistEnv
+from rfthpc.trainer.samples import Sample
+
+MicroLoss = Callable[[nn.Module, MicroBatch, list[int]], tuple[torch.Tensor, dict[str, float]]]
+"""(model, micro-batch, its sample indices) -> (loss aggregated over the micro-batch, metrics)."""
+
+
+@dataclass
+class UpdateResult:
+    """What one optimizer update did."""
+
+    finite: bool
+    """False when a loss or the gradient norm was NaN/inf: the update was abandoned."""
+    grad_norm: float
+    metrics: dict[str, float]
+    """Metrics averaged over the mini-batch (weighted like the loss)."""
+
+
+def grad_norm_and_clip(model: nn.Module, max_norm: float) -> float:
+    """Total gradient norm over all shards; clip to `max_norm` when it is > 0 (grad_clip 0: no clip)."""
+    params = [p for p in model.parameters() if p.grad is not None]
+    if not params:
+        return 0.0
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else math.inf)
+    if hasattr(norm, "full_tensor"):
+        norm = norm.full_tensor()
+    return float(norm.item())
+
+
+class ShardedUpdater:
+    """Runs updates of one model: its optimizer, gradient clip and the micro-batch plan."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        env: DistEnv,
+        planner: Callable[[list[Sample], list[int]], BatchPlan],
+        weight: Callable[[torch.Tensor], float],
+        grad_clip: float,
+    ) -> None:
+        """`weight(mask)` counts the units a loss aggregates over (Algorithm.weight)."""
+        self.model = model
+        self.optimizer = optimizer
+        self.env = env
+        self.planner = planner
+        self.weight = weight
+        self.grad_clip = grad_clip
+
+    def update(self, samples: list[Sample], indices: list[int], mask: torch.Tensor, micro_loss: MicroLoss) -> UpdateResult:
+        """One optimizer step on the samples `indices` (`mask`: the batch's (B, R) loss mask)."""
+        total = self.weight(mask[indices])
+        plan = self.planner(samples, indices)
+        self.optimizer.zero_grad(set_to_none=True)
+        sums: dict[str, float] = defaultdict(float)
+        finite = True
+        for k in range(plan.n_micro):
+            idx = plan.micro[self.env.rank][k]
+            mb = collate(samples, idx, self.env.device)
+            if mb.is_padding:
+                # This rank has no sample here, but FSDP2's collectives need its forward and backward.
+                out = self.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
+                (out.sum() * 0.0).backward()
+                continue
+            loss, metrics = micro_loss(self.model, mb, idx)
+            w = self.weight(mb.response_mask) / total if total > 0 else 0.0
+            finite = finite and bool(torch.isfinite(loss).item())
+            (loss * (w * self.env.world_size)).backward()
+            for name, value in metrics.items():
+                sums[name] += value * w
+        finite = not self.env.any(not finite)
+        norm = grad_norm_and_clip(self.model, self.grad_clip)
+        finite = finite and math.isfinite(norm)
+        names = sorted(sums)
+        totals = self.env.sum([sums[n] for n in names])
+        metrics = dict(zip(names, totals))
+        if not finite or total <= 0:
+            # Nothing to learn from (no unmasked token) or a NaN/inf: do not step, drop the gradients.
+            self.optimizer.zero_grad(set_to_none=True)
+            return UpdateResult(finite, norm, metrics)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return UpdateResult(True, norm, metrics)

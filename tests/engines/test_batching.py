@@ -1,0 +1,89 @@
+"""The request batcher with the real transformers engine: concurrent workflow calls become one engine
+call, a bad request fails only its own caller, and a cancel releases every waiting caller."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from rfthpc.engines import EngineSettings, make_engine
+from rfthpc.engines.base import PromptTooLong
+from rfthpc.engines.batching import GenerationCancelled, RequestBatcher
+from rfthpc.workflows.base import SamplingArgs
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model: Path):
+    eng = make_engine("transformers", EngineSettings(str(tiny_model), max_model_len=64, seed=0))
+    yield eng
+    eng.close()
+
+
+def run_callers(batcher: RequestBatcher, prompts: list[list[int]], n: int = 2) -> tuple[list, list[threading.Thread]]:
+    """One runner thread per prompt, each making one generate call; returns their results slots."""
+    results: list = [None] * len(prompts)
+    started = threading.Barrier(len(prompts) + 1)
+
+    def call(i: int) -> None:
+        with batcher.runner():
+            started.wait()
+            try:
+                results[i] = batcher.client("policy").generate([prompts[i]], n, SamplingArgs(max_tokens=6))
+            except Exception as e:  # noqa: BLE001 - the test inspects what each caller got
+                results[i] = e
+
+    threads = [threading.Thread(target=call, args=(i,), daemon=True) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    started.wait()
+    return results, threads
+
+
+def serve_until_done(batcher: RequestBatcher, threads: list[threading.Thread]) -> None:
+    while any(t.is_alive() for t in threads):
+        batcher.serve(0.2)
+    for t in threads:
+        t.join()
+
+
+def test_concurrent_calls_are_served_as_one_batch(engine) -> None:
+    batcher = RequestBatcher({"policy": engine}, max_wait_s=30.0)
+    results, threads = run_callers(batcher, [[1, 20, 21], [1, 22], [1, 23, 24, 25]])
+    serve_until_done(batcher, threads)
+    assert batcher.batches_served == 1 and batcher.calls_served == 3
+    for r in results:
+        assert len(r) == 1 and len(r[0]) == 2
+        assert all(1 <= len(c.token_ids) <= 6 and len(c.logprobs) == len(c.token_ids) for c in r[0])
+
+
+def test_a_bad_request_fails_only_its_caller(engine) -> None:
+    batcher = RequestBatcher({"policy": engine}, max_wait_s=30.0)
+    too_long = [1] * 64
+    results, threads = run_callers(batcher, [[1, 20, 21], too_long, [1, 22]])
+    serve_until_done(batcher, threads)
+    assert isinstance(results[1], PromptTooLong) and "max_model_len=64" in str(results[1])
+    assert len(results[0][0]) == 2 and len(results[2][0]) == 2
+
+
+def test_cancel_releases_waiting_callers_and_refuses_new_calls(engine) -> None:
+    batcher = RequestBatcher({"policy": engine}, max_wait_s=30.0)
+    results, threads = run_callers(batcher, [[1, 20], [1, 21]])
+    while batcher.pending < 2:
+        threading.Event().wait(0.01)
+    batcher.cancel("SIGTERM")
+    for t in threads:
+        t.join(timeout=10)
+    assert all(isinstance(r, GenerationCancelled) for r in results)
+    with batcher.runner(), pytest.raises(GenerationCancelled, match="SIGTERM"):
+        batcher.client("policy").generate([[1, 2]], 1, SamplingArgs(max_tokens=2))
+    batcher.resume()
+    results, threads = run_callers(batcher, [[1, 20]])
+    serve_until_done(batcher, threads)
+    assert len(results[0][0]) == 2
+
+
+def test_unknown_engine_name(engine) -> None:
+    with pytest.raises(KeyError, match="judge"):
+        RequestBatcher({"policy": engine}).client("judge")

@@ -1,0 +1,41 @@
+"""Workflows given to the explorer as user code (`module:function`), misbehaving on purpose."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+from rfthpc.errors import ConfigError
+from rfthpc.workflows.base import Experience, WorkflowResult
+
+ATTEMPTS: Counter[str] = Counter()
+
+
+def _generate(task, ctx) -> WorkflowResult:
+    prompt = ctx.prompts.encode(ctx.prompts.messages(task))
+    completions = ctx.engine.generate([prompt.token_ids], task.repeat_times, task.rollout_args)[0]
+    return WorkflowResult([Experience.from_completion(prompt.token_ids, c, 1.0) for c in completions])
+
+
+def flaky(task, ctx) -> WorkflowResult:
+    """Fails on the first attempt of every task, then works."""
+    ATTEMPTS[task.task_id] += 1
+    if ATTEMPTS[task.task_id] == 1:
+        raise ConnectionError("sandbox not ready")
+    return _generate(task, ctx)
+
+
+def slow(task, ctx) -> WorkflowResult:
+    """Spends a second before asking for its responses (past a 0.5 s max_timeout)."""
+    time.sleep(1.0)
+    return _generate(task, ctx)
+
+
+def misconfigured(task, ctx) -> WorkflowResult:
+    """A config mistake: the same for every task, so retrying is pointless."""
+    raise ConfigError("workflow_args.tool: unknown tool 'calculator'")
+
+
+def plain(task, ctx) -> WorkflowResult:
+    """One turn, reward 1."""
+    return _generate(task, ctx)

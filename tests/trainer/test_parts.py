@@ -1,0 +1,236 @@
+"""The trainer's small parts, each on its own: batching plans, the LR schedule, sample checks,
+SFT tokenisation, stage positions, signals, the algorithm binding."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rfthpc.config import Stage
+from rfthpc.config.algorithm import AlgorithmConfig
+from rfthpc.config.buffer import ExperienceBufferConfig
+from rfthpc.config.derive import finalize
+from rfthpc.config.schema import Config
+from rfthpc.errors import ConfigError, UserError
+from rfthpc.store import Experience, Group
+from rfthpc.trainer.batching import (
+    balanced_split,
+    collate,
+    count_token_bins,
+    mini_batches,
+    pad_rows,
+    plan_micro_batches,
+)
+from rfthpc.trainer.losses import Algorithm
+from rfthpc.trainer.optim import LRSchedule
+from rfthpc.trainer.samples import Sample, check_group, samples_from_groups
+from rfthpc.trainer.signals import StopRequest
+from rfthpc.trainer.stages import Position, resume_position
+
+
+def _sample(p: int, r: int, group: int = 0) -> Sample:
+    return Sample(np.arange(1, p + 1), np.arange(1, r + 1), np.ones(r, bool), group=group)
+
+
+# ---- batching --------------------------------------------------------------------------------
+
+def test_balanced_split_is_deterministic_and_balanced() -> None:
+    parts = balanced_split([10, 1, 9, 2, 8, 3], 2)
+    # 10 -> p0, 9 -> p1, 8 -> p1 (17), 3 -> p0 (13), 2 -> p0 (15), 1 -> p0 (16): loads 16 and 17.
+    assert parts == [[0, 1, 3, 5], [2, 4]]
+    assert balanced_split([5, 5], 3) == [[0], [1], []]
+
+
+def test_count_token_bins_first_fit_decreasing() -> None:
+    assert count_token_bins([6, 5, 4, 3, 2], 10) == 2  # {6,4} {5,3,2}
+    assert count_token_bins([], 10) == 1
+    assert count_token_bins([12], 10) == 1  # an over-long sample still gets its own micro-batch
+
+
+def test_every_rank_runs_the_same_number_of_micro_batches() -> None:
+    samples = [_sample(4, 20)] + [_sample(2, 2) for _ in range(5)]
+    plan = plan_micro_batches(samples, list(range(6)), 3, token_budget=24, micro_batch_size=1)
+    assert {len(m) for m in plan.micro} == {plan.n_micro}
+    flat = sorted(i for rank in plan.micro for mb in rank for i in mb)
+    assert flat == list(range(6))  # each sample exactly once
+    fixed = plan_micro_batches(samples, list(range(6)), 2, token_budget=None, micro_batch_size=2)
+    assert fixed.n_micro == 2 and all(len(mb) <= 2 for rank in fixed.micro for mb in rank)
+
+
+def test_mini_batches_keep_groups_whole() -> None:
+    samples = [_sample(2, 2, group=g) for g in (0, 0, 1, 1, 2, 2)]
+    assert mini_batches(samples, 2) == [[0, 1, 2, 3], [4, 5]]
+    assert mini_batches(samples, None) == [list(range(6))]
+    assert mini_batches(samples, 3) == [list(range(6))]
+
+
+def test_collate_aligns_response_positions() -> None:
+    s = [_sample(3, 2), Sample(np.array([7]), np.array([8, 9, 10]), np.array([1, 0, 1], bool))]
+    mb = collate(s, [0, 1], torch.device("cpu"))
+    assert mb.input_ids.tolist() == [[1, 2, 3, 1, 2], [7, 8, 9, 10, 0]]
+    assert mb.attention_mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]]
+    # Logits at position P-1+j predict response token j.
+    assert mb.positions.tolist() == [[2, 3, 4], [0, 1, 2]]
+    assert mb.response_mask.tolist() == [[True, True, False], [True, False, True]]
+    empty = collate(s, [], torch.device("cpu"))
+    assert empty.is_padding and empty.input_ids.shape == (1, 1)
+    assert pad_rows([np.array([1.0]), None], 2).tolist() == [[1.0, 0.0], [0.0, 0.0]]
+
+
+# ---- schedule --------------------------------------------------------------------------------
+
+def test_lr_schedule_warmup_constant_and_cosine() -> None:
+    const = LRSchedule(1.0, total_steps=10, warmup_steps=4)
+    assert [const(k) for k in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+    cos = LRSchedule(1.0, total_steps=6, warmup_ratio=1 / 3, style="cosine", min_lr_ratio=0.5)
+    assert cos.warmup == 2
+    # After warm-up: 0.5 + 0.5 * (1 + cos(pi * (k - 2) / 4)) / 2
+    expected = [0.5, 1.0] + [0.5 + 0.25 * (1 + math.cos(math.pi * (k - 2) / 4)) for k in range(2, 6)]
+    assert [cos(k) for k in range(6)] == pytest.approx(expected)
+    with pytest.raises(ConfigError, match="total_steps"):
+        LRSchedule(1.0, total_steps=None, style="cosine")
+    with pytest.raises(ConfigError, match="lr_warmup_steps_ratio"):
+        LRSchedule(1.0, total_steps=None, warmup_ratio=0.1)
+
+
+# ---- sample checks ---------------------------------------------------------------------------
+
+def _group(**exp_fields) -> Group:
+    fields = {"prompt_ids": np.array([1, 2]), "response_ids": np.array([3, 4, 5]),
+              "logprobs": np.zeros(3, np.float32), "loss_mask": np.ones(3, np.int8), "reward": 1.0}
+    fields.update(exp_fields)
+    return Group("math/7", [Experience(**fields)], policy_version=3, explorer="ex_a", rank=2,
+                 group_id="ex_a/2/0123456789abcdef/5")
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"response_ids": np.array([3, 999, 5])}, "response token id 999 is outside the model's vocabulary"),
+        ({"prompt_ids": np.array([-1, 2])}, "prompt token id -1"),
+        ({"logprobs": np.zeros(2, np.float32)}, "logprobs has 2 entries but the response has 3 tokens"),
+        ({"loss_mask": np.ones(4, np.int8)}, "loss_mask has 4 entries"),
+        ({"token_rewards": np.zeros(1, np.float32)}, "token_rewards has 1 entries"),
+        ({"prompt_ids": np.array([], np.int64)}, "the prompt is empty"),
+        ({"response_ids": np.arange(3, 20), "logprobs": np.zeros(17), "loss_mask": np.ones(17)}, "19 tokens"),
+    ],
+)
+def test_bad_experience_is_named(fields: dict, message: str) -> None:
+    with pytest.raises(UserError) as e:
+        check_group(_group(**fields), vocab_size=384, max_length=16)
+    text = str(e.value)
+    assert message in text
+    assert "'ex_a/2/0123456789abcdef/5'" in text and "'math/7'" in text and "explorer 'ex_a' rank 2" in text
+
+
+def test_good_group_becomes_samples_with_its_temperature() -> None:
+    g = _group(token_rewards=np.array([0.0, 0.0, 1.0], np.float32))
+    g.info = {"temperature": 0.7}
+    (s,) = samples_from_groups([g], vocab_size=384, max_length=16, temperature=1.0)
+    assert s.temperature == 0.7 and s.policy_version == 3 and s.loss_mask.dtype == bool
+    assert s.token_rewards.tolist() == [0.0, 0.0, 1.0] and s.length == 5
+    greedy = _group()
+    greedy.info = {"temperature": 0.0}
+    assert samples_from_groups([greedy], 384, None)[0].temperature == 1.0
+
+
+# ---- SFT data --------------------------------------------------------------------------------
+
+def test_sft_rows_become_masked_replies(tmp_path: Path, tiny_model: Path) -> None:
+    from rfthpc.trainer.sft_data import SFTData, load_tokenizer
+
+    rows = [{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "1 + 1?"},
+                          {"role": "assistant", "content": "2"}, {"role": "user", "content": "and 2 + 2?"},
+                          {"role": "assistant", "content": "4"}]},
+            {"messages": [{"role": "user", "content": "3 + 3?"}, {"role": "assistant", "content": "6"}]}]
+    path = tmp_path / "chat.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tok = load_tokenizer(tiny_model)
+    buf = ExperienceBufferConfig(path=str(path))
+    buf.format.prompt_type = "messages"
+    data = SFTData(buf, tok, max_length=None)
+    first, second = data.take(2)
+    assert tok.decode(first.prompt_ids).endswith("1 + 1?<|im_end|>\n<|im_start|>assistant\n")
+    # Both replies are trained on, each up to and including its end-of-turn token; nothing else is.
+    assert tok.decode(first.response_ids[first.loss_mask]) == "2<|im_end|>4<|im_end|>"
+    assert tok.decode(second.response_ids[second.loss_mask]) == "6<|im_end|>"
+    assert data.state_dict() == {"consumed": 2}
+    third = data.take(1)[0]  # the next epoch starts over
+    assert third.response_ids.tolist() == first.response_ids.tolist()
+    data.load_state_dict({"consumed": 1})
+    assert data.take(1)[0].response_ids.tolist() == second.response_ids.tolist()
+
+
+def test_sft_missing_column_is_named(tmp_path: Path, tiny_model: Path) -> None:
+    from rfthpc.trainer.sft_data import SFTData, load_tokenizer
+
+    path = tmp_path / "qa.jsonl"
+    path.write_text(json.dumps({"question": "q", "answer": "a"}) + "\n")
+    with pytest.raises(UserError, match=r"\['prompt', 'response'\] missing.*columns are: answer, question"):
+        SFTData(ExperienceBufferConfig(path=str(path)), load_tokenizer(tiny_model), None)
+
+
+# ---- stages, signals, algorithm --------------------------------------------------------------
+
+def _stages(*modes: str) -> list[Stage]:
+    return [Stage(f"s{i}", Config(mode=m)) for i, m in enumerate(modes)]
+
+
+def test_resume_position_walks_the_stages() -> None:
+    stages = _stages("explore", "train", "both")
+    assert resume_position(stages, None) == Position(1, 0, 0)
+    mid = {"stage_index": 1, "stage": "s1", "step": 7, "stage_start_step": 0, "stage_finished": False}
+    assert resume_position(stages, mid) == Position(1, 0, 7)
+    assert resume_position(stages, {**mid, "stage_finished": True}) == Position(2, 7, 7)
+    assert resume_position(stages, {**mid, "stage_index": 2, "stage": "s2", "stage_finished": True}) is None
+    with pytest.raises(UserError, match="stages of a run cannot change"):
+        resume_position(stages, {**mid, "stage": "renamed"})
+
+
+def test_stop_request_records_sigterm_and_sigusr2() -> None:
+    for sig in (signal.SIGTERM, signal.SIGUSR2):
+        stop = StopRequest().install()
+        try:
+            os.kill(os.getpid(), sig)
+            assert stop.requested and stop.signum == sig
+        finally:
+            stop.restore()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_algorithm_binding_follows_the_preset() -> None:
+    grpo = Algorithm.from_config(finalize(Config(algorithm=AlgorithmConfig(algorithm_type="grpo"))).algorithm)
+    assert grpo.use_reference and not grpo.use_critic and grpo.recompute_old_logprob
+    ppo = Algorithm.from_config(finalize(Config(algorithm=AlgorithmConfig(algorithm_type="ppo"))).algorithm)
+    assert ppo.use_critic
+    tis = Algorithm.from_config(finalize(Config(algorithm=AlgorithmConfig(algorithm_type="tis"))).algorithm)
+    assert not tis.recompute_old_logprob
+    sft = Algorithm.from_config(finalize(Config(algorithm=AlgorithmConfig(algorithm_type="sft"))).algorithm)
+    assert sft.is_sft and not sft.use_reference
+    bad = finalize(Config(algorithm=AlgorithmConfig(algorithm_type="grpo", kl_loss_fn_args={"beta": 1})))
+    with pytest.raises(ConfigError, match="kl_loss_fn_args"):
+        Algorithm.from_config(bad.algorithm)
+
+
+def test_micro_batch_weights_sum_to_the_batch_loss() -> None:
+    """Weighting micro-batch losses by count(mb)/count(batch) gives the whole-batch loss (any agg mode)."""
+    for mode in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"):
+        alg = Algorithm.from_config(finalize(Config(algorithm=AlgorithmConfig(algorithm_type="grpo",
+                                                                               loss_agg_mode=mode))).algorithm)
+        torch.manual_seed(0)
+        lp = torch.randn(5, 4)
+        mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0]], dtype=torch.bool)
+        adv, ent = torch.randn(5, 4), torch.rand(5, 4)
+        full, _ = alg.actor_loss(lp, ent, mask, lp - 0.1, adv, None, None)
+        parts = [[0, 2], [1], [3, 4]]
+        total = alg.weight(mask)
+        summed = sum(alg.actor_loss(lp[p], ent[p], mask[p], lp[p] - 0.1, adv[p], None, None)[0]
+                     * alg.weight(mask[p]) / total for p in parts)
+        assert summed.item() == pytest.approx(full.item(), rel=1e-6)

@@ -1,0 +1,166 @@
+"""Killed and preempted trainers resume exactly: same losses, same weights, every group once.
+
+Each test compares a trainer process that is interrupted (SIGKILL mid-checkpoint, SIGKILL while
+waiting for experience, SIGTERM in an SFT stage) and then resumed, with an uninterrupted run on
+the same data.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from rfthpc import weights
+from rfthpc.config import Config
+from rfthpc.config.schema import StageConfig
+from rfthpc.data.synth_gsm8k import generate_splits, write_jsonl
+from rfthpc.errors import EXIT_PREEMPTED
+from rfthpc.fsutil import read_json
+from rfthpc.monitor import read_metrics
+from rfthpc.rundir import RunDir
+from rfthpc.trainer.checkpoint import latest_checkpoint, read_meta
+from tests.trainer.conftest import make_run, rl_config, run_trainer_inprocess, sft_stage, start_trainer, write_groups
+
+pytestmark = pytest.mark.slow
+
+STEPS = 6
+COMPARED = ("actor/pg_loss", "actor/grad_norm", "actor/entropy", "actor/sft_loss", "critic/score/mean")
+
+
+def _config(model: Path, save_interval: int) -> Config:
+    return rl_config(model, **{"buffer.total_steps": STEPS, "trainer.save_interval": save_interval,
+                               "trainer.save_hf_checkpoint": "never"})
+
+
+def _write_first(run: RunDir) -> None:
+    write_groups(run, 6, seed=1, explorer="ex_a")
+
+
+def _write_second(run: RunDir) -> None:
+    write_groups(run, 6, seed=2, explorer="ex_b")
+
+
+def _wait_for(cond, what: str, proc, timeout: float = 180.0, pause: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert proc.poll() is None, f"the trainer exited ({proc.returncode}) before {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(pause)
+
+
+def _steps(run: RunDir) -> dict[int, dict]:
+    """The last record of each trained step (re-trained steps appear twice; the second must match too)."""
+    return {r["step"]: r for r in read_metrics(run.monitor / "trainer.jsonl") if "actor/lr" in r}
+
+
+def _assert_same_training(run: RunDir, ref: RunDir, steps: int) -> None:
+    got, want = _steps(run), _steps(ref)
+    assert sorted(got) == sorted(want) == list(range(1, steps + 1))
+    for step in want:
+        for name in COMPARED:
+            if name in want[step]:
+                assert got[step][name] == pytest.approx(want[step][name], rel=1e-6, abs=1e-7), (step, name)
+    # Every record of a re-trained step (before and after the interruption) matches too.
+    for r in read_metrics(run.monitor / "trainer.jsonl"):
+        if "actor/lr" in r:
+            assert r["actor/grad_norm"] == pytest.approx(want[r["step"]]["actor/grad_norm"], rel=1e-6)
+    a = load_file(str(weights.step_dir(run.root, steps) / "model.safetensors"))
+    b = load_file(str(weights.step_dir(ref.root, steps) / "model.safetensors"))
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-6
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> RunDir:
+    """The uninterrupted run: 6 steps on 12 groups from two explorers."""
+    run = make_run(tmp_path_factory.mktemp("reference") / "run", _config(tiny_model, save_interval=2))
+    _write_first(run)
+    _write_second(run)
+    assert run_trainer_inprocess(run) == 0
+    return run
+
+
+def test_sigkill_during_a_checkpoint_write_keeps_the_previous_one(tmp_path: Path, tiny_model: Path,
+                                                                   reference: RunDir) -> None:
+    run = make_run(tmp_path / "run", _config(tiny_model, save_interval=1))
+    _write_first(run)
+    _write_second(run)
+    proc = start_trainer(run)
+    try:
+        _wait_for(lambda: any(n.startswith(".tmp-global_step_3-") for n in os.listdir(run.root)),
+                  "the checkpoint of step 3 being written", proc, pause=0.001)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    leftovers = [n for n in os.listdir(run.root) if n.startswith(".tmp-global_step_3-")]
+    assert leftovers, "the kill came after the checkpoint was complete"
+    # The previous checkpoint is complete and is the one a restart uses.
+    assert latest_checkpoint(run.root) == 2
+    assert (run.latest_checkpoint_file.read_text().strip()) == "2"
+    assert read_meta(run.root, 2)["reader"]["counters"]["consumed"] == 4
+    assert run_trainer_inprocess(run) == 0
+    assert not [n for n in os.listdir(run.root) if n.startswith(".tmp-")]
+    _assert_same_training(run, reference, STEPS)
+    assert read_meta(run.root, STEPS)["reader"]["counters"]["consumed"] == 12
+
+
+def test_sigkill_then_resume_trains_every_group_once_with_the_same_losses(tmp_path: Path, tiny_model: Path,
+                                                                            reference: RunDir) -> None:
+    run = make_run(tmp_path / "run", _config(tiny_model, save_interval=2))
+    _write_first(run)  # enough for 3 steps: the trainer then waits for more
+    proc = start_trainer(run)
+    try:
+        _wait_for(lambda: (read_json(run.trainer_meta) or {}).get("step") == 3, "step 3", proc)
+        time.sleep(0.5)  # waiting for experience now: step 3 is trained but not checkpointed
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert latest_checkpoint(run.root) == 2
+    _write_second(run)
+    assert run_trainer_inprocess(run) == 0
+    # Step 3 was trained before the kill and again after it, from the checkpoint of step 2.
+    assert [r["step"] for r in read_metrics(run.monitor / "trainer.jsonl") if "actor/lr" in r] == [1, 2, 3, 3, 4, 5, 6]
+    _assert_same_training(run, reference, STEPS)
+    counters = read_meta(run.root, STEPS)["reader"]["counters"]
+    assert counters["consumed"] == 12 and counters["dropped_stale"] == 0
+
+
+def test_sigterm_in_the_sft_stage_checkpoints_exits_124_and_resumes_there(tmp_path: Path, tiny_model: Path) -> None:
+    data = write_jsonl(tmp_path / "sft.jsonl", generate_splits(10, 0)["train"])
+
+    def staged() -> Config:
+        cfg = rl_config(tiny_model, **{"buffer.total_steps": 2, "trainer.save_hf_checkpoint": "never"})
+        cfg.stages = [sft_stage(data, 6, batch=3), StageConfig(stage_name="rft")]
+        return cfg
+
+    ref = make_run(tmp_path / "ref", staged())
+    write_groups(ref, 4)
+    assert run_trainer_inprocess(ref) == 0
+
+    run = make_run(tmp_path / "run", staged())
+    write_groups(run, 4)
+    proc = start_trainer(run)
+    try:
+        _wait_for(lambda: bool(read_metrics(run.monitor / "trainer.jsonl")), "the first SFT step", proc)
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=120) == EXIT_PREEMPTED
+    finally:
+        proc.kill()
+        proc.wait()
+    stopped = latest_checkpoint(run.root)
+    meta = read_meta(run.root, stopped)
+    assert meta["stage"] == "sft_warmup" and not meta["stage_finished"] and 1 <= stopped < 6
+    assert meta["sft_data"] == {"consumed": 3 * stopped}
+    trainer_meta = read_json(run.trainer_meta)
+    assert trainer_meta["stage"] == "sft_warmup" and trainer_meta["step"] == stopped and not trainer_meta["done"]
+
+    assert run_trainer_inprocess(run) == 0
+    _assert_same_training(run, ref, 8)
+    done = read_json(run.trainer_meta)
+    assert done["done"] and done["stage"] == "rft" and done["stage_start_step"] == 6 and done["step"] == 8

@@ -1,0 +1,152 @@
+"""The trainer end to end in this process (world size 1): real tiny model, real store, real files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rfthpc import weights
+from rfthpc.cli import main
+from rfthpc.config.buffer import TasksetConfig
+from rfthpc.config.schema import StageConfig
+from rfthpc.data.synth_gsm8k import generate_splits, write_jsonl
+from rfthpc.fsutil import read_json
+from rfthpc.monitor import read_metrics
+from rfthpc.store import ChunkWriter, TaskClaims
+from rfthpc.trainer.checkpoint import latest_checkpoint, read_meta
+from tests.trainer.conftest import make_run, random_group, rl_config, run_trainer_inprocess, sft_stage, write_groups
+
+
+def _records(run) -> dict[int, dict]:
+    """The last metrics record of each step (a resumed run logs re-trained steps again)."""
+    return {r["step"]: r for r in read_metrics(run.monitor / "trainer.jsonl")}
+
+
+def test_rl_run_publishes_checkpoints_and_logs(tmp_path: Path, tiny_model: Path) -> None:
+    cfg = rl_config(tiny_model, **{"trainer.save_interval": 2, "synchronizer.keep_published": 2})
+    run = make_run(tmp_path / "run", cfg)
+    write_groups(run, 8)
+    assert run_trainer_inprocess(run) == 0
+
+    meta = read_json(run.trainer_meta)
+    assert meta["done"] and meta["step"] == 4 and meta["stage"] == "rft" and meta["published_version"] == 4
+    # Published every step (sync_interval 1) from step 0; the two newest kept.
+    assert weights.published_steps(run.root) == [3, 4] and weights.read_latest(run.root) == 4
+    assert latest_checkpoint(run.root) == 4 and (run.root / "global_step_2").is_dir()
+    actor = run.checkpoint(4) / "actor"
+    assert {"model", "optim", "hf_config", "extra_state_world_size_1_rank_0.pt", "rfthpc_checkpoint.json",
+            "huggingface"} <= set(os.listdir(actor))
+    assert (actor / "hf_config" / "config.json").is_file() and (actor / "hf_config" / "tokenizer.json").is_file()
+    torch.load(actor / "extra_state_world_size_1_rank_0.pt", weights_only=True)
+    ckpt = read_meta(run.root, 4)
+    assert ckpt["stage_finished"] and ckpt["reader"]["counters"]["consumed"] == 8
+    # The merged HF copy of the last checkpoint is the published policy of that step.
+    merged = weights.step_dir(run.root, 4) / "model.safetensors"
+    from safetensors.torch import load_file
+
+    a, b = load_file(str(merged)), load_file(str(actor / "huggingface" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+    records = _records(run)
+    assert sorted(records) == [1, 2, 3, 4]
+    for name in ("actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/entropy", "actor/grad_norm",
+                 "actor/lr", "critic/score/mean", "critic/rewards/mean", "critic/advantages/mean",
+                 "response_length/mean", "perf/throughput", "perf/time_per_step", "store/consumed",
+                 "staleness/mean", "staleness/max"):
+        assert name in records[4], name
+    assert records[4]["store/consumed"] == 8.0 and records[4]["staleness/max"] == 3.0
+
+
+def test_ppo_trains_a_critic_against_a_reference(tmp_path: Path, tiny_model: Path) -> None:
+    cfg = rl_config(tiny_model, **{"algorithm.algorithm_type": "ppo", "algorithm.kl_loss_fn": None,
+                                   "algorithm.repeat_times": 2, "buffer.total_steps": 2,
+                                   "trainer.ppo_mini_batch_size": 1, "trainer.save_hf_checkpoint": "never"})
+    run = make_run(tmp_path / "run", cfg)
+    write_groups(run, 4, repeat=2)
+    assert run_trainer_inprocess(run) == 0
+    records = _records(run)
+    for name in ("critic/vf_loss", "critic/grad_norm", "critic/values/mean", "actor/kl_loss", "actor/pg_loss"):
+        assert name in records[2], name
+    assert {"model", "optim", "hf_config", "rfthpc_checkpoint.json"} <= set(os.listdir(run.checkpoint(2) / "critic"))
+
+
+def test_nan_loss_abandons_the_batch_and_publishes_nothing(tmp_path: Path, tiny_model: Path) -> None:
+    cfg = rl_config(tiny_model, **{"algorithm.algorithm_type": "tis", "buffer.total_steps": 2,
+                                   "synchronizer.keep_published": 10})
+    run = make_run(tmp_path / "run", cfg)
+    rng = np.random.default_rng(0)
+    groups = [random_group(rng, f"t{i}", 4, 384) for i in range(6)]
+    for e in groups[2].experiences:  # the second batch: an engine returned NaN logprobs
+        e.logprobs = np.full(len(e.response_ids), np.nan, np.float32)
+    with ChunkWriter(run.root, "ex", 0, groups_per_chunk=2) as w:
+        for g in groups:
+            w.add(g)
+    assert run_trainer_inprocess(run) == 0
+    records = read_metrics(run.monitor / "trainer.jsonl")
+    nan_records = [r for r in records if "actor/lr" not in r]
+    assert len(nan_records) == 1 and nan_records[0]["trainer/nan_skipped_batches"] == 1.0
+    assert nan_records[0]["step"] == 2 and nan_records[0]["actor/pg_loss"] == "nan"  # it would have been step 2
+    trained = [r for r in records if "actor/lr" in r]
+    assert [r["step"] for r in trained] == [1, 2] and all(np.isfinite(r["actor/pg_loss"]) for r in trained)
+    # Three batches read, two steps trained, and only steps 0, 1, 2 ever published.
+    assert read_meta(run.root, 2)["reader"]["counters"]["consumed"] == 6
+    assert weights.published_steps(run.root) == [0, 1, 2]
+    state = weights.step_dir(run.root, 2) / "model.safetensors"
+    from safetensors.torch import load_file
+
+    assert all(torch.isfinite(t).all() for t in load_file(str(state)).values())
+
+
+def test_a_bad_group_stops_the_trainer_naming_explorer_and_chunk(tmp_path: Path, tiny_model: Path,
+                                                                  capsys: pytest.CaptureFixture) -> None:
+    run = make_run(tmp_path / "run", rl_config(tiny_model))
+    rng = np.random.default_rng(1)
+    good, bad = random_group(rng, "t0", 4, 384, explorer="ex_b"), random_group(rng, "t1", 4, 384, explorer="ex_b")
+    bad.experiences[1].response_ids[0] = 5000  # an explorer running another tokenizer
+    with ChunkWriter(run.root, "ex_b", 3, groups_per_chunk=1) as w:
+        good.rank = bad.rank = 3
+        w.add(good)
+        w.add(bad)
+    assert main(["train", "--run-dir", str(run.root)]) == 2
+    err = capsys.readouterr().err
+    (chunk,) = (run.experiences / "ex_b").glob("c00003-*-00000001-*.h5")
+    assert "token id 5000 is outside the model's vocabulary [0, 384)" in err
+    assert "explorer 'ex_b' rank 3" in err and str(chunk) in err and "experience 1" in err
+
+
+def test_sft_then_rft_counts_steps_globally(tmp_path: Path, tiny_model: Path) -> None:
+    data = write_jsonl(tmp_path / "sft.jsonl", generate_splits(10, 0)["train"])
+    cfg = rl_config(tiny_model, **{"buffer.total_steps": 2})
+    cfg.stages = [sft_stage(data, 3), StageConfig(stage_name="rft")]
+    run = make_run(tmp_path / "run", cfg)
+    write_groups(run, 4)
+    assert run_trainer_inprocess(run) == 0
+    records = _records(run)
+    assert sorted(records) == [1, 2, 3, 4, 5]
+    assert all("actor/sft_loss" in records[s] for s in (1, 2, 3))
+    assert records[3]["actor/sft_loss"] < records[1]["actor/sft_loss"]
+    assert all("actor/pg_loss" in records[s] for s in (4, 5))
+    # The RL stage began by publishing the SFT result as version 3.
+    assert weights.published_steps(run.root)[0] == 3
+    sft_end = read_meta(run.root, 3)
+    assert sft_end["stage"] == "sft_warmup" and sft_end["stage_finished"] and sft_end["sft_data"] == {"consumed": 12}
+    meta = read_json(run.trainer_meta)
+    assert meta["done"] and meta["stage"] == "rft" and meta["stage_start_step"] == 3 and meta["step"] == 5
+
+
+def test_the_stage_ends_when_the_explorers_tasks_are_done(tmp_path: Path, tiny_model: Path) -> None:
+    cfg = rl_config(tiny_model, **{"buffer.total_steps": None})
+    cfg.buffer.explorer_input.tasksets = [TasksetConfig(name="math", path="unused")]
+    run = make_run(tmp_path / "run", cfg)
+    claims = TaskClaims(run.root, "math", num_tasks=5)
+    claims.complete(claims.claim(5))
+    assert claims.finished
+    write_groups(run, 5)  # two full batches of 2 groups and one group left over
+    assert run_trainer_inprocess(run) == 0
+    assert sorted(_records(run)) == [1, 2]
+    assert read_json(run.trainer_meta)["done"]
+    assert read_meta(run.root, 2)["reader"]["counters"]["consumed"] == 4

@@ -1,0 +1,128 @@
+"""Weight publishing: complete HF directories appear atomically, and are removed only when no
+explorer can still need them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from rfthpc import weights
+from rfthpc.fsutil import write_json_atomic
+from rfthpc.rundir import RunDir
+from tests.trainer.conftest import ROOT, trainer_env
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> RunDir:
+    return RunDir(tmp_path / "run").create()
+
+
+def _model_state(model_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(model_dir / "model.safetensors"))
+
+
+def test_publish_writes_a_complete_loadable_model(run: RunDir, tiny_model: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    state = {k: v + 1.0 for k, v in _model_state(tiny_model).items()}
+    path = weights.publish(run.root, 3, state, tiny_model, torch.float32)
+    assert path == run.weights / "step_3" and weights.is_complete(path)
+    assert weights.read_latest(run.root) == 3 and weights.published_steps(run.root) == [3]
+    names = set(os.listdir(path))
+    assert {"config.json", "generation_config.json", "tokenizer.json", "chat_template.jinja", "model.safetensors",
+            "STABLE"} <= names
+    assert not [n for n in os.listdir(run.weights) if n.startswith(".tmp-")]
+    model = AutoModelForCausalLM.from_pretrained(path)
+    loaded = model.state_dict()
+    for k, v in state.items():
+        assert torch.equal(loaded[k], v)
+    assert AutoTokenizer.from_pretrained(path).chat_template
+
+
+def test_publish_in_bfloat16_records_the_dtype(run: RunDir, tiny_model: Path) -> None:
+    import json
+
+    path = weights.publish(run.root, 1, _model_state(tiny_model), tiny_model, torch.bfloat16)
+    assert json.loads((path / "config.json").read_text())["dtype"] == "bfloat16"
+    assert all(t.dtype == torch.bfloat16 for t in load_file(str(path / "model.safetensors")).values())
+
+
+def test_republishing_a_step_keeps_it_and_latest_never_goes_back(run: RunDir, tiny_model: Path) -> None:
+    state = _model_state(tiny_model)
+    weights.publish(run.root, 5, state, tiny_model)
+    before = (run.weights / "step_5" / "model.safetensors").stat().st_mtime_ns
+    weights.publish(run.root, 5, {k: v * 0 for k, v in state.items()}, tiny_model)
+    assert (run.weights / "step_5" / "model.safetensors").stat().st_mtime_ns == before
+    weights.publish(run.root, 4, state, tiny_model)  # a resumed trainer re-training older steps
+    assert weights.read_latest(run.root) == 5 and weights.published_steps(run.root) == [4, 5]
+
+
+def test_large_models_are_sharded_with_an_index(run: RunDir, tiny_model: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    state = _model_state(tiny_model)
+    path = weights.publish(run.root, 1, state, tiny_model, max_shard_bytes=100_000)
+    shards = sorted(n for n in os.listdir(path) if n.endswith(".safetensors"))
+    assert len(shards) > 1 and shards[0] == f"model-00001-of-{len(shards):05d}.safetensors"
+    assert (path / "model.safetensors.index.json").is_file()
+    loaded = AutoModelForCausalLM.from_pretrained(path).state_dict()
+    assert all(torch.equal(loaded[k], v) for k, v in state.items())
+
+
+def test_collection_keeps_latest_newest_and_what_live_explorers_use(run: RunDir, tiny_model: Path) -> None:
+    state = _model_state(tiny_model)
+    for step in range(6):
+        weights.publish(run.root, step, state, tiny_model)
+    now = time.time()
+    weights.record_reader(run.root, "ex", 0, 1)                       # a live explorer on version 1
+    write_json_atomic(weights.reader_file(run.root, "ex", 1), {"version": 2, "time": now - 1000})  # a dead one
+    removed = weights.collect_published(run.root, keep=2, lease_s=300)
+    assert sorted(removed) == [0, 2, 3]
+    assert weights.published_steps(run.root) == [1, 4, 5]
+    weights.clear_reader(run.root, "ex", 0)
+    assert weights.collect_published(run.root, keep=1, lease_s=300) == [1, 4]
+    assert weights.published_steps(run.root) == [5] and weights.read_latest(run.root) == 5
+
+
+def test_a_directory_without_stable_is_not_a_policy(run: RunDir, tiny_model: Path) -> None:
+    half = run.weights / "step_9"
+    half.mkdir()
+    (half / "config.json").write_text("{}")
+    assert not weights.is_complete(half) and weights.published_steps(run.root) == []
+    # Publishing that step replaces the leftover.
+    weights.publish(run.root, 9, _model_state(tiny_model), tiny_model)
+    assert weights.published_steps(run.root) == [9]
+
+
+def test_a_publisher_killed_mid_write_leaves_no_policy(run: RunDir, tiny_model: Path) -> None:
+    """SIGKILL while `publish` writes: readers see no new step; collection removes the leftover."""
+    weights.publish(run.root, 0, _model_state(tiny_model), tiny_model)
+    script = textwrap.dedent(f"""
+        import torch
+        from rfthpc import weights
+        state = {{f"w{{i}}": torch.full((1024, 1024), float(i)) for i in range(64)}}
+        print("ready", flush=True)
+        weights.publish({str(run.root)!r}, 1, state, {str(tiny_model)!r}, max_shard_bytes=8 * 1024 * 1024)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], env=trainer_env(), cwd=ROOT, stdout=subprocess.PIPE)
+    assert proc.stdout.readline().strip() == b"ready"
+    deadline = time.monotonic() + 60
+    while not any(n.startswith(".tmp-step_1") for n in os.listdir(run.weights)):
+        assert time.monotonic() < deadline and proc.poll() is None, "the publisher never started writing"
+        time.sleep(0.001)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    leftovers = [n for n in os.listdir(run.weights) if n.startswith(".tmp-step_1")]
+    assert leftovers, "killed before or after the write: cannot show a partial write"
+    assert weights.published_steps(run.root) == [0] and weights.read_latest(run.root) == 0
+    weights.collect_published(run.root, keep=3, lease_s=300)
+    assert not [n for n in os.listdir(run.weights) if n.startswith(".tmp-")]

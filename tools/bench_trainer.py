@@ -1,0 +1,245 @@
+"""Benchmark the trainer against the physical limits it runs on.
+
+1. Training: the real trainer (`rfthpc.trainer.loop`, FSDP2, GRPO, store reads, metrics) against a
+   bare torch loop (a plain Hugging Face model, AdamW, forward/backward/step) on the same batches
+   and micro-batches. Figure: trainer tokens/s / bare tokens/s (target >= 0.9). A trainer step is
+   the time between two consecutive steps' metrics (reading experience, advantages, metrics,
+   trainer_meta all included); weights are published only at the start and end of the stage,
+   which the second figure measures on its own. The bare loop runs before and after the trainer,
+   and medians of step times are compared, so a busy machine skews both alike.
+2. Weights: publishing the policy (`weights/step_N`: gather, safetensors, fsync, STABLE, rename)
+   plus an explorer's in-place load into a running vLLM engine, against a raw copy (read, write,
+   fsync) of the same bytes on the same filesystem. Figure: (publish + load) / copy (target <= 1.5).
+
+Usage:
+    python tools/bench_trainer.py [--size bench30m] [--steps 6] [--groups 4] [--repeat 4]
+                                  [--prompt-len 48] [--response-len 80] [--work DIR] [--no-vllm]
+
+The last line is `FIGURES trainer_vs_bare=... publish_load_vs_copy=... publish_load_s=...`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import tyro
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+@dataclass
+class Args:
+    """Trainer benchmark settings."""
+
+    size: str = "bench30m"
+    """Tiny model size (rfthpc.tinymodel): tiny, small or bench30m."""
+    steps: int = 6
+    """Trainer steps; the first is warm-up and not timed."""
+    groups: int = 4
+    """Experience groups (tasks) per step."""
+    repeat: int = 4
+    """Responses per group."""
+    prompt_len: int = 48
+    """Prompt tokens per group."""
+    response_len: int = 80
+    """Response tokens per response."""
+    repeats: int = 3
+    """Publish / load / copy repetitions (medians are reported)."""
+    work: Path | None = None
+    """Working directory on the filesystem to measure (default: a temporary directory)."""
+    vllm: bool = True
+    """Measure the explorer's in-place load with vLLM (else publish alone is compared)."""
+
+
+def make_groups(n_steps: int, args: Args, vocab: int, seed: int = 0):
+    """Random but well-formed groups: fixed lengths so every step has the same tokens."""
+    from rfthpc.store import Experience, Group
+
+    rng = np.random.default_rng(seed)
+    groups = []
+    for i in range(n_steps * args.groups):
+        prompt = rng.integers(3, vocab, size=args.prompt_len)
+        exps = [Experience(prompt_ids=prompt, response_ids=rng.integers(3, vocab, size=args.response_len),
+                           logprobs=-rng.uniform(5, 8, size=args.response_len).astype(np.float32),
+                           loss_mask=np.ones(args.response_len, np.int8), reward=float(rng.integers(0, 2)))
+                for _ in range(args.repeat)]
+        groups.append(Group(task_id=f"t{i}", experiences=exps, policy_version=0, explorer="bench", rank=0))
+    return groups
+
+
+def bench_trainer(model: Path, work: Path, args: Args, groups: list, budget: int) -> tuple[list[float], float]:
+    """Run the real trainer on `groups`; return (its step times after the first, tokens per step)."""
+    from rfthpc.config import Config, dump_yaml
+    from rfthpc.monitor import read_metrics
+    from rfthpc.rundir import RunDir
+    from rfthpc.store import ChunkWriter
+    from rfthpc.trainer.loop import run_trainer
+
+    cfg = Config(project="bench", name="trainer", mode="train")
+    cfg.model.model_path = str(model)
+    cfg.model.max_model_len = args.prompt_len + args.response_len
+    cfg.model.max_response_tokens = args.response_len
+    cfg.algorithm.algorithm_type = "grpo"
+    cfg.algorithm.repeat_times = args.repeat
+    cfg.algorithm.kl_loss_fn = "none"
+    cfg.buffer.batch_size = args.groups
+    cfg.buffer.total_steps = args.steps
+    cfg.trainer.max_token_len_per_gpu = budget
+    cfg.trainer.save_hf_checkpoint = "never"
+    cfg.synchronizer.sync_interval = args.steps + 1
+    cfg.synchronizer.sync_offset = 10 * args.steps
+    cfg.monitor.monitor_type = []
+    cfg.cluster.gpu_per_node = 0
+    run = RunDir(work / "run").create()
+    run.config.write_text(dump_yaml(cfg))
+    with ChunkWriter(run.root, "bench", 0, groups_per_chunk=args.groups) as w:
+        for g in groups:
+            w.add(g)
+    code = run_trainer(run.root)
+    if code != 0:
+        raise SystemExit(f"the trainer exited with {code}; see {run.root}")
+    records = [r for r in read_metrics(run.monitor / "trainer.jsonl") if "actor/lr" in r]
+    times = [b["time"] - a["time"] for a, b in itertools.pairwise(records)]
+    return times, records[-1]["perf/total_num_tokens"]
+
+
+def bench_bare(model_dir: Path, groups: list, args: Args, budget: int) -> list[float]:
+    """The same batches through a plain model: forward, policy-gradient loss, backward, AdamW step.
+    Returns the step times after the first."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from rfthpc.trainer.batching import collate, plan_micro_batches
+    from rfthpc.trainer.samples import samples_from_groups
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model.config.use_cache = False
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.01)
+    times = []
+    for step in range(args.steps):
+        batch = samples_from_groups(groups[step * args.groups:(step + 1) * args.groups], 10**9, None)
+        adv = torch.tensor([s.reward - 0.5 for s in batch])
+        plan = plan_micro_batches(batch, list(range(len(batch))), 1, token_budget=budget, micro_batch_size=1)
+        total = sum(int(s.loss_mask.sum()) for s in batch)
+        start = time.perf_counter()
+        for idx in plan.micro[0]:
+            mb = collate(batch, idx, torch.device("cpu"))
+            logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
+            picked = torch.gather(logits, 1, mb.positions.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
+            lp = torch.gather(torch.log_softmax(picked.float(), -1), -1, mb.response_ids.unsqueeze(-1)).squeeze(-1)
+            loss = -(adv[idx].unsqueeze(-1) * lp * mb.response_mask).sum() / total
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        times.append(time.perf_counter() - start)
+    return times[1:]
+
+
+def bench_publish(model_dir: Path, work: Path, args: Args) -> tuple[list[float], list[Path]]:
+    """Publish the sharded policy `repeats` times (fresh steps); return the times and directories."""
+    import torch
+
+    from rfthpc.rundir import RunDir
+    from rfthpc.trainer.dist import init_distributed
+    from rfthpc.trainer.fsdp import build_sharded_model, publish_model
+
+    run = RunDir(work / "publish").create()
+    env = init_distributed()
+    try:
+        model = build_sharded_model(model_dir, env)
+        times, dirs = [], []
+        for i in range(args.repeats):
+            start = time.perf_counter()
+            dirs.append(publish_model(model, env, run.root, 100 + i, model_dir, torch.float32))
+            times.append(time.perf_counter() - start)
+    finally:
+        env.close()
+    return times, dirs
+
+
+def bench_copy(published: Path, work: Path, args: Args) -> list[float]:
+    """Copy the weight bytes of a published step (read, write, fsync) to the same filesystem."""
+    times = []
+    files = sorted(published.glob("*.safetensors"))
+    for i in range(args.repeats):
+        dst = work / f"copy{i}"
+        dst.mkdir()
+        start = time.perf_counter()
+        for f in files:
+            shutil.copyfile(f, dst / f.name)
+            with open(dst / f.name, "rb") as fh:
+                os.fsync(fh.fileno())
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def bench_load(model_dir: Path, dirs: list[Path], args: Args) -> list[float]:
+    """In-place loads of the published steps into a running vLLM engine (the explorer's path)."""
+    from rfthpc.engines.base import EngineSettings
+    from rfthpc.engines.vllm_engine import VLLMEngine
+
+    engine = VLLMEngine(EngineSettings(model_path=str(model_dir), dtype="float32",
+                                       max_model_len=args.prompt_len + args.response_len, cpu_kvcache_space_gb=1))
+    try:
+        times = []
+        for d in dirs:
+            start = time.perf_counter()
+            engine.load_weights(d)
+            times.append(time.perf_counter() - start)
+        return times
+    finally:
+        engine.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print the figures."""
+    args = tyro.cli(Args, args=argv)
+    from transformers import AutoConfig
+
+    from rfthpc.tinymodel import build_tiny_model
+
+    tmp = None
+    if args.work is None:
+        tmp = tempfile.TemporaryDirectory(prefix="bench_trainer-")
+        args.work = Path(tmp.name)
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        model = build_tiny_model(work / "model", args.size, seed=0)
+        groups = make_groups(args.steps, args, AutoConfig.from_pretrained(model).vocab_size)
+        budget = 2 * (args.prompt_len + args.response_len) * args.repeat
+        bare = bench_bare(model, groups, args, budget)
+        trainer, tokens = bench_trainer(model, work, args, groups, budget)
+        bare += bench_bare(model, groups, args, budget)
+        trainer_tps, bare_tps = tokens / statistics.median(trainer), tokens / statistics.median(bare)
+        print(f"training: trainer {trainer_tps:.0f} tokens/s, bare loop {bare_tps:.0f} tokens/s "
+              f"({args.groups} groups x {args.repeat} x {args.prompt_len}+{args.response_len} tokens per step; "
+              f"step times trainer {[round(t, 2) for t in trainer]} bare {[round(t, 2) for t in bare]})")
+        publish, dirs = bench_publish(model, work, args)
+        copy = bench_copy(dirs[0], work, args)
+        size = sum(f.stat().st_size for f in dirs[0].glob("*.safetensors"))
+        load = bench_load(model, dirs, args) if args.vllm else [0.0]
+        p, c, ld = statistics.median(publish), statistics.median(copy), statistics.median(load)
+        print(f"weights ({size / 1e6:.1f} MB): publish {p:.3f} s, vLLM in-place load {ld:.3f} s, raw copy {c:.3f} s")
+        print(f"FIGURES trainer_vs_bare={trainer_tps / bare_tps:.3f} publish_load_vs_copy={(p + ld) / c:.3f} "
+              f"publish_load_s={p + ld:.3f}")
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
