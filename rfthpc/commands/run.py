@@ -1,0 +1,51 @@
+"""`rfthpc run --config FILE [--resume] [overrides]`: the whole run as local processes (no Slurm).
+
+The roles are the commands a Slurm job would start (`rfthpc train`, `rfthpc explore`), on one
+machine, writing the same run directory. A config with `mode: both` starts the trainer and its
+explorers; the two halves of an asynchronous pair (`mode: train` and `mode: explore` with the
+same project/name) are two `rfthpc run` commands, started in either order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from rfthpc.commands import print_notes
+
+
+def _run(args: argparse.Namespace, overrides: list[str]) -> int:
+    from rfthpc.config import load_config
+    from rfthpc.errors import UserError
+    from rfthpc.local import plan_roles, run_local
+    from rfthpc.rundir import prepare_run_dir
+
+    if args.trainer_procs < 1:
+        raise UserError(f"--trainer-procs {args.trainer_procs}: use 1 or more processes")
+    if args.explorers is not None and args.explorers < 1:
+        raise UserError(f"--explorers {args.explorers}: use 1 or more processes")
+    loaded = load_config(args.config, overrides, prog=f"rfthpc run --config {args.config}")
+    print_notes(loaded.notes)
+    run = prepare_run_dir(loaded, resume=args.resume)
+    roles = plan_roles(loaded.stages, run, trainer_procs=args.trainer_procs, explorers=args.explorers)
+    print(f"rfthpc run: {run.root} ({', '.join(r.name for r in roles)}; logs in {run.log})", flush=True)
+    start = time.monotonic()
+    code = run_local(run, roles, {s.name: s.config.buffer.total_steps for s in loaded.stages})
+    if code == 0:
+        print(f"rfthpc run: done in {time.monotonic() - start:.0f} s; metrics in {run.monitor}, "
+              f"charts: `rfthpc plot {run.root}`", flush=True)
+    return code
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the `run` command."""
+    p = sub.add_parser("run", help="run trainer and explorers as local processes (no Slurm)",
+                       description="Run the roles of a config as local processes writing one run directory. "
+                                   "Ctrl-C stops them cleanly; --resume continues.")
+    p.add_argument("--config", required=True, help="YAML config file (Trinity-RFT shape)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an existing run directory (even with a changed config)")
+    p.add_argument("--trainer-procs", type=int, default=1, help="trainer processes (torchrun --nproc-per-node)")
+    p.add_argument("--explorers", type=int, default=None,
+                   help="explorer processes (default: slurm.explorer.array_size)")
+    p.set_defaults(handler=_run, takes_overrides=True)

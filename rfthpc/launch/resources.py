@@ -1,0 +1,203 @@
+"""The config's `slurm` section as submitit `SlurmExecutor` parameters (= sbatch options).
+
+One trainer job runs one task per node (torchrun starts the ranks of a node); each explorer array
+task is one runner with one rollout engine. In a heterogeneous job the explorers are the tasks of
+the second component, so their resources are given per task there.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from rfthpc.config.schema import Config
+from rfthpc.config.slurm import SlurmRoleConfig
+from rfthpc.errors import ConfigError
+
+Role = Literal["trainer", "explorer"]
+
+# Environment variables that hold credentials: they must reach jobs only through the environment
+# sbatch passes on, never through a script or file in the run directory.
+SECRET_PATTERN = re.compile(r"(WANDB_API_KEY|HF_TOKEN|HUGGING_FACE_HUB_TOKEN|_TOKEN\b|_SECRET\b|PASSWORD|_API_KEY\b)")
+
+_TIME = re.compile(r"^(?:(?P<d>\d+)-)?(?P<a>\d+)(?::(?P<b>\d+))?(?::(?P<c>\d+))?$")
+_MEM = re.compile(r"^(?P<n>\d+(?:\.\d+)?)\s*(?P<u>[KMGT]?)B?$", re.IGNORECASE)
+
+
+def parse_time_minutes(value: str, key: str) -> int:
+    """Minutes of a Slurm time limit (`MM`, `MM:SS`, `HH:MM:SS`, `D-HH`, `D-HH:MM`, `D-HH:MM:SS`), rounded up."""
+    m = _TIME.match(str(value).strip())
+    if not m:
+        raise ConfigError(
+            f"{key}: {value!r} is not a Slurm time limit; use e.g. 30 (minutes), 04:00:00 or 2-00:00:00"
+        )
+    days = int(m["d"] or 0)
+    parts = [int(p) for p in (m["a"], m["b"], m["c"]) if p is not None]
+    if m["d"] is not None:
+        hours, minutes, seconds = (parts + [0, 0])[:3]
+    elif len(parts) == 3:
+        hours, minutes, seconds = parts
+    else:
+        hours, minutes, seconds = 0, parts[0], parts[1] if len(parts) == 2 else 0
+    total = days * 1440 + hours * 60 + minutes + math.ceil(seconds / 60)
+    if total < 1:
+        raise ConfigError(f"{key}: {value!r} is shorter than a minute; give the job time to start")
+    return total
+
+
+def parse_mem_mb(value: str, key: str) -> int:
+    """Megabytes of a Slurm memory size (`4000`, `4000M`, `4G`, `1T`; a plain number is MB)."""
+    m = _MEM.match(str(value).strip())
+    if not m:
+        raise ConfigError(f"{key}: {value!r} is not a memory size; use e.g. 4000M, 64G or 1T")
+    factor = {"": 1, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}[m["u"].upper()]
+    return max(1, math.ceil(float(m["n"]) * factor))
+
+
+def role_config(cfg: Config, role: Role) -> SlurmRoleConfig:
+    """The `slurm.trainer` or `slurm.explorer` section."""
+    return cfg.slurm.trainer if role == "trainer" else cfg.slurm.explorer
+
+
+def config_keys(cfg: Config, role: Role) -> dict[str, str]:
+    """Resource field → `slurm.<role>.<field> = value`, for the fields the config sets (error messages)."""
+    rc = role_config(cfg, role)
+    keys = {}
+    for name in ("partition", "account", "qos", "time", "nodes", "gpus_per_node", "cpus_per_task", "mem", "constraint"):
+        value = getattr(rc, name)
+        if value is not None:
+            keys[name] = f"slurm.{role}.{name} = {value}"
+    if rc.additional_parameters:
+        keys["additional_parameters"] = f"slurm.{role}.additional_parameters = {rc.additional_parameters}"
+    return keys
+
+
+def check_no_secrets(cfg: Config) -> None:
+    """Refuse setup lines that would write a credential into an sbatch script."""
+    for key, lines in (("slurm.setup", cfg.slurm.setup), ("slurm.trainer.setup", cfg.slurm.trainer.setup),
+                       ("slurm.explorer.setup", cfg.slurm.explorer.setup)):
+        for i, line in enumerate(lines):
+            if "=" in line and SECRET_PATTERN.search(line.split("=", 1)[0]):
+                raise ConfigError(
+                    f"{key}[{i}] sets a credential ({line.split('=', 1)[0].split()[-1]}): it would be written into the "
+                    "sbatch script; export it in your shell before `rfthpc submit` instead (jobs inherit the environment)"
+                )
+
+
+def setup_lines(cfg: Config, roles: tuple[Role, ...], code_dir: Path | None) -> list[str]:
+    """Shell lines the batch script runs first: permissions, the user's setup of `roles`, the code snapshot."""
+    umask = "007" if cfg.filesystem.share_group else "077"
+    lines = [f"umask {umask}", *cfg.slurm.setup]
+    for role in roles:
+        lines += role_config(cfg, role).setup
+    if code_dir is not None:
+        lines += [
+            "# the code snapshot taken at submit; PYTHONSAFEPATH keeps `python -m` from importing the",
+            "# working directory (a checkout) before it",
+            f'export PYTHONPATH={_quote(str(code_dir))}"${{PYTHONPATH:+:$PYTHONPATH}}" PYTHONSAFEPATH=1',
+        ]
+    return lines
+
+
+def _quote(text: str) -> str:
+    return text if re.fullmatch(r"[\w@%+=:,./-]+", text) else "'" + text.replace("'", "'\\''") + "'"
+
+
+def gpus(cfg: Config, role: Role) -> int:
+    """GPUs per trainer node or per explorer array task (0 on CPU-only clusters)."""
+    return int(role_config(cfg, role).gpus_per_node or 0)
+
+
+def nproc_per_node(cfg: Config) -> int:
+    """Trainer ranks per node: one per GPU, one on a CPU-only node."""
+    return max(1, gpus(cfg, "trainer"))
+
+
+def job_name(cfg: Config, role: Role, explorer_name: str | None = None) -> str:
+    """`<run name>.trainer` or `<run name>.<explorer name>` (what `squeue` shows)."""
+    if role == "trainer":
+        return f"{cfg.name}.trainer"
+    return f"{cfg.name}.{explorer_name or cfg.explorer.name}"
+
+
+def executor_parameters(
+    cfg: Config, role: Role, code_dir: Path | None, explorer_name: str | None = None
+) -> dict[str, Any]:
+    """submitit SlurmExecutor parameters of one role's job (trainer job or explorer array)."""
+    rc = role_config(cfg, role)
+    key = f"slurm.{role}"
+    if cfg.slurm.signal_delay_s < 10:
+        raise ConfigError(
+            f"slurm.signal_delay_s: {cfg.slurm.signal_delay_s} s leaves no time to save a checkpoint before the "
+            "time limit; give at least 10 s (a few minutes for large models)"
+        )
+    params: dict[str, Any] = {
+        "job_name": job_name(cfg, role, explorer_name),
+        "time": parse_time_minutes(rc.time, f"{key}.time"),
+        "nodes": rc.nodes,
+        "ntasks_per_node": 1,
+        "signal_delay_s": cfg.slurm.signal_delay_s,
+        "setup": setup_lines(cfg, (role,), code_dir),
+        "stderr_to_stdout": True,
+        "wckey": None,
+        "additional_parameters": {"requeue": True, **rc.additional_parameters},
+    }
+    if rc.nodes < 1:
+        raise ConfigError(f"{key}.nodes: {rc.nodes} must be >= 1")
+    if role == "explorer" and rc.nodes != 1:
+        raise ConfigError(f"{key}.nodes: {rc.nodes}; an explorer array task runs one engine on one node, use 1")
+    for name in ("partition", "account", "qos", "cpus_per_task", "constraint"):
+        value = getattr(rc, name)
+        if value is not None:
+            params[name] = value
+    if gpus(cfg, role):
+        params["gpus_per_node"] = gpus(cfg, role)
+    if rc.mem is not None:
+        parse_mem_mb(rc.mem, f"{key}.mem")
+        params["mem"] = rc.mem
+    if rc.exclusive:
+        params["exclusive"] = True
+    if role == "explorer" and rc.array_parallelism is not None:
+        params["array_parallelism"] = rc.array_parallelism
+    return params
+
+
+def hetjob_explorer_parameters(cfg: Config, array_size: int) -> dict[str, Any]:
+    """Parameters of the explorer component of a heterogeneous job: `array_size` tasks, resources per task.
+
+    The job's time limit is `slurm.trainer.time`. Memory is given per CPU in both components
+    (Slurm refuses `--mem` in one component and `--mem-per-cpu` in another), GPUs per task.
+    """
+    params = executor_parameters(cfg, "explorer", None)
+    rc = cfg.slurm.explorer
+    for name in ("ntasks_per_node", "setup", "stderr_to_stdout", "array_parallelism", "mem", "gpus_per_node"):
+        params.pop(name, None)
+    params["job_name"] = f"{cfg.name}.hetjob"
+    # One allocation: its components start and end together, on the trainer's time limit.
+    params["time"] = parse_time_minutes(cfg.slurm.trainer.time, "slurm.trainer.time")
+    params["nodes"] = f"1-{array_size}"
+    params["additional_parameters"] = {**params["additional_parameters"], "ntasks": array_size}
+    if gpus(cfg, "explorer"):
+        params["gpus_per_task"] = gpus(cfg, "explorer")
+    if rc.mem is not None:
+        params["mem_per_cpu"] = _per_cpu(rc.mem, rc.cpus_per_task, "slurm.explorer.mem")
+    return params
+
+
+def hetjob_trainer_parameters(cfg: Config, code_dir: Path | None) -> dict[str, Any]:
+    """Parameters of the trainer component (component 0, where the batch script runs) of a heterogeneous job."""
+    params = executor_parameters(cfg, "trainer", code_dir)
+    params["job_name"] = f"{cfg.name}.hetjob"
+    # The batch script runs on the trainer's first node; srun passes its environment to every task.
+    params["setup"] = setup_lines(cfg, ("trainer", "explorer"), code_dir)
+    rc = cfg.slurm.trainer
+    if rc.mem is not None:
+        params.pop("mem")
+        params["mem_per_cpu"] = _per_cpu(rc.mem, rc.cpus_per_task, "slurm.trainer.mem")
+    return params
+
+
+def _per_cpu(mem: str, cpus: int | None, key: str) -> str:
+    return f"{math.ceil(parse_mem_mb(mem, key) / max(1, cpus or 1))}M"

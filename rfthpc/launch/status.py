@@ -1,0 +1,244 @@
+"""`rfthpc status RUN_DIR`: the run's jobs and their Slurm states, trainer progress, store counts, explorers.
+
+Everything is read, nothing is changed, and nothing can hang: Slurm is asked with timeouts
+(sacct, or squeue where accounting is off), and a Slurm that does not answer leaves the job
+states "unknown" while the rest of the report (all from the run directory) is still shown.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rfthpc.errors import SlurmError, UserError
+from rfthpc.fsutil import is_temporary, read_json
+from rfthpc.launch.jobs import JobRecord, read_jobs
+from rfthpc.launch.slurmcli import first_line, run_slurm
+from rfthpc.rundir import RunDir
+
+STATE_TIMEOUT_S = 15.0
+
+# Slurm states after which a job does nothing more (REQUEUED, PREEMPTED and SUSPENDED may continue);
+# GONE is rfthpc's own, for a job neither sacct nor squeue knows.
+TERMINAL_STATES = frozenset({
+    "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "TIMEOUT",
+    "REVOKED", "GONE",
+})
+
+
+@dataclass
+class TaskState:
+    """The Slurm state of one job, array task (`<id>_<k>`) or hetjob component (`<id>+<k>`)."""
+
+    job_id: str
+    state: str
+    elapsed: str = ""
+    nodes: str = ""
+    reason: str = ""
+
+    @property
+    def terminal(self) -> bool:
+        """True once the task is finished for good (completed, failed, cancelled, ...)."""
+        return self.state in TERMINAL_STATES
+
+
+def _main_id(job_id: str) -> str:
+    return job_id.split("_", 1)[0].split("+", 1)[0]
+
+
+def _rows(stdout: str, states: dict[str, list[TaskState]]) -> None:
+    """Add `JobID|State|Elapsed|NodeList|Reason` lines to `states` (a state like `CANCELLED by 0` → CANCELLED)."""
+    for line in stdout.splitlines():
+        parts = line.split("|")
+        if len(parts) >= 5 and _main_id(parts[0]) in states:
+            reason = "" if parts[4] in ("None", "(null)") else parts[4]
+            state = parts[1].split()[0] if parts[1].strip() else "UNKNOWN"
+            states[_main_id(parts[0])].append(TaskState(parts[0], state, parts[2], parts[3], reason))
+
+
+def query_states(
+    job_ids: Sequence[str], timeout_s: float = STATE_TIMEOUT_S
+) -> tuple[dict[str, list[TaskState]], str | None]:
+    """States of jobs by id (each with its array tasks / components), and an error text if Slurm did not answer.
+
+    sacct is asked first (it knows finished jobs); jobs it does not know (no accounting, or not
+    recorded yet) are looked up in squeue, and a job neither knows is `GONE`.
+    """
+    states: dict[str, list[TaskState]] = {j: [] for j in job_ids}
+    if not job_ids:
+        return states, None
+    sacct_error = ""
+    try:
+        done = run_slurm(["sacct", "-n", "-X", "-P", "-j", ",".join(job_ids), "-o",
+                          "JobID,State,Elapsed,NodeList,Reason"], timeout_s=timeout_s, check=False)
+        if done.returncode == 0:
+            _rows(done.stdout, states)
+        else:
+            sacct_error = first_line(done.stderr)
+        unknown = [j for j, tasks in states.items() if not tasks]
+        if not unknown:
+            return states, None
+        done = run_slurm(["squeue", "-h", "-j", ",".join(unknown), "-o", "%i|%T|%M|%N|%r"],
+                         timeout_s=timeout_s, check=False)
+    except SlurmError as e:
+        return states, str(e)
+    # squeue fails with "Invalid job id" when none of the jobs is queued any more.
+    if done.returncode != 0 and "invalid job id" not in done.stderr.lower():
+        return states, f"sacct: {sacct_error or 'no record'}; squeue: {first_line(done.stderr)}"
+    if done.returncode == 0:
+        _rows(done.stdout, states)
+    for job_id in unknown:
+        if not states[job_id]:
+            states[job_id].append(TaskState(job_id, "GONE", reason="neither sacct nor squeue knows it"))
+    return states, None
+
+
+def live_jobs(records: Sequence[JobRecord], timeout_s: float = STATE_TIMEOUT_S) -> tuple[list[JobRecord], str | None]:
+    """The records whose job still has a task that is not finished (unknown states count as live)."""
+    states, error = query_states([r.job_id for r in records], timeout_s)
+    if error is not None:
+        return list(records), error
+    return [r for r in records if any(not t.terminal for t in states[r.job_id])], None
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def explorer_progress(run_dir: RunDir) -> dict[str, list[dict[str, Any]]]:
+    """Per explorer name, the progress records of its ranks (`explorer_meta/<name>/<rank>.json`)."""
+    root = run_dir.explorer_meta_root
+    out: dict[str, list[dict[str, Any]]] = {}
+    if not root.is_dir():
+        return out
+    for d in sorted(p for p in root.iterdir() if p.is_dir() and not is_temporary(p.name)):
+        ranks = []
+        for f in d.glob("*.json"):
+            if is_temporary(f.name):
+                continue
+            try:
+                data = read_json(f)
+            except ValueError:
+                continue
+            if isinstance(data, dict):
+                ranks.append(data)
+        out[d.name] = sorted(ranks, key=lambda r: int(r.get("rank", 0)))
+    return out
+
+
+def collect_status(run_dir: Path, timeout_s: float = STATE_TIMEOUT_S) -> dict[str, Any]:
+    """Everything `rfthpc status` shows, as plain data."""
+    run = RunDir(run_dir)
+    if not run.root.is_dir():
+        raise UserError(f"run directory {run.root} does not exist; give the directory `rfthpc submit` printed")
+    if not run.jobs.exists() and not run.config.exists() and not (run.root / "explorers").is_dir():
+        raise UserError(f"{run.root} is not a run directory (no config.yaml, no jobs.jsonl)")
+    records = read_jobs(run)
+    states, slurm_error = query_states([r.job_id for r in records], timeout_s)
+    store: dict[str, Any] | None = None
+    store_error: str | None = None
+    try:
+        from rfthpc.store import inspect_store
+
+        store = inspect_store(run.root)
+    except UserError as e:
+        store_error = str(e)
+    return {
+        "run_dir": str(run.root),
+        "time": time.time(),
+        "jobs": [{"record": r, "tasks": states.get(r.job_id, [])} for r in records],
+        "slurm_error": slurm_error,
+        "trainer": read_json(run.trainer_meta) or {},
+        "latest_checkpoint": _read_int(run.latest_checkpoint_file),
+        "latest_weights": _read_int(run.weights / "latest"),
+        "store": store,
+        "store_error": store_error,
+        "explorers": explorer_progress(run),
+    }
+
+
+def _fmt(value: Any) -> str:
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return str(value)
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> list[str]:
+    cells = [headers] + [[_fmt(v) for v in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    return ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+
+
+def _age(now: float, then: Any) -> str:
+    return f"{now - float(then):.0f} s ago" if isinstance(then, (int, float)) else "-"
+
+
+def format_status(d: dict[str, Any]) -> str:
+    """The status report as readable text."""
+    now = d["time"]
+    lines = [f"run {d['run_dir']}", ""]
+    rows = []
+    for job in d["jobs"]:
+        r: JobRecord = job["record"]
+        who = r.explorer if r.role == "explorer" else ("trainer + " + str(r.explorer) if r.role == "hetjob" else "trainer")
+        tasks = job["tasks"] or [TaskState(r.job_id, "UNKNOWN" if d["slurm_error"] else "NOT FOUND")]
+        for t in tasks:
+            rows.append([r.role, who, t.job_id, t.state, t.elapsed, t.nodes, t.reason])
+    if rows:
+        lines.append("jobs")
+        lines += _table(["role", "runs", "job", "state", "elapsed", "nodes", "reason"], rows)
+    else:
+        lines.append("jobs: none recorded in jobs.jsonl")
+    if d["slurm_error"]:
+        lines.append(f"  (Slurm did not answer: {d['slurm_error']})")
+    lines.append("")
+    t = d["trainer"]
+    if t:
+        done = " — done" if t.get("done") else ""
+        lines.append(
+            f"trainer: step {_fmt(t.get('step'))} (stage {_fmt(t.get('stage'))}), published version "
+            f"{_fmt(t.get('published_version'))}, checkpoint {_fmt(d['latest_checkpoint'])}, "
+            f"updated {_age(now, t.get('updated'))}{done}"
+        )
+    else:
+        lines.append(f"trainer: not started yet (no trainer_meta.json); checkpoint {_fmt(d['latest_checkpoint'])}")
+    store = d["store"]
+    if store is not None:
+        c = store["counts"]
+        lines.append(
+            f"groups: committed {c['committed']}, consumed {c['consumed']}, dropped stale {c['dropped_stale']}, "
+            f"pending {c['pending']}" + (f", quarantined {c['quarantined']}" if c.get("quarantined") else "")
+        )
+    else:
+        lines.append(f"groups: no experience store yet ({d['store_error']})" if d["store_error"] else "groups: -")
+    latest = d["latest_weights"]
+    store_explorers = (store or {}).get("explorers", {})
+    rows = []
+    for name in sorted(set(d["explorers"]) | set(store_explorers)):
+        s = store_explorers.get(name, {})
+        ranks = d["explorers"].get(name) or [{}]
+        for p in ranks:
+            version = p.get("version")
+            stale = latest - int(version) if latest is not None and isinstance(version, int) else None
+            rows.append([name, p.get("rank"), p.get("state"), version, stale, p.get("groups_committed"),
+                         p.get("tokens_per_s"), _age(now, p.get("updated")) if p else "-",
+                         s.get("groups_per_s") if p is ranks[0] else None])
+    lines.append("")
+    if rows:
+        if latest is None:
+            lines.append("explorers (no policy published yet: staleness unknown)")
+        else:
+            lines.append(f"explorers (staleness = latest published version {latest} - version in use)")
+        lines += _table(["explorer", "rank", "state", "version", "staleness", "groups", "tokens/s", "updated",
+                         "groups/s (all ranks)"], rows)
+    else:
+        lines.append("explorers: none has reported yet")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,159 @@
+"""The callable submitit runs in every Slurm task: start the role's command, requeue on a warning.
+
+`RoleJob` runs `rfthpc train` (directly, or under torchrun when the trainer has several ranks)
+or `rfthpc explore` as a child process and waits for it. The run directory holds all state, so
+the callable itself is stateless and a requeued job simply runs it again.
+
+Signals: Slurm delivers its warning (`--signal=USR2@slurm.signal_delay_s`, preemption) and its
+SIGTERM (scancel, requeue) to every process of the step, so the role sees them itself and stops
+cleanly (trainer: checkpoint; explorer: commit or release claims) with exit code 124. torchrun is
+started with USR2 ignored: its default action would kill it before its ranks have checkpointed
+(the ranks install their own handler). After a warning, the first task asks submitit to requeue
+the job (submitit's Checkpointable path: `scontrol requeue`), up to `slurm.max_requeues`
+restarts; a SIGTERM alone (scancel, an external requeue, preemption) leaves the decision to Slurm.
+Any other non-zero exit code fails the task (RoleFailed, with the role's output above it in the log).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Literal
+
+from submitit.helpers import Checkpointable
+
+import rfthpc
+from rfthpc.errors import EXIT_PREEMPTED
+from rfthpc.launch.torchrun import rendezvous_from_slurm, torchrun_argv
+
+JobKind = Literal["trainer", "explorer", "hetjob"]
+
+
+class RoleFailed(RuntimeError):
+    """The role's process failed (its log above says why)."""
+
+
+class RoleStopped(RuntimeError):
+    """The role stopped for a requeue that does not happen (too many restarts, or no submitit job)."""
+
+
+def _log(message: str) -> None:
+    print(f"rfthpc launch: {message}", file=sys.stderr, flush=True)
+
+
+def _ignore_usr2() -> None:
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+
+
+@dataclass
+class RoleJob(Checkpointable):
+    """What one Slurm task of a run executes (pickled by submitit at submit time)."""
+
+    run_dir: str
+    """Absolute run directory."""
+    kind: JobKind
+    """trainer job, explorer array, or a heterogeneous job holding both."""
+    python: str
+    """Python on the compute nodes."""
+    max_requeues: int
+    """Restarts after which a warned job is not requeued again (`slurm.max_requeues`)."""
+    explorer: str | None = None
+    """Explorer name (explorer arrays and hetjobs)."""
+    rank: int | None = None
+    """Explorer rank of an array task (default: $SLURM_ARRAY_TASK_ID)."""
+    trainer_nodes: int = 1
+    """Trainer nodes (= the first tasks of a hetjob)."""
+    nproc_per_node: int = 1
+    """Trainer ranks per node."""
+
+    def task_role(self, env: Mapping[str, str]) -> tuple[str, int]:
+        """("trainer", node index) or ("explorer", explorer rank) of this Slurm task."""
+        procid = int(env.get("SLURM_PROCID", "0"))
+        if self.kind == "trainer":
+            return "trainer", procid
+        if self.kind == "explorer":
+            return "explorer", self.rank if self.rank is not None else int(env.get("SLURM_ARRAY_TASK_ID", "0"))
+        if procid < self.trainer_nodes:
+            return "trainer", procid
+        return "explorer", procid - self.trainer_nodes
+
+    def command(self, env: Mapping[str, str]) -> list[str]:
+        """The role's command line for this task."""
+        role, index = self.task_role(env)
+        if role == "explorer":
+            return [self.python, "-m", "rfthpc", "explore", "--run-dir", self.run_dir,
+                    "--name", str(self.explorer), "--rank", str(index)]
+        args = ["rfthpc", "train", "--run-dir", self.run_dir]
+        if self.trainer_nodes * self.nproc_per_node == 1:
+            return [self.python, "-m", *args]
+        rdzv = rendezvous_from_slurm(env, hetjob=self.kind == "hetjob")
+        return torchrun_argv(self.python, rdzv, self.nproc_per_node, args)
+
+    def child_env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """The role's environment: this task's, with the task count of its own role.
+
+        In a heterogeneous job the step spans trainer and explorers, so SLURM_NTASKS counts both;
+        the trainer reads it (without torchrun) as its world size, so it must see its own tasks only.
+        """
+        out = dict(env)
+        if self.kind == "hetjob" and self.task_role(env)[0] == "trainer":
+            out["SLURM_NTASKS"] = str(self.trainer_nodes)
+        return out
+
+    def __call__(self) -> str:
+        env = self.child_env(os.environ)
+        role, index = self.task_role(env)
+        argv = self.command(env)
+        uses_torchrun = "torch.distributed.run" in argv
+        warned: list[int] = []
+        previous = signal.getsignal(signal.SIGUSR2)
+
+        def on_warning(signum: int, frame: FrameType | None) -> None:
+            # Only note it: the role got the same signal from Slurm and is checkpointing.
+            warned.append(signum)
+            _log(f"{role} {index}: got {signal.Signals(signum).name}; waiting for it to stop cleanly")
+
+        signal.signal(signal.SIGUSR2, on_warning)
+        code_dir = Path(rfthpc.__file__).resolve().parent.parent
+        _log(f"{role} {index} (restart {env.get('SLURM_RESTART_COUNT', '0')}, code {code_dir}): {shlex.join(argv)}")
+        # preexec_fn is safe here: this wrapper process runs no threads.
+        child = subprocess.Popen(argv, env=env, preexec_fn=_ignore_usr2 if uses_torchrun else None)  # noqa: PLW1509
+        code = child.wait()
+        _log(f"{role} {index} exited with code {code}")
+        if code == 0:
+            return f"{role} {index} done"
+        if warned:
+            return self._requeue(env, role, index, previous)
+        if code in (EXIT_PREEMPTED, -signal.SIGTERM):
+            # scancel, an external `scontrol requeue` or a preemption: Slurm ends or requeues the job itself.
+            how = "cleanly" if code == EXIT_PREEMPTED else "(killed by it)"
+            _log(f"{role} {index} stopped {how} on SIGTERM; Slurm cancels or requeues this job")
+            return f"{role} {index} stopped"
+        raise RoleFailed(f"{role} {index} failed with exit code {code}; its output is above in this log")
+
+    def _requeue(self, env: Mapping[str, str], role: str, index: int, submitit_handler: object) -> str:
+        if int(env.get("SLURM_PROCID", "0")) != 0:
+            return f"{role} {index} stopped for a requeue (the job's first task requeues it)"
+        restarts = int(env.get("SLURM_RESTART_COUNT") or 0)
+        if restarts >= self.max_requeues:
+            raise RoleStopped(
+                f"{role} {index}: not requeued: the job already restarted {restarts} times "
+                f"(slurm.max_requeues = {self.max_requeues}); resubmit with `rfthpc submit` to continue"
+            )
+        if not callable(submitit_handler):
+            raise RoleStopped(f"{role} {index} stopped on a warning outside a submitit job; nothing requeues it")
+        job = env.get("SLURM_JOB_ID")
+        if env.get("SLURM_ARRAY_JOB_ID"):
+            job = f"{env['SLURM_ARRAY_JOB_ID']}_{env.get('SLURM_ARRAY_TASK_ID')}"
+        _log(f"requeueing job {job} (restart {restarts + 1} of at most {self.max_requeues})")
+        handler: Callable[[int, FrameType | None], None] = submitit_handler  # type: ignore[assignment]
+        # submitit's handler calls checkpoint() (this callable again), runs `scontrol requeue` and exits.
+        handler(signal.SIGUSR2, None)
+        return f"{role} {index} requeued"

@@ -1,0 +1,164 @@
+"""Fixtures of the launch tests: the local Slurm cluster, a tiny model and data, tiny configs, bounded waits.
+
+Everything runs against the real cluster of tools/local_slurm.sh (two virtual nodes n1/n2,
+accounting on) with the real `rfthpc` command in subprocesses. No wait on a Slurm state or a run
+directory is unbounded.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+LOCAL_SLURM = REPO / "tools" / "local_slurm.sh"
+PYTHON = sys.executable
+T = TypeVar("T")
+
+TERMINAL = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "TIMEOUT"}
+
+
+def run_cmd(*args: str, timeout: float = 60, env: dict[str, str] | None = None,
+            check: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run a command with captured text output and a timeout (a hung Slurm tool fails the test)."""
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, check=check,
+                          env=None if env is None else {**os.environ, **env}, cwd=REPO)
+
+
+def rfthpc(*args: str, timeout: float = 180, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The real `rfthpc` command line (`python -m rfthpc ...`)."""
+    return run_cmd(PYTHON, "-m", "rfthpc", *args, timeout=timeout, env=env)
+
+
+def wait_for(predicate: Callable[[], T], timeout: float, what: str, interval: float = 1.0) -> T:
+    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def sacct_states(job_id: str) -> dict[str, str]:
+    """Sub-id (`12`, `12_0`, `12+1`) → state (first word), from accounting."""
+    out = run_cmd("sacct", "-n", "-X", "-P", "-j", job_id, "-o", "JobID,State").stdout
+    states = {}
+    for line in out.splitlines():
+        sub, _, state = line.partition("|")
+        if sub and "[" not in sub:
+            states[sub] = state.split()[0] if state else "UNKNOWN"
+    return states
+
+
+def wait_terminal(job_id: str, timeout: float, n_rows: int = 1) -> dict[str, str]:
+    """Wait until `n_rows` rows of the job are in a terminal state; return them."""
+    def done() -> dict[str, str] | None:
+        states = sacct_states(job_id)
+        return states if len(states) >= n_rows and all(s in TERMINAL for s in states.values()) else None
+    return wait_for(done, timeout, f"job {job_id} to finish")
+
+
+def scontrol_field(job_id: str, field: str) -> str:
+    """One `Key=value` field of `scontrol show job` (empty if the job is gone)."""
+    out = run_cmd("scontrol", "show", "job", "-o", job_id).stdout
+    for word in out.split():
+        if word.startswith(f"{field}="):
+            return word.split("=", 1)[1]
+    return ""
+
+
+def cancel(*job_ids: str, timeout: float = 60) -> None:
+    """Cancel jobs a test left behind, again while squeue still lists them (a job caught in a requeue
+    can come back), for at most `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while job_ids and time.monotonic() < deadline:
+        run_cmd("scancel", *job_ids)
+        time.sleep(1)
+        left = run_cmd("squeue", "-h", "-j", ",".join(job_ids), "-o", "%i|%T").stdout.split()
+        if not [line for line in left if not line.endswith("|COMPLETING")]:
+            return
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> None:
+    """The local cluster, brought up if it is not healthy."""
+    if run_cmd("bash", str(LOCAL_SLURM), "status").returncode == 0:
+        return
+    if os.geteuid() != 0:
+        pytest.fail(f"no healthy local Slurm and not root: run `sudo {LOCAL_SLURM} up` first")
+    up = run_cmd("bash", str(LOCAL_SLURM), "up", timeout=900)
+    assert up.returncode == 0, f"local_slurm.sh up failed:\n{up.stdout}\n{up.stderr}"
+
+
+@pytest.fixture(scope="session")
+def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny model (`model/`), synthetic GSM8K-format data (`gsm8k/{train,test}.jsonl`) and `sft.jsonl`."""
+    from rfthpc.data.synth_gsm8k import generate_splits, sft_records, write_jsonl, write_splits
+    from rfthpc.tinymodel import build_tiny_model
+
+    root = tmp_path_factory.mktemp("demo")
+    build_tiny_model(root / "model", "tiny", seed=0)
+    splits = generate_splits(400, 20, seed=0)
+    write_splits(root / "gsm8k", splits, "jsonl")
+    write_jsonl(root / "sft.jsonl", sft_records(splits["train"]))
+    return root
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def tiny_config(data: Path, run_root: Path, name: str, **sections: Any) -> dict[str, Any]:
+    """A tiny CPU run (GRPO, transformers engine, 2 explorers, 4 steps); `sections` are merged over it."""
+    base = {
+        "project": "launch",
+        "name": name,
+        "checkpoint_root_dir": str(run_root),
+        "algorithm": {"algorithm_type": "grpo", "repeat_times": 4, "optimizer": {"lr": 1e-4}},
+        "model": {"model_path": str(data / "model"), "max_prompt_tokens": 96, "max_response_tokens": 12,
+                  "dtype": "float32"},
+        "cluster": {"node_num": 1, "gpu_per_node": 0},
+        "buffer": {
+            "total_epochs": 1, "total_steps": 4, "batch_size": 4,
+            "explorer_input": {
+                "taskset": {"name": "arith", "path": str(data / "gsm8k"), "split": "train",
+                            "format": {"prompt_key": "question", "response_key": "answer"}},
+                "default_workflow_type": "math_workflow",
+            },
+        },
+        "explorer": {"eval_on_startup": False, "runner_per_model": 4,
+                     "rollout_model": {"engine_type": "transformers", "engine_num": 2}},
+        # No group may be dropped as stale: explorers do exactly total_steps x batch_size tasks, so a drop
+        # would end the run early and the step counts below would not hold.
+        "synchronizer": {"sync_interval": 1, "sync_offset": 4, "max_staleness": 1000},
+        "trainer": {"save_interval": 1, "use_dynamic_bsz": False, "ppo_micro_batch_size_per_gpu": 16},
+        "monitor": {"monitor_type": ["console"]},
+        "slurm": {
+            "signal_delay_s": 30,
+            "trainer": {"time": "00:20:00", "cpus_per_task": 1, "mem": "3G"},
+            "explorer": {"time": "00:20:00", "cpus_per_task": 1, "mem": "2G"},
+        },
+    }
+    return _merge(base, sections)
+
+
+def write_yaml(path: Path, data: dict[str, Any]) -> Path:
+    """Write a config file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path

@@ -1,0 +1,54 @@
+"""Heterogeneous jobs through submitit (`HetjobExecutor`) on the local cluster's two virtual nodes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from rfthpc.launch.hetjob import HetjobExecutor, HetjobInfoWatcher
+from rfthpc.launch.submitit_jobs import RoleJob
+from tests.launch.conftest import PYTHON, cancel, wait_terminal
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(180)]
+
+
+def where_am_i() -> dict[str, object]:
+    """What one task of the hetjob sees: its global rank, its node, and the role RoleJob gives it."""
+    role = RoleJob("/run", "hetjob", PYTHON, max_requeues=1, explorer="explorer", trainer_nodes=1)
+    return {
+        "procid": int(os.environ["SLURM_PROCID"]),
+        "job_id": os.environ["SLURM_JOB_ID"],
+        "role": role.task_role(os.environ),
+        "command": role.command(os.environ)[3:4],
+    }
+
+
+def test_hetjob_runs_one_callable_across_components(slurm_cluster: None, tmp_path: Path) -> None:
+    ex = HetjobExecutor(tmp_path / "log", [{"additional_parameters": {"ntasks": 2}, "mem_per_cpu": "300M",
+                                             "cpus_per_task": 1, "nodes": "1-2", "time": 5}], python=PYTHON)
+    ex.update_parameters(nodes=1, ntasks_per_node=1, cpus_per_task=1, mem_per_cpu="300M", time=5,
+                         job_name="rfthpc-test-hetjob", stderr_to_stdout=True)
+    script = ex.render()
+    assert script.count("#SBATCH hetjob") == 1 and "--het-group=0-1" in script
+    job = ex.submit(where_am_i)
+    try:
+        states = wait_terminal(job.job_id, timeout=90, n_rows=2)
+    finally:
+        cancel(job.job_id)
+    assert set(states) == {f"{job.job_id}+0", f"{job.job_id}+1"}
+    assert set(states.values()) == {"COMPLETED"}, states
+    assert job.num_tasks == 3
+    results = sorted(job.results(), key=lambda r: r["procid"])
+    assert [r["role"] for r in results] == [("trainer", 0), ("explorer", 0), ("explorer", 1)]
+    assert [r["command"] for r in results] == [["train"], ["explore"], ["explore"]]
+    # One job id (the leader's) in every task: that is how each task finds the pickled callable.
+    assert {r["job_id"] for r in results} == {job.job_id}
+    assert job.state == "COMPLETED"
+
+
+def test_watcher_reads_the_leader_component() -> None:
+    sacct = "JobID|State|NodeList\n41+0|RUNNING|n1\n41+1|PENDING|n2\n"
+    info = HetjobInfoWatcher().read_info(sacct)
+    assert info["41"]["State"] == "RUNNING" and info["41+1"]["State"] == "PENDING"

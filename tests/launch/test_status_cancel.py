@@ -1,0 +1,121 @@
+"""`rfthpc status` and `rfthpc cancel` on run directories in known states (no jobs need to run)."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from rfthpc.errors import UserError
+from rfthpc.fsutil import write_json_atomic
+from rfthpc.launch.cancel import select_jobs
+from rfthpc.launch.jobs import JobRecord, read_jobs, record_job
+from rfthpc.launch.status import TaskState, collect_status, format_status, query_states
+from rfthpc.rundir import RunDir
+from tests.launch.conftest import rfthpc, run_cmd, wait_terminal
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> RunDir:
+    """A run directory with a config, a trainer at step 7 and two explorer ranks reporting."""
+    rd = RunDir(tmp_path / "run").create()
+    rd.config.write_text("mode: both\n")
+    now = time.time()
+    write_json_atomic(rd.trainer_meta, {"step": 7, "stage": "rft", "stage_index": 0, "stage_start_step": 0,
+                                        "published_version": 7, "done": False, "updated": now - 3})
+    (rd.weights / "latest").write_text("7\n")
+    rd.latest_checkpoint_file.write_text("6\n")
+    for rank, version in ((0, 7), (1, 5)):
+        write_json_atomic(rd.root / "explorer_meta" / "explorer" / f"{rank}.json", {
+            "name": "explorer", "rank": rank, "state": "exploring", "version": version, "groups_committed": 10 + rank,
+            "tokens_per_s": 123.4, "updated": now - 1})
+    return rd
+
+
+def test_jobs_file_round_trip_skips_a_torn_line(run: RunDir) -> None:
+    record_job(run, JobRecord("trainer", "11", trainer_nodes=2))
+    record_job(run, JobRecord("explorer", "12", explorer="explorer", array_size=4))
+    with open(run.jobs, "a") as f:
+        f.write('{"role": "explorer", "job_id": "1')
+    assert [(r.role, r.job_id, r.array_size) for r in read_jobs(run)] == [("trainer", "11", 0), ("explorer", "12", 4)]
+
+
+def _append_many(root: str, writer: int) -> None:
+    for i in range(25):
+        record_job(RunDir(root), JobRecord("explorer", f"{writer}{i:03d}", explorer=f"w{writer}" + "x" * 500))
+
+
+def test_concurrent_submitters_append_whole_lines(run: RunDir) -> None:
+    """Four submitters appending at once (add-explorers while an async pair is submitted): no torn line."""
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_append_many, args=(str(run.root), w)) for w in range(1, 5)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+        assert p.exitcode == 0
+    records = read_jobs(run)
+    assert len(records) == 100 and len(run.jobs.read_text().splitlines()) == 100
+    assert sorted(r.job_id for r in records) == sorted(f"{w}{i:03d}" for w in range(1, 5) for i in range(25))
+
+
+def test_status_report(run: RunDir) -> None:
+    record_job(run, JobRecord("trainer", "11", trainer_nodes=1))
+    status = collect_status(run.root)
+    status["jobs"][0]["tasks"] = [TaskState("11", "RUNNING", "00:05:00", "n1")]
+    status["slurm_error"] = None
+    text = format_status(status)
+    assert "trainer  11   RUNNING  00:05:00  n1" in text
+    assert re.search(r"trainer: step 7 \(stage rft\), published version 7, checkpoint 6, updated \d+ s ago", text)
+    rows = [line.split() for line in text.splitlines() if line.strip().startswith("explorer  ")][1:]
+    # explorer, rank, state, version, staleness (latest 7 - version), groups, tokens/s, ...
+    assert [r[:6] for r in rows] == [["explorer", "0", "exploring", "7", "0", "10"],
+                                     ["explorer", "1", "exploring", "5", "2", "11"]]
+
+
+def test_status_without_slurm_still_reports_the_run(run: RunDir, tmp_path: Path) -> None:
+    record_job(run, JobRecord("explorer", "12", explorer="explorer", array_size=2))
+    out = rfthpc("status", str(run.root), env={"PATH": str(tmp_path / "empty")}, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "Slurm did not answer" in out.stdout and "UNKNOWN" in out.stdout and "trainer: step 7" in out.stdout
+    as_json = json.loads(rfthpc("status", str(run.root), "--json", env={"PATH": str(tmp_path / "empty")}).stdout)
+    assert as_json["trainer"]["step"] == 7 and as_json["latest_weights"] == 7
+
+
+def test_status_of_a_directory_that_is_no_run(tmp_path: Path) -> None:
+    out = rfthpc("status", str(tmp_path))
+    assert out.returncode == 2 and "is not a run directory" in out.stderr
+
+
+def test_cancel_selection() -> None:
+    records = [JobRecord("hetjob", "20", explorer="explorer", array_size=2, trainer_nodes=1),
+               JobRecord("explorer", "21", explorer="explorer_new", array_size=1)]
+    assert [r.job_id for r in select_jobs(records, "trainer", None)] == ["20"]
+    assert [r.job_id for r in select_jobs(records, "explorer", "explorer_new")] == ["21"]
+    assert [r.job_id for r in select_jobs(records, "all", None)] == ["20", "21"]
+    with pytest.raises(UserError, match="heterogeneous job 20 together with the trainer"):
+        select_jobs(records, "explorer", "explorer")
+    with pytest.raises(UserError, match="no explorer array named 'nope'.*explorer, explorer_new"):
+        select_jobs(records, "explorer", "nope")
+
+
+@pytest.mark.slurm
+def test_states_of_real_jobs(slurm_cluster: None, tmp_path: Path) -> None:
+    """sacct states of a finished and a cancelled job; a cancel of finished jobs cancels nothing."""
+    done = run_cmd("sbatch", "--parsable", f"--output={tmp_path}/%j.out", "--wrap", "true").stdout.strip()
+    queued = run_cmd("sbatch", "--parsable", f"--output={tmp_path}/%j.out", "--begin=now+1hour",
+                     "--wrap", "true").stdout.strip()
+    run_cmd("scancel", queued)
+    wait_terminal(done, 60)
+    wait_terminal(queued, 60)
+    states, error = query_states([done, queued])
+    assert error is None
+    assert [t.state for t in states[done]] == ["COMPLETED"] and [t.state for t in states[queued]] == ["CANCELLED"]
+    rd = RunDir(tmp_path / "run").create()
+    record_job(rd, JobRecord("trainer", done))
+    out = rfthpc("cancel", str(rd.root))
+    assert out.returncode == 0 and "nothing to cancel" in out.stdout

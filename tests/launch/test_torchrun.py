@@ -1,0 +1,43 @@
+"""srun + torchrun across the two virtual nodes: rendezvous from Slurm's environment, gloo all-reduce."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rfthpc.launch.executors import RunExecutor
+from rfthpc.launch.torchrun import rendezvous_from_slurm, torchrun_argv
+from tests.launch.conftest import PYTHON, REPO, cancel, wait_terminal
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(240)]
+
+
+def run_node(out_dir: str) -> int:
+    """One srun task (= one node): torchrun with the rendezvous derived from the Slurm environment."""
+    rdzv = rendezvous_from_slurm(os.environ)
+    argv = torchrun_argv(PYTHON, rdzv, 1, ["tests.launch.dist_check", out_dir])
+    return subprocess.run(argv, cwd=REPO, timeout=150, check=False).returncode
+
+
+def test_two_node_rendezvous(slurm_cluster: None, tmp_path: Path) -> None:
+    out = tmp_path / "ranks"
+    out.mkdir()
+    ex = RunExecutor(tmp_path / "log", python=PYTHON)
+    ex.update_parameters(nodes=2, ntasks_per_node=1, cpus_per_task=1, mem="1G", time=5,
+                         job_name="rfthpc-test-torchrun", stderr_to_stdout=True)
+    job = ex.submit(run_node, str(out))
+    try:
+        states = wait_terminal(job.job_id, timeout=180)
+    finally:
+        cancel(job.job_id)
+    log = "\n".join(p.read_text() for p in sorted((tmp_path / "log").glob("*_log.out")))
+    assert states[job.job_id] == "COMPLETED", log
+    assert job.results() == [0, 0]
+    ranks = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
+    assert [r["world"] for r in ranks] == [2, 2]
+    assert [r["sum"] for r in ranks] == [3.0, 3.0]  # (0 + 1) + (1 + 1)
+    assert {r["node"] for r in ranks} == {"n1", "n2"}  # one rank per virtual node
