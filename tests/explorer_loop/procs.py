@@ -21,7 +21,7 @@ def start_explorer(run_dir: Path, log_path: Path, rank: int = 0) -> subprocess.P
         return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
 
 
-def wait_for(condition: Callable[[], bool], proc: subprocess.Popen, log_path: Path, timeout_s: float = 180.0) -> None:
+def wait_for(condition: Callable[[], bool], proc: subprocess.Popen, log_path: Path, timeout_s: float = 600.0) -> None:
     """Poll `condition` until it holds; fail with the explorer's log if it exits or time runs out."""
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -33,7 +33,7 @@ def wait_for(condition: Callable[[], bool], proc: subprocess.Popen, log_path: Pa
         time.sleep(0.2)
 
 
-def finish(proc: subprocess.Popen, log_path: Path, timeout_s: float = 120.0) -> int:
+def finish(proc: subprocess.Popen, log_path: Path, timeout_s: float = 300.0) -> int:
     """Wait for the explorer to exit; return its exit code."""
     try:
         return proc.wait(timeout=timeout_s)
