@@ -82,8 +82,11 @@ def run(args: argparse.Namespace) -> int:
         for note in o.notes:
             print(f"{o.role_dir}: note: {note}", flush=True)
 
-    signal.signal(signal.SIGTERM, _interrupt)
-    outcomes = convert_checkpoints(args.checkpoint_dir, options, report)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        outcomes = convert_checkpoints(args.checkpoint_dir, options, report)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     failed = [o for o in outcomes if o.status == "failed"]
     if failed:
         lines = "\n".join(f"  {o.role_dir}: {o.detail}" for o in failed)
