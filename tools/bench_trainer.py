@@ -5,14 +5,15 @@
    and micro-batches. Figure: trainer tokens/s / bare tokens/s (target >= 0.9). A trainer step is
    the time between two consecutive steps' metrics (reading experience, advantages, metrics,
    trainer_meta all included); weights are published only at the start and end of the stage,
-   which the second figure measures on its own. The bare loop runs before and after the trainer,
-   and medians of step times are compared, so a busy machine skews both alike.
+   which the second figure measures on its own. Bare loop and trainer alternate (bare, trainer,
+   bare, trainer, bare) and medians of step times are compared; still, other processes on a shared
+   machine move both by factors of several: measure on an idle one (the step times are printed).
 2. Weights: publishing the policy (`weights/step_N`: gather, safetensors, fsync, STABLE, rename)
    plus an explorer's in-place load into a running vLLM engine, against a raw copy (read, write,
    fsync) of the same bytes on the same filesystem. Figure: (publish + load) / copy (target <= 1.5).
 
 Usage:
-    python tools/bench_trainer.py [--size bench30m] [--steps 6] [--groups 4] [--repeat 4]
+    python tools/bench_trainer.py [--size bench30m] [--steps 4] [--groups 4] [--repeat 4]
                                   [--prompt-len 48] [--response-len 80] [--work DIR] [--no-vllm]
 
 The last line is `FIGURES trainer_vs_bare=... publish_load_vs_copy=... publish_load_s=...`.
@@ -43,8 +44,8 @@ class Args:
 
     size: str = "bench30m"
     """Tiny model size (rfthpc.tinymodel): tiny, small or bench30m."""
-    steps: int = 6
-    """Trainer steps; the first is warm-up and not timed."""
+    steps: int = 4
+    """Steps per run (two trainer runs, three bare runs); the first of each run is warm-up, not timed."""
     groups: int = 4
     """Experience groups (tasks) per step."""
     repeat: int = 4
@@ -78,7 +79,7 @@ def make_groups(n_steps: int, args: Args, vocab: int, seed: int = 0):
 
 
 def bench_trainer(model: Path, work: Path, args: Args, groups: list, budget: int) -> tuple[list[float], float]:
-    """Run the real trainer on `groups`; return (its step times after the first, tokens per step)."""
+    """Run the real trainer on `groups`; return (seconds of its steps after the first, tokens per step)."""
     from rfthpc.config import Config, dump_yaml
     from rfthpc.monitor import read_metrics
     from rfthpc.rundir import RunDir
@@ -115,7 +116,7 @@ def bench_trainer(model: Path, work: Path, args: Args, groups: list, budget: int
 
 def bench_bare(model_dir: Path, groups: list, args: Args, budget: int) -> list[float]:
     """The same batches through a plain model: forward, policy-gradient loss, backward, AdamW step.
-    Returns the step times after the first."""
+    Returns the seconds of the steps after the first."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -220,20 +221,24 @@ def main(argv: list[str] | None = None) -> int:
         model = build_tiny_model(work / "model", args.size, seed=0)
         groups = make_groups(args.steps, args, AutoConfig.from_pretrained(model).vocab_size)
         budget = 2 * (args.prompt_len + args.response_len) * args.repeat
-        bare = bench_bare(model, groups, args, budget)
-        trainer, tokens = bench_trainer(model, work, args, groups, budget)
-        bare += bench_bare(model, groups, args, budget)
-        trainer_tps, bare_tps = tokens / statistics.median(trainer), tokens / statistics.median(bare)
-        print(f"training: trainer {trainer_tps:.0f} tokens/s, bare loop {bare_tps:.0f} tokens/s "
-              f"({args.groups} groups x {args.repeat} x {args.prompt_len}+{args.response_len} tokens per step; "
-              f"step times trainer {[round(t, 2) for t in trainer]} bare {[round(t, 2) for t in bare]})")
+        # Bare, trainer, bare, trainer, bare: load from other processes skews both alike.
+        bare, trainer = bench_bare(model, groups, args, budget), []
+        for i in range(2):
+            times, tokens = bench_trainer(model, work / f"trainer{i}", args, groups, budget)
+            trainer += times
+            bare += bench_bare(model, groups, args, budget)
+        ratio = statistics.median(bare) / statistics.median(trainer)
+        print(f"training ({args.groups} groups x {args.repeat} x {args.prompt_len}+{args.response_len} = "
+              f"{tokens:.0f} tokens per step): trainer {tokens / statistics.median(trainer):.0f} tokens/s, "
+              f"bare loop {tokens / statistics.median(bare):.0f} tokens/s")
+        print(f"step seconds: trainer {[round(t, 2) for t in trainer]} bare {[round(t, 2) for t in bare]}")
         publish, dirs = bench_publish(model, work, args)
         copy = bench_copy(dirs[0], work, args)
         size = sum(f.stat().st_size for f in dirs[0].glob("*.safetensors"))
         load = bench_load(model, dirs, args) if args.vllm else [0.0]
         p, c, ld = statistics.median(publish), statistics.median(copy), statistics.median(load)
         print(f"weights ({size / 1e6:.1f} MB): publish {p:.3f} s, vLLM in-place load {ld:.3f} s, raw copy {c:.3f} s")
-        print(f"FIGURES trainer_vs_bare={trainer_tps / bare_tps:.3f} publish_load_vs_copy={(p + ld) / c:.3f} "
+        print(f"FIGURES trainer_vs_bare={ratio:.3f} publish_load_vs_copy={(p + ld) / c:.3f} "
               f"publish_load_s={p + ld:.3f}")
     finally:
         if tmp is not None:

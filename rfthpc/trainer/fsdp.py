@@ -20,7 +20,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
 from rfthpc.errors import UserError
 from rfthpc.trainer.dist import DistEnv
@@ -80,12 +80,14 @@ def build_sharded_model(
     dtype: str = "auto",
     gradient_checkpointing: bool = False,
     trainable: bool = True,
+    cpu_offload: bool = False,
 ) -> nn.Module:
     """The model in `path`, sharded over every rank with FSDP2, weights loaded from rank 0.
 
     `kind="value"` builds a token-classification model with one label (a value head, as veRL's
     critic; the head is freshly initialised when `path` is a causal LM). Non-trainable models
-    (the frozen reference) get `requires_grad=False` and eval mode.
+    (the frozen reference) get `requires_grad=False` and eval mode. `cpu_offload` keeps parameters,
+    gradients and optimizer state in CPU memory between uses (FSDP2's CPUOffloadPolicy; GPU only).
     """
     path = Path(path)
     if kind == "value":
@@ -106,11 +108,17 @@ def build_sharded_model(
     # With one rank a "shard" is the whole parameter: freeing it after the forward only forces a
     # second copy for the backward.
     reshard = env.world_size > 1
+    offload = CPUOffloadPolicy() if cpu_offload and env.device.type != "cpu" else OffloadPolicy()
     for module in model.modules():
         if type(module).__name__ in blocks:
-            fully_shard(module, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
-    fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
-    model.to_empty(device=env.device)
+            fully_shard(module, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard, offload_policy=offload)
+    fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard, offload_policy=offload)
+    # Offloaded shards live in CPU memory and FSDP2 moves them to the GPU for each use; buffers
+    # (rotary frequencies) are not FSDP2's and must be on the GPU.
+    model.to_empty(device="cpu" if isinstance(offload, CPUOffloadPolicy) else env.device)
+    for module in model.modules():
+        for name, buf in module.named_buffers(recurse=False):
+            module.register_buffer(name, buf.to(env.device), persistent=name not in module._non_persistent_buffers_set)
     _load_from_rank0(model, path, auto, config, env)
     if not trainable:
         model.requires_grad_(False)

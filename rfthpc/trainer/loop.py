@@ -143,8 +143,10 @@ class Trainer:
             if meta and meta.get("reader"):
                 self.reader.load_state_dict(meta["reader"])
         self.model_path = Path(first.model.model_path).expanduser()
+        t = first.trainer
         self.policy = build_sharded_model(self.model_path, self.env, dtype=first.model.dtype,
-                                          gradient_checkpointing=first.trainer.enable_gradient_checkpointing)
+                                          gradient_checkpointing=t.enable_gradient_checkpointing,
+                                          cpu_offload=t.param_offload or t.optimizer_offload)
         if meta:
             ckpt.load_model_weights(self.rundir.checkpoint(meta["step"]) / "actor" / "model", self.policy)
             ckpt.restore_rng(self.rundir.root, meta["step"], self.env)
@@ -199,6 +201,7 @@ class Trainer:
             if metrics is None:
                 continue
             pos.step += 1
+            self._log(metrics, pos.step)
             if st.is_rl and pos.step_in_stage % st.cfg.synchronizer.sync_interval == 0:
                 self._publish(pos.step, st.cfg)
             finished = st.total_steps is not None and pos.step_in_stage >= st.total_steps
@@ -206,7 +209,6 @@ class Trainer:
             if finished or (interval > 0 and pos.step % interval == 0):
                 self._save(st, pos, stage_finished=finished)
             self._write_trainer_meta(pos)
-            self._log(metrics, pos.step)
         # Rank 0 decides: every rank must take part in a publication (it gathers the weights).
         if st.is_rl and self.env.broadcast_object(weights.read_latest(self.rundir.root) != pos.step):
             self._publish(pos.step, st.cfg)
@@ -292,7 +294,8 @@ class Trainer:
                 meta: dict[str, Any] | None) -> tuple[ShardedUpdater, LRSchedule]:
         t = cfg.trainer
         critic = build_sharded_model(Path(cfg.model.critic_model_path).expanduser(), self.env, kind="value",
-                                     dtype=cfg.model.dtype, gradient_checkpointing=t.enable_gradient_checkpointing)
+                                     dtype=cfg.model.dtype, gradient_checkpointing=t.enable_gradient_checkpointing,
+                                     cpu_offload=t.param_offload or t.optimizer_offload)
         optimizer = make_optimizer(critic, cfg.algorithm.optimizer, lr=t.critic_lr)
         if meta:
             root = self.rundir.checkpoint(meta["step"]) / "critic"

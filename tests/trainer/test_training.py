@@ -101,12 +101,24 @@ def test_nan_loss_abandons_the_batch_and_publishes_nothing(tmp_path: Path, tiny_
     assert all(torch.isfinite(t).all() for t in load_file(str(state)).values())
 
 
-def test_a_bad_group_stops_the_trainer_naming_explorer_and_chunk(tmp_path: Path, tiny_model: Path,
+def _out_of_vocabulary(e) -> str:
+    e.response_ids[0] = 5000  # an explorer running another tokenizer
+    return "token id 5000 is outside the model's vocabulary [0, 384)"
+
+
+def _too_long(e) -> str:
+    n = 70  # more than trainer.max_token_len_per_gpu (64)
+    e.response_ids, e.logprobs, e.loss_mask = np.full(n, 7), np.zeros(n, np.float32), np.ones(n, np.int8)
+    return f"prompt + response is {len(e.prompt_ids) + n} tokens, more than the trainer's limit of 64"
+
+
+@pytest.mark.parametrize("spoil", [_out_of_vocabulary, _too_long])
+def test_a_bad_group_stops_the_trainer_naming_explorer_and_chunk(tmp_path: Path, tiny_model: Path, spoil,
                                                                   capsys: pytest.CaptureFixture) -> None:
     run = make_run(tmp_path / "run", rl_config(tiny_model))
     rng = np.random.default_rng(1)
     good, bad = random_group(rng, "t0", 4, 384, explorer="ex_b"), random_group(rng, "t1", 4, 384, explorer="ex_b")
-    bad.experiences[1].response_ids[0] = 5000  # an explorer running another tokenizer
+    message = spoil(bad.experiences[1])
     with ChunkWriter(run.root, "ex_b", 3, groups_per_chunk=1) as w:
         good.rank = bad.rank = 3
         w.add(good)
@@ -114,8 +126,8 @@ def test_a_bad_group_stops_the_trainer_naming_explorer_and_chunk(tmp_path: Path,
     assert main(["train", "--run-dir", str(run.root)]) == 2
     err = capsys.readouterr().err
     (chunk,) = (run.experiences / "ex_b").glob("c00003-*-00000001-*.h5")
-    assert "token id 5000 is outside the model's vocabulary [0, 384)" in err
-    assert "explorer 'ex_b' rank 3" in err and str(chunk) in err and "experience 1" in err
+    assert message in err
+    assert "explorer 'ex_b' rank 3" in err and str(chunk) in err and "experience 1" in err and "'t1'" in err
 
 
 def test_sft_then_rft_counts_steps_globally(tmp_path: Path, tiny_model: Path) -> None:
