@@ -205,15 +205,18 @@ class _Reporter:
         self.last_time, self.last_line = now, line
 
     def end(self) -> None:
+        """Finish the line rewritten in place, so later output starts on a new line."""
         if self.tty and self.last_line:
             print()
 
 
 def run_local(run: RunDir, roles: list[Role], stage_steps: dict[str, int | None] | None = None,
-              progress_every_s: float = 2.0, drain_s: float = DRAIN_S, stop_grace_s: float = STOP_GRACE_S) -> int:
+              resume_command: str = "rfthpc run --config ... --resume", progress_every_s: float = 2.0,
+              drain_s: float = DRAIN_S, stop_grace_s: float = STOP_GRACE_S) -> int:
     """Start `roles`, show progress until the run is done; return the exit code.
 
-    `stage_steps` ({stage name: total_steps}) only labels the progress line.
+    `stage_steps` ({stage name: total_steps}) only labels the progress line; `resume_command` is
+    what the user is told to run after an interruption.
 
     0: done; 1: a role failed (its log tail is printed); 130: stopped by Ctrl-C/SIGTERM (the roles
     saved their state: `--resume` continues); 124: a role was stopped from outside (preempted).
@@ -235,6 +238,8 @@ def run_local(run: RunDir, roles: list[Role], stage_steps: dict[str, int | None]
             failed = [r for r in roles if codes[r.name] not in (None, 0, EXIT_PREEMPTED)]
             if failed:
                 reporter.end()
+                names = ", ".join(f"{r.name} (exit {codes[r.name]})" for r in failed)
+                print(f"rfthpc run: {names} failed; stopping the other roles...", file=sys.stderr, flush=True)
                 _stop(roles, stop_grace_s)
                 for r in failed:
                     print(f"rfthpc run: {r.name} failed (exit {codes[r.name]}); last lines of {r.log_path}:\n"
@@ -244,10 +249,10 @@ def run_local(run: RunDir, roles: list[Role], stage_steps: dict[str, int | None]
             if stop_signal or preempted:
                 reporter.end()
                 why = "interrupted" if stop_signal else f"{', '.join(r.name for r in preempted)} was stopped from outside"
-                print(f"rfthpc run: {why}; stopping every role (each saves its state)...", file=sys.stderr)
+                print(f"rfthpc run: {why}; stopping every role (each saves its state)...", file=sys.stderr, flush=True)
                 _stop(roles, stop_grace_s)
-                print(f"rfthpc run: stopped; continue with `rfthpc run --config ... --resume` (run directory "
-                      f"{run.root})", file=sys.stderr)
+                print(f"rfthpc run: stopped; continue with `{resume_command}` (run directory {run.root})",
+                      file=sys.stderr)
                 return EXIT_INTERRUPTED if stop_signal else EXIT_PREEMPTED
             if trainer is not None:
                 if codes["trainer"] == 0 and drain_deadline is None:

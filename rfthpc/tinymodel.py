@@ -73,9 +73,10 @@ SIZES: dict[str, ModelShape] = {
     "small": ModelShape(256, 4, 4, 2, 768, 512),
     # ~30M parameters: where vLLM's CPU engine overtakes transformers' generate (rollout benchmark).
     "bench30m": ModelShape(512, 10, 8, 2, 1536, 2048),
+    "demo": ModelShape(128, 2, 4, 2, 384, 512),  # ~0.46M: the CPU demo (learns one-step sums in minutes)
 }
 
-Size = Literal["tiny", "small", "bench30m"]
+Size = Literal["tiny", "small", "bench30m", "demo"]
 
 
 def tokenizer_corpus(n_problems: int = 1000) -> list[str]:

@@ -9,6 +9,7 @@ same project/name) are two `rfthpc run` commands, started in either order.
 from __future__ import annotations
 
 import argparse
+import shlex
 import time
 
 from rfthpc.commands import print_notes
@@ -30,7 +31,8 @@ def _run(args: argparse.Namespace, overrides: list[str]) -> int:
     roles = plan_roles(loaded.stages, run, trainer_procs=args.trainer_procs, explorers=args.explorers)
     print(f"rfthpc run: {run.root} ({', '.join(r.name for r in roles)}; logs in {run.log})", flush=True)
     start = time.monotonic()
-    code = run_local(run, roles, {s.name: s.config.buffer.total_steps for s in loaded.stages})
+    resume = " ".join(["rfthpc run --config", shlex.quote(args.config), *map(shlex.quote, overrides), "--resume"])
+    code = run_local(run, roles, {s.name: s.config.buffer.total_steps for s in loaded.stages}, resume)
     if code == 0:
         print(f"rfthpc run: done in {time.monotonic() - start:.0f} s; metrics in {run.monitor}, "
               f"charts: `rfthpc plot {run.root}`", flush=True)

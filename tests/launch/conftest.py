@@ -39,15 +39,17 @@ def rfthpc(*args: str, timeout: float = 180, env: dict[str, str] | None = None) 
     return run_cmd(PYTHON, "-m", "rfthpc", *args, timeout=timeout, env=env)
 
 
-def wait_for(predicate: Callable[[], T], timeout: float, what: str, interval: float = 1.0) -> T:
-    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
+def wait_for(predicate: Callable[[], T], timeout: float, what: str, interval: float = 1.0,
+             details: Callable[[], str] | None = None) -> T:
+    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds, with the
+    text of `details()` (job states, log tails) in the failure."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}" + (f"\n{details()}" if details else ""))
         time.sleep(interval)
 
 

@@ -132,7 +132,10 @@ def test_explorer_array_lifecycle(slurm_cluster: None, demo_data: Path, tmp_path
     instead of requeueing; status and cancel; credentials stay out of the run directory; a changed
     config is refused, the same config resumes."""
     runs = tmp_path / "runs"
-    data = tiny_config(demo_data, runs, "lifecycle", mode="explore", slurm={"max_requeues": 0})
+    # Enough tasks (the whole taskset) that explorer 1 is still running when it is cancelled, even on
+    # a quiet machine.
+    data = tiny_config(demo_data, runs, "lifecycle", mode="explore", buffer={"total_steps": 100},
+                       slurm={"max_requeues": 0})
     cfg = write_yaml(tmp_path / "run.yaml", data)
     out = rfthpc("submit", "--config", str(cfg), env=SECRETS)
     assert out.returncode == 0, out.stderr

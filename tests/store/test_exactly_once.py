@@ -54,37 +54,41 @@ def test_every_committed_group_is_read_exactly_once_under_sigkills(tmp_path: Pat
     reader = _start("reader", str(run), str(log), str(ckpt), str(done), "5")
     try:
         random_kills = mid_chunk_kills = reader_kills = 0
-        t0 = time.monotonic()
-        random_kill_at = sorted(t0 + rng.uniform(1.0, 8.0) for _ in range(8))
-        reader_kill_at = [t0 + 3.0, t0 + 7.0]
-        next_mid_chunk_kill = t0 + 1.5
-        deadline = t0 + 50
-        while writers and time.monotonic() < deadline:
+        # Kills are scheduled by progress (chunks committed so far), not by the clock: on a quiet
+        # machine the writers may finish in a few seconds, on a loaded one they take a minute. Every
+        # writer commits GROUPS_PER_PROCESS / GROUPS_PER_CHUNK = 6 chunks, so all scheduled kills fall
+        # before the 60th chunk, while writers are still running.
+        random_kill_at = sorted(rng.randint(3, 40) for _ in range(8))
+        reader_kill_at = [12, 30]
+        deadline = time.monotonic() + 120
+        while (writers or reader_kill_at) and time.monotonic() < deadline:
             for slot, p in list(writers.items()):
                 if p.poll() is not None:
                     assert p.returncode == 0, p.stderr.read().decode()
                     del writers[slot]
             running = {p.pid: slot for slot, p in writers.items()}
+            names = [n for d in (run / "experiences" / "ea", run / "experiences" / "eb")
+                     for n in (os.listdir(d) if d.exists() else [])]
+            chunks = sum(1 for n in names if n.endswith(".h5"))
             # Kill a writer caught between creating its temporary chunk and publishing it, after
             # it committed its first chunk (so a dead writer's committed chunks are read too).
-            if mid_chunk_kills < 6 and time.monotonic() >= next_mid_chunk_kill:
-                for d in (run / "experiences" / "ea", run / "experiences" / "eb"):
-                    for name in os.listdir(d) if d.exists() else []:
-                        m = TMP_CHUNK.match(name)
-                        pid = int(m["pid"]) if m and int(m["seq"]) > 0 else -1
-                        if pid in running and writers[running[pid]].poll() is None:
-                            slot = running.pop(pid)
-                            _kill(writers[slot])
-                            writers[slot] = start_writer(slot)
-                            mid_chunk_kills += 1
-                            next_mid_chunk_kill = time.monotonic() + 0.7
-            if random_kill_at and writers and time.monotonic() >= random_kill_at[0]:
+            if mid_chunk_kills < 6:
+                for name in names:
+                    m = TMP_CHUNK.match(name)
+                    pid = int(m["pid"]) if m and int(m["seq"]) > 0 else -1
+                    if pid in running and writers[running[pid]].poll() is None:
+                        slot = running.pop(pid)
+                        _kill(writers[slot])
+                        writers[slot] = start_writer(slot)
+                        mid_chunk_kills += 1
+                        break
+            if random_kill_at and writers and chunks >= random_kill_at[0]:
                 random_kill_at.pop(0)
                 slot = rng.choice(sorted(writers))
                 _kill(writers[slot])
                 writers[slot] = start_writer(slot)
                 random_kills += 1
-            if reader_kill_at and time.monotonic() >= reader_kill_at[0]:
+            if reader_kill_at and (chunks >= reader_kill_at[0] or not writers):
                 reader_kill_at.pop(0)
                 _kill(reader)
                 reader_kills += 1

@@ -1,0 +1,18 @@
+"""`rfthpc make-demo [--out DIR] [--seed 0]`: the tiny CPU demo's model and data, made offline."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _run(args: argparse.Namespace, rest: list[str]) -> int:
+    from rfthpc.demo import main
+
+    return main(rest)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the `make-demo` command (its flags are documented by `rfthpc make-demo --help`)."""
+    p = sub.add_parser("make-demo", help="write the tiny CPU demo's model and data (configs/tiny-cpu.yaml)",
+                       add_help=False)
+    p.set_defaults(handler=_run, takes_overrides=True)

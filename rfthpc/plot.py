@@ -1,0 +1,193 @@
+"""`rfthpc plot RUN_DIR`: PNG charts of a run from its metrics files and its experience store.
+
+Charts (written to `<run dir>/monitor/plots/`, each alone and all together in `overview.png`):
+- `reward.png`: mean reward of each trainer batch per global step (and the SFT loss of warm-up
+  stages), with the stage boundaries marked;
+- `eval.png`: greedy eval accuracy per policy version, per eval taskset;
+- `staleness.png`: histogram of (trainer version - policy version) over the consumed experience;
+- `throughput.png`: trainer and explorer tokens/s over the run's wall time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rfthpc.errors import UserError
+from rfthpc.monitor import read_metrics
+from rfthpc.rundir import RunDir
+
+REWARD_KEY = "critic/score/mean"
+SFT_LOSS_KEY = "actor/sft_loss"
+STAGE_KEY = "training/stage_index"
+SMOOTH_STEPS = 10
+
+
+def rolling_mean(values: list[float], window: int) -> list[float]:
+    """Mean of each value and the up to `window - 1` values before it."""
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def _series(records: list[dict[str, Any]], key: str, x: str = "step") -> tuple[list[float], list[float]]:
+    xs, ys = [], []
+    for r in records:
+        if isinstance(r.get(key), (int, float)) and isinstance(r.get(x), (int, float)):
+            xs.append(r[x])
+            ys.append(r[key])
+    return xs, ys
+
+
+def _stage_starts(trainer: list[dict[str, Any]]) -> list[int]:
+    """Global steps after which a new stage began (the last step of the stage before)."""
+    starts, last = [], None
+    for r in trainer:
+        index = r.get(STAGE_KEY)
+        if index is not None and last is not None and index != last:
+            starts.append(int(r["step"]) - 1)
+        last = index if index is not None else last
+    return starts
+
+
+def collect(run: RunDir) -> dict[str, Any]:
+    """The series the charts draw, read from `monitor/*.jsonl` and the store."""
+    trainer = read_metrics(run.monitor / "trainer.jsonl")
+    explorers = {p.stem.removeprefix("explorer_"): read_metrics(p) for p in sorted(run.monitor.glob("explorer_*.jsonl"))}
+    data: dict[str, Any] = {
+        "reward": _series(trainer, REWARD_KEY), "sft_loss": _series(trainer, SFT_LOSS_KEY),
+        "stage_starts": _stage_starts(trainer), "eval": {}, "throughput": {}, "staleness": {},
+    }
+    t0 = min([r["time"] for recs in [trainer, *explorers.values()] for r in recs[:1] if "time" in r], default=0.0)
+    for name, recs in explorers.items():
+        for key in sorted({k for r in recs for k in r if k.startswith("eval/") and k.endswith("/accuracy")}):
+            taskset = key[len("eval/"):-len("/accuracy")]
+            data["eval"][taskset if len(explorers) == 1 else f"{name}: {taskset}"] = _series(recs, key)
+        xs, ys = _series(recs, "rollout/tokens_per_s", x="time")
+        if xs:
+            data["throughput"][f"explorer {name} (generated)"] = ([x - t0 for x in xs], ys)
+    xs, ys = _series(trainer, "perf/throughput", x="time")
+    if xs:
+        data["throughput"]["trainer (trained)"] = ([x - t0 for x in xs], ys)
+    try:
+        from rfthpc.store import inspect_store
+
+        hist = inspect_store(run.root)["staleness_hist_consumed"]
+        data["staleness"] = {int(k): int(v) for k, v in hist.items()}
+    except UserError:
+        pass  # A run without a store (SFT only, or not started) still gets its other charts.
+    return data
+
+
+def _no_data(ax: Any) -> None:
+    ax.text(0.5, 0.5, "no data yet", ha="center", va="center", transform=ax.transAxes)
+
+
+def _mark_stages(ax: Any, data: dict[str, Any]) -> None:
+    for step in data["stage_starts"]:
+        ax.axvline(step, color="grey", linestyle="--", linewidth=1)
+
+
+def draw_reward(ax: Any, data: dict[str, Any]) -> None:
+    """Batch reward per trainer step; SFT loss on a second axis; stage boundaries dashed."""
+    xs, ys = data["reward"]
+    lx, ly = data["sft_loss"]
+    if not xs and not lx:
+        _no_data(ax)
+    if xs:
+        ax.plot(xs, ys, color="tab:blue", alpha=0.35, linewidth=1, label="batch reward (RFT)")
+        ax.plot(xs, rolling_mean(ys, SMOOTH_STEPS), color="tab:blue", linewidth=2,
+                label=f"mean of the last {SMOOTH_STEPS} steps")
+        ax.legend(loc="upper left", fontsize=8)
+    if lx:
+        loss_ax = ax.twinx()
+        loss_ax.plot(lx, ly, color="tab:orange", label="SFT loss")
+        loss_ax.set_ylabel("SFT loss")
+        loss_ax.legend(loc="upper right", fontsize=8)
+    _mark_stages(ax, data)
+    ax.set(title="Training", xlabel="trainer step", ylabel="mean reward")
+
+
+def draw_eval(ax: Any, data: dict[str, Any]) -> None:
+    """Eval accuracy per policy version, with the first and last value written on the chart."""
+    for label, (xs, ys) in data["eval"].items():
+        ax.plot(xs, ys, marker="o", label=label)
+        for x, y in {xs[0]: ys[0], xs[-1]: ys[-1]}.items():
+            ax.annotate(f"{y:.2f}", (x, y), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
+    if data["eval"]:
+        ax.legend(fontsize=8)
+    else:
+        _no_data(ax)
+    _mark_stages(ax, data)
+    ax.set(title="Eval accuracy (greedy, held-out)", xlabel="policy version (trainer step)", ylabel="accuracy",
+           ylim=(-0.02, 1.05))
+
+
+def draw_staleness(ax: Any, data: dict[str, Any]) -> None:
+    """Histogram of the staleness of the experience the trainer consumed."""
+    hist = data["staleness"]
+    if hist:
+        ax.bar(list(hist), list(hist.values()))
+        ax.set_xticks(sorted(hist))
+    else:
+        _no_data(ax)
+    ax.set(title="Staleness of trained experience", xlabel="trainer version - policy version", ylabel="groups")
+
+
+def draw_throughput(ax: Any, data: dict[str, Any]) -> None:
+    """Tokens/s of the trainer and of each explorer over wall time."""
+    for label, (xs, ys) in data["throughput"].items():
+        ax.plot(xs, ys, label=label, linewidth=1)
+    if data["throughput"]:
+        ax.legend(fontsize=8)
+    else:
+        _no_data(ax)
+    ax.set(title="Throughput", xlabel="seconds since start", ylabel="tokens/s")
+
+
+CHARTS: dict[str, Callable[[Any, dict[str, Any]], None]] = {
+    "reward": draw_reward, "eval": draw_eval, "staleness": draw_staleness, "throughput": draw_throughput,
+}
+
+
+def plot_run(run_dir: Path) -> list[Path]:
+    """Write the charts of a run (one PNG each, and `overview.png`); return the PNG paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from rfthpc.fsutil import make_dirs
+
+    run = RunDir(run_dir)
+    data = collect(run)
+    out = make_dirs(run.monitor / "plots")
+    paths = []
+    for name, draw in CHARTS.items():
+        fig, ax = plt.subplots(figsize=(6, 4))
+        draw(ax, data)
+        fig.tight_layout()
+        paths.append(_save(fig, out / f"{name}.png"))
+        plt.close(fig)
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    for ax, draw in zip(axes.flat, CHARTS.values()):
+        draw(ax, data)
+    fig.suptitle(f"{run.root.parent.name}/{run.root.name}")
+    fig.tight_layout()
+    paths.append(_save(fig, out / "overview.png"))
+    plt.close(fig)
+    return paths
+
+
+def _save(fig: Any, path: Path) -> Path:
+    """Save a figure atomically (a viewer may be reading the old one)."""
+    from rfthpc.fsutil import atomic_path
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100, format="png")
+    return path

@@ -1,0 +1,129 @@
+"""`rfthpc run` as a user runs it: the async pair in either order, Ctrl-C then --resume, a failing role.
+
+Every test starts the real CLI in subprocesses (real trainer, real explorer with the transformers
+engine, real HDF5 store) on the demo's model and data with small budgets.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from rfthpc.rundir import RunDir
+from tests.run.conftest import env_for, finish, rfthpc, rl_only, store_counts
+
+pytestmark = pytest.mark.slow
+
+BATCH = 4
+
+
+def _wait_for(what: str, cond, timeout: float, procs=()) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        for p in procs:
+            if p.poll() is not None:
+                out, err = p.communicate()
+                pytest.fail(f"{p.args} exited {p.returncode} while waiting for {what}\n{out[-2000:]}\n{err[-3000:]}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.5)
+
+
+def _trainer_step(run: RunDir) -> int:
+    try:
+        return int(json.loads(run.trainer_meta.read_text())["step"])
+    except (FileNotFoundError, json.JSONDecodeError, KeyError):
+        return 0
+
+
+def _assert_consumed_once(run: RunDir, steps: int) -> None:
+    """Every committed group was trained on exactly once: the store's counts add up to the steps run."""
+    counts = store_counts(run.root)
+    assert counts["consumed"] == steps * BATCH, counts
+    assert counts["committed"] == counts["consumed"], counts  # nothing pending, dropped or quarantined
+    (claims,) = counts["tasksets"].values()
+    assert claims["completed"] == steps * BATCH and claims["outstanding"] == 0, claims
+    trainer = [json.loads(line) for line in (run.monitor / "trainer.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in trainer] == list(range(1, steps + 1))
+    assert trainer[-1]["store/consumed"] == steps * BATCH
+
+
+@pytest.mark.parametrize("first", ["explore", "train"])
+def test_async_pair_runs_in_either_order(first: str, demo_dir: Path, tmp_path: Path) -> None:
+    """The two halves of an asynchronous pair (`mode: explore`, `mode: train`, one run directory)
+    are two `rfthpc run` commands; either may start first, and every group is consumed once."""
+    steps = 4
+    env = env_for(demo_dir, tmp_path / "ckpt")
+    configs = {mode: rl_only(tmp_path / f"{mode}.yaml", "pair", mode=mode, steps=steps,
+                             synchronizer={"sync_offset": 1}) for mode in ("explore", "train")}
+    run = RunDir(tmp_path / "ckpt" / "rfthpc-demo" / "pair")
+    second = "train" if first == "explore" else "explore"
+    a = rfthpc("run", "--config", str(configs[first]), env=env)
+    if first == "explore":
+        # The explorer runs ahead by at most the staleness bound, then waits for the trainer.
+        _wait_for("the explorer's first groups", lambda: store_counts_or_none(run) > 0, 240, [a])
+    else:
+        _wait_for("the trainer's initial weights", lambda: (run.weights / "latest").is_file(), 240, [a])
+    b = rfthpc("run", "--config", str(configs[second]), env=env)
+    for proc in (a, b):
+        code, out, err = finish(proc, 300)
+        assert code == 0, f"{proc.args}: exit {code}\n{out[-2000:]}\n{err[-3000:]}"
+    meta = json.loads(run.trainer_meta.read_text())
+    assert meta["done"] and meta["step"] == steps
+    _assert_consumed_once(run, steps)
+
+
+def store_counts_or_none(run: RunDir) -> int:
+    """Committed groups so far (0 before the store exists)."""
+    from rfthpc.errors import UserError
+
+    try:
+        return store_counts(run.root)["committed"]
+    except UserError:
+        return 0
+
+
+def test_ctrl_c_stops_cleanly_and_resume_continues(demo_dir: Path, tmp_path: Path) -> None:
+    """Ctrl-C: every role saves its state and `rfthpc run` exits 130; `--resume` finishes the run
+    with nothing lost or repeated."""
+    steps = 8
+    env = env_for(demo_dir, tmp_path / "ckpt")
+    config = rl_only(tmp_path / "run.yaml", "interrupt", steps=steps)
+    run = RunDir(tmp_path / "ckpt" / "rfthpc-demo" / "interrupt")
+    proc = rfthpc("run", "--config", str(config), env=env)
+    _wait_for("trainer step 3", lambda: _trainer_step(run) >= 3, 300, [proc])
+    proc.send_signal(signal.SIGINT)
+    code, out, err = finish(proc, 200)
+    assert code == 130, f"exit {code}\n{out[-2000:]}\n{err[-3000:]}"
+    assert "--resume" in err
+    stopped_at = _trainer_step(run)
+    assert 3 <= stopped_at < steps
+    # The trainer checkpointed the step it stopped at; the explorer gave its unfinished claims back.
+    assert int(run.latest_checkpoint_file.read_text()) == stopped_at
+    (claims,) = store_counts(run.root)["tasksets"].values()
+    assert claims["outstanding"] == 0, claims
+    assert "stop requested" in (run.log / "explorer_0.log").read_text()
+
+    code, out, err = finish(rfthpc("run", "--config", str(config), "--resume", env=env), 300)
+    assert code == 0, f"exit {code}\n{out[-2000:]}\n{err[-3000:]}"
+    _assert_consumed_once(run, steps)
+
+
+def test_failing_role_stops_the_run_and_shows_its_log(demo_dir: Path, tmp_path: Path) -> None:
+    """An explorer that fails (here: its taskset lacks the answer column) ends the run with exit 1,
+    the trainer is stopped, and the explorer's log tail is printed."""
+    env = env_for(demo_dir, tmp_path / "ckpt")
+    config = rl_only(tmp_path / "run.yaml", "failing",
+                     buffer={"explorer_input": {"taskset": {"format": {"response_key": "solution"}}}})
+    started = time.monotonic()
+    code, out, err = finish(rfthpc("run", "--config", str(config), env=env), 240)
+    assert code == 1, f"exit {code}\n{out[-2000:]}\n{err[-3000:]}"
+    assert "explorer_0 failed (exit 2)" in err
+    assert "solution" in err  # the explorer's own error message, from its log tail
+    assert time.monotonic() - started < 200
+    run = RunDir(tmp_path / "ckpt" / "rfthpc-demo" / "failing")
+    assert "=== " in (run.log / "trainer.log").read_text()

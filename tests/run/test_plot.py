@@ -1,0 +1,85 @@
+"""Charts, the progress line and the demo figures, from metrics written by the real Monitor."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rfthpc.config.monitor import MonitorConfig
+from rfthpc.demo import demo_figures, eval_accuracy, last_stage_start
+from rfthpc.errors import UserError
+from rfthpc.fsutil import write_json_atomic
+from rfthpc.local import Role, progress_line
+from rfthpc.monitor import Monitor
+from rfthpc.plot import collect, plot_run, rolling_mean
+from rfthpc.rundir import RunDir
+
+
+def _two_stage_run(root: Path) -> RunDir:
+    """Metrics of a run with 4 SFT steps, then 3 RL steps evaluated at versions 4 and 7."""
+    run = RunDir(root).create()
+    quiet = MonitorConfig(monitor_type=[])
+    trainer = Monitor(run, "trainer", quiet, "p", "n")
+    for step in range(1, 5):
+        trainer.log({"actor/sft_loss": 2.0 / step, "training/stage_index": 0, "perf/throughput": 100.0}, step)
+    for step, reward in zip(range(5, 8), (0.2, 0.4, 0.6)):
+        trainer.log({"critic/score/mean": reward, "staleness/mean": 1.0, "training/stage_index": 1,
+                     "perf/throughput": 90.0}, step)
+    explorer = Monitor(run, "explorer_explorer_0", quiet, "p", "n")
+    explorer.log({"eval/arith-eval/accuracy": 0.25, "eval/arith-eval/reward_mean": 0.25}, 4)
+    explorer.log({"rollout/reward_mean": 0.3, "rollout/tokens_per_s": 1500.0, "rollout/version": 4}, 1)
+    explorer.log({"eval/arith-eval/accuracy": 0.75}, 7)
+    write_json_atomic(run.trainer_meta, {"step": 7, "stage": "rft", "stage_index": 1, "stage_start_step": 4,
+                                         "done": True})
+    return run
+
+
+def test_rolling_mean_averages_the_trailing_window() -> None:
+    assert rolling_mean([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0]
+    assert rolling_mean([], 10) == []
+
+
+def test_collect_finds_stage_boundary_and_series(tmp_path: Path) -> None:
+    data = collect(_two_stage_run(tmp_path / "run"))
+    assert data["stage_starts"] == [4]
+    assert data["reward"] == ([5, 6, 7], [0.2, 0.4, 0.6])
+    assert data["eval"] == {"arith-eval": ([4, 7], [0.25, 0.75])}
+    assert set(data["throughput"]) == {"trainer (trained)", "explorer explorer_0 (generated)"}
+    assert data["staleness"] == {}  # no experience store in this run directory
+
+
+def test_plot_writes_every_chart(tmp_path: Path) -> None:
+    paths = plot_run(_two_stage_run(tmp_path / "run").root)
+    assert [p.name for p in paths] == ["reward.png", "eval.png", "staleness.png", "throughput.png", "overview.png"]
+    for p in paths:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not [p for p in paths[0].parent.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_demo_figures_are_the_evaluations_around_rft(tmp_path: Path) -> None:
+    run = _two_stage_run(tmp_path / "run")
+    assert last_stage_start(run.root) == 4
+    assert eval_accuracy(run.root) == [(4, "arith-eval", 0.25), (7, "arith-eval", 0.75)]
+    assert demo_figures(run.root) == (0.25, 0.75)
+
+
+def test_demo_figures_of_an_unfinished_run_name_the_problem(tmp_path: Path) -> None:
+    run = RunDir(tmp_path / "run").create()
+    with pytest.raises(UserError, match="no evaluation of version 0"):
+        demo_figures(run.root)
+
+
+def test_progress_line_shows_stage_reward_staleness_eval_and_throughput(tmp_path: Path) -> None:
+    run = _two_stage_run(tmp_path / "run")
+    line = progress_line(run, [Role("trainer", ["true"], run.log / "t.log")], {"sft_warmup": 4, "rft": 3})
+    assert line == ("step 7 (rft 3/3) | reward 0.600 | staleness 1.00 | eval arith-eval 0.750 | 1500 tok/s | "
+                    "0/1 roles running")
+
+
+def test_plot_command_rejects_a_directory_that_is_no_run(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "rfthpc", "plot", str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "is not a run directory" in proc.stderr
