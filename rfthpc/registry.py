@@ -4,20 +4,26 @@ A config names a built-in (`grpo`, `math_workflow`, `math_reward`) or the user's
 `my_pkg.module:function` (importable on every node) or `/path/to/file.py:function`. An unknown
 name is a ConfigError naming the config key and listing the known names.
 
+A registry declares its built-ins as a table, name → "module:function", and imports a module only
+when one of its functions is used. So a config is checked without importing what the functions
+need (the algorithm functions import torch, which takes seconds): `Registry.check` reads a
+built-in's parameters from its module's source.
+
 Tunable arguments of a registered function are its keyword-only parameters (after `*`): they are
-what `<key>_args` in the config may set, and `Registry.bind` checks their names before a run starts.
+what `<key>_args` in the config may set, and `Registry.check` and `bind` check their names before
+a run starts.
 """
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import importlib
 import importlib.util
 import inspect
 import sys
-import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -68,73 +74,82 @@ def tunable_args(fn: Callable[..., Any]) -> dict[str, Any]:
     return {p.name: p.default for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
 
 
-def check_args(fn: Callable[..., Any], args: Mapping[str, Any], config_key: str, label: str) -> None:
-    """Raise ConfigError if `args` holds a name `fn` does not take as keyword-only (`**kwargs` takes any)."""
+def accepted_keywords(fn: Callable[..., Any]) -> frozenset[str] | None:
+    """The names `fn` takes as keyword-only arguments; None if it takes any name (`**kwargs`)."""
     params = inspect.signature(fn).parameters.values()
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return frozenset(tunable_args(fn))
+
+
+@functools.cache
+def _module_functions(module: str) -> dict[str, ast.FunctionDef]:
+    """The top-level function definitions of `module`, parsed from its source, which is not run."""
+    spec = importlib.util.find_spec(module)
+    source = spec.loader.get_source(module) if spec is not None and spec.loader is not None else None
+    if source is None:
+        raise LookupError(f"no Python source for module {module!r}")
+    return {node.name: node for node in ast.parse(source).body if isinstance(node, ast.FunctionDef)}
+
+
+def source_keywords(target: str) -> frozenset[str] | None:
+    """`accepted_keywords` of the function `target` = "module:function", read from the module's
+    source without importing the module (and what it imports)."""
+    module, _, name = target.partition(":")
+    node = _module_functions(module).get(name)
+    if node is None:
+        raise LookupError(f"module {module!r} has no top-level `def {name}` (named by the built-in {target!r})")
+    if node.args.kwarg is not None:
+        return None
+    return frozenset(arg.arg for arg in node.args.kwonlyargs)
+
+
+def check_keywords(accepted: frozenset[str] | None, args: Mapping[str, Any], config_key: str, label: str) -> None:
+    """Raise ConfigError if `args` holds a name outside `accepted` (None accepts every name)."""
+    if accepted is None:
         return
-    known = tunable_args(fn)
-    unknown = sorted(set(args) - set(known))
+    unknown = sorted(set(args) - accepted)
     if unknown:
         raise ConfigError(
             f"{config_key}: {', '.join(map(repr, unknown))} not accepted by {label}; "
-            f"accepted: {', '.join(sorted(known)) or '(none)'}."
+            f"accepted: {', '.join(sorted(accepted)) or '(none)'}."
         )
 
 
 class Registry(Generic[F]):
-    """Functions of one kind, selectable by name or by `module:function`."""
+    """Functions of one kind, selectable by a built-in name or by `module:function`."""
 
-    def __init__(self, kind: str, config_key: str, builtin_modules: Sequence[str] = ()) -> None:
+    def __init__(self, kind: str, config_key: str, builtins: Mapping[str, str]) -> None:
         """`kind` names the functions in messages ("advantage function"), `config_key` the config key
-        that selects one; `builtin_modules` register their functions when imported, on first lookup."""
+        that selects one; `builtins` maps each built-in name (aliases too) to "module:function"."""
         self.kind = kind
         self.config_key = config_key
-        self._builtin_modules = tuple(builtin_modules)
-        self._loaded = not self._builtin_modules
-        self._loading = threading.RLock()
-        self._fns: dict[str, F] = {}
-
-    def register(self, name: str, *aliases: str) -> Callable[[F], F]:
-        """Decorator registering a function under `name` and any `aliases`."""
-
-        def decorator(fn: F) -> F:
-            for key in (name, *aliases):
-                if key in self._fns and self._fns[key] is not fn:
-                    raise ValueError(f"{self.kind} {key!r} is registered twice")
-                self._fns[key] = fn
-            return fn
-
-        return decorator
-
-    def _load_builtins(self) -> None:
-        # Imported on first lookup, not at import time, so a registry and the modules that fill it
-        # can import each other without a cycle. Workflow threads may look up concurrently: the
-        # flag is set only once every built-in has registered.
-        if self._loaded:
-            return
-        with self._loading:
-            if not self._loaded:
-                for module in self._builtin_modules:
-                    importlib.import_module(module)
-                self._loaded = True
+        self._builtins = dict(builtins)
 
     def names(self) -> list[str]:
-        """All registered names, aliases included, sorted."""
-        self._load_builtins()
-        return sorted(self._fns)
+        """All built-in names, aliases included, sorted."""
+        return sorted(self._builtins)
 
     def get(self, name: str) -> F:
-        """The function registered as `name`, or the user function `name` = `module:function`."""
-        self._load_builtins()
-        if name in self._fns:
-            return self._fns[name]
+        """The built-in function `name` (importing its module), or the user function `name` = `module:function`."""
+        target = self._builtins.get(name)
+        if target is not None:
+            module, _, attr = target.partition(":")
+            return getattr(importlib.import_module(module), attr)
         if ":" in name:
             return load_user_function(name, self.config_key)  # type: ignore[return-value]
         raise ConfigError(
             f"{self.config_key}: unknown {self.kind} {name!r}; known: {', '.join(self.names())} "
             "(or your own function as 'module:function')."
         )
+
+    def check(self, name: str, args: Mapping[str, Any] | None = None) -> None:
+        """Raise ConfigError unless `name` selects a function that takes every key of `args` as a
+        keyword argument. A built-in is checked from its source without importing its module; a user
+        function is imported (so a broken one is reported before a run starts)."""
+        target = self._builtins.get(name)
+        accepted = source_keywords(target) if target is not None else accepted_keywords(self.get(name))
+        check_keywords(accepted, args or {}, f"{self.config_key}_args", f"{self.kind} {name!r}")
 
     def defaults(self, name: str) -> dict[str, Any]:
         """The tunable arguments of `name` with their default values."""
@@ -144,5 +159,5 @@ class Registry(Generic[F]):
         """`get(name)` with `args` bound as keyword arguments, after checking their names."""
         fn = self.get(name)
         args = dict(args or {})
-        check_args(fn, args, f"{self.config_key}_args", f"{self.kind} {name!r}")
+        check_keywords(accepted_keywords(fn), args, f"{self.config_key}_args", f"{self.kind} {name!r}")
         return functools.partial(fn, **args)  # type: ignore[return-value]

@@ -10,16 +10,55 @@
 | algorithm.loss_agg_mode     | LOSS_AGG_MODES      | aggregation   |
 | algorithm.algorithm_type    | ALGORITHM_PRESETS   | presets       |
 
+The registries and the names they accept live in `registry` (built-in name → function); the
+critic's value loss in `critic`.
+
 No distributed code lives here: the trainer calls these on its local (micro-)batch.
+
+Importing this package does not import torch: the registries, presets and loss modes are plain
+data, so a config is validated (on a login node, by every CLI call) in a fraction of a second. The
+tensor functions and input classes below are imported from their modules on first use.
 """
 
-from rfthpc.algorithms.advantages import ADVANTAGE_FNS, AdvantageInputs, outcome_token_rewards
-from rfthpc.algorithms.aggregation import LOSS_AGG_MODES, aggregate_loss, aggregation_count, masked_mean
-from rfthpc.algorithms.entropy import ENTROPY_LOSS_FNS, entropy_from_logits
-from rfthpc.algorithms.kl import KL_FNS, apply_kl_penalty, kl_loss, make_kl_controller
-from rfthpc.algorithms.policy_loss import POLICY_LOSS_FNS, PolicyLossInputs
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from rfthpc.algorithms.presets import ALGORITHM_PRESETS, needs_critic, needs_groups, needs_reference
-from rfthpc.algorithms.value_loss import value_loss
+from rfthpc.algorithms.registry import ADVANTAGE_FNS, ENTROPY_LOSS_FNS, KL_FNS, LOSS_AGG_MODES, POLICY_LOSS_FNS
+
+if TYPE_CHECKING:
+    from rfthpc.algorithms.advantages import AdvantageInputs, outcome_token_rewards
+    from rfthpc.algorithms.aggregation import aggregate_loss, aggregation_count, masked_mean
+    from rfthpc.algorithms.critic import value_loss
+    from rfthpc.algorithms.entropy import entropy_from_logits
+    from rfthpc.algorithms.kl import apply_kl_penalty, kl_loss, make_kl_controller
+    from rfthpc.algorithms.policy_loss import PolicyLossInputs
+
+_TORCH_EXPORTS = {
+    "AdvantageInputs": "advantages",
+    "outcome_token_rewards": "advantages",
+    "aggregate_loss": "aggregation",
+    "aggregation_count": "aggregation",
+    "masked_mean": "aggregation",
+    "value_loss": "critic",
+    "entropy_from_logits": "entropy",
+    "apply_kl_penalty": "kl",
+    "kl_loss": "kl",
+    "make_kl_controller": "kl",
+    "PolicyLossInputs": "policy_loss",
+}
+"""Exported names that need torch → the submodule defining them (imported on first access)."""
+
+
+def __getattr__(name: str) -> Any:
+    """Import a tensor function or input class from its submodule when it is first used."""
+    module = _TORCH_EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
 
 __all__ = [
     "ADVANTAGE_FNS",

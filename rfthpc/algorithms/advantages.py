@@ -23,12 +23,9 @@ from dataclasses import dataclass
 import torch
 
 from rfthpc.algorithms.aggregation import masked_whiten
-from rfthpc.registry import Registry
 from rfthpc.errors import ConfigError
 
 AdvantageFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
-
-ADVANTAGE_FNS: Registry[AdvantageFn] = Registry("advantage function", "algorithm.advantage_fn")
 
 
 @dataclass(frozen=True)
@@ -110,7 +107,6 @@ def _broadcast(per_seq: torch.Tensor, response_mask: torch.Tensor) -> torch.Tens
     return torch.where(response_mask.bool(), full, torch.zeros_like(full))
 
 
-@ADVANTAGE_FNS.register("grpo")
 @torch.no_grad()
 def grpo(
     inputs: AdvantageInputs, *, epsilon: float = 1e-6, std_normalize: bool = True
@@ -135,7 +131,6 @@ def grpo(
     return out, out
 
 
-@ADVANTAGE_FNS.register("rloo")
 @torch.no_grad()
 def rloo(inputs: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE leave-one-out: the baseline of response i is the mean of the other n_g - 1 in its group.
@@ -152,7 +147,6 @@ def rloo(inputs: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
     return out, out
 
 
-@ADVANTAGE_FNS.register("opmd")
 @torch.no_grad()
 def opmd(
     inputs: AdvantageInputs, *, opmd_baseline: str = "mean", tau: float = 1.0
@@ -187,7 +181,6 @@ def opmd(
     return out, out
 
 
-@ADVANTAGE_FNS.register("reinforce")
 @torch.no_grad()
 def reinforce(inputs: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
     """Plain REINFORCE: A_i = R_i on every response token (TOPR's default). Returns (A, A)."""
@@ -195,7 +188,6 @@ def reinforce(inputs: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
     return out, out
 
 
-@ADVANTAGE_FNS.register("reinforceplusplus", "reinforce++", "reinforce_plus_plus")
 @torch.no_grad()
 def reinforce_plus_plus(inputs: AdvantageInputs, *, gamma: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE++: discounted token returns, whitened over the whole batch.
@@ -216,7 +208,6 @@ def reinforce_plus_plus(inputs: AdvantageInputs, *, gamma: float = 1.0) -> tuple
     return adv, returns
 
 
-@ADVANTAGE_FNS.register("ppo", "gae")
 @torch.no_grad()
 def ppo(inputs: AdvantageInputs, *, gamma: float = 1.0, lam: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation from critic values (PPO), token level.

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from rfthpc.algorithms.registry import LOSS_AGG_MODES
 from rfthpc.errors import ConfigError
-
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 
 
 def _check_mode(loss_agg_mode: str) -> None:

@@ -7,11 +7,8 @@ from collections.abc import Callable
 import torch
 
 from rfthpc.algorithms.aggregation import aggregate_loss
-from rfthpc.registry import Registry
 
 EntropyLossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
-
-ENTROPY_LOSS_FNS: Registry[EntropyLossFn] = Registry("entropy loss", "algorithm.entropy_loss_fn")
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
@@ -27,7 +24,6 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     return -(p * torch.where(p > 0, log_p, torch.zeros_like(log_p))).sum(dim=-1)
 
 
-@ENTROPY_LOSS_FNS.register("default", "basic")
 def entropy_bonus(
     entropy: torch.Tensor, response_mask: torch.Tensor, *, entropy_coef: float = 0.0, loss_agg_mode: str = "token-mean"
 ) -> tuple[torch.Tensor, dict[str, float]]:
@@ -39,7 +35,6 @@ def entropy_bonus(
     return -entropy_coef * mean_entropy, {"actor/entropy": mean_entropy.detach().item()}
 
 
-@ENTROPY_LOSS_FNS.register("none")
 def no_entropy_bonus(
     entropy: torch.Tensor, response_mask: torch.Tensor, *, loss_agg_mode: str = "token-mean"
 ) -> tuple[torch.Tensor, dict[str, float]]:

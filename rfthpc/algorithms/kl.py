@@ -18,33 +18,27 @@ from collections.abc import Callable
 import torch
 
 from rfthpc.algorithms.aggregation import aggregate_loss
-from rfthpc.registry import Registry
+from rfthpc.algorithms.registry import KL_FNS
 from rfthpc.errors import ConfigError
 
 KLFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
-KL_FNS: Registry[KLFn] = Registry("KL estimator", "algorithm.kl_loss_fn / algorithm.kl_penalty_fn")
 
-
-@KL_FNS.register("none")
 def kl_none(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
     """No KL regularisation: 0 for every token."""
     return torch.zeros_like(log_prob)
 
 
-@KL_FNS.register("k1", "kl")
 def kl_k1(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
     """k1 = log p - log q (unbiased, high variance, can be negative)."""
     return log_prob - ref_log_prob
 
 
-@KL_FNS.register("k2", "mse")
 def kl_k2(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
     """k2 = (log p - log q)^2 / 2 (biased, low variance; its gradient is the KL gradient)."""
     return 0.5 * (log_prob - ref_log_prob) ** 2
 
 
-@KL_FNS.register("k3", "low_var_kl")
 def kl_k3(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
     """k3 = q/p - log(q/p) - 1 (unbiased, low variance, >= 0).
 
@@ -54,7 +48,6 @@ def kl_k3(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
     return torch.clamp(torch.exp(log_q_over_p) - log_q_over_p - 1.0, -10.0, 10.0)
 
 
-@KL_FNS.register("abs")
 def kl_abs(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
     """|log p - log q|."""
     return (log_prob - ref_log_prob).abs()

@@ -22,12 +22,9 @@ from dataclasses import dataclass
 import torch
 
 from rfthpc.algorithms.aggregation import aggregate_loss, masked_mean
-from rfthpc.registry import Registry
 from rfthpc.errors import ConfigError
 
 PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
-
-POLICY_LOSS_FNS: Registry[PolicyLossFn] = Registry("policy loss", "algorithm.policy_loss_fn")
 
 _LOG_RATIO_LIMIT = 20.0
 
@@ -86,7 +83,6 @@ def _metrics(
     }
 
 
-@POLICY_LOSS_FNS.register("ppo")
 def ppo(
     inputs: PolicyLossInputs,
     *,
@@ -122,7 +118,6 @@ def ppo(
     )
 
 
-@POLICY_LOSS_FNS.register("pg", "vanilla")
 def pg(inputs: PolicyLossInputs, *, loss_agg_mode: str = "token-mean") -> tuple[torch.Tensor, dict[str, float]]:
     """Plain policy gradient, no importance ratio (ROLL's `vanilla`): l = -A log pi."""
     log_ratio, _, adv = _ratio_terms(inputs, "pg")
@@ -130,14 +125,12 @@ def pg(inputs: PolicyLossInputs, *, loss_agg_mode: str = "token-mean") -> tuple[
     return loss, _metrics(loss, log_ratio, inputs.response_mask)
 
 
-@POLICY_LOSS_FNS.register("sft")
 def sft(inputs: PolicyLossInputs, *, loss_agg_mode: str = "token-mean") -> tuple[torch.Tensor, dict[str, float]]:
     """Supervised fine-tuning, negative log-likelihood: l = -log pi. Metric `actor/sft_loss`."""
     loss = aggregate_loss(-inputs.log_prob, inputs.response_mask, loss_agg_mode)
     return loss, {"actor/sft_loss": loss.detach().item()}
 
 
-@POLICY_LOSS_FNS.register("opmd")
 def opmd(
     inputs: PolicyLossInputs, *, tau: float = 1.0, loss_agg_mode: str = "token-mean"
 ) -> tuple[torch.Tensor, dict[str, float]]:
@@ -151,7 +144,6 @@ def opmd(
     return loss, _metrics(loss, log_ratio, inputs.response_mask)
 
 
-@POLICY_LOSS_FNS.register("tis")
 def tis(
     inputs: PolicyLossInputs,
     *,
@@ -182,7 +174,6 @@ def tis(
     return loss, metrics
 
 
-@POLICY_LOSS_FNS.register("topr")
 def topr(
     inputs: PolicyLossInputs,
     *,
@@ -213,7 +204,6 @@ def topr(
     return loss, metrics
 
 
-@POLICY_LOSS_FNS.register("cispo")
 def cispo(
     inputs: PolicyLossInputs,
     *,
@@ -250,7 +240,6 @@ def cispo(
     return loss, metrics
 
 
-@POLICY_LOSS_FNS.register("kimi15")
 def kimi15(
     inputs: PolicyLossInputs, *, tau: float = 0.1, loss_agg_mode: str = "token-mean"
 ) -> tuple[torch.Tensor, dict[str, float]]:

@@ -13,21 +13,25 @@ class FormatConfig:
     """How records of a dataset become prompts and ground truths."""
 
     prompt_type: Literal["plaintext", "messages"] = "plaintext"
-    """plaintext: a prompt column; messages: a chat list of {role, content}."""
+    """plaintext: the `prompt_key` column is the user message; messages: the `messages_key` column is a chat (a list of {role, content}) that the model answers."""
     prompt_key: str = "prompt"
-    """Column holding the question / prompt."""
+    """Column holding the question / prompt (prompt_type plaintext)."""
     response_key: str = "response"
     """Column holding the reference answer (ground truth, or the SFT target)."""
     messages_key: str = "messages"
-    """Column holding a chat when `prompt_type` is messages."""
+    """Column holding a chat when `prompt_type` is messages (tasksets: it must not end with an assistant turn)."""
     system_prompt: Optional[str] = None
-    """System message put before every prompt."""
+    """System message put before every prompt (a chat that starts with its own system message keeps that)."""
     system_prompt_key: Optional[str] = None
-    """Column holding a per-record system message."""
+    """Column holding a per-record system message; where it is empty, `system_prompt` applies."""
     reply_prefix: Optional[str] = None
-    """Text the assistant's reply starts with (appended after the generation prompt)."""
+    """Tasksets: text the assistant's reply starts with (e.g. `<think>`), appended to the prompt after the chat template's generation prompt; the response (and what the reward function sees) is the text generated after it."""
     chat_template: Optional[str] = None
     """A Jinja chat template for this dataset, replacing the tokenizer's."""
+    workflow_key: Optional[str] = None
+    """Tasksets: column naming a row's workflow (overrides `default_workflow_type` where non-empty)."""
+    reward_fn_key: Optional[str] = None
+    """Tasksets: column naming a row's reward function (overrides `default_reward_fn_type` where non-empty)."""
 
 
 @dataclass
@@ -43,9 +47,9 @@ class RolloutArgs:
     max_tokens: Optional[int] = None
     """Response token limit; defaults to `model.max_response_tokens`."""
     logprobs: Optional[int] = None
-    """Extra top logprobs per token."""
+    """Top alternatives (0-20) per response token handed to workflows with their logprobs; defaults to `model.logprobs`. The store keeps the sampled token's logprob only."""
     seed: Optional[int] = None
-    """Sampling seed (None: nondeterministic)."""
+    """Sampling seed of every request of this taskset: the same policy and prompt give the same responses (e.g. a reproducible evaluation); None: not seeded."""
 
 
 @dataclass
@@ -87,11 +91,11 @@ class TasksetConfig:
     reward_fn_args: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the reward function."""
     task_selector: TaskSelectorConfig = field(default_factory=TaskSelectorConfig)
-    """Task order."""
+    """Task order (training tasksets; an evaluation runs every task of an eval taskset)."""
     total_epochs: Optional[int] = None
-    """Passes over this taskset; defaults to `buffer.total_epochs`."""
+    """Passes over this training taskset; defaults to `buffer.total_epochs` (eval tasksets: every evaluation is one pass)."""
     enable_progress_bar: bool = False
-    """Show a progress bar while loading."""
+    """Show the `datasets` progress bars while the explorer reads this taskset (off: quiet Slurm logs)."""
 
 
 @dataclass
@@ -114,7 +118,7 @@ class ExplorerInputConfig:
     system_prompt: Optional[str] = None
     """System prompt for tasksets whose format does not set one."""
     reply_prefix: Optional[str] = None
-    """Reply prefix for tasksets whose format does not set one."""
+    """Reply prefix (see `format.reply_prefix`) for tasksets whose format does not set one."""
 
 
 @dataclass
@@ -165,7 +169,3 @@ class BufferConfig:
     """Explorer-side inputs."""
     trainer_input: TrainerInputConfig = field(default_factory=TrainerInputConfig)
     """Trainer-side inputs."""
-    max_retry_times: int = 3
-    """Attempts for a failed workflow run before the task is given up (and counted)."""
-    max_retry_interval: float = 1.0
-    """Seconds between those attempts."""

@@ -1,7 +1,9 @@
 """Where rfthpc differs from Trinity-RFT and veRL, said out loud.
 
-Three kinds of difference:
+Four kinds of difference:
 - keys Trinity-RFT has that rfthpc deliberately does not support: an error naming the reason;
+- values of accepted keys that rfthpc cannot honour (e.g. `bench_on_latest_checkpoint: true`): an
+  error naming the reason and the fix, when the config is validated (`unsupported_values`);
 - values rfthpc accepts but reads differently (e.g. `sync_method: nccl`): a note on stderr;
 - veRL settings under `trainer.trainer_config`: mapped onto rfthpc's typed fields, or named as
   having no effect, or rejected as unknown.
@@ -10,11 +12,16 @@ Three kinds of difference:
 from __future__ import annotations
 
 import difflib
-from typing import Any
+import os
+from typing import TYPE_CHECKING, Any
 
 from rfthpc.errors import ConfigError
 
+if TYPE_CHECKING:
+    from rfthpc.config.schema import Config
+
 _NO_RAY = "rfthpc runs on Slurm and a shared filesystem, without Ray"
+_NO_SQL = "Trinity-RFT's retries of SQL buffer access; rfthpc's buffers are files on the shared filesystem"
 
 UNSUPPORTED_KEYS: dict[str, str] = {
     "ray_namespace": _NO_RAY,
@@ -32,6 +39,8 @@ UNSUPPORTED_KEYS: dict[str, str] = {
     "synchronizer.explorer_world_size": "explorers never join the trainer's process group in rfthpc",
     "trainer.enable_preview": "no preview in rfthpc",
     "monitor.enable_ray_timeline": _NO_RAY,
+    "buffer.max_retry_times": _NO_SQL + "; a failed or timed-out task is retried explorer.max_retry_times times",
+    "buffer.max_retry_interval": _NO_SQL + "; the pause between retries of a task is explorer.max_retry_interval",
 }
 
 
@@ -61,6 +70,73 @@ def value_notes(raw: dict[str, Any]) -> list[str]:
             "experience in its HDF5 store under <run dir>/experiences/"
         )
     return notes
+
+
+def _same_path(a: str, b: str) -> bool:
+    return os.path.normpath(os.path.expanduser(a)) == os.path.normpath(os.path.expanduser(b))
+
+
+def unsupported_values(cfg: Config) -> list[str]:
+    """Problems with values of accepted keys that rfthpc cannot honour, each naming the key, why, and the fix.
+
+    `cfg` is a finalized stage config (derived values filled in).
+    """
+    problems = []
+    ex, m = cfg.explorer, cfg.model
+    if ex.bench_on_latest_checkpoint:
+        problems.append(
+            "explorer.bench_on_latest_checkpoint: true is Trinity-RFT's `mode: bench` switch and rfthpc has no "
+            "bench mode; remove it (rank 0 of the explorers evaluates eval_tasksets on start-up, every "
+            "explorer.eval_interval policy versions and on the final policy)"
+        )
+    rm = ex.rollout_model
+    models = [("explorer.rollout_model", rm)] + [
+        (f"explorer.auxiliary_models[{i}]", aux) for i, aux in enumerate(ex.auxiliary_models)
+    ]
+    for key, model in models:
+        if not model.use_v1:
+            problems.append(
+                f"{key}.use_v1: false asks for vLLM's V0 engine, which current vLLM no longer has; remove it"
+            )
+    if rm.name:
+        problems.append(
+            f"explorer.rollout_model.name: {rm.name!r} is not used: only auxiliary models are addressed by name "
+            "(workflows reach the policy as ctx.engine); remove it"
+        )
+    if rm.model_path and m.model_path and not _same_path(rm.model_path, m.model_path):
+        problems.append(
+            f"explorer.rollout_model.model_path: {rm.model_path!r} differs from model.model_path "
+            f"{m.model_path!r}; the rollout engine runs the policy the trainer trains, so it starts from "
+            "model.model_path; remove explorer.rollout_model.model_path"
+        )
+    for name in ("max_prompt_tokens", "max_response_tokens"):
+        value, policy = getattr(rm, name), getattr(m, name)
+        if value is not None and value != policy:
+            problems.append(
+                f"explorer.rollout_model.{name}: {value} differs from model.{name} ({policy}); the policy's "
+                f"token limits are shared with the trainer: set model.{name} instead"
+            )
+    inp = cfg.buffer.explorer_input
+    for i, ts in enumerate(inp.eval_tasksets):
+        key = f"buffer.explorer_input.eval_tasksets[{i}]"
+        if ts.total_epochs is not None and ts.total_epochs != cfg.buffer.total_epochs:
+            problems.append(
+                f"{key}.total_epochs: {ts.total_epochs} has no effect: every evaluation runs each task of an eval "
+                "taskset once (repeat_times responses); remove it, or raise repeat_times for more samples"
+            )
+        if ts.task_selector.selector_type != "sequential":
+            problems.append(
+                f"{key}.task_selector: {ts.task_selector.selector_type!r} has no effect: every evaluation runs "
+                "all tasks of an eval taskset; remove it"
+            )
+    f = cfg.buffer.trainer_input.experience_buffer.format
+    for name in ("reply_prefix", "workflow_key", "reward_fn_key"):
+        if getattr(f, name):
+            problems.append(
+                f"buffer.trainer_input.experience_buffer.format.{name}: applies to explorer tasksets only; "
+                "an SFT dataset is trained on as written; remove it"
+            )
+    return problems
 
 
 # veRL path under trainer.trainer_config -> rfthpc dotted path (None: accepted, no effect, with why).

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
+from rfthpc.config import compat
 from rfthpc.config.derive import explorer_gpus, trainer_gpus_per_node
 from rfthpc.config.schema import Config
 from rfthpc.config.typed import Problems
@@ -31,17 +34,22 @@ def _path_problem(key: str, value: str | None, kind: str) -> str | None:
     return f"{key}: {value!r} does not exist; {NO_INTERNET_HINT}"
 
 
-def _check_name(problems: Problems, key: str, name: str | None, registry: Registry) -> None:
-    """Record a problem under `key` if the registry does not know `name`."""
+def _check_function(problems: Problems, key: str, name: str | None, registry: Registry,
+                    args: Mapping[str, Any] | None = None) -> None:
+    """Record a problem under `key` if the registry does not know `name` or its function does not take `args`."""
     if not name:
         return
     try:
-        registry.get(name)
+        registry.check(name, args)
     except ConfigError as e:
-        problems.add(f"{key}: {str(e).removeprefix(registry.config_key + ': ')}")
+        message = str(e)
+        problems.add(message if message.startswith(f"{registry.config_key}_args:")
+                     else f"{key}: {message.removeprefix(registry.config_key + ': ')}")
 
 
 def _check_functions(cfg: Config, problems: Problems) -> None:
+    # The registries check built-in names and arguments from the functions' source: validating a
+    # config imports neither torch (the algorithms) nor the explorer's workflow and reward modules.
     from rfthpc import algorithms as algos
     from rfthpc.rewards.registry import REWARDS
     from rfthpc.workflows.registry import WORKFLOWS
@@ -49,22 +57,16 @@ def _check_functions(cfg: Config, problems: Problems) -> None:
     alg = cfg.algorithm
     # Advantage and policy-loss arguments are keyword arguments of the function, checked by name;
     # KL and entropy arguments (coefficients) belong to the trainer, so only the name is checked.
-    for key, name, registry in (
-        ("advantage_fn", alg.advantage_fn, algos.ADVANTAGE_FNS),
-        ("policy_loss_fn", alg.policy_loss_fn, algos.POLICY_LOSS_FNS),
-    ):
-        if name:
-            try:
-                registry.bind(name, getattr(alg, f"{key}_args"))
-            except ConfigError as e:
-                problems.add(str(e))
+    _check_function(problems, "algorithm.advantage_fn", alg.advantage_fn, algos.ADVANTAGE_FNS, alg.advantage_fn_args)
+    _check_function(problems, "algorithm.policy_loss_fn", alg.policy_loss_fn, algos.POLICY_LOSS_FNS,
+                    alg.policy_loss_fn_args)
     for key, name, registry in (
         ("kl_penalty_fn", alg.kl_penalty_fn, algos.KL_FNS),
         ("kl_loss_fn", alg.kl_loss_fn, algos.KL_FNS),
         ("entropy_loss_fn", alg.entropy_loss_fn, algos.ENTROPY_LOSS_FNS),
     ):
-        if name and name != "none":
-            _check_name(problems, f"algorithm.{key}", name, registry)
+        if name != "none":
+            _check_function(problems, f"algorithm.{key}", name, registry)
     if alg.loss_agg_mode not in algos.LOSS_AGG_MODES:
         problems.add(
             f"algorithm.loss_agg_mode: unknown mode {alg.loss_agg_mode!r}; known: {', '.join(algos.LOSS_AGG_MODES)}"
@@ -73,8 +75,8 @@ def _check_functions(cfg: Config, problems: Problems) -> None:
     for group, sets in (("tasksets", inp.tasksets), ("eval_tasksets", inp.eval_tasksets)):
         for i, ts in enumerate(sets):
             key = f"buffer.explorer_input.{group}[{i}]"
-            _check_name(problems, f"{key}.default_workflow_type", ts.default_workflow_type, WORKFLOWS)
-            _check_name(problems, f"{key}.default_reward_fn_type", ts.default_reward_fn_type, REWARDS)
+            _check_function(problems, f"{key}.default_workflow_type", ts.default_workflow_type, WORKFLOWS)
+            _check_function(problems, f"{key}.default_reward_fn_type", ts.default_reward_fn_type, REWARDS)
 
 
 def _check_sizes(cfg: Config, problems: Problems) -> None:
@@ -180,4 +182,6 @@ def validate(cfg: Config, source: str = "config", check_paths: bool = True) -> N
     _check_gpus(cfg, problems)
     _check_functions(cfg, problems)
     _check_inputs(cfg, problems, check_paths)
+    for message in compat.unsupported_values(cfg):
+        problems.add(message)
     problems.raise_if_any()

@@ -19,9 +19,13 @@ from pathlib import Path
 import torch
 
 from rfthpc.errors import UserError
+from rfthpc.fsutil import start_writeback
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
+WRITEBACK_BYTES = 16 * 1024**2
+"""Bytes written between requests that the kernel start writing them to disk (the fsync at the end
+of a shard then waits for little more than the last of them)."""
 
 _ST_DTYPES = {
     torch.float64: "F64",
@@ -161,12 +165,17 @@ def write_shards(
     for shard, fname in zip(shards, names):
         with open(out_dir / fname, "wb") as f:
             f.write(_header(shard))
+            synced = 0
             for e in shard:
                 name, pieces = next(stream)
                 _write_pieces(f, e, name, pieces)
                 if on_bytes is not None:
                     on_bytes(e.nbytes)
                 del pieces
+                if f.tell() - synced >= WRITEBACK_BYTES:
+                    f.flush()
+                    start_writeback(f.fileno(), synced, f.tell() - synced)
+                    synced = f.tell()
             f.flush()
             os.fsync(f.fileno())
     if len(shards) > 1:

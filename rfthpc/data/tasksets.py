@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rfthpc.errors import ConfigError, UserError
 from rfthpc.workflows.base import SamplingArgs
@@ -43,7 +44,7 @@ class Task:
     raw: dict[str, Any]
     """The row as read."""
     prompt: str
-    """Value of `format.prompt_key` (the user message)."""
+    """The user message: the `format.prompt_key` value (prompt_type messages: the chat's last message)."""
     truth: str | None
     """Value of `format.response_key` (the reference answer), None if no key was given."""
     workflow: str
@@ -56,6 +57,10 @@ class Task:
     chat_template: str | None = None
     """Overrides the tokenizer's chat template (`format.chat_template`)."""
     is_eval: bool = False
+    messages: tuple[Mapping[str, Any], ...] | None = None
+    """prompt_type messages: the chat the policy answers (the `format.messages_key` value); None: plaintext."""
+    reply_prefix: str | None = None
+    """Text the reply starts with, appended after the generation prompt (`format.reply_prefix`)."""
 
 
 def _is_saved_to_disk(path: Path) -> bool:
@@ -145,15 +150,53 @@ def _text(value: Any, key: str, where: str, index: int) -> str:
     raise UserError(f"{where} row {index}: column {key!r} is {value!r}, not text; fix the data or choose another key")
 
 
+def _chat(value: Any, key: str, where: str, index: int) -> tuple[dict[str, Any], ...]:
+    """A row's chat (prompt_type messages): {role, content} mappings, not ending with the answer."""
+    shape = f"{where} row {index}: column {key!r} must be a non-empty list of {{role, content}} messages"
+    if not isinstance(value, list) or not value:
+        raise UserError(f"{shape} (format.prompt_type messages), got {value!r}")
+    chat = []
+    for message in value:
+        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str) \
+                or not isinstance(message.get("content"), str):
+            raise UserError(f"{shape}; {message!r} is not one (role and content must be text)")
+        # Arrow gives every message the union of all messages' keys, the missing ones as None.
+        chat.append({k: v for k, v in message.items() if v is not None})
+    if chat[-1]["role"] == "assistant":
+        raise UserError(
+            f"{where} row {index}: the chat in column {key!r} ends with an assistant turn, but a taskset's chat "
+            "is the prompt the policy answers; drop the final answer (give it as format.response_key) or, to "
+            "start the reply with fixed text, set format.reply_prefix"
+        )
+    return tuple(chat)
+
+
+@contextmanager
+def _progress_bars(enabled: bool) -> Iterator[None]:
+    """`datasets`' progress bars on or off for the block (they are a global switch of `datasets`)."""
+    import datasets
+
+    was = datasets.is_progress_bar_enabled()
+    datasets.enable_progress_bars() if enabled else datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        datasets.enable_progress_bars() if was else datasets.disable_progress_bars()
+
+
 def load_taskset(
     path: str | Path,
     *,
     name: str,
     subset_name: str | None = None,
     split: str = "train",
+    prompt_type: Literal["plaintext", "messages"] = "plaintext",
     prompt_key: str = "question",
     response_key: str | None = "answer",
+    messages_key: str = "messages",
     system_prompt: str | None = None,
+    system_prompt_key: str | None = None,
+    reply_prefix: str | None = None,
     chat_template: str | None = None,
     workflow: str = "math_workflow",
     reward_fn: str | None = None,
@@ -164,31 +207,41 @@ def load_taskset(
     rollout_args: SamplingArgs = SamplingArgs(),
     repeat_times: int = 1,
     is_eval: bool = False,
+    enable_progress_bar: bool = False,
     cache_dir: str | None = None,
 ) -> list[Task]:
     """Read one split of a local dataset into Tasks with ids `<name>/<row>`.
 
-    `workflow_key` / `reward_fn_key` name optional columns that override the workflow or reward
-    function per row (as Trinity-RFT's `format.workflow_key` / `format.reward_fn_key`).
+    The prompt is the `prompt_key` column (plaintext) or the chat in the `messages_key` column
+    (messages). `system_prompt_key`, `workflow_key` and `reward_fn_key` name optional columns
+    that, where non-empty, override the system prompt, the workflow or the reward function per
+    row (as Trinity-RFT's `format` keys of the same names).
     """
     if repeat_times < 1:
         raise ConfigError(f"taskset {name!r}: repeat_times={repeat_times}; use at least 1")
-    ds = read_split(path, subset_name, split, cache_dir)
+    if prompt_type not in ("plaintext", "messages"):
+        raise ConfigError(f"taskset {name!r}: format.prompt_type={prompt_type!r}; use plaintext or messages")
+    with _progress_bars(enable_progress_bar):
+        ds = read_split(path, subset_name, split, cache_dir)
     where = f"taskset {name!r} ({path}, split {split!r})"
     columns = list(ds.column_names)
-    for option, key in (("prompt_key", prompt_key), ("response_key", response_key),
+    chat = prompt_type == "messages"
+    for option, key in (("messages_key" if chat else "prompt_key", messages_key if chat else prompt_key),
+                        ("response_key", response_key), ("system_prompt_key", system_prompt_key),
                         ("workflow_key", workflow_key), ("reward_fn_key", reward_fn_key)):
         if key is not None and key not in columns:
             raise UserError(f"{where}: format.{option}={key!r} is not a column; the columns are: {', '.join(columns)}")
     tasks = []
     for i, row in enumerate(ds):
+        messages = _chat(row[messages_key], messages_key, where, i) if chat else None
+        row_system = row[system_prompt_key] if system_prompt_key else None
         tasks.append(
             Task(
                 task_id=f"{name}/{i}",
                 taskset=name,
                 index=i,
                 raw=row,
-                prompt=_text(row[prompt_key], prompt_key, where, i),
+                prompt=messages[-1]["content"] if messages else _text(row[prompt_key], prompt_key, where, i),
                 truth=None if response_key is None else _text(row[response_key], response_key, where, i),
                 workflow=row[workflow_key] if workflow_key and row[workflow_key] else workflow,
                 reward_fn=row[reward_fn_key] if reward_fn_key and row[reward_fn_key] else reward_fn,
@@ -196,9 +249,11 @@ def load_taskset(
                 reward_fn_args=dict(reward_fn_args or {}),
                 rollout_args=rollout_args,
                 repeat_times=repeat_times,
-                system_prompt=system_prompt,
+                system_prompt=_text(row_system, system_prompt_key, where, i) if row_system else system_prompt,
                 chat_template=chat_template,
                 is_eval=is_eval,
+                messages=messages,
+                reply_prefix=reply_prefix or None,
             )
         )
     return tasks
@@ -216,56 +271,77 @@ class PromptBuilder:
     """Renders chat messages with the tokenizer's chat template and enforces `max_prompt_tokens`.
 
     A prompt longer than `max_prompt_tokens` is skipped, or, with `enable_prompt_truncation`,
-    shortened by dropping the start of its last user message: the system prompt, the chat framing
-    and the generation prompt stay intact, and the end of the message (where the question usually
-    is) is kept. Both cases are counted in `truncated` / `skipped`.
+    shortened by dropping the start of its last message: the system prompt, the chat framing,
+    the generation prompt and any reply prefix stay intact, and the end of the message (where the
+    question usually is) is kept. Both cases are counted in `truncated` / `skipped`.
+    `enable_thinking`, when set, is passed to the chat template (Qwen3's thinking switch).
     """
 
-    def __init__(self, tokenizer: Any, max_prompt_tokens: int | None = None, enable_prompt_truncation: bool = True):
+    def __init__(
+        self,
+        tokenizer: Any,
+        max_prompt_tokens: int | None = None,
+        enable_prompt_truncation: bool = True,
+        enable_thinking: bool | None = None,
+    ):
         if max_prompt_tokens is not None and max_prompt_tokens < 1:
             raise ConfigError(f"max_prompt_tokens={max_prompt_tokens}: use a positive count or leave it unset")
         self.tokenizer = tokenizer
         self.max_prompt_tokens = max_prompt_tokens
         self.enable_prompt_truncation = enable_prompt_truncation
+        self.enable_thinking = enable_thinking
         self.truncated = 0
         self.skipped = 0
 
     @staticmethod
-    def messages(task: Task, default_system_prompt: str | None = None) -> list[dict[str, str]]:
-        """`[system?, user]` messages of a single-turn task (the task's system prompt wins)."""
+    def messages(task: Task, default_system_prompt: str | None = None) -> list[dict[str, Any]]:
+        """The task's chat: `[system?, user]`, or its own chat (prompt_type messages) with the system
+        prompt put first unless the chat starts with its own. The task's system prompt wins."""
         system = task.system_prompt if task.system_prompt is not None else default_system_prompt
-        out = [{"role": "system", "content": system}] if system else []
-        return out + [{"role": "user", "content": task.prompt}]
+        head = [{"role": "system", "content": system}] if system else []
+        if task.messages is not None:
+            chat = [dict(m) for m in task.messages]
+            return chat if chat[0]["role"] == "system" else head + chat
+        return head + [{"role": "user", "content": task.prompt}]
 
-    def render(self, messages: Sequence[Mapping[str, str]], chat_template: str | None = None) -> list[int]:
+    def task_prompt(self, task: Task, default_system_prompt: str | None = None) -> EncodedPrompt | None:
+        """A single-turn task's prompt: its chat, chat template and reply prefix; None if skipped."""
+        return self.encode(self.messages(task, default_system_prompt), task.chat_template, task.reply_prefix)
+
+    def render(self, messages: Sequence[Mapping[str, Any]], chat_template: str | None = None) -> list[int]:
         """Token ids of `messages` followed by the assistant generation prompt."""
         if chat_template is None and not getattr(self.tokenizer, "chat_template", None):
             raise UserError(
                 "the policy model's tokenizer has no chat template; set format.chat_template on the taskset"
             )
+        switch = {} if self.enable_thinking is None else {"enable_thinking": self.enable_thinking}
         return list(
             self.tokenizer.apply_chat_template(
                 list(messages), chat_template=chat_template, add_generation_prompt=True,
-                tokenize=True, return_dict=False,
+                tokenize=True, return_dict=False, **switch,
             )
         )
 
-    def encode(self, messages: Sequence[Mapping[str, str]], chat_template: str | None = None) -> EncodedPrompt | None:
-        """Render and apply the length policy; None if the prompt is skipped."""
+    def encode(
+        self, messages: Sequence[Mapping[str, Any]], chat_template: str | None = None, reply_prefix: str | None = None
+    ) -> EncodedPrompt | None:
+        """Render, append the reply prefix's tokens and apply the length policy; None if the prompt is skipped."""
+        # Tokenised on its own, so the prefix is the same tokens whatever the template ends with.
+        prefix = self.tokenizer.encode(reply_prefix, add_special_tokens=False) if reply_prefix else []
         ids = self.render(messages, chat_template)
         limit = self.max_prompt_tokens
-        if limit is None or len(ids) <= limit:
-            return EncodedPrompt(ids)
+        if limit is None or len(ids) + len(prefix) <= limit:
+            return EncodedPrompt(ids + prefix)
         if self.enable_prompt_truncation:
-            shortened = self._truncate(list(messages), chat_template, len(ids), limit)
+            shortened = self._truncate(list(messages), chat_template, len(ids), limit - len(prefix))
             if shortened is not None:
                 self.truncated += 1
-                return EncodedPrompt(shortened, truncated=True)
+                return EncodedPrompt(shortened + prefix, truncated=True)
         self.skipped += 1
         return None
 
     def _truncate(
-        self, messages: list[Mapping[str, str]], chat_template: str | None, length: int, limit: int
+        self, messages: list[Mapping[str, Any]], chat_template: str | None, length: int, limit: int
     ) -> list[int] | None:
         content = messages[-1]["content"]
         content_ids = self.tokenizer.encode(content, add_special_tokens=False)
@@ -277,4 +353,4 @@ class PromptBuilder:
             if len(ids) <= limit:
                 return ids
             keep -= len(ids) - limit
-        return None  # The system prompt and framing alone exceed the limit.
+        return None  # The system prompt, framing and reply prefix alone exceed the limit.

@@ -9,6 +9,7 @@ directory without a restart. Workflows see only `generate(prompts, n, params)` (
 Logprob convention (docs/explorer.md): an engine returns the log-probability of each sampled
 token under the distribution it sampled from, i.e. after temperature (and after the top-k/top-p
 cut): log softmax(logits / T)[token]. With T = 0 (greedy) it is log softmax(logits)[token].
+The top alternatives a request asks for (`SamplingArgs.logprobs`) come from the same distribution.
 """
 
 from __future__ import annotations

@@ -1,13 +1,17 @@
 """The transformers fallback engine (`engine_type: transformers`): `generate` with per-token logprobs.
 
 For machines or models vLLM does not serve. Requests with equal sampling parameters are batched
-into one left-padded `generate` call. Logprobs follow the convention of `rfthpc.engines.base`:
-the log softmax of the processed scores (after temperature, top-k, top-p), of the sampled token.
-New weights are copied into the live model from a step directory's safetensors.
+into one left-padded `generate` call; a seeded request (`SamplingArgs.seed`) is generated alone,
+from its own RNG stream, so its samples do not depend on what else is requested. Logprobs follow
+the convention of `rfthpc.engines.base`: the log softmax of the processed scores (after
+temperature, top-k, top-p), of the sampled token; top alternatives (`SamplingArgs.logprobs`) come
+from the same distribution. New weights are copied into the live model from a step directory's
+safetensors.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,6 +33,14 @@ def read_safetensors_dir(path: Path) -> dict[str, Any]:
     for f in files:
         tensors.update(load_file(str(f)))
     return tensors
+
+
+def _top(logprobs: Any, k: int) -> list[dict[int, float]]:
+    """Per position (rows of `logprobs`, one per token), the `k` most likely tokens and their logprobs;
+    tokens cut by top-k/top-p (logprob -inf) are left out."""
+    values, ids = logprobs.topk(k, dim=-1)
+    return [{t: v for t, v in zip(row_ids, row_values, strict=True) if math.isfinite(v)}
+            for row_ids, row_values in zip(ids.tolist(), values.tolist(), strict=True)]
 
 
 class TransformersEngine:
@@ -81,9 +93,22 @@ class TransformersEngine:
     ) -> list[list[Completion]]:
         import torch
 
+        if params.seed is not None:
+            # A private RNG stream, so seeding leaves the unseeded requests' sampling random.
+            cuda = [torch.cuda.current_device()] if self.device.type == "cuda" else []
+            with torch.random.fork_rng(devices=cuda):
+                torch.manual_seed(params.seed)
+                return self._generate_unseeded(prompts, n, params)
+        return self._generate_unseeded(prompts, n, params)
+
+    def _generate_unseeded(
+        self, prompts: list[Sequence[int]], n: int, params: SamplingArgs
+    ) -> list[list[Completion]]:
+        import torch
+
         if params.temperature == 0 and n > 1:
             # transformers refuses several greedy sequences per prompt; greedy decoding repeats itself.
-            return [[c for c in group for _ in range(n)] for group in self._generate_same_params(prompts, 1, params)]
+            return [[c for c in group for _ in range(n)] for group in self._generate_unseeded(prompts, 1, params)]
 
         width = max(len(p) for p in prompts)
         ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
@@ -117,6 +142,7 @@ class TransformersEngine:
                         logprobs=chosen[row, :stop].tolist(),
                         text=self.tokenizer.decode(tokens, skip_special_tokens=True),
                         finish_reason="stop" if len(ends) else "length",
+                        top_logprobs=_top(logprobs[row, :stop], params.logprobs) if params.logprobs else None,
                     )
                 )
             results.append(group)
@@ -131,9 +157,12 @@ class TransformersEngine:
             by_params[(r.n, r.params)].append(i)
         results: list[list[Completion]] = [[] for _ in requests]
         for (n, params), indices in by_params.items():
-            out = self._generate_same_params([requests[i].prompt_token_ids for i in indices], n, params)
-            for i, completions in zip(indices, out, strict=True):
-                results[i] = completions
+            # Seeded requests go one by one: batch neighbours (and their padding) would change the samples.
+            batches = [[i] for i in indices] if params.seed is not None else [indices]
+            for batch in batches:
+                out = self._generate_same_params([requests[i].prompt_token_ids for i in batch], n, params)
+                for i, completions in zip(batch, out, strict=True):
+                    results[i] = completions
         return results
 
     def generate(

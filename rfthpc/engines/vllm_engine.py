@@ -8,12 +8,15 @@ output layer keeps a packed copy that a reload does not refresh, so it is re-pac
 reload (a no-op on GPU, where the step is skipped).
 
 Logprobs are vLLM's `processed_logprobs`: of the distribution the token was sampled from (after
-temperature, top-k and top-p), the convention of `rfthpc.engines.base`.
+temperature, top-k and top-p), the convention of `rfthpc.engines.base`; so are the top
+alternatives a request asks for (`SamplingArgs.logprobs`). A seeded request (`SamplingArgs.seed`)
+gets vLLM's per-request seed: the i-th of its n samples uses seed + i, whatever else is batched.
 """
 
 from __future__ import annotations
 
 import gc
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,6 +31,13 @@ def _repack_lm_head(worker: Any) -> None:
     """Rebuild the CPU backend's packed output layer from the (reloaded) embedding weights."""
     lm_head = worker.model_runner.get_model().lm_head
     lm_head.quant_method.process_weights_after_loading(lm_head)
+
+
+def _top(position: dict[int, Any], k: int) -> dict[int, float]:
+    """The `k` best-ranked tokens of one position (vLLM adds the sampled token if it ranks lower);
+    tokens cut by top-k/top-p (logprob -inf) are left out."""
+    return {int(t): float(lp.logprob) for t, lp in position.items()
+            if lp.rank is not None and lp.rank <= k and math.isfinite(lp.logprob)}
 
 
 def _configure_cpu_env(settings: EngineSettings) -> None:
@@ -84,7 +94,8 @@ class VLLMEngine:
             top_k=max(params.top_k, 0),
             max_tokens=params.max_tokens,
             min_tokens=self.settings.min_response_tokens,
-            logprobs=0,
+            logprobs=params.logprobs,
+            seed=params.seed,
         )
 
     def generate_batch(self, requests: Sequence[GenerateRequest]) -> list[list[Completion]]:
@@ -107,10 +118,12 @@ class VLLMEngine:
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
         results: list[list[Completion]] = [[] for _ in requests]
         for i, out in zip(owner, outputs, strict=True):
+            k = requests[i].params.logprobs
             for c in out.outputs:
                 tokens = list(c.token_ids)
                 logprobs = [float(pos[t].logprob) for pos, t in zip(c.logprobs, tokens, strict=True)]
-                results[i].append(Completion(tokens, logprobs, c.text, c.finish_reason or "length"))
+                top = [_top(pos, k) for pos in c.logprobs] if k else None
+                results[i].append(Completion(tokens, logprobs, c.text, c.finish_reason or "length", top))
         return results
 
     def generate(

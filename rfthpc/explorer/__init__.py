@@ -7,7 +7,6 @@
 | `staleness`  | expected trainer step of a task, the oldest allowed policy version          |
 | `rollout`    | run a batch of workflows concurrently, their generate calls batched         |
 | `eval`       | eval tasksets -> `eval/<taskset>/...` metrics                               |
-| `signals`    | SIGTERM / SIGUSR2 -> stop cleanly, exit 124                                 |
 | `meta`       | `explorer_meta/<name>/<rank>.json` progress                                 |
 | `loop`       | the explorer process tying it together                                      |
 """

@@ -14,6 +14,10 @@ One process (one Slurm array task, or one local process) runs it:
    `ChunkWriter`; a claim is completed only once its group's chunk is committed, so a crash never
    loses a task (a requeued or other explorer redoes it). Tasks that failed every attempt or were
    skipped (over-long prompt) are completed without a group and counted.
+   Once every task of the stage is done, the process stays while the trainer is still in the
+   stage: each group the trainer drops as stale, and each task that gave no group, is replaced by
+   a fresh task (`TaskClaims` refill, within the tasksets' epochs), so the trainer reaches its
+   `total_steps`.
 4. Rank 0 evaluates the eval tasksets on start-up, every `explorer.eval_interval` versions and on
    the final policy (`rfthpc.explorer.eval`); metrics go to `monitor/explorer_<name>_<rank>.jsonl`.
 
@@ -27,7 +31,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,12 +47,13 @@ from rfthpc.explorer import setup
 from rfthpc.explorer.follow import WeightFollower
 from rfthpc.explorer.meta import Progress
 from rfthpc.explorer.rollout import RolloutPolicy, TaskOutcome, run_tasks
-from rfthpc.explorer.signals import StopRequest
 from rfthpc.explorer.staleness import expected_train_step, required_version, staleness, taskset_offsets
 from rfthpc.fsutil import read_json, set_share_group
 from rfthpc.monitor import Monitor
 from rfthpc.rundir import RunDir
+from rfthpc.signals import StopRequest
 from rfthpc.store import ChunkWriter, Claim, Group, TaskClaims
+from rfthpc.store.claims import claims_name
 from rfthpc.store.schema import Experience as StoredExperience
 from rfthpc.workflows.base import WorkflowContext
 
@@ -75,6 +80,7 @@ class TrainerView:
     stage_index: int = 0
     stage_start_step: int = 0
     done: bool = False
+    step: int = 0
 
     @classmethod
     def read(cls, run: RunDir) -> TrainerView:
@@ -86,7 +92,7 @@ class TrainerView:
         if not isinstance(meta, dict):
             return cls(False)
         return cls(True, int(meta.get("stage_index") or 0), int(meta.get("stage_start_step") or 0),
-                   bool(meta.get("done")))
+                   bool(meta.get("done")), int(meta.get("step") or 0))
 
 
 @dataclass
@@ -104,6 +110,12 @@ class _Pending:
 
     claims: TaskClaims
     claim: Claim
+
+
+def _rollout_policy(cfg: Config) -> RolloutPolicy:
+    ex = cfg.explorer
+    return RolloutPolicy(concurrency=ex.runner_per_model, max_timeout_s=ex.max_timeout,
+                         retries=ex.max_retry_times, retry_interval_s=ex.max_retry_interval)
 
 
 class Explorer:
@@ -178,7 +190,8 @@ class Explorer:
         self.ctx = WorkflowContext(
             engine=self.batcher.client(setup.POLICY_ENGINE),
             prompts=prompts,
-            auxiliary={n: self.batcher.client(n) for n in self.engines if n != setup.POLICY_ENGINE},
+            auxiliary={aux.name: setup.auxiliary_model(cfg, aux, self.batcher.client(aux.name))
+                       for aux in cfg.explorer.auxiliary_models},
         )
         self.progress.update(state="started", version=version)
 
@@ -246,7 +259,7 @@ class Explorer:
         return ([setup.load(ts, is_eval=False) for ts in inp.tasksets],
                 [setup.load(ts, is_eval=True) for ts in inp.eval_tasksets])
 
-    def _sources(self, cfg: Config, tasksets: list[setup.Taskset], claim_prefix: str) -> list[_Source]:
+    def _sources(self, cfg: Config, tasksets: list[setup.Taskset], stage: str | None) -> list[_Source]:
         sizes = [len(ts.tasks) * (ts.config.total_epochs or 1) for ts in tasksets]
         max_tasks = None if cfg.buffer.total_steps is None else cfg.buffer.total_steps * cfg.buffer.batch_size
         sources = []
@@ -255,7 +268,7 @@ class Explorer:
             if limit == 0:
                 continue
             claims = TaskClaims(
-                self.rundir.root, f"{claim_prefix}{ts.name}", len(ts.tasks),
+                self.rundir.root, claims_name(ts.name, stage), len(ts.tasks),
                 total_epochs=ts.config.total_epochs or 1, selector=ts.config.task_selector.selector_type,
                 seed=ts.config.task_selector.seed, lease_s=fs.lease_s, lock=fs.lock_type, owner=self.owner,
                 max_tasks=limit,
@@ -271,7 +284,7 @@ class Explorer:
         explore_stages = sum(s.config.mode in EXPLORE_MODES for s in self.stages)
         # Several RL stages may read one taskset; each stage then has its own claims.
         train, evals = self.tasksets[index]
-        sources = self._sources(cfg, train, f"{stage.name}." if explore_stages > 1 else "")
+        sources = self._sources(cfg, train, stage.name if explore_stages > 1 else None)
         self.claim_sets = [s.claims for s in sources]
         array_size = cfg.slurm.explorer.array_size or cfg.explorer.rollout_model.engine_num
         claim_size = max(1, math.ceil(cfg.buffer.batch_size / max(1, array_size)))
@@ -282,7 +295,7 @@ class Explorer:
                  self.name, self.rank, stage.name, start, claim_size)
         try:
             self._follow(cfg, evals, startup=True)
-            for source in sources:
+            for source in self._with_refills(cfg, index, sources):
                 while True:
                     if self.stop.requested:
                         return "stopped"
@@ -306,13 +319,44 @@ class Explorer:
         self._flush()
         return "finished"
 
+    def _with_refills(self, cfg: Config, index: int, sources: list[_Source]) -> Iterator[_Source]:
+        """The stage's sources in order; then again each time the trainer needs tasks replacing groups it lost."""
+        yield from sources
+        while self._await_refill(cfg, index, sources):
+            yield from sources
+
+    def _await_refill(self, cfg: Config, index: int, sources: list[_Source]) -> bool:
+        """All tasks of the stage are done. While the trainer is still in the stage it may drop stale
+        groups, and the claims then hand out fresh tasks in their place: wait for that. True when
+        there are tasks to claim again; False when the stage is over for this explorer (the trainer
+        is past it or absent, the tasksets' epochs ran out, or the trainer made no step for
+        synchronizer.sync_timeout)."""
+        step, since = None, time.monotonic()
+        while True:
+            statuses = [s.claims.status() for s in sources]
+            if not all(st.finished for st in statuses):
+                return True
+            view = TrainerView.read(self.rundir)
+            if all(st.exhausted for st in statuses) or not view.exists or view.done or view.stage_index != index:
+                return False
+            if view.step != step:
+                step, since = view.step, time.monotonic()
+                self.progress.update(state="waiting_for_trainer")
+            elif time.monotonic() - since > cfg.synchronizer.sync_timeout:
+                log.warning("explorer %s rank %d: every task is done and the trainer made no step for %.0f s "
+                            "(synchronizer.sync_timeout); leaving stage %r", self.name, self.rank,
+                            cfg.synchronizer.sync_timeout, self.stage_name)
+                return False
+            self._idle()
+            time.sleep(cfg.filesystem.poll_interval_s)
+
     # ---- one batch -----------------------------------------------------------------------------
 
     def _explore_batch(
         self, cfg: Config, source: _Source, claims: list[Claim], stage_start: int, evals: list[setup.Taskset]
     ) -> str | None:
         bs = cfg.buffer.batch_size
-        steps = [expected_train_step(stage_start, c.serial, bs, source.offset) for c in claims]
+        steps = [expected_train_step(stage_start, c.position, bs, source.offset) for c in claims]
         need = required_version(max(steps), cfg.synchronizer.max_staleness)
         wait_s = 0.0
         try:
@@ -329,13 +373,9 @@ class Explorer:
             source.claims.release(claims)
             raise
         version = self.follower.version
-        policy = RolloutPolicy(
-            concurrency=cfg.explorer.runner_per_model, max_timeout_s=cfg.explorer.max_timeout,
-            retries=cfg.explorer.max_retry_times, retry_interval_s=cfg.buffer.max_retry_interval,
-        )
         began = time.perf_counter()
-        outcomes = run_tasks([source.taskset.tasks[c.index] for c in claims], self.ctx, self.batcher, policy,
-                             self.stop, tick=self._tick)
+        outcomes = run_tasks([source.taskset.tasks[c.index] for c in claims], self.ctx, self.batcher,
+                             _rollout_policy(cfg), self.stop, tick=self._tick)
         elapsed = time.perf_counter() - began
         done_now, release, groups = [], [], []
         for claim, step, outcome in zip(claims, steps, outcomes, strict=True):
@@ -349,7 +389,7 @@ class Explorer:
         if release:
             source.claims.release(release)
         if done_now:
-            source.claims.complete(done_now)
+            source.claims.complete(done_now, produced_group=False)
             self.progress.update(tasks_completed=self.progress["tasks_completed"] + len(done_now))
         assert self.writer is not None
         for claim, group in groups:
@@ -381,7 +421,8 @@ class Explorer:
         ]
         info: dict[str, Any] = {
             **result.info,
-            "taskset": task.taskset, "index": claim.index, "epoch": claim.epoch, "serial": claim.serial,
+            "taskset": task.taskset, "claims": claim.taskset, "index": claim.index, "epoch": claim.epoch,
+            "serial": claim.serial,
             "stage": self.stage_name, "expected_step": step, "workflow": task.workflow,
             # The trainer divides its logits by this temperature so its logprobs match the stored ones.
             "temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k,
@@ -412,8 +453,7 @@ class Explorer:
     def _evaluate(self, cfg: Config, evals: list[setup.Taskset]) -> None:
         version = self.follower.version
         self._flush()
-        policy = RolloutPolicy(concurrency=cfg.explorer.runner_per_model, max_timeout_s=cfg.explorer.max_timeout,
-                               retries=cfg.explorer.max_retry_times, retry_interval_s=cfg.buffer.max_retry_interval)
+        policy = _rollout_policy(cfg)
         began = time.perf_counter()
         metrics, complete = evaluation.evaluate(
             evals, lambda tasks: run_tasks(tasks, self.ctx, self.batcher, policy, self.stop, tick=self._tick))

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from rfthpc.data.tasksets import Task
 from rfthpc.engines.batching import GenerationCancelled, RequestBatcher
 from rfthpc.errors import UserError
-from rfthpc.explorer.signals import StopRequest
 from rfthpc.rewards.registry import REWARDS
+from rfthpc.signals import StopRequest
 from rfthpc.workflows.base import WorkflowContext, WorkflowResult
 from rfthpc.workflows.registry import WORKFLOWS, run_workflow
 
@@ -58,7 +58,7 @@ class RolloutPolicy:
     retries: int = 2
     """Further attempts after a failed run (`explorer.max_retry_times`)."""
     retry_interval_s: float = 1.0
-    """Pause before a retry (`buffer.max_retry_interval`)."""
+    """Pause before a retry (`explorer.max_retry_interval`)."""
 
 
 class _Runners:

@@ -1,9 +1,11 @@
 """From a stage's config to what the explorer runs: engine settings, tasksets, prompt builder.
 
 Config keys read here: `model.*` (path, token budgets, prompt truncation, chat template,
-min_response_tokens), `explorer.rollout_model.*` / `explorer.auxiliary_models[*]` (engine),
+enable_thinking, min_response_tokens), `explorer.rollout_model.*` / `explorer.auxiliary_models[*]`
+(engine; chat template, enable_thinking and token limits of prompts), and
 `buffer.explorer_input.tasksets` / `eval_tasksets` (data, format, rollout_args, repeat_times,
-workflow, reward), `buffer.batch_size`, `buffer.total_steps`, `buffer.total_epochs`.
+workflow, reward). Keys rfthpc accepts but cannot honour are rejected when the config is
+validated (`rfthpc.config.compat.unsupported_values`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from rfthpc.config.explorer import InferenceModelConfig
 from rfthpc.data.tasksets import PromptBuilder, Task, load_taskset
 from rfthpc.engines.base import EngineSettings
 from rfthpc.errors import ConfigError
-from rfthpc.workflows.base import SamplingArgs
+from rfthpc.workflows.base import AuxiliaryModel, RolloutEngine, SamplingArgs
 
 POLICY_ENGINE = "policy"
 """The batcher's name of the rollout engine (auxiliary engines go by their `name`)."""
@@ -71,23 +73,37 @@ def chat_template(cfg: Config) -> str | None:
     return cfg.explorer.rollout_model.chat_template or m.custom_chat_template
 
 
-def prompt_builder(cfg: Config) -> PromptBuilder:
-    """The policy tokenizer (with any chat template override) and the prompt-length policy."""
+def _tokenizer(model_path: str, template: str | None) -> Any:
     from transformers import AutoTokenizer
 
-    tokenizer: Any = AutoTokenizer.from_pretrained(str(Path(cfg.model.model_path).expanduser()))
-    template = chat_template(cfg)
+    tokenizer: Any = AutoTokenizer.from_pretrained(str(Path(model_path).expanduser()))
     if template:
         tokenizer.chat_template = template
-    return PromptBuilder(tokenizer, cfg.model.max_prompt_tokens, cfg.model.enable_prompt_truncation)
+    return tokenizer
+
+
+def prompt_builder(cfg: Config) -> PromptBuilder:
+    """The policy tokenizer (with any chat template override), its thinking switch and the prompt-length policy."""
+    return PromptBuilder(
+        _tokenizer(cfg.model.model_path, chat_template(cfg)), cfg.model.max_prompt_tokens,
+        cfg.model.enable_prompt_truncation, cfg.explorer.rollout_model.enable_thinking,
+    )
+
+
+def auxiliary_model(cfg: Config, aux: InferenceModelConfig, engine: RolloutEngine) -> AuxiliaryModel:
+    """What workflows see of auxiliary model `aux` served by `engine`: its own tokenizer, chat template,
+    thinking switch and token limits (`max_prompt_tokens`, `max_response_tokens`)."""
+    assert aux.model_path is not None, "auxiliary_settings checks the path first"
+    prompts = PromptBuilder(_tokenizer(aux.model_path, aux.chat_template), aux.max_prompt_tokens,
+                            cfg.model.enable_prompt_truncation, aux.enable_thinking)
+    return AuxiliaryModel(aux.name, engine, prompts, aux.max_response_tokens)
 
 
 def sampling_args(ts: TasksetConfig) -> SamplingArgs:
-    """A finalized taskset's `rollout_args` (unset max_tokens: SamplingArgs' default)."""
+    """A finalized taskset's `rollout_args` (unset values: SamplingArgs' defaults)."""
     ra = ts.rollout_args
-    kwargs: dict[str, Any] = {"temperature": ra.temperature, "top_p": ra.top_p, "top_k": ra.top_k}
-    if ra.max_tokens is not None:
-        kwargs["max_tokens"] = ra.max_tokens
+    kwargs: dict[str, Any] = {"temperature": ra.temperature, "top_p": ra.top_p, "top_k": ra.top_k,
+                              "max_tokens": ra.max_tokens, "logprobs": ra.logprobs, "seed": ra.seed}
     return SamplingArgs(**{k: v for k, v in kwargs.items() if v is not None})
 
 
@@ -115,16 +131,23 @@ def load(ts: TasksetConfig, is_eval: bool) -> Taskset:
         name=ts.name,
         subset_name=ts.subset_name,
         split=ts.split,
+        prompt_type=f.prompt_type,
         prompt_key=f.prompt_key,
         response_key=f.response_key,
+        messages_key=f.messages_key,
         system_prompt=f.system_prompt,
+        system_prompt_key=f.system_prompt_key or None,
+        reply_prefix=f.reply_prefix,
         chat_template=f.chat_template,
         workflow=ts.default_workflow_type or "math_workflow",
         reward_fn=ts.default_reward_fn_type,
+        workflow_key=f.workflow_key or None,
+        reward_fn_key=f.reward_fn_key or None,
         workflow_args=ts.workflow_args,
         reward_fn_args=ts.reward_fn_args,
         rollout_args=sampling_args(ts),
         repeat_times=ts.repeat_times or 1,
         is_eval=is_eval,
+        enable_progress_bar=ts.enable_progress_bar,
     )
     return Taskset(ts, tasks)

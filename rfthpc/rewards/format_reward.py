@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import re
 
-from rfthpc.rewards.registry import REWARDS
-
 # A GSM8K answer line (`#### 42`) or a MATH-style `\boxed{...}`.
 FINAL_ANSWER_PATTERN = r"####\s*-?\$?\d[\d,]*(?:\.\d+)?|\\boxed\{.+?\}"
 
 
-@REWARDS.register("format_reward")
 def format_reward(
     response: str, truth: str | None = None, pattern: str = FINAL_ANSWER_PATTERN, score: float = 1.0
 ) -> dict[str, float]:

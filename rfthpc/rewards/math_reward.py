@@ -12,8 +12,6 @@ import math
 import re
 import threading
 
-from rfthpc.rewards.registry import REWARDS
-
 ANSWER_MARK = "####"
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
 # math-verify enforces its timeouts with SIGALRM, which only the main thread may use.
@@ -78,7 +76,6 @@ def answers_equal(predicted: str, gold: str) -> bool:
     return predicted.strip() == gold.strip()
 
 
-@REWARDS.register("accuracy_reward", "math_reward")
 def accuracy_reward(response: str, truth: str | None) -> dict[str, float]:
     """{"accuracy": 1} if the response's final answer equals the truth's, else 0."""
     if truth is None:
@@ -88,7 +85,6 @@ def accuracy_reward(response: str, truth: str | None) -> dict[str, float]:
     return {"accuracy": 1.0 if ok else 0.0}
 
 
-@REWARDS.register("math_boxed_reward")
 def boxed_accuracy_reward(response: str, truth: str | None) -> dict[str, float]:
     """Like `accuracy_reward`, but only an answer inside `\\boxed{}` counts (MATH-style prompts)."""
     if truth is None:

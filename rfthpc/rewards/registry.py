@@ -7,8 +7,9 @@ from typing import Any
 
 from rfthpc.registry import Registry
 
-REWARDS: Registry[Callable[..., Any]] = Registry(
-    "reward function",
-    "buffer.explorer_input.default_reward_fn_type",
-    ["rfthpc.rewards.math_reward", "rfthpc.rewards.format_reward"],
-)
+REWARDS: Registry[Callable[..., Any]] = Registry("reward function", "buffer.explorer_input.default_reward_fn_type", {
+    "accuracy_reward": "rfthpc.rewards.math_reward:accuracy_reward",
+    "math_reward": "rfthpc.rewards.math_reward:accuracy_reward",
+    "math_boxed_reward": "rfthpc.rewards.math_reward:boxed_accuracy_reward",
+    "format_reward": "rfthpc.rewards.format_reward:format_reward",
+})

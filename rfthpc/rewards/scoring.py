@@ -2,8 +2,8 @@
 
 A reward function is any callable `fn(response, truth, **args)` returning a float or a dict of
 named float components (their sum is the reward, as in Trinity-RFT). It may also declare the
-keyword parameters `prompt` (the prompt text), `task` (the Task) and `auxiliary` (named extra
-engines, for an LLM judge); only those it declares are passed.
+keyword parameters `prompt` (the prompt text), `task` (the Task) and `auxiliary` (the named
+`AuxiliaryModel`s of `explorer.auxiliary_models`, for an LLM judge); only those it declares are passed.
 
 If the function raises or returns something that is not a finite number, the whole group gets
 reward 0 and `RewardOutcome.error` says why: the caller marks the group (`info["reward_error"]`),

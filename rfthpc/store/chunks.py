@@ -170,7 +170,8 @@ def read_chunk_attrs(path: Path) -> dict[str, Any]:
 
 
 def read_chunk(path: Path) -> tuple[dict[str, Any], list[Group]]:
-    """Read a chunk file back into its `meta` and its groups, in the order they were written.
+    """Read a chunk file back into its `meta` and its groups, in the order they were written; each
+    group's `chunk` is `path`.
 
     Raises ChunkCorrupt when the file is truncated, damaged or not a chunk of this format, and
     FileNotFoundError when it vanished (garbage-collected, or an NFS directory cache was stale).
@@ -185,11 +186,14 @@ def read_chunk(path: Path) -> tuple[dict[str, Any], list[Group]]:
             prompt, response = f["prompt_tokens"][()], f["response_tokens"][()]
             logprobs, loss_mask = f["logprobs"][()], f["loss_mask"][()]
             token_rewards = f["token_rewards"][()] if "token_rewards" in f else None
-        return meta, _groups(meta, table, text, rows, e_info, prompt, response, logprobs, loss_mask, token_rewards)
+        groups = _groups(meta, table, text, rows, e_info, prompt, response, logprobs, loss_mask, token_rewards)
     except FileNotFoundError:
         raise
     except (OSError, KeyError, ValueError, TypeError, IndexError) as e:
         raise ChunkCorrupt(path, f"{type(e).__name__}: {e}") from None
+    for g in groups:
+        g.chunk = Path(path)
+    return meta, groups
 
 
 def _groups(

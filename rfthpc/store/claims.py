@@ -8,7 +8,15 @@ run-directory lock (`rfthpc.locks`; the lock kind is configurable):
   out fresh so far (each has a `serial`; `max_tasks` = total_steps x batch_size stops it);
 - `outstanding`: claimed, not yet completed tasks with their owner and owner attempt;
 - `returned`: tasks released by their owner or reclaimed from a dead one, handed out first;
-- `owners`: each owner's attempt and last heartbeat.
+- `owners`: each owner's attempt and last heartbeat;
+- `failed` (tasks completed without a group) and `refill` (fresh tasks allowed beyond `max_tasks`).
+
+Refill: a trainer that consumes a claim set says so in the store (`experiences/_reader/losses.json`,
+written by `StoreReader.track_tasksets`), with how many of its groups it dropped as stale. The trainer's
+`total_steps` is the contract, so every group it loses is replaced: `refill` = groups dropped + tasks
+that failed, never decreasing (a trainer resumed from an older checkpoint reports fewer for a while),
+and fresh tasks are handed out up to `max_tasks + refill`, still within `total_epochs`. A claim set no
+trainer reports on (`mode: explore` alone) keeps the plain `max_tasks` budget.
 
 An owner is an explorer slot (`<explorer name>/<rank>`); an attempt is one process of it. A claim is
 reclaimed when its owner's heartbeat is older than `lease_s`, or at once when a new attempt of the
@@ -34,6 +42,7 @@ from rfthpc.errors import ConfigError, UserError
 from rfthpc.fsutil import make_dirs, read_json, write_json_atomic
 from rfthpc.locks import DEFAULT_LOCK_KIND, LockKind, make_lock
 from rfthpc.rundir import RunDir
+from rfthpc.store.layout import read_losses
 from rfthpc.store.schema import check_name
 
 log = logging.getLogger(__name__)
@@ -54,13 +63,82 @@ class Claim:
     index: int
     """The task's index in the taskset."""
     serial: int
-    """Order in which the task was first handed out over the run (0-based): serial // batch_size is
-    the explore step it belongs to."""
+    """Order in which the task was first handed out over the run (0-based)."""
+    position: int
+    """Where the trainer is expected to consume its group, counted in groups from the start:
+    `serial` minus the groups lost before it was handed out (dropped as stale, or tasks that gave
+    none), so position // batch_size is the step it is explored for."""
 
     @property
     def key(self) -> str:
         """Its name in the claims state: `<epoch>:<index>`."""
         return f"{self.epoch}:{self.index}"
+
+
+def claims_name(taskset: str, stage: str | None = None) -> str:
+    """The claim set of `taskset`: its name, or `<stage>.<taskset>` when several stages explore (each
+    stage then has its own claims on a taskset they share). Explorer and trainer name it alike."""
+    return taskset if stage is None else f"{stage}.{taskset}"
+
+
+@dataclass(frozen=True)
+class ClaimsStatus:
+    """What a claim set's state says, read without its lock (the file is replaced atomically)."""
+
+    taskset: str
+    epoch: int
+    total_epochs: int
+    issued: int
+    """Tasks handed out fresh so far."""
+    completed: int
+    failed: int
+    """Completed tasks that gave no group (every attempt failed, or the prompt was skipped)."""
+    outstanding: int
+    returned: int
+    reclaimed: int
+    max_tasks: int | None
+    """The plain budget, total_steps x batch_size (None: the tasksets' epochs only)."""
+    refill: int
+    """Fresh tasks allowed beyond `max_tasks` to replace groups the trainer lost."""
+
+    @property
+    def limit(self) -> int | None:
+        """Fresh tasks that may be handed out in all (None: no limit but the epochs)."""
+        return None if self.max_tasks is None else self.max_tasks + self.refill
+
+    @property
+    def data_left(self) -> bool:
+        """Some task of some epoch has not been handed out fresh yet."""
+        return self.epoch < self.total_epochs
+
+    @property
+    def finished(self) -> bool:
+        """Nothing to hand out now and nothing claimed: every task within the budget is done. A
+        trainer that loses groups raises the budget, so this can become False again."""
+        fresh_left = self.data_left and (self.limit is None or self.issued < self.limit)
+        return not fresh_left and not self.outstanding and not self.returned
+
+    @property
+    def exhausted(self) -> bool:
+        """The data ran out: every task of every epoch was handed out and completed."""
+        return not self.data_left and not self.outstanding and not self.returned
+
+
+def _status(state: dict[str, Any], reported: int | None) -> ClaimsStatus:
+    return ClaimsStatus(
+        taskset=state["taskset"], epoch=state["epoch"], total_epochs=state["total_epochs"], issued=state["issued"],
+        completed=state["completed"], failed=state.get("failed", 0), outstanding=len(state["outstanding"]),
+        returned=len(state["returned"]), reclaimed=state["reclaimed"], max_tasks=state["max_tasks"],
+        refill=_refill(state, reported),
+    )
+
+
+def _refill(state: dict[str, Any], reported: int | None) -> int:
+    """Fresh tasks allowed beyond max_tasks: the groups a trainer reported lost plus the tasks that gave
+    none, never less than before. `reported` None: no trainer consumes this claim set."""
+    if reported is None:
+        return state.get("refill", 0)
+    return max(state.get("refill", 0), reported + state.get("failed", 0))
 
 
 def default_owner() -> str:
@@ -106,6 +184,7 @@ class TaskClaims:
         self.lease_s = float(lease_s)
         self.owner = owner or default_owner()
         self.attempt = f"{int(time.time()):x}-{secrets.token_hex(4)}"
+        self.run_dir = Path(run_dir)
         self.dir = make_dirs(RunDir(run_dir).tasks / taskset)
         self.path = self.dir / CLAIMS_FILE
         self._lock = make_lock(self.dir / LOCK_FILE, lock, lock_timeout_s, lock_stale_s)
@@ -126,6 +205,8 @@ class TaskClaims:
             "pos": 0,
             "issued": 0,
             "completed": 0,
+            "failed": 0,
+            "refill": 0,
             "reclaimed": 0,
             "outstanding": {},
             "returned": [],
@@ -172,9 +253,14 @@ class TaskClaims:
                         self.taskset, key, c["epoch"], c["index"], why)
 
     def _fresh_left(self, state: dict[str, Any]) -> bool:
-        if self.max_tasks is not None and state["issued"] >= self.max_tasks:
+        if self.max_tasks is not None and state["issued"] >= self.max_tasks + state["refill"]:
             return False
         return state["epoch"] < self.total_epochs
+
+    def _reported_losses(self) -> int | None:
+        """Groups of this claim set the trainer reports lost; None if no trainer consumes it."""
+        losses = read_losses(RunDir(self.run_dir).experiences)
+        return None if losses is None or self.taskset not in losses else losses[self.taskset]
 
     def _transact(self, change: Callable[[dict[str, Any], float], Any]) -> Any:
         """Apply `change` to the state under the lock, refreshing this owner's heartbeat."""
@@ -192,6 +278,13 @@ class TaskClaims:
                     self.taskset, self.owner, self.attempt, previous["attempt"], now - previous["heartbeat"],
                 )
             state["owners"][self.owner] = {"attempt": self.attempt, "heartbeat": now}
+            refill = _refill(state, self._reported_losses())
+            if refill > state.get("refill", 0):
+                log.info("taskset %s: %d more fresh task(s) to replace groups the trainer dropped as stale or "
+                         "tasks that gave none (%d in all beyond max_tasks=%s)", self.taskset,
+                         refill - state.get("refill", 0), refill, self.max_tasks)
+            state["refill"] = refill
+            state.setdefault("failed", 0)
             self._reclaim(state, now)
             result = change(state, now)
             write_json_atomic(self.path, state)
@@ -201,12 +294,15 @@ class TaskClaims:
 
     def _claim_now(self, state: dict[str, Any], n: int) -> list[Claim]:
         claims: list[Claim] = []
+        # Every group lost before a task is handed out moves its consumption one place earlier.
+        lost = state["refill"]
         while len(claims) < n and state["returned"]:
             epoch, index, serial = state["returned"].pop(0)
-            claims.append(Claim(self.taskset, epoch, index, serial))
+            claims.append(Claim(self.taskset, epoch, index, serial, max(0, serial - lost)))
         while len(claims) < n and self._fresh_left(state):
             index = int(self._order(state["epoch"])[state["pos"]])
-            claims.append(Claim(self.taskset, state["epoch"], index, state["issued"]))
+            serial = state["issued"]
+            claims.append(Claim(self.taskset, state["epoch"], index, serial, max(0, serial - lost)))
             state["issued"] += 1
             state["pos"] += 1
             if state["pos"] == self.num_tasks:
@@ -244,9 +340,11 @@ class TaskClaims:
                 on_wait()
             time.sleep(poll_s if deadline is None else max(0.0, min(poll_s, deadline - time.monotonic())))
 
-    def complete(self, claims: Iterable[Claim]) -> list[Claim]:
+    def complete(self, claims: Iterable[Claim], produced_group: bool = True) -> list[Claim]:
         """Mark claims done; return those accepted. A claim this process no longer holds (its lease
-        expired and another explorer took it) is refused: discard its result to keep exactly-once."""
+        expired and another explorer took it) is refused: discard its result to keep exactly-once.
+        `produced_group=False`: the tasks gave no group (failed or skipped); a trainer that consumes
+        this claim set gets fresh tasks in their place."""
 
         def change(state: dict[str, Any], now: float) -> list[Claim]:
             accepted = []
@@ -255,6 +353,7 @@ class TaskClaims:
                 if held is not None and (held["owner"], held["attempt"]) == (self.owner, self.attempt):
                     del state["outstanding"][c.key]
                     state["completed"] += 1
+                    state["failed"] += 0 if produced_group else 1
                     accepted.append(c)
                 else:
                     log.warning("taskset %s: task %s is no longer claimed by %s (lease expired?); "
@@ -282,21 +381,35 @@ class TaskClaims:
     def _finished(self, state: dict[str, Any]) -> bool:
         return not self._fresh_left(state) and not state["outstanding"] and not state["returned"]
 
+    @staticmethod
+    def read_status(run_dir: Path, taskset: str, lost: int | None = None) -> ClaimsStatus | None:
+        """The state of claim set `taskset` (None if no explorer has opened it yet), read without the
+        lock. `lost`: groups of it the caller (the trainer) knows it lost, counted into the refill
+        before any explorer has acted on them."""
+        state = read_json(RunDir(run_dir).tasks / taskset / CLAIMS_FILE)
+        if not isinstance(state, dict):
+            return None
+        losses = read_losses(RunDir(run_dir).experiences)
+        reported = None if losses is None or taskset not in losses else losses[taskset]
+        if lost is not None:
+            reported = max(lost, reported or 0)
+        return _status(state, reported)
+
+    def status(self) -> ClaimsStatus:
+        """The state of this claim set now (see `read_status`)."""
+        return self.read_status(self.run_dir, self.taskset) or _status(self._fresh_state(), None)
+
     def progress(self) -> dict[str, Any]:
-        """Counts of the taskset: epoch, issued, completed, outstanding, returned, reclaimed, finished."""
-        with self._lock:
-            state = self._load()
+        """Counts of the taskset: epoch, issued, completed, failed, outstanding, returned, reclaimed,
+        refill, finished, exhausted."""
+        st = self.status()
         return {
-            "epoch": state["epoch"],
-            "issued": state["issued"],
-            "completed": state["completed"],
-            "outstanding": len(state["outstanding"]),
-            "returned": len(state["returned"]),
-            "reclaimed": state["reclaimed"],
-            "finished": self._finished(state),
+            "epoch": st.epoch, "issued": st.issued, "completed": st.completed, "failed": st.failed,
+            "outstanding": st.outstanding, "returned": st.returned, "reclaimed": st.reclaimed,
+            "refill": st.refill, "finished": st.finished, "exhausted": st.exhausted,
         }
 
     @property
     def finished(self) -> bool:
-        """True once every task has been completed (no fresh task left, none claimed or returned)."""
-        return bool(self.progress()["finished"])
+        """True once every task within the budget is done (no fresh task left, none claimed or returned)."""
+        return self.status().finished

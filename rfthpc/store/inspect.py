@@ -17,7 +17,7 @@ from typing import Any
 from rfthpc.fsutil import is_temporary, read_json
 from rfthpc.rundir import RunDir
 from rfthpc.store.chunks import ChunkCorrupt, read_chunk_attrs
-from rfthpc.store.claims import CLAIMS_FILE
+from rfthpc.store.claims import TaskClaims
 from rfthpc.store.layout import PROGRESS_FILE, READER_DIR, explorer_dirs, list_chunks, open_store
 
 
@@ -103,16 +103,18 @@ def inspect_store(run_dir: Path, rate_window_s: float = 300.0) -> dict[str, Any]
     tasksets = {}
     tasks_dir = RunDir(run_dir).tasks
     for d in sorted(tasks_dir.iterdir()) if tasks_dir.is_dir() else []:
-        claims = read_json(d / CLAIMS_FILE)
-        if isinstance(claims, dict):
+        status = TaskClaims.read_status(run_dir, d.name)
+        if status is not None:
             tasksets[d.name] = {
-                "epoch": claims.get("epoch"),
-                "total_epochs": claims.get("total_epochs"),
-                "issued": claims.get("issued"),
-                "completed": claims.get("completed"),
-                "outstanding": len(claims.get("outstanding", {})),
-                "returned": len(claims.get("returned", [])),
-                "reclaimed": claims.get("reclaimed"),
+                "epoch": status.epoch,
+                "total_epochs": status.total_epochs,
+                "issued": status.issued,
+                "completed": status.completed,
+                "failed": status.failed,
+                "outstanding": status.outstanding,
+                "returned": status.returned,
+                "reclaimed": status.reclaimed,
+                "refill": status.refill,
             }
     return {
         "store": str(store),
@@ -203,7 +205,8 @@ def format_inspect(d: dict[str, Any]) -> str:
     lines += _hist_lines("staleness of consumed groups", d["staleness_hist_consumed"])
     if d["tasksets"]:
         lines.append("")
-        rows = [[name, f"{s['epoch']}/{s['total_epochs']}", s["issued"], s["completed"], s["outstanding"],
-                 s["returned"], s["reclaimed"]] for name, s in d["tasksets"].items()]
-        lines += _table(["taskset", "epoch", "issued", "completed", "claimed", "returned", "reclaimed"], rows)
+        rows = [[name, f"{s['epoch']}/{s['total_epochs']}", s["issued"], s["completed"], s["failed"],
+                 s["outstanding"], s["returned"], s["reclaimed"], s["refill"]] for name, s in d["tasksets"].items()]
+        lines += _table(["taskset", "epoch", "issued", "completed", "no group", "claimed", "returned", "reclaimed",
+                         "refill"], rows)
     return "\n".join(lines) + "\n"

@@ -6,6 +6,7 @@
     experiences/_quarantine/<explorer>/<chunk>.h5    unreadable chunks moved aside, with <chunk>.error.txt
     experiences/_reader/progress.json                the trainer's consumption state and counters (live)
     experiences/_reader/checkpointed.json            the consumption state of its last complete checkpoint
+    experiences/_reader/losses.json                  groups it lost per claim set it consumes (for refills)
 
 A *stream* is one writer process: `<explorer>/<rank>-<token>`, where the token is new for every
 process start, so a requeued explorer never reuses a file name. Its chunks are numbered 0, 1, 2, ...
@@ -32,6 +33,8 @@ QUARANTINE_DIR = "_quarantine"
 READER_DIR = "_reader"
 PROGRESS_FILE = "progress.json"
 CHECKPOINTED_FILE = "checkpointed.json"
+LOSSES_FILE = "losses.json"
+LOSSES_FORMAT = 1
 
 _CHUNK_RE = re.compile(
     r"^c(?P<rank>\d+)-(?P<token>[0-9a-f]{16})-(?P<seq>\d+)-(?P<commit_ns>\d+)-(?P<n>\d+)\.h5$"
@@ -185,3 +188,21 @@ def quarantine(store: Path, ref: ChunkRef, reason: str) -> Path:
         os.replace(ref.path, dest)
     log.error("quarantined experience chunk %s -> %s: %s", ref.path, dest, reason)
     return dest
+
+
+def read_losses(store: Path) -> dict[str, int] | None:
+    """{claim set: groups lost} the trainer reports for the claim sets it consumes (`StoreReader.
+    track_tasksets`), or None when no trainer reports (no file, or an unreadable one)."""
+    try:
+        data = read_json(store / READER_DIR / LOSSES_FILE)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.get("format") != LOSSES_FORMAT or not isinstance(data.get("lost"), dict):
+        return None
+    return {str(k): int(v) for k, v in data["lost"].items()}
+
+
+def write_losses(store: Path, lost: dict[str, int]) -> None:
+    """Publish the groups lost per claim set (the trainer's reader is the only writer)."""
+    make_dirs(store / READER_DIR)
+    write_json_atomic(store / READER_DIR / LOSSES_FILE, {"format": LOSSES_FORMAT, "lost": dict(sorted(lost.items()))})

@@ -5,6 +5,11 @@ before `seq` and the first `done` groups of chunk `seq` are consumed. Streams co
 sequence order, so this small state names exactly the consumed groups; it is JSON, goes into the
 trainer's checkpoint (`state_dict`), and a restarted trainer that loads it neither loses nor repeats
 a group. A `take` is a transaction: the cursors move only when a full batch is returned.
+
+Groups dropped as stale are counted per claim set (the explorer's `group.info["claims"]`). For the
+claim sets the trainer consumes (`track_tasksets`) the counts are published in `_reader/losses.json`
+as soon as a take walks past a drop, even one that does not complete a batch: the trainer may be
+waiting for exactly those replacements (`TaskClaims` hands out a fresh task per lost group).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from rfthpc.store.layout import (
     list_chunks,
     open_store,
     quarantine,
+    write_losses,
 )
 from rfthpc.store.schema import Group
 
@@ -66,6 +72,10 @@ class StoreReader:
         """Seconds from a chunk's commit to this reader first listing it (live chunks only)."""
         self._last: dict[str, float] = {}
         self._progress_written = 0.0
+        self._lost: Counter[str] = Counter()
+        self._lost_pending: Counter[str] = Counter()
+        self._tracked: list[str] = []
+        self._losses_written: dict[str, int] | None = None
 
     # ---- listing -------------------------------------------------------------------------------
 
@@ -148,14 +158,15 @@ class StoreReader:
 
     def _select(
         self, n: int, current_version: int
-    ) -> tuple[list[Group], dict[str, list[int]], Counter[str], int]:
+    ) -> tuple[list[Group], dict[str, list[int]], Counter[str], Counter[str]]:
         """Walk the unconsumed groups in commit order on a copy of the cursors.
 
-        Returns the groups picked (at most n), the cursors after them, the counter changes, and how
-        many groups were picked; nothing in `self` moves (the caller commits a full batch).
+        Returns the groups picked (at most n), the cursors after them, the counter changes, and the
+        stale drops per claim set; nothing in `self` moves (the caller commits a full batch).
         """
         cursor = {s: list(c) for s, c in self._cursor.items()}
         delta: Counter[str] = Counter()
+        lost: Counter[str] = Counter()
         heap = []
         for stream, chunks in self._known.items():
             ref = chunks.get(cursor.get(stream, [0, 0])[0])
@@ -178,6 +189,8 @@ class StoreReader:
                     delta["skipped_eval"] += 1
                 elif self.max_staleness is not None and g.staleness(current_version) > self.max_staleness:
                     delta["dropped_stale"] += 1
+                    if g.info.get("claims"):
+                        lost[str(g.info["claims"])] += 1
                 else:
                     picked.append(g)
             if pos < len(groups):
@@ -190,7 +203,7 @@ class StoreReader:
             nxt = self._known[ref.stream].get(ref.seq + 1)
             if nxt is not None:
                 heapq.heappush(heap, (self._order_key(nxt), nxt))
-        return picked, cursor, delta, len(picked)
+        return picked, cursor, delta, lost
 
     def take(self, n_groups: int, current_version: int, timeout_s: float | None = None) -> list[Group]:
         """Return the next `n_groups` committed training groups in commit order, each exactly once.
@@ -204,7 +217,10 @@ class StoreReader:
         start = time.monotonic()
         while True:
             self._scan()
-            picked, cursor, delta, got = self._select(n_groups, current_version)
+            picked, cursor, delta, lost = self._select(n_groups, current_version)
+            self._lost_pending = lost
+            self._report_losses()
+            got = len(picked)
             if got == n_groups:
                 break
             waited = time.monotonic() - start
@@ -229,6 +245,8 @@ class StoreReader:
         self._cursor = cursor
         self._counters.update(delta)
         self._counters["consumed"] += len(picked)
+        self._lost.update(self._lost_pending)
+        self._lost_pending = Counter()
         staleness = [g.staleness(current_version) for g in picked]
         self._staleness_hist.update(staleness)
         self._version_hist.update(g.policy_version for g in picked)
@@ -257,6 +275,29 @@ class StoreReader:
         )
         self._progress_written = time.monotonic()
 
+    # ---- losses --------------------------------------------------------------------------------
+
+    def track_tasksets(self, names: list[str]) -> None:
+        """Announce that the trainer consumes the groups of these claim sets (`TaskClaims` names):
+        from now on their explorers replace every group it drops as stale with a fresh task."""
+        self._tracked = list(names)
+        self._losses_written = None
+        self._report_losses()
+
+    def losses(self) -> dict[str, int]:
+        """Groups dropped as stale per claim set: those consumed past, and those the current wait
+        for a batch has walked past (they are dropped when the batch completes)."""
+        return dict(self._lost + self._lost_pending)
+
+    def _report_losses(self) -> None:
+        if not self._tracked:
+            return
+        lost = self.losses()
+        report = {name: lost.get(name, 0) for name in self._tracked}
+        if report != self._losses_written:
+            write_losses(self.store, report)
+            self._losses_written = report
+
     # ---- state ---------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
@@ -265,6 +306,7 @@ class StoreReader:
             "format": STATE_FORMAT,
             "cursor": {s: list(c) for s, c in sorted(self._cursor.items())},
             "counters": {k: int(self._counters[k]) for k in _COUNTERS},
+            "lost": dict(sorted(self._lost.items())),
             "staleness_hist": {str(k): v for k, v in sorted(self._staleness_hist.items())},
             "version_hist": {str(k): v for k, v in sorted(self._version_hist.items())},
         }
@@ -277,6 +319,9 @@ class StoreReader:
         self._counters = Counter({k: int(v) for k, v in state["counters"].items()})
         self._staleness_hist = Counter({int(k): v for k, v in state["staleness_hist"].items()})
         self._version_hist = Counter({int(k): v for k, v in state["version_hist"].items()})
+        self._lost = Counter({k: int(v) for k, v in state.get("lost", {}).items()})
+        self._lost_pending = Counter()
+        self._report_losses()
         self._known.clear()
         self._cache.clear()
         self._seen_at.clear()

@@ -10,6 +10,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,8 @@ from rfthpc.errors import UserError
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 _INT32_MAX = np.iinfo(np.int32).max
+# dtype objects: comparing with these is faster than with the scalar types, once per array.
+_INT32, _FLOAT32, _INT8 = np.dtype(np.int32), np.dtype(np.float32), np.dtype(np.int8)
 
 
 @dataclass
@@ -65,6 +68,8 @@ class Group:
     """Unix time the explorer finished the task."""
     info: dict = field(default_factory=dict)
     """JSON-serialisable extra data about the task (e.g. its epoch and index)."""
+    chunk: Path | None = field(default=None, compare=False)
+    """The committed chunk file it was read from (set when read; not stored)."""
 
     @property
     def rewards(self) -> np.ndarray:
@@ -107,27 +112,41 @@ def _json(group: Group, i: int | None, obj: dict) -> str:
         ) from None
 
 
+def _array(arr: Any) -> np.ndarray:
+    return arr if type(arr) is np.ndarray else np.asarray(arr)
+
+
 def _ids(group: Group, i: int, field: str, arr: Any) -> np.ndarray:
     """Token ids as a 1-D integer array (their range is checked per group by `_check_id_range`)."""
-    a = np.asarray(arr)
+    a = _array(arr)
     if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
         raise UserError(f"{_where(group, i, field)} must be a 1-D integer array, got shape {a.shape} dtype {a.dtype}")
     return a
 
 
-def _check_id_range(group: Group, ids: list[tuple[np.ndarray, np.ndarray]]) -> None:
-    # One reduction over the whole group: a check per array costs more than writing it.
-    every = np.concatenate([a for pair in ids for a in pair])
-    if every.size and (every.min() < 0 or every.max() > _INT32_MAX):
-        for i, pair in enumerate(ids):
-            for field, a in zip(("prompt_ids", "response_ids"), pair):
-                if a.size and (a.min() < 0 or a.max() > _INT32_MAX):
-                    raise UserError(f"{_where(group, i, field)} holds token ids outside [0, 2**31): "
-                                    f"{a.min()}..{a.max()}")
+def _out_of_range(a: np.ndarray) -> bool:
+    """True if the non-empty integer array `a` holds an id outside [0, 2**31): one reduction, since a
+    negative id of 4 bytes or more viewed as unsigned is above the limit."""
+    if a.dtype.kind == "i":
+        if a.dtype.itemsize < 4:
+            return bool(a.min() < 0)
+        a = a.view(a.dtype.str.replace("i", "u"))
+    return bool(a.max() > _INT32_MAX)
 
 
-def _per_token(group: Group, i: int, field: str, arr: Any, n: int, dtype: type) -> np.ndarray:
-    a = np.asarray(arr)
+def _check_id_range(group: Group, ids: list[tuple[int, str, np.ndarray]]) -> None:
+    """Refuse ids outside [0, 2**31); `ids` holds (experience, field, array)."""
+    arrays = [a for _, _, a in ids if a.size]
+    # One reduction over the whole group when the dtypes agree: a check per array costs more than writing it.
+    if not arrays or (len({a.dtype for a in arrays}) == 1 and not _out_of_range(np.concatenate(arrays))):
+        return
+    for i, field, a in ids:
+        if a.size and _out_of_range(a):
+            raise UserError(f"{_where(group, i, field)} holds token ids outside [0, 2**31): {a.min()}..{a.max()}")
+
+
+def _per_token(group: Group, i: int, field: str, arr: Any, n: int, dtype: np.dtype) -> np.ndarray:
+    a = _array(arr)
     if a.shape != (n,):
         raise UserError(f"{_where(group, i, field)} must have one value per response token ({n}), got shape {a.shape}")
     return a if a.dtype == dtype else a.astype(dtype)
@@ -157,30 +176,34 @@ def check_group(group: Group) -> tuple[list[CheckedExperience], str]:
         raise UserError(f"{_where(group)}: has no experiences; a group holds all repeat_times responses of one task")
     if not isinstance(group.policy_version, (int, np.integer)) or group.policy_version < 0:
         raise UserError(f"{_where(group)}: policy_version must be an integer >= 0, got {group.policy_version!r}")
-    ids = [
-        (_ids(group, i, "prompt_ids", e.prompt_ids), _ids(group, i, "response_ids", e.response_ids))
-        for i, e in enumerate(group.experiences)
-    ]
-    _check_id_range(group, ids)
-    # Responses usually share one prompt array: convert it once so the chunk can store it once.
+    # Responses usually share one prompt array: check and convert it once, so the chunk stores it once.
     prompts: dict[int, np.ndarray] = {}
+    ids: list[tuple[int, str, np.ndarray]] = []
     checked = []
-    for i, (e, (prompt, response)) in enumerate(zip(group.experiences, ids)):
+    for i, e in enumerate(group.experiences):
+        prompt = prompts.get(id(e.prompt_ids))
+        if prompt is None:
+            prompt = _ids(group, i, "prompt_ids", e.prompt_ids)
+            ids.append((i, "prompt_ids", prompt))
+            prompt = prompts[id(e.prompt_ids)] = prompt if prompt.dtype == _INT32 else prompt.astype(_INT32)
+        response = _ids(group, i, "response_ids", e.response_ids)
+        ids.append((i, "response_ids", response))
         n = response.shape[0]
         reward = float(e.reward)
         if not math.isfinite(reward):
             raise UserError(f"{_where(group, i, 'reward')} is {reward}; the reward function must return a finite number")
         checked.append(
             CheckedExperience(
-                prompt_ids=prompts.setdefault(id(prompt), prompt if prompt.dtype == np.int32 else prompt.astype(np.int32)),
-                response_ids=response if response.dtype == np.int32 else response.astype(np.int32),
-                logprobs=_per_token(group, i, "logprobs", e.logprobs, n, np.float32),
-                loss_mask=_per_token(group, i, "loss_mask", e.loss_mask, n, np.int8),
+                prompt_ids=prompt,
+                response_ids=response if response.dtype == _INT32 else response.astype(_INT32),
+                logprobs=_per_token(group, i, "logprobs", e.logprobs, n, _FLOAT32),
+                loss_mask=_per_token(group, i, "loss_mask", e.loss_mask, n, _INT8),
                 reward=reward,
                 token_rewards=None
                 if e.token_rewards is None
-                else _per_token(group, i, "token_rewards", e.token_rewards, n, np.float32),
+                else _per_token(group, i, "token_rewards", e.token_rewards, n, _FLOAT32),
                 info_json=_json(group, i, e.info),
             )
         )
+    _check_id_range(group, ids)
     return checked, _json(group, None, group.info)

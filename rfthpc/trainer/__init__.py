@@ -18,7 +18,6 @@ modules, in the order a step touches them:
 | `update`      | one optimizer update of a sharded model (policy or critic)                 |
 | `checkpoint`  | resumable sharded checkpoints (`global_step_N/`)                           |
 | `stages`      | which stage and step to run, from the config and the newest checkpoint     |
-| `signals`     | SIGTERM / SIGUSR2 -> checkpoint and exit 124                               |
 | `loop`        | the training loop tying it together                                        |
 
 Weight publishing for explorers lives in `rfthpc.weights` (both roles use it).

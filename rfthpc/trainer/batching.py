@@ -11,6 +11,7 @@ count of samples (`ppo_micro_batch_size_per_gpu`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,6 +58,12 @@ class BatchPlan:
     def n_micro(self) -> int:
         """Micro-batches every rank runs."""
         return len(self.micro[0])
+
+    def micro_batches(self, samples: list[Sample], rank: int, device: torch.device) -> Iterator[MicroBatch]:
+        """The `n_micro` micro-batches `rank` runs, in order, padded on `device` (a rank with no sample
+        for one gets the placeholder: FSDP2 needs every rank in every pass)."""
+        for indices in self.micro[rank]:
+            yield collate(samples, indices, device)
 
 
 def plan_micro_batches(

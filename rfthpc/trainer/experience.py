@@ -1,6 +1,11 @@
 """The RL stages' input on rank 0: batches of experience groups from the store, or "not yet",
 or "no more" (the explorers' tasks are done and less than a batch is left), or a timeout.
 
+The stage's `total_steps` is the contract: the reader reports every group it drops as stale for
+the stage's claim sets, and their explorers explore a fresh task in its place (`TaskClaims`). "No
+more" therefore means the tasksets' epochs ran out (or the explorers' budget did, when the trainer
+needs more groups per step than the explorers make), and the log line says which.
+
 The wait for a batch is cut into short polls so that the training loop can react to a stop
 signal in between; `buffer.trainer_input.experience_buffer.max_read_timeout` bounds the whole wait.
 """
@@ -11,31 +16,34 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rfthpc.fsutil import read_json
 from rfthpc.rundir import RunDir
-from rfthpc.store import Group, StoreReader, StoreTimeout
-from rfthpc.store.claims import CLAIMS_FILE
+from rfthpc.store import Group, StoreReader, StoreTimeout, TaskClaims
+from rfthpc.store.claims import ClaimsStatus
 from rfthpc.trainer.samples import Sample, samples_from_groups
 
 
-def tasksets_finished(run_dir: Path, names: list[str]) -> bool:
-    """True if every taskset in `names` has a claims file saying all its tasks were completed.
+def data_finished(run_dir: Path, names: list[str], losses: dict[str, int]) -> list[ClaimsStatus] | None:
+    """The claim sets `names` if every one is finished (no task left to hand out, none claimed), else None.
 
-    Reads `tasks/<taskset>/claims.json` (the store's task-claim state) without its lock: the file
-    is replaced atomically, and a stale view only delays the decision to a later poll.
+    `losses` are the groups of each the trainer dropped: a claim set is finished only once the fresh
+    tasks replacing them were handed out too (or its epochs ran out), so the trainer does not give
+    up before the explorers have acted on its latest drops.
     """
-    if not names:
-        return False
-    for name in names:
-        state = read_json(RunDir(run_dir).tasks / name / CLAIMS_FILE)
-        if not isinstance(state, dict):
-            return False
-        max_tasks = state.get("max_tasks")
-        fresh_left = state.get("epoch", 0) < state.get("total_epochs", 1) and (
-            max_tasks is None or state.get("issued", 0) < max_tasks)
-        if fresh_left or state.get("outstanding") or state.get("returned"):
-            return False
-    return True
+    statuses = [TaskClaims.read_status(run_dir, name, lost=losses.get(name, 0)) for name in names]
+    if not statuses or not all(st is not None and st.finished for st in statuses):
+        return None
+    return [st for st in statuses if st is not None]
+
+
+def _why_finished(statuses: list[ClaimsStatus]) -> str:
+    def one(st: ClaimsStatus) -> str:
+        if st.exhausted:
+            return f"taskset {st.taskset!r} was explored for all its {st.total_epochs} epoch(s)"
+        return (f"taskset {st.taskset!r} did all its {st.issued} tasks (total_steps x batch_size = {st.max_tasks}, "
+                f"plus {st.refill} replacing groups dropped as stale or tasks that gave none)")
+
+    lead = "the data ran out" if all(st.exhausted for st in statuses) else "the explorers did every task they were given"
+    return f"{lead}: {', '.join(one(st) for st in statuses)}"
 
 
 @dataclass
@@ -57,7 +65,7 @@ class ExperienceSource:
         run_dir: Path,
         reader: StoreReader,
         n_groups: int,
-        tasksets: list[str],
+        claim_sets: list[str],
         *,
         vocab_size: int,
         max_length: int | None,
@@ -66,11 +74,14 @@ class ExperienceSource:
         poll_s: float,
         grace_s: float,
     ) -> None:
-        """`grace_s`: once the tasks are done, how long to wait for chunks still being committed."""
+        """`claim_sets`: the `TaskClaims` names of the stage's tasksets, whose lost groups the
+        explorers replace. `grace_s`: once the tasks are done, how long to wait for chunks still
+        being committed."""
         self.run_dir = Path(run_dir)
         self.reader = reader
         self.n_groups = n_groups
-        self.tasksets = tasksets
+        self.claim_sets = claim_sets
+        reader.track_tasksets(claim_sets)
         self.vocab_size = vocab_size
         self.max_length = max_length
         self.temperature = temperature
@@ -90,15 +101,16 @@ class ExperienceSource:
         except StoreTimeout:
             return self._no_batch(time.monotonic())
         self._waiting_since = self._done_since = None
-        samples = samples_from_groups(groups, self.vocab_size, self.max_length, self.temperature, self.run_dir)
+        samples = samples_from_groups(groups, self.vocab_size, self.max_length, self.temperature)
         return Poll("batch", samples, groups)
 
     def _no_batch(self, now: float) -> Poll:
-        if tasksets_finished(self.run_dir, self.tasksets):
+        finished = data_finished(self.run_dir, self.claim_sets, self.reader.losses())
+        if finished is not None:
             self._done_since = self._done_since or now
             if now - self._done_since >= self.grace_s:
                 pending = int(self.reader.metrics().get("store/pending", 0))
-                return Poll("exhausted", message=f"the explorers' tasks are done; {pending} group(s) left, "
+                return Poll("exhausted", message=f"{_why_finished(finished)}; {pending} group(s) left, "
                                                  f"fewer than a batch of {self.n_groups}")
         else:
             self._done_since = None

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from rfthpc.algorithms import entropy_from_logits
-from rfthpc.trainer.batching import BatchPlan, MicroBatch, collate
+from rfthpc.trainer.batching import BatchPlan, MicroBatch
 from rfthpc.trainer.dist import DistEnv
 from rfthpc.trainer.samples import Sample
 
@@ -72,11 +72,9 @@ def sharded_forward(
     plan = planner(samples, list(range(len(samples))))
     mine: dict[int, np.ndarray] = {}
     with torch.no_grad():
-        for k in range(plan.n_micro):
-            idx = plan.micro[env.rank][k]
-            mb = collate(samples, idx, env.device)
+        for mb in plan.micro_batches(samples, env.rank, env.device):
             out = fn(mb).float().cpu().numpy()
-            for row, i in enumerate(idx):
+            for row, i in enumerate(mb.indices):
                 mine[i] = out[row, :len(samples[i].response_ids)].copy()
     merged: dict[int, np.ndarray] = {}
     for part in env.all_gather_objects(mine) if env.world_size > 1 else [mine]:

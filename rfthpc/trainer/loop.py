@@ -33,6 +33,8 @@ from rfthpc.config import Config, Stage, load_resolved
 from rfthpc.errors import EXIT_PREEMPTED, UserError
 from rfthpc.fsutil import set_share_group, write_json_atomic
 from rfthpc.rundir import RunDir
+from rfthpc.signals import StopRequest
+from rfthpc.store.claims import claims_name
 from rfthpc.trainer import checkpoint as ckpt
 from rfthpc.trainer.batching import mini_batches, plan_micro_batches
 from rfthpc.trainer.dist import DistEnv, init_distributed
@@ -44,7 +46,6 @@ from rfthpc.trainer.optim import LRSchedule, make_optimizer, set_lr
 from rfthpc.trainer.rl_batch import StepTensors, build_step_tensors
 from rfthpc.trainer.samples import Sample
 from rfthpc.trainer.sft_data import SFTData, load_tokenizer
-from rfthpc.trainer.signals import StopRequest
 from rfthpc.trainer.stages import Position, resume_position
 from rfthpc.trainer.update import ShardedUpdater, UpdateResult
 
@@ -103,7 +104,7 @@ class Trainer:
         self.base = loaded.base
         self.stages = loaded.stages
         set_share_group(self.base.filesystem.share_group)
-        self.stop = StopRequest()
+        self.stop = StopRequest("the trainer will checkpoint and stop after the current step")
         self.monitor = None
         self.reader = None
         self.nan_batches = 0
@@ -191,7 +192,9 @@ class Trainer:
                 log.warning("stopped by a signal at step %d after a checkpoint; requeue to continue", pos.step)
                 return EXIT_PREEMPTED, None
             if poll.status == "exhausted":
-                log.info("stage %r ends at step %d: %s", st.stage.name, pos.step, poll.message)
+                log.warning("stage %r ends at step %d of %s: %s", st.stage.name, pos.step,
+                            pos.stage_start_step + st.total_steps if st.total_steps is not None else "its data",
+                            poll.message)
                 break
             if poll.status == "timeout":
                 self._save(st, pos, stage_finished=False)
@@ -259,7 +262,7 @@ class Trainer:
             eb = cfg.buffer.trainer_input.experience_buffer
             st.source = ExperienceSource(
                 self.rundir.root, self.reader, max(1, n // cfg.algorithm.repeat_times),
-                [ts.name for ts in cfg.buffer.explorer_input.tasksets],
+                self._claim_sets(stage),
                 vocab_size=vocab_size(self.policy), max_length=self._max_length(cfg),
                 temperature=_sampling_temperature(cfg), timeout_s=eb.max_read_timeout,
                 poll_s=max(1.0, 2 * cfg.filesystem.poll_interval_s),
@@ -274,6 +277,12 @@ class Trainer:
             if alg.kl_controller is not None and meta.get("kl_controller") is not None:
                 alg.kl_controller.value = float(meta["kl_controller"])
         return st
+
+    def _claim_sets(self, stage: Stage) -> list[str]:
+        """The `TaskClaims` names of the stage's tasksets, as its explorers name them."""
+        several = sum(s.config.mode != "train" for s in self.stages) > 1
+        return [claims_name(ts.name, stage.name if several else None)
+                for ts in stage.config.buffer.explorer_input.tasksets]
 
     def _reference_model(self, cfg: Config, pos: Position) -> torch.nn.Module:
         """The frozen policy as it was when the stage began: the initial model for a first stage,

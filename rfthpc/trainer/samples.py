@@ -2,23 +2,17 @@
 
 Experience groups come from explorers that may run another tokenizer or model by mistake, so each
 group is checked before training; a bad one stops the trainer with a `UserError` naming the
-group, its task, its explorer and rank, and (when it can be found) the chunk file holding it.
+group, its task, its explorer and rank, and the chunk file it was read from.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from rfthpc.errors import UserError
 from rfthpc.store import Group
-from rfthpc.store.layout import list_chunks, open_store
-
-# Group ids the store's writer assigns: `<explorer>/<rank>/<stream token>/<n-th group of the stream>`.
-_WRITER_GROUP_ID = re.compile(r"^(?P<explorer>[^/]+)/(?P<rank>\d+)/(?P<token>[0-9a-f]{16})/(?P<n>\d+)$")
 
 
 @dataclass
@@ -50,36 +44,13 @@ class Sample:
         return len(self.prompt_ids) + len(self.response_ids)
 
 
-def locate_chunk(run_dir: Path, group: Group) -> Path | None:
-    """The committed chunk file that holds `group`, found from its writer-assigned id (None if unknown).
-
-    A stream's chunks are numbered in commit order and their names carry their group counts, so the
-    n-th group of a stream is in the chunk where the running count passes n.
-    """
-    m = _WRITER_GROUP_ID.match(group.group_id)
-    if m is None:
-        return None
-    try:
-        refs = [r for r in list_chunks(open_store(run_dir)) if r.explorer == m["explorer"]
-                and r.rank == int(m["rank"]) and r.token == m["token"]]
-    except (OSError, UserError):
-        return None
-    seen = 0
-    for ref in sorted(refs, key=lambda r: r.seq):
-        seen += ref.n_groups
-        if int(m["n"]) < seen:
-            return ref.path
-    return None
-
-
-def _where(group: Group, run_dir: Path | None) -> str:
-    chunk = locate_chunk(run_dir, group) if run_dir is not None else None
-    place = f", chunk {chunk}" if chunk is not None else ""
+def _where(group: Group) -> str:
+    place = f", chunk {group.chunk}" if group.chunk is not None else ""
     return (f"experience group {group.group_id!r} (task {group.task_id!r}) from explorer {group.explorer!r} "
             f"rank {group.rank}{place}")
 
 
-def check_group(group: Group, vocab_size: int, max_length: int | None, run_dir: Path | None = None) -> None:
+def check_group(group: Group, vocab_size: int, max_length: int | None) -> None:
     """Raise UserError unless every experience of `group` can be trained on.
 
     Checks: token ids in [0, vocab_size); one behaviour logprob, loss-mask entry and (if present)
@@ -90,7 +61,7 @@ def check_group(group: Group, vocab_size: int, max_length: int | None, run_dir: 
         problem = _experience_problem(e, vocab_size, max_length)
         if problem is not None:
             raise UserError(
-                f"{_where(group, run_dir)}, experience {i}: {problem}. The explorer produced data this trainer "
+                f"{_where(group)}, experience {i}: {problem}. The explorer produced data this trainer "
                 "cannot train on; check that explorers and trainer use the same model and tokenizer, then "
                 "remove or quarantine that chunk (`rfthpc store inspect`)"
             )
@@ -120,7 +91,6 @@ def samples_from_groups(
     vocab_size: int,
     max_length: int | None,
     temperature: float = 1.0,
-    run_dir: Path | None = None,
 ) -> list[Sample]:
     """Check `groups` and flatten them into samples; sample.group is the group's index in `groups`.
 
@@ -129,7 +99,7 @@ def samples_from_groups(
     """
     samples = []
     for g_index, group in enumerate(groups):
-        check_group(group, vocab_size, max_length, run_dir)
+        check_group(group, vocab_size, max_length)
         t = float(group.info.get("temperature", temperature) or 1.0)
         for e in group.experiences:
             samples.append(

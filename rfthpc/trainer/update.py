@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from rfthpc.trainer.batching import BatchPlan, MicroBatch, collate
+from rfthpc.trainer.batching import BatchPlan, MicroBatch
 from rfthpc.trainer.dist import DistEnv
 from rfthpc.trainer.samples import Sample
 
@@ -80,15 +80,13 @@ class ShardedUpdater:
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = defaultdict(float)
         finite = True
-        for k in range(plan.n_micro):
-            idx = plan.micro[self.env.rank][k]
-            mb = collate(samples, idx, self.env.device)
+        for mb in plan.micro_batches(samples, self.env.rank, self.env.device):
             if mb.is_padding:
                 # This rank has no sample here, but FSDP2's collectives need its forward and backward.
                 out = self.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
                 (out.sum() * 0.0).backward()
                 continue
-            loss, metrics = micro_loss(self.model, mb, idx)
+            loss, metrics = micro_loss(self.model, mb, mb.indices)
             w = self.weight(mb.response_mask) / total if total > 0 else 0.0
             finite = finite and bool(torch.isfinite(loss).item())
             (loss * (w * self.env.world_size)).backward()

@@ -9,6 +9,7 @@ the policy did not generate (tool or user turns) with loss mask 0.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -17,6 +18,10 @@ from rfthpc.errors import ConfigError
 
 if TYPE_CHECKING:
     from rfthpc.data.tasksets import PromptBuilder, Task
+
+
+MAX_TOP_LOGPROBS = 20
+"""Most top alternatives per token a request may ask for (vLLM's default `max_logprobs`)."""
 
 
 @dataclass(frozen=True)
@@ -29,6 +34,10 @@ class SamplingArgs:
     """-1: no top-k cut."""
     max_tokens: int = 512
     """Most response tokens per sample."""
+    logprobs: int = 0
+    """Top alternatives per response token returned in `Completion.top_logprobs` (0: none)."""
+    seed: int | None = None
+    """Seed of the request's sampling: the same weights and prompt give the same samples (None: not seeded)."""
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -39,6 +48,10 @@ class SamplingArgs:
             raise ConfigError(f"rollout_args.top_k={self.top_k}: use -1 (off) or a positive count")
         if self.max_tokens < 1:
             raise ConfigError(f"rollout_args.max_tokens={self.max_tokens}: use at least 1")
+        if not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
+            raise ConfigError(
+                f"rollout_args.logprobs={self.logprobs}: use 0 to {MAX_TOP_LOGPROBS} top alternatives per token"
+            )
 
 
 @dataclass
@@ -51,6 +64,9 @@ class Completion:
     text: str
     finish_reason: str
     """"stop" (an end token) or "length" (max_tokens reached)."""
+    top_logprobs: list[dict[int, float]] | None = None
+    """With `SamplingArgs.logprobs` k > 0: per token, the k most likely tokens of the distribution it was
+    sampled from and their logprobs (same convention as `logprobs`); None otherwise."""
 
 
 class RolloutEngine(Protocol):
@@ -64,6 +80,55 @@ class RolloutEngine(Protocol):
     ) -> list[list[Completion]]:
         """For each prompt, `n` independent samples."""
         ...
+
+
+@dataclass
+class AuxiliaryModel:
+    """An auxiliary engine (`explorer.auxiliary_models[i]`) as workflows and reward functions see it.
+
+    `chat` renders a chat with the model's own tokenizer and chat template (its `chat_template` and
+    `enable_thinking`) within its `max_prompt_tokens`; every request's `max_tokens` is capped at its
+    `max_response_tokens`. `generate` takes token ids, like the policy's engine.
+    """
+
+    name: str
+    engine: RolloutEngine
+    prompts: PromptBuilder
+    max_response_tokens: int | None = None
+
+    @property
+    def tokenizer(self) -> Any:
+        """The auxiliary model's tokenizer."""
+        return self.prompts.tokenizer
+
+    def _capped(self, params: SamplingArgs) -> SamplingArgs:
+        if self.max_response_tokens is None or params.max_tokens <= self.max_response_tokens:
+            return params
+        return dataclasses.replace(params, max_tokens=self.max_response_tokens)
+
+    def generate(
+        self, prompts_token_ids: Sequence[Sequence[int]], n: int, params: SamplingArgs
+    ) -> list[list[Completion]]:
+        """For each prompt, `n` samples (at most `max_response_tokens` tokens each)."""
+        return self.engine.generate(prompts_token_ids, n, self._capped(params))
+
+    def chat(
+        self, messages: Sequence[Mapping[str, str]], n: int = 1, params: SamplingArgs | None = None
+    ) -> list[Completion]:
+        """`n` responses to a chat (a list of {role, content}); `params` default to `max_response_tokens`.
+
+        A prompt over `max_prompt_tokens` that is not truncated raises ValueError (in a reward
+        function: the group is marked with the error and scored 0).
+        """
+        prompt = self.prompts.encode(messages)
+        if prompt is None:
+            raise ValueError(
+                f"auxiliary model {self.name!r}: the prompt is longer than its max_prompt_tokens "
+                f"({self.prompts.max_prompt_tokens}) and model.enable_prompt_truncation is off"
+            )
+        if params is None:
+            params = SamplingArgs(max_tokens=self.max_response_tokens or SamplingArgs.max_tokens)
+        return self.generate([prompt.token_ids], n, params)[0]
 
 
 @dataclass
@@ -133,7 +198,7 @@ class WorkflowContext:
     prompts: PromptBuilder
     """Chat template, tokenizer and prompt-length policy of the policy model."""
     auxiliary: Mapping[str, RolloutEngine] = field(default_factory=dict)
-    """Extra named engines (`explorer.auxiliary_models`), e.g. an LLM judge for rewards."""
+    """Extra named engines (`explorer.auxiliary_models`, as `AuxiliaryModel`s), e.g. an LLM judge for rewards."""
 
 
 Workflow = Callable[["Task", WorkflowContext], WorkflowResult]

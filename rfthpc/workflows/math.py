@@ -5,13 +5,11 @@ from __future__ import annotations
 from rfthpc.data.tasksets import Task
 from rfthpc.errors import ConfigError
 from rfthpc.workflows.base import WorkflowContext, WorkflowResult
-from rfthpc.workflows.registry import WORKFLOWS
 from rfthpc.workflows.simple import check_workflow_args, run_single_turn
 
 MATH_SYSTEM_PROMPT = "Solve the problem step by step. Write the final answer on the last line as '#### <number>'."
 
 
-@WORKFLOWS.register("math_workflow")
 def math_workflow(task: Task, ctx: WorkflowContext) -> WorkflowResult:
     """One turn with a math system prompt; reward `math_reward` unless the taskset names another.
 

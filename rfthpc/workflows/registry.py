@@ -5,9 +5,10 @@ from __future__ import annotations
 from rfthpc.registry import Registry
 from rfthpc.workflows.base import Workflow, WorkflowContext, WorkflowResult
 
-WORKFLOWS: Registry[Workflow] = Registry(
-    "workflow", "buffer.explorer_input.default_workflow_type", ["rfthpc.workflows.simple", "rfthpc.workflows.math"]
-)
+WORKFLOWS: Registry[Workflow] = Registry("workflow", "buffer.explorer_input.default_workflow_type", {
+    "simple_workflow": "rfthpc.workflows.simple:simple_workflow",
+    "math_workflow": "rfthpc.workflows.math:math_workflow",
+})
 
 
 def run_workflow(task, ctx: WorkflowContext) -> WorkflowResult:

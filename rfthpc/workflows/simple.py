@@ -9,7 +9,6 @@ from rfthpc.errors import ConfigError
 from rfthpc.rewards.registry import REWARDS
 from rfthpc.rewards.scoring import score_group
 from rfthpc.workflows.base import Experience, WorkflowContext, WorkflowResult
-from rfthpc.workflows.registry import WORKFLOWS
 
 
 def check_workflow_args(task: Task, allowed: Collection[str]) -> None:
@@ -32,8 +31,7 @@ def run_single_turn(
     experience, so the caller can log it, count it and keep going.
     """
     fn = REWARDS.get(reward_fn)
-    messages = ctx.prompts.messages(task, default_system_prompt)
-    prompt = ctx.prompts.encode(messages, task.chat_template)
+    prompt = ctx.prompts.task_prompt(task, default_system_prompt)
     if prompt is None:
         return WorkflowResult([], {"skipped": "prompt longer than max_prompt_tokens"})
     completions = ctx.engine.generate([prompt.token_ids], task.repeat_times, task.rollout_args)[0]
@@ -52,7 +50,6 @@ def run_single_turn(
     return WorkflowResult(experiences, info)
 
 
-@WORKFLOWS.register("simple_workflow")
 def simple_workflow(task: Task, ctx: WorkflowContext) -> WorkflowResult:
     """One turn: system prompt (if any) + the task's prompt; reward function chosen by name."""
     check_workflow_args(task, ())

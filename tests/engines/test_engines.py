@@ -1,6 +1,8 @@
 """Both rollout engines on the tiny model: behaviour logprobs equal a transformers forward pass of the
 same weights (float32, 1e-5), under temperature, top-k and greedy decoding, before and after an
-in-place weight update from a published step directory."""
+in-place weight update from a published step directory; so do the top alternatives a request asks
+for (`rollout_args.logprobs`); a seeded request (`rollout_args.seed`) gives the same samples
+whatever it is batched with."""
 
 from __future__ import annotations
 
@@ -63,6 +65,49 @@ def max_logprob_error(engine, reqs: list[GenerateRequest], reference_dir: Path) 
     return worst
 
 
+def check_top_logprobs(engine, model_dir: Path) -> None:
+    """Top-3 alternatives per token are the 3 best of the sampled-from distribution; with top_k=2 the
+    cut-away tokens are left out."""
+    p = prompts(model_dir)
+    reqs = [GenerateRequest(p[1], 2, SamplingArgs(temperature=0.7, max_tokens=8, logprobs=3)),
+            GenerateRequest(p[0], 1, SamplingArgs(temperature=1.0, top_k=2, max_tokens=8, logprobs=3)),
+            GenerateRequest(p[0], 1, SamplingArgs(temperature=1.0, max_tokens=8))]
+    results = engine.generate_batch(reqs)
+    model = load_hf(model_dir)
+    for r, completions in zip(reqs[:2], results[:2], strict=True):
+        for c in completions:
+            assert c.top_logprobs is not None and len(c.top_logprobs) == len(c.token_ids)
+            ids = torch.tensor([list(r.prompt_token_ids) + c.token_ids])
+            with torch.no_grad():
+                logits = model(ids).logits[0, len(r.prompt_token_ids) - 1 : -1].float() / r.params.temperature
+            if r.params.top_k > 0:
+                kth = logits.topk(r.params.top_k, dim=-1).values[:, -1:]
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            kept = 3 if r.params.top_k < 0 else min(3, r.params.top_k)
+            best = torch.log_softmax(logits, dim=-1).topk(kept, dim=-1)
+            for pos, (top, token, lp) in enumerate(zip(c.top_logprobs, c.token_ids, c.logprobs, strict=True)):
+                assert sorted(top) == sorted(best.indices[pos].tolist())
+                for t, v in zip(best.indices[pos].tolist(), best.values[pos].tolist(), strict=True):
+                    assert abs(top[t] - v) <= TOL
+                if token in top:
+                    assert abs(top[token] - lp) <= TOL
+    assert all(c.top_logprobs is None for c in results[2])
+
+
+def check_seeds(engine, model_dir: Path) -> None:
+    """A seeded request's samples depend on its seed, not on what else is in the batch."""
+    p = prompts(model_dir)
+    seeded = GenerateRequest(p[1], 3, SamplingArgs(temperature=1.0, max_tokens=10, seed=11))
+    others = [GenerateRequest(p[0], 2, SamplingArgs(temperature=1.0, max_tokens=10)),
+              GenerateRequest(p[2], 1, SamplingArgs(temperature=1.0, max_tokens=10, seed=11))]
+    alone = [c.token_ids for c in engine.generate_batch([seeded])[0]]
+    batched = [c.token_ids for c in engine.generate_batch([*others, seeded])[2]]
+    assert alone == batched
+    assert len({tuple(t) for t in alone}) > 1, "the samples of one seeded request differ from each other"
+    reseeded = GenerateRequest(p[1], 3, SamplingArgs(temperature=1.0, max_tokens=10, seed=12))
+    assert [c.token_ids for c in engine.generate_batch([reseeded])[0]] != alone
+
+
 def settings(model_dir: Path) -> EngineSettings:
     # min_response_tokens=0: a minimum length masks the end token at the first positions, which the
     # plain forward pass below does not (docs/explorer.md, "Logprobs").
@@ -74,6 +119,8 @@ def check_engine(engine_type: str, model_dir: Path, run_dir: Path) -> None:
     try:
         reqs = requests(model_dir)
         assert max_logprob_error(engine, reqs, model_dir) <= TOL
+        check_top_logprobs(engine, model_dir)
+        check_seeds(engine, model_dir)
         step_dir = publish_changed(run_dir, 1, model_dir, seed=1)
         engine.load_weights(step_dir)
         assert max_logprob_error(engine, reqs, step_dir) <= TOL

@@ -17,7 +17,14 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rfthpc.data.tasksets import PromptBuilder, Task
 from rfthpc.errors import ConfigError
-from rfthpc.workflows.base import Completion, Experience, SamplingArgs, WorkflowContext, WorkflowResult
+from rfthpc.workflows.base import (
+    AuxiliaryModel,
+    Completion,
+    Experience,
+    SamplingArgs,
+    WorkflowContext,
+    WorkflowResult,
+)
 from rfthpc.workflows.math import MATH_SYSTEM_PROMPT
 from rfthpc.workflows.registry import WORKFLOWS, run_workflow
 
@@ -179,6 +186,48 @@ def test_reward_can_use_an_auxiliary_judge_engine(tiny_model: Path, tokenizer) -
     result = run_workflow(_task("simple_workflow", f"{__name__}:judge_reward", repeat_times=2), ctx)
     assert [e.reward for e in result.experiences] == [1.0, 1.0]
     assert ctx.auxiliary["judge"].calls == 2
+
+
+class Recording:
+    """Wraps an engine and keeps every request it was given."""
+
+    def __init__(self, engine: HFEngine) -> None:
+        self.engine = engine
+        self.requests: list[tuple[list[list[int]], int, SamplingArgs]] = []
+
+    def generate(self, prompts_token_ids, n: int, params: SamplingArgs) -> list[list[Completion]]:
+        self.requests.append(([list(p) for p in prompts_token_ids], n, params))
+        return self.engine.generate(prompts_token_ids, n, params)
+
+
+def test_auxiliary_model_chat_uses_its_template_thinking_switch_and_limits(tiny_model: Path) -> None:
+    from tests.explorer.test_prompt_format import THINKING_TEMPLATE
+
+    torch.manual_seed(3)
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    tok.chat_template = THINKING_TEMPLATE
+    engine = Recording(HFEngine(tiny_model))
+    judge = AuxiliaryModel("judge", engine, PromptBuilder(tok, max_prompt_tokens=40, enable_prompt_truncation=False,
+                                                          enable_thinking=False), max_response_tokens=3)
+    verdicts = judge.chat([{"role": "user", "content": "Is 2 + 2 = 4?"}], n=2)
+    assert len(verdicts) == 2 and all(1 <= len(v.token_ids) <= 3 for v in verdicts)
+    (prompt,), n, params = engine.requests[-1]
+    assert n == 2 and params.max_tokens == 3
+    assert tok.decode(prompt) == "<|im_start|>user\nIs 2 + 2 = 4?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    judge.generate([prompt], 1, SamplingArgs(max_tokens=50, temperature=0.5))
+    assert engine.requests[-1][2] == SamplingArgs(max_tokens=3, temperature=0.5)
+    judge.generate([prompt], 1, SamplingArgs(max_tokens=2))
+    assert engine.requests[-1][2].max_tokens == 2
+    with pytest.raises(ValueError, match="auxiliary model 'judge'.*max_prompt_tokens \\(40\\)"):
+        judge.chat([{"role": "user", "content": "Is this right? " * 20}])
+
+
+def test_reply_prefix_is_part_of_the_prompt_not_of_the_response(tiny_model: Path, tokenizer) -> None:
+    engine = HFEngine(tiny_model, forced=[TRUTH])
+    result = run_workflow(_task(reply_prefix="Let me solve it.\n", repeat_times=2), _ctx(engine, tokenizer))
+    first = result.experiences[0]
+    assert tokenizer.decode(first.prompt_token_ids).endswith("<|im_start|>assistant\nLet me solve it.\n")
+    assert first.response_text == TRUTH and [e.reward for e in result.experiences] == [1.0, 1.0]
 
 
 def test_workflow_config_mistakes_are_config_errors(tiny_model: Path, tokenizer) -> None:

@@ -12,7 +12,7 @@ from rfthpc.engines import EngineSettings, make_engine
 from rfthpc.engines.batching import RequestBatcher
 from rfthpc.errors import ConfigError
 from rfthpc.explorer.rollout import RolloutPolicy, run_tasks
-from rfthpc.explorer.signals import StopRequest
+from rfthpc.signals import StopRequest
 from rfthpc.workflows.base import SamplingArgs, WorkflowContext
 from tests.explorer_loop import user_workflows
 

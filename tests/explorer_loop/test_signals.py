@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rfthpc.errors import EXIT_PREEMPTED
-from rfthpc.explorer.signals import StopRequest
+from rfthpc.signals import StopRequest
 from tests.explorer_loop.conftest import claims_state, groups, make_run, progress, taskset, write_jsonl
 from tests.explorer_loop.procs import finish, start_explorer, wait_for
 

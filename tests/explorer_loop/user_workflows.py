@@ -39,3 +39,20 @@ def misconfigured(task, ctx) -> WorkflowResult:
 def plain(task, ctx) -> WorkflowResult:
     """One turn, reward 1."""
     return _generate(task, ctx)
+
+
+def judged(task, ctx) -> WorkflowResult:
+    """One turn; records what the engine returned for `rollout_args.logprobs` and asks the auxiliary
+    `judge` model (its prompt as rendered by its own chat template is kept in the info)."""
+    prompt = ctx.prompts.task_prompt(task)
+    completions = ctx.engine.generate([prompt.token_ids], task.repeat_times, task.rollout_args)[0]
+    judge = ctx.auxiliary["judge"]
+    question = [{"role": "user", "content": "Is it right?"}]
+    verdict = judge.chat(question)[0]
+    top = completions[0].top_logprobs
+    info = {
+        "top_logprobs": None if top is None else [len(alternatives) for alternatives in top],
+        "judge_prompt": judge.tokenizer.decode(judge.prompts.encode(question).token_ids),
+        "judge_tokens": len(verdict.token_ids),
+    }
+    return WorkflowResult([Experience.from_completion(prompt.token_ids, c, 1.0, info=dict(info)) for c in completions])

@@ -145,9 +145,7 @@ def tiny_config(data: Path, run_root: Path, name: str, **sections: Any) -> dict[
         },
         "explorer": {"eval_on_startup": False, "runner_per_model": 4,
                      "rollout_model": {"engine_type": "transformers", "engine_num": 2}},
-        # No group may be dropped as stale: explorers do exactly total_steps x batch_size tasks, so a drop
-        # would end the run early and the step counts below would not hold.
-        "synchronizer": {"sync_interval": 1, "sync_offset": 4, "max_staleness": 1000},
+        "synchronizer": {"sync_interval": 1, "sync_offset": 4},
         "trainer": {"save_interval": 1, "use_dynamic_bsz": False, "ppo_micro_batch_size_per_gpu": 16},
         "monitor": {"monitor_type": ["console"]},
         "slurm": {

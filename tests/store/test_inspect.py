@@ -64,11 +64,11 @@ def test_store_inspect_command(run_dir: Path, tmp_path: Path) -> None:
         writer.add(make_group(f"t{i}"))
     writer.close()
     out = subprocess.run([sys.executable, "-m", "rfthpc", "store", "inspect", str(run_dir)],
-                         capture_output=True, text=True, timeout=120)
+                         check=False, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "committed" in out.stdout and "ex" in out.stdout
     empty = tmp_path / "not-a-run"
     empty.mkdir()
     out = subprocess.run([sys.executable, "-m", "rfthpc", "store", "inspect", str(empty)],
-                         capture_output=True, text=True, timeout=120)
+                         check=False, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "Traceback" not in out.stderr

@@ -19,6 +19,7 @@ from rfthpc.config.buffer import ExperienceBufferConfig
 from rfthpc.config.derive import finalize
 from rfthpc.config.schema import Config
 from rfthpc.errors import ConfigError, UserError
+from rfthpc.signals import StopRequest
 from rfthpc.store import Experience, Group
 from rfthpc.trainer.batching import (
     balanced_split,
@@ -31,7 +32,6 @@ from rfthpc.trainer.batching import (
 from rfthpc.trainer.losses import Algorithm
 from rfthpc.trainer.optim import LRSchedule
 from rfthpc.trainer.samples import Sample, check_group, samples_from_groups
-from rfthpc.trainer.signals import StopRequest
 from rfthpc.trainer.stages import Position, resume_position
 
 
@@ -199,7 +199,7 @@ def test_stop_request_records_sigterm_and_sigusr2() -> None:
         stop = StopRequest().install()
         try:
             os.kill(os.getpid(), sig)
-            assert stop.requested and stop.signum == sig
+            assert stop.requested and stop.reason == signal.Signals(sig).name
         finally:
             stop.restore()
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

@@ -162,3 +162,31 @@ def test_the_stage_ends_when_the_explorers_tasks_are_done(tmp_path: Path, tiny_m
     assert sorted(_records(run)) == [1, 2]
     assert read_json(run.trainer_meta)["done"]
     assert read_meta(run.root, 2)["reader"]["counters"]["consumed"] == 4
+
+
+def test_the_stage_ends_cleanly_when_stale_groups_cannot_be_replaced(tmp_path: Path, tiny_model: Path,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """Lock-step (max_staleness 0): a group one version behind is dropped, and with the taskset's
+    only epoch used up no fresh task can replace it, so the stage ends early, saying why."""
+    cfg = rl_config(tiny_model, **{"buffer.total_steps": 3, "synchronizer.sync_offset": 0})
+    cfg.buffer.explorer_input.tasksets = [TasksetConfig(name="math", path="unused", total_epochs=1)]
+    run = make_run(tmp_path / "run", cfg)
+    claims = TaskClaims(run.root, "math", num_tasks=6, max_tasks=6)
+    got = claims.claim(6)
+    rng = np.random.default_rng(2)
+    with ChunkWriter(run.root, "ex", 0, groups_per_chunk=1) as w:
+        for c, version in zip(got, [0, 0, 0, 1, 1, 2], strict=True):
+            g = random_group(rng, f"math/{c.index}", 4, 384, version=version)
+            g.info = {"claims": c.taskset, "epoch": c.epoch, "index": c.index}
+            w.add(g)
+    claims.complete(got)
+    with caplog.at_level("WARNING", logger="rfthpc.trainer.loop"):
+        assert run_trainer_inprocess(run) == 0
+    assert "stage 'rft' ends at step 2 of 3: the data ran out: taskset 'math' was explored for all its 1 " \
+           "epoch(s); 1 group(s) left, fewer than a batch of 2" in caplog.text
+    meta = read_json(run.trainer_meta)
+    assert meta["done"] and meta["step"] == 2
+    reader = read_meta(run.root, 2)["reader"]
+    assert reader["counters"]["dropped_stale"] == 1 and reader["lost"] == {"math": 1}
+    status = TaskClaims.read_status(run.root, "math")
+    assert status is not None and status.exhausted and status.refill == 1

@@ -6,7 +6,8 @@ import statistics
 import pytest
 import torch
 
-from rfthpc.algorithms.advantages import ADVANTAGE_FNS, AdvantageInputs, outcome_token_rewards
+from rfthpc.algorithms import ADVANTAGE_FNS
+from rfthpc.algorithms.advantages import AdvantageInputs, outcome_token_rewards
 from rfthpc.errors import ConfigError
 
 

@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from rfthpc.algorithms import ADVANTAGE_FNS, KL_FNS, POLICY_LOSS_FNS, AdvantageInputs, kl_loss
-from rfthpc.registry import Registry
 from rfthpc.errors import ConfigError
 
 
@@ -98,10 +97,3 @@ def test_bind_applies_arguments():
 def test_bad_user_function_specs(user_module, spec, fragment):
     with pytest.raises(ConfigError, match=fragment):
         ADVANTAGE_FNS.get(spec)
-
-
-def test_duplicate_registration_is_a_bug():
-    registry: Registry = Registry("thing", "algorithm.thing")
-    registry.register("a")(len)
-    with pytest.raises(ValueError, match="registered twice"):
-        registry.register("b", "a")(abs)

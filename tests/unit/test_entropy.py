@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from rfthpc.algorithms.entropy import ENTROPY_LOSS_FNS, entropy_from_logits
+from rfthpc.algorithms import ENTROPY_LOSS_FNS
+from rfthpc.algorithms.entropy import entropy_from_logits
 
 
 def test_entropy_values():

@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from rfthpc.algorithms.policy_loss import POLICY_LOSS_FNS, PolicyLossInputs
+from rfthpc.algorithms import POLICY_LOSS_FNS
+from rfthpc.algorithms.policy_loss import PolicyLossInputs
 from rfthpc.errors import ConfigError
 
 

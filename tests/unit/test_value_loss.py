@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from rfthpc.algorithms.value_loss import value_loss
+from rfthpc.algorithms.critic import value_loss
 
 
 def test_clipped_value_loss():
