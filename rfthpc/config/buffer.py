@@ -142,7 +142,7 @@ class ExperienceBufferConfig:
     groups_per_chunk: int = 64
     """Experience groups an explorer writes per HDF5 chunk at most (fewer, larger files suit Lustre's metadata servers)."""
     max_chunk_delay: float = 5.0
-    """Seconds an explorer may hold finished groups before committing a partial chunk (it also commits before waiting for new weights)."""
+    """Seconds an explorer may hold finished groups before committing a partial chunk (it also commits at the end of each batch of tasks and before waiting for new weights)."""
 
 
 @dataclass

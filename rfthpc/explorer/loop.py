@@ -396,6 +396,10 @@ class Explorer:
             self.pending.append(_Pending(source.claims, claim))
             self.writer.add(group)
             self._complete_committed()
+        # Commit the batch now rather than when the chunk fills: the trainer may be waiting for
+        # exactly these groups, and holding them while the next batch generates would serialise
+        # generation and training (the asynchronous pipeline would stall every other step).
+        self._flush()
         self._log_batch(outcomes, groups, steps, version, elapsed, wait_s, source.taskset.name)
         if self.stop.requested:
             return "stopped"
