@@ -5,13 +5,16 @@ usage: python tools/bench_store.py [--groups 1024] [--writers 8] [--responses 8]
 
 All three run on the same data: `--groups` groups of `--responses` responses of `--tokens`
 response tokens (plus a 256-token prompt), split over `--writers` writer processes, each of which
-generates its share before a common start barrier so that only writing is timed.
+generates its share before a common start barrier so that only writing is timed. Writers are new
+processes (spawned), as explorers are: a writer forked from this warm process would spend its
+first chunks copying the parent's memory pages it touches, which no explorer does.
 
 - store:  `--writers` processes write with ChunkWriter while a follower lists the store every
           50 ms as StoreReader does (commit -> visible latency); then a StoreReader takes every
           group in batches of 32 (read rate).
-- raw:    one process writes the same arrays, concatenated, into one HDF5 file and fsyncs it:
-          the most a single writer can do (the limit; nobody can read it until it is closed).
+- raw:    one process writes the same arrays, concatenated, into one HDF5 file (each group's
+          prompt once, as the store keeps it) and fsyncs it and its directory, as a store commit
+          does: the most a single writer can do (the limit; nobody can read it until it is closed).
 - sqlite: Trinity-RFT's default buffer: one table row per experience holding the serialised
           experience (pickle, as Trinity's Experience.serialize does), a transaction per group from
           `--writers` processes (WAL journal), polled every 50 ms for new ids (latency), then read
@@ -42,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import h5py
 
+from rfthpc.fsutil import fsync_dir
 from rfthpc.store.layout import list_chunks
 from rfthpc.store.reader import StoreReader
 from rfthpc.store.schema import Experience, Group
@@ -117,7 +121,7 @@ def bench_store(root: Path, args: argparse.Namespace) -> dict[str, float]:
     run = root / "store-run"
     run.mkdir()
     (run / "config.yaml").write_text("bench: true\n")
-    ctx = mp.get_context("fork")
+    ctx = mp.get_context("spawn")
     barrier, ends, lat = ctx.Barrier(args.writers + 1), ctx.Queue(), ctx.Queue()
     follower = ctx.Process(target=store_follower, args=(run, args.groups, lat))
     follower.start()
@@ -153,15 +157,18 @@ def bench_raw(root: Path, args: argparse.Namespace) -> dict[str, float]:
     t, cpu = time.perf_counter(), time.process_time()
     exps = [e for g in groups for e in g.experiences]
     with h5py.File(path, "w", locking=False) as f:
-        f["prompt"] = np.concatenate([e.prompt_ids for e in exps])
+        # The same bytes as the store: a group's responses share one prompt, stored once.
+        f["prompt"] = np.concatenate([g.experiences[0].prompt_ids for g in groups])
         f["response"] = np.concatenate([e.response_ids for e in exps])
         f["logprobs"] = np.concatenate([e.logprobs for e in exps])
         f["loss_mask"] = np.concatenate([e.loss_mask for e in exps])
         f["reward"] = np.array([e.reward for e in exps])
         f["response_len"] = np.array([len(e.response_ids) for e in exps])
+    # The same durability as a store commit: the file, then its directory entry.
     fd = os.open(path, os.O_RDONLY)
     os.fsync(fd)
     os.close(fd)
+    fsync_dir(root)
     write_s, cpu = time.perf_counter() - t, time.process_time() - cpu
     t = time.perf_counter()
     with h5py.File(path, "r", locking=False) as f:
@@ -221,7 +228,7 @@ def sqlite_follower(db: Path, total_rows: int, out) -> None:
 def bench_sqlite(root: Path, args: argparse.Namespace) -> dict[str, float]:
     db = root / "buffer.db"
     _connect(db).execute(_SCHEMA).connection.close()
-    ctx = mp.get_context("fork")
+    ctx = mp.get_context("spawn")
     total_rows = args.groups * args.responses
     barrier, ends, lat = ctx.Barrier(args.writers + 1), ctx.Queue(), ctx.Queue()
     follower = ctx.Process(target=sqlite_follower, args=(db, total_rows, lat))
@@ -273,6 +280,9 @@ def main() -> None:
             for name, fn in backends.items():
                 root = Path(tmp) / f"{name.replace(' ', '-')}-{k}"
                 root.mkdir()
+                # Flush what the previous run left (dirty pages, freed blocks to discard), so that no
+                # backend pays for another's writes at its fsyncs.
+                os.sync()
                 runs[name].append(fn(root, args))
                 shutil.rmtree(root)
     results = {}

@@ -9,8 +9,12 @@
    bare, trainer, bare) and medians of step times are compared; still, other processes on a shared
    machine move both by factors of several: measure on an idle one (the step times are printed).
 2. Weights: publishing the policy (`weights/step_N`: gather, safetensors, fsync, STABLE, rename)
-   plus an explorer's in-place load into a running vLLM engine, against a raw copy (read, write,
-   fsync) of the same bytes on the same filesystem. Figure: (publish + load) / copy (target <= 1.5).
+   plus an explorer's in-place load into a running vLLM engine, against a raw copy of the same
+   bytes on the same filesystem with the same durability (`shutil.copyfile` of every file of the
+   published directory, each fsynced, then the directory). Figure: (publish + load) / copy (target
+   <= 1.5). The engine runs in its own process, as an explorer's does; each round publishes a
+   fresh step, copies it and loads it, one after the other, and the figure is the median over
+   rounds of (publish + load) / copy, so that load from other processes moves all three alike.
 
 Usage:
     python tools/bench_trainer.py [--size bench30m] [--steps 4] [--groups 4] [--repeat 4]
@@ -22,6 +26,7 @@ The last line is `FIGURES trainer_vs_bare=... publish_load_vs_copy=... publish_l
 from __future__ import annotations
 
 import itertools
+import multiprocessing as mp
 import os
 import shutil
 import statistics
@@ -29,6 +34,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import numpy as np
@@ -54,8 +60,8 @@ class Args:
     """Prompt tokens per group."""
     response_len: int = 80
     """Response tokens per response."""
-    repeats: int = 3
-    """Publish / load / copy repetitions (medians are reported)."""
+    repeats: int = 5
+    """Publish / copy / load rounds (medians are reported)."""
     work: Path | None = None
     """Working directory on the filesystem to measure (default: a temporary directory)."""
     vllm: bool = True
@@ -148,60 +154,80 @@ def bench_bare(model_dir: Path, groups: list, args: Args, budget: int) -> list[f
     return times[1:]
 
 
-def bench_publish(model_dir: Path, work: Path, args: Args) -> tuple[list[float], list[Path]]:
-    """Publish the sharded policy `repeats` times (fresh steps); return the times and directories."""
+def copy_dir(published: Path, dst: Path) -> float:
+    """Copy every file of a published step to `dst` on the same filesystem (read, write, fsync
+    each, then fsync the directory): the bytes and durability of a publish, with nothing else.
+    Returns the seconds taken."""
+    from rfthpc.fsutil import fsync_dir
+
+    files = sorted(f for f in published.iterdir() if f.is_file())
+    dst.mkdir()
+    start = time.perf_counter()
+    for f in files:
+        shutil.copyfile(f, dst / f.name)
+        with open(dst / f.name, "rb") as fh:
+            os.fsync(fh.fileno())
+    fsync_dir(dst)
+    return time.perf_counter() - start
+
+
+def explorer_loader(conn: Connection, model_dir: str, max_model_len: int) -> None:
+    """An explorer-like process: a running vLLM engine that loads, in place, each step directory it
+    is sent and replies with the seconds the load took (None ends it)."""
+    from rfthpc.engines.base import EngineSettings
+    from rfthpc.engines.vllm_engine import VLLMEngine
+
+    engine = VLLMEngine(EngineSettings(model_path=model_dir, dtype="float32", max_model_len=max_model_len,
+                                       cpu_kvcache_space_gb=1))
+    try:
+        # An explorer has loaded weights before: the first load's one-time costs are not timed.
+        engine.load_weights(Path(model_dir))
+        conn.send("ready")
+        while (path := conn.recv()) is not None:
+            start = time.perf_counter()
+            engine.load_weights(Path(path))
+            conn.send(time.perf_counter() - start)
+    finally:
+        engine.close()
+
+
+def bench_weights(model_dir: Path, work: Path, args: Args) -> tuple[list[float], list[float], list[float], Path]:
+    """`repeats` rounds of: publish a fresh step from the sharded model, copy it, load it into the
+    explorer process's engine. Returns the publish, load and copy seconds and a published step."""
     import torch
 
     from rfthpc.rundir import RunDir
     from rfthpc.trainer.dist import init_distributed
     from rfthpc.trainer.fsdp import build_sharded_model, publish_model
 
+    ctx = mp.get_context("spawn")
+    conn, child = ctx.Pipe()
+    loader = ctx.Process(target=explorer_loader, args=(child, str(model_dir), args.prompt_len + args.response_len))
+    if args.vllm:
+        loader.start()
+        if conn.recv() != "ready":
+            raise SystemExit("the explorer process did not start its engine")
     run = RunDir(work / "publish").create()
     env = init_distributed()
+    publish, load, copy = [], [], []
     try:
         model = build_sharded_model(model_dir, env)
-        times, dirs = [], []
         for i in range(args.repeats):
+            # The three in a row, round after round: load from other processes moves them alike.
+            time.sleep(0.5)
             start = time.perf_counter()
-            dirs.append(publish_model(model, env, run.root, 100 + i, model_dir, torch.float32))
-            times.append(time.perf_counter() - start)
+            step = publish_model(model, env, run.root, 100 + i, model_dir, torch.float32)
+            publish.append(time.perf_counter() - start)
+            copy.append(copy_dir(step, work / f"copy{i}"))
+            if args.vllm:
+                conn.send(str(step))
+                load.append(conn.recv())
     finally:
         env.close()
-    return times, dirs
-
-
-def bench_copy(published: Path, work: Path, args: Args) -> list[float]:
-    """Copy the weight bytes of a published step (read, write, fsync) to the same filesystem."""
-    times = []
-    files = sorted(published.glob("*.safetensors"))
-    for i in range(args.repeats):
-        dst = work / f"copy{i}"
-        dst.mkdir()
-        start = time.perf_counter()
-        for f in files:
-            shutil.copyfile(f, dst / f.name)
-            with open(dst / f.name, "rb") as fh:
-                os.fsync(fh.fileno())
-        times.append(time.perf_counter() - start)
-    return times
-
-
-def bench_load(model_dir: Path, dirs: list[Path], args: Args) -> list[float]:
-    """In-place loads of the published steps into a running vLLM engine (the explorer's path)."""
-    from rfthpc.engines.base import EngineSettings
-    from rfthpc.engines.vllm_engine import VLLMEngine
-
-    engine = VLLMEngine(EngineSettings(model_path=str(model_dir), dtype="float32",
-                                       max_model_len=args.prompt_len + args.response_len, cpu_kvcache_space_gb=1))
-    try:
-        times = []
-        for d in dirs:
-            start = time.perf_counter()
-            engine.load_weights(d)
-            times.append(time.perf_counter() - start)
-        return times
-    finally:
-        engine.close()
+        if args.vllm:
+            conn.send(None)
+            loader.join()
+    return publish, load or [0.0] * len(publish), copy, step
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -232,13 +258,14 @@ def main(argv: list[str] | None = None) -> int:
               f"{tokens:.0f} tokens per step): trainer {tokens / statistics.median(trainer):.0f} tokens/s, "
               f"bare loop {tokens / statistics.median(bare):.0f} tokens/s")
         print(f"step seconds: trainer {[round(t, 2) for t in trainer]} bare {[round(t, 2) for t in bare]}")
-        publish, dirs = bench_publish(model, work, args)
-        copy = bench_copy(dirs[0], work, args)
-        size = sum(f.stat().st_size for f in dirs[0].glob("*.safetensors"))
-        load = bench_load(model, dirs, args) if args.vllm else [0.0]
+        publish, load, copy, step = bench_weights(model, work, args)
+        size = sum(f.stat().st_size for f in step.iterdir())
         p, c, ld = statistics.median(publish), statistics.median(copy), statistics.median(load)
+        vs_copy = statistics.median((pi + li) / ci for pi, li, ci in zip(publish, load, copy))
         print(f"weights ({size / 1e6:.1f} MB): publish {p:.3f} s, vLLM in-place load {ld:.3f} s, raw copy {c:.3f} s")
-        print(f"FIGURES trainer_vs_bare={ratio:.3f} publish_load_vs_copy={(p + ld) / c:.3f} "
+        print(f"weights seconds: publish {[round(t, 3) for t in publish]} load {[round(t, 3) for t in load]} "
+              f"copy {[round(t, 3) for t in copy]}")
+        print(f"FIGURES trainer_vs_bare={ratio:.3f} publish_load_vs_copy={vs_copy:.3f} "
               f"publish_load_s={p + ld:.3f}")
     finally:
         if tmp is not None:

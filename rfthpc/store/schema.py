@@ -124,25 +124,32 @@ def _ids(group: Group, i: int, field: str, arr: Any) -> np.ndarray:
     return a
 
 
-def _out_of_range(a: np.ndarray) -> bool:
-    """True if the non-empty integer array `a` holds an id outside [0, 2**31): one reduction, since a
-    negative id of 4 bytes or more viewed as unsigned is above the limit."""
-    if a.dtype.kind == "i":
-        if a.dtype.itemsize < 4:
-            return bool(a.min() < 0)
-        a = a.view(a.dtype.str.replace("i", "u"))
-    return bool(a.max() > _INT32_MAX)
+def out_of_range(ids: np.ndarray) -> bool:
+    """True if the non-empty integer array `ids` holds a token id outside [0, 2**31): one
+    reduction, since a negative id of 4 bytes or more viewed as unsigned is above the limit."""
+    if ids.dtype.kind == "i":
+        if ids.dtype.itemsize < 4:
+            return bool(ids.min() < 0)
+        ids = ids.view(ids.dtype.str.replace("i", "u"))
+    return bool(ids.max() > _INT32_MAX)
 
 
 def _check_id_range(group: Group, ids: list[tuple[int, str, np.ndarray]]) -> None:
     """Refuse ids outside [0, 2**31); `ids` holds (experience, field, array)."""
     arrays = [a for _, _, a in ids if a.size]
     # One reduction over the whole group when the dtypes agree: a check per array costs more than writing it.
-    if not arrays or (len({a.dtype for a in arrays}) == 1 and not _out_of_range(np.concatenate(arrays))):
+    if not arrays or (len({a.dtype for a in arrays}) == 1 and not out_of_range(np.concatenate(arrays))):
         return
-    for i, field, a in ids:
-        if a.size and _out_of_range(a):
-            raise UserError(f"{_where(group, i, field)} holds token ids outside [0, 2**31): {a.min()}..{a.max()}")
+    for i, name, a in ids:
+        if a.size and out_of_range(a):
+            raise UserError(f"{_where(group, i, name)} holds token ids outside [0, 2**31): {a.min()}..{a.max()}")
+
+
+def check_token_ids(group: Group, experiences: list[CheckedExperience]) -> None:
+    """Raise UserError naming the experience and field if `experiences` (of `group`) hold a token id
+    outside [0, 2**31)."""
+    _check_id_range(group, [(i, name, getattr(e, name)) for i, e in enumerate(experiences)
+                            for name in ("prompt_ids", "response_ids")])
 
 
 def _per_token(group: Group, i: int, field: str, arr: Any, n: int, dtype: np.dtype) -> np.ndarray:
@@ -165,10 +172,14 @@ class CheckedExperience:
     info_json: str
 
 
-def check_group(group: Group) -> tuple[list[CheckedExperience], str]:
+def check_group(group: Group, check_ids: bool = True) -> tuple[list[CheckedExperience], str]:
     """Validate `group` for storage; return its experiences in stored dtypes and its info as JSON.
 
     Raises UserError naming the task, the experience and the field when the workflow produced bad data.
+    With `check_ids=False` the range of token ids that are int32 already is left to the caller,
+    which must check it (`check_token_ids`; the chunk writer checks them where it copies them, in
+    the same pass over memory); ids of other dtypes are checked here, before the conversion to
+    int32 could hide a bad one.
     """
     if not isinstance(group.task_id, str) or not group.task_id:
         raise UserError(f"{_where(group)}: task_id must be a non-empty string")
@@ -184,10 +195,12 @@ def check_group(group: Group) -> tuple[list[CheckedExperience], str]:
         prompt = prompts.get(id(e.prompt_ids))
         if prompt is None:
             prompt = _ids(group, i, "prompt_ids", e.prompt_ids)
-            ids.append((i, "prompt_ids", prompt))
+            if check_ids or prompt.dtype != _INT32:
+                ids.append((i, "prompt_ids", prompt))
             prompt = prompts[id(e.prompt_ids)] = prompt if prompt.dtype == _INT32 else prompt.astype(_INT32)
         response = _ids(group, i, "response_ids", e.response_ids)
-        ids.append((i, "response_ids", response))
+        if check_ids or response.dtype != _INT32:
+            ids.append((i, "response_ids", response))
         n = response.shape[0]
         reward = float(e.reward)
         if not math.isfinite(reward):

@@ -18,7 +18,7 @@ from typing import Self
 
 from rfthpc.errors import UserError
 from rfthpc.fsutil import apply_mode, fsync_dir, make_dirs, temporary_name
-from rfthpc.store.chunks import PendingGroup, write_chunk
+from rfthpc.store.chunks import ChunkBuilder, PendingGroup
 from rfthpc.store.layout import chunk_name, open_store, stream_key
 from rfthpc.store.schema import Group, check_group, check_name
 
@@ -61,7 +61,7 @@ class ChunkWriter:
         self.seq = 0
         self.groups_added = 0
         self.groups_committed = 0
-        self._buffer: list[PendingGroup] = []
+        self._chunk = ChunkBuilder(groups_per_chunk)
         self._first_buffered_at = 0.0
         self._closed = False
 
@@ -79,12 +79,12 @@ class ChunkWriter:
     @property
     def buffered(self) -> int:
         """Groups added but not yet committed."""
-        return len(self._buffer)
+        return len(self._chunk)
 
     def add(self, group: Group) -> None:
         """Buffer `group` (validated now); commit a chunk when full or when the oldest group is too old.
 
-        The group's arrays are referenced, not copied, until its chunk is committed: do not modify them.
+        Everything the chunk needs is copied now: the caller may reuse the group and its arrays.
         """
         if self._closed:
             raise RuntimeError("ChunkWriter.add after close")
@@ -93,21 +93,22 @@ class ChunkWriter:
                 f"group of task {group.task_id!r} says explorer {group.explorer!r} rank {group.rank}, "
                 f"but this writer is explorer {self.explorer!r} rank {self.rank}"
             )
-        experiences, info_json = check_group(group)
-        if not group.group_id:
-            group.group_id = f"{self.explorer}/{self.rank}/{self.token}/{self.groups_added}"
-        self.groups_added += 1
-        if not self._buffer:
+        # The builder checks the token ids where it copies them (one pass over them, not two).
+        experiences, info_json = check_group(group, check_ids=False)
+        group_id = group.group_id or f"{self.explorer}/{self.rank}/{self.token}/{self.groups_added}"
+        if not self._chunk:
             self._first_buffered_at = time.monotonic()
-        self._buffer.append(PendingGroup(group, experiences, info_json))
-        if len(self._buffer) >= self.groups_per_chunk:
+        self._chunk.add(PendingGroup(group, experiences, info_json), group_id)
+        group.group_id = group_id
+        self.groups_added += 1
+        if len(self._chunk) >= self.groups_per_chunk:
             self.flush()
         else:
             self.flush_if_due()
 
     def flush_if_due(self) -> None:
         """Commit the buffer if its oldest group has waited `max_chunk_delay_s` (call this while idle)."""
-        if self._buffer and time.monotonic() - self._first_buffered_at >= self.max_chunk_delay_s:
+        if self._chunk and time.monotonic() - self._first_buffered_at >= self.max_chunk_delay_s:
             self.flush()
 
     def flush(self) -> None:
@@ -115,20 +116,20 @@ class ChunkWriter:
 
         On failure (e.g. a full disk) nothing is published and the groups stay buffered.
         """
-        if not self._buffer:
+        if not self._chunk:
             return
         base = self.dir / f"c{self.rank:05d}-{self.token}-{self.seq:08d}.h5"
         tmp = temporary_name(base)
         attrs = {"explorer": self.explorer, "rank": self.rank, "stream": self.stream, "seq": self.seq}
         try:
-            write_chunk(tmp, self._buffer, attrs)
+            self._chunk.write(tmp, attrs)
             fd = os.open(tmp, os.O_RDONLY)
             try:
                 os.fsync(fd)
             finally:
                 os.close(fd)
             apply_mode(tmp, is_dir=False)
-            final = self.dir / chunk_name(self.rank, self.token, self.seq, time.time_ns(), len(self._buffer))
+            final = self.dir / chunk_name(self.rank, self.token, self.seq, time.time_ns(), len(self._chunk))
             os.replace(tmp, final)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
@@ -136,8 +137,8 @@ class ChunkWriter:
             raise
         fsync_dir(self.dir)
         self.seq += 1
-        self.groups_committed += len(self._buffer)
-        self._buffer = []
+        self.groups_committed += len(self._chunk)
+        self._chunk.clear()
 
     def close(self) -> None:
         """Commit what is buffered and stop accepting groups."""
