@@ -14,12 +14,6 @@ def _run(args: argparse.Namespace, overrides: list[str]) -> int:
         Path(args.run_dir), Path(args.config) if args.config else None, overrides, name=args.name,
         array_size=args.array_size, dry_run=args.dry_run, check_paths=not args.no_path_checks,
     )
-    if result.dry_run:
-        print(f"rfthpc add-explorers --dry-run: nothing submitted; run directory {result.run_dir.root} is ready, "
-              "the scripts that would be submitted are:")
-        for path in result.scripts:
-            print(f"  {path}")
-        return 0
     print_submission(result, "add-explorers")
     return 0
 

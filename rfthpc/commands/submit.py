@@ -17,7 +17,14 @@ if TYPE_CHECKING:
 
 
 def print_submission(result: SubmitResult, command: str) -> None:
-    """Print the jobs a submission queued and how to watch and stop them."""
+    """Print the jobs a submission queued and how to watch and stop them (for a dry run: the
+    scripts it would have submitted)."""
+    if result.dry_run:
+        print(f"rfthpc {command} --dry-run: nothing submitted; run directory {result.run_dir.root} is ready, "
+              "the scripts that would be submitted are:")
+        for path in result.scripts:
+            print(f"  {path}")
+        return
     root = shlex.quote(str(result.run_dir.root))
     print(f"rfthpc {command}: run directory {result.run_dir.root}")
     for r in result.records:
@@ -48,13 +55,7 @@ def _run(args: argparse.Namespace, overrides: list[str]) -> int:
     if loaded.config.slurm.executor == "local":
         return run_here(loaded, resume=args.resume, dry_run=args.dry_run)
     result = submit_run(loaded, resume=args.resume, dry_run=args.dry_run)
-    if result.dry_run:
-        print(f"rfthpc submit --dry-run: nothing submitted; run directory {result.run_dir.root} is ready, "
-              "the scripts that would be submitted are:")
-        for path in result.scripts:
-            print(f"  {path}")
-        return 0
-    if not result.records:
+    if not result.dry_run and not result.records:
         print("rfthpc submit: the config's stages need neither a trainer nor explorers; nothing submitted",
               file=sys.stderr)
         return 0

@@ -47,7 +47,7 @@ from rfthpc.trainer.rl_batch import StepTensors, build_step_tensors
 from rfthpc.trainer.samples import Sample
 from rfthpc.trainer.sft_data import SFTData, load_tokenizer
 from rfthpc.trainer.stages import Position, resume_position
-from rfthpc.trainer.update import ShardedUpdater, UpdateResult
+from rfthpc.trainer.update import MicroLoss, ShardedUpdater, UpdateResult
 
 log = logging.getLogger(__name__)
 
@@ -340,6 +340,19 @@ class Trainer:
             if poll.status != "wait":
                 return poll
 
+    def _updates(self, pos: Position, updater: ShardedUpdater, role: str, passes: list[list[list[int]]],
+                 samples: list[Sample], mask: torch.Tensor, loss: MicroLoss, results: list[UpdateResult]) -> bool:
+        """Run `updater` over every mini-batch of every pass, appending to `results` with the grad
+        norm as `<role>/grad_norm`; False (step abandoned) at the first NaN/inf."""
+        for minis in passes:
+            for idx in minis:
+                res = updater.update(samples, idx, mask, loss)
+                if not res.finite:
+                    self._abandon(pos, "policy" if role == "actor" else role, res)
+                    return False
+                results.append(UpdateResult(True, res.grad_norm, {**res.metrics, f"{role}/grad_norm": res.grad_norm}))
+        return True
+
     def _train_step(self, st: _StageState, pos: Position, samples: list[Sample]) -> dict[str, float] | None:
         """Train on one batch; return its metrics, or None if it was abandoned (NaN/inf)."""
         start = time.perf_counter()
@@ -358,26 +371,19 @@ class Trainer:
         tensors, metrics = build_step_tensors(samples, alg, ref=ref, old=old, values=values)
         k = pos.step_in_stage
         results: list[UpdateResult] = []
+        passes = [minis] * epochs
         if st.critic is not None:
             set_lr(st.critic.optimizer, st.critic_schedule(k))
-            for _ in range(epochs):
-                for idx in minis:
-                    res = st.critic.update(samples, idx, tensors.mask, functools.partial(_critic_loss, alg, tensors))
-                    if not res.finite:
-                        self._abandon(pos, "critic", res)
-                        return None
-                    results.append(UpdateResult(True, res.grad_norm, {**res.metrics, "critic/grad_norm": res.grad_norm}))
+            if not self._updates(pos, st.critic, "critic", passes, samples, tensors.mask,
+                                 functools.partial(_critic_loss, alg, tensors), results):
+                return None
             metrics["critic/lr"] = st.critic_schedule(k)
         if st.critic is None or k >= cfg.trainer.critic_warmup:
             lr = st.schedule(k)
             set_lr(st.actor.optimizer, lr)
-            for _ in range(epochs):
-                for idx in minis:
-                    res = st.actor.update(samples, idx, tensors.mask, functools.partial(_actor_loss, alg, tensors))
-                    if not res.finite:
-                        self._abandon(pos, "policy", res)
-                        return None
-                    results.append(UpdateResult(True, res.grad_norm, {**res.metrics, "actor/grad_norm": res.grad_norm}))
+            if not self._updates(pos, st.actor, "actor", passes, samples, tensors.mask,
+                                 functools.partial(_actor_loss, alg, tensors), results):
+                return None
             metrics["actor/lr"] = lr
         elapsed = time.perf_counter() - start
         self.nan_consecutive = 0

@@ -35,3 +35,18 @@ def make_group(
         rank=rank,
         is_eval=is_eval,
     )
+
+
+def assert_same_experiences(read: Group, written: Group) -> None:
+    """The experiences of a group read back equal those written (stored dtypes: float32 logprobs, int8 mask)."""
+    assert len(read.experiences) == len(written.experiences)
+    for r, w in zip(read.experiences, written.experiences):
+        np.testing.assert_array_equal(r.prompt_ids, w.prompt_ids)
+        np.testing.assert_array_equal(r.response_ids, w.response_ids)
+        np.testing.assert_array_equal(r.logprobs, np.asarray(w.logprobs, np.float32))
+        np.testing.assert_array_equal(r.loss_mask, np.asarray(w.loss_mask, np.int8))
+        assert r.reward == w.reward and r.info == w.info
+        if w.token_rewards is None:
+            assert r.token_rewards is None
+        else:
+            np.testing.assert_array_equal(r.token_rewards, w.token_rewards)

@@ -11,6 +11,8 @@ import pytest
 from rfthpc.store.chunks import ChunkCorrupt, PendingGroup, read_chunk, write_chunk
 from rfthpc.store.schema import Experience, Group, check_group
 
+from .groups import assert_same_experiences
+
 
 def _pending(groups: list[Group]) -> list[PendingGroup]:
     return [PendingGroup(g, *check_group(g)) for g in groups]
@@ -44,16 +46,8 @@ def test_round_trip_keeps_every_field_and_dtype(tmp_path: Path) -> None:
         for field in ("task_id", "policy_version", "explorer", "rank", "group_id", "is_eval", "created_at",
                       "finished_at", "info"):
             assert getattr(r, field) == getattr(w, field), field
-        assert len(r.experiences) == len(w.experiences)
-        for we, re in zip(w.experiences, r.experiences):
-            np.testing.assert_array_equal(re.prompt_ids, we.prompt_ids)
-            np.testing.assert_array_equal(re.response_ids, we.response_ids)
-            np.testing.assert_array_equal(re.logprobs, np.asarray(we.logprobs, np.float32))
-            np.testing.assert_array_equal(re.loss_mask, np.asarray(we.loss_mask, np.int8))
-            assert re.reward == we.reward and re.info == we.info
-            assert (re.token_rewards is None) == (we.token_rewards is None)
-            if we.token_rewards is not None:
-                np.testing.assert_array_equal(re.token_rewards, we.token_rewards)
+        assert_same_experiences(r, w)
+        for re in r.experiences:
             assert (re.prompt_ids.dtype, re.response_ids.dtype, re.logprobs.dtype, re.loss_mask.dtype) == (
                 np.int32, np.int32, np.float32, np.int8)
 

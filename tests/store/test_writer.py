@@ -13,7 +13,7 @@ from rfthpc.store.layout import list_chunks
 from rfthpc.store.schema import Experience, Group
 from rfthpc.store.writer import ChunkWriter
 
-from .groups import make_group
+from .groups import assert_same_experiences, make_group
 
 
 def _committed(run_dir: Path) -> list[list[Group]]:
@@ -24,17 +24,7 @@ def _committed(run_dir: Path) -> list[list[Group]]:
 def _assert_same(read: Group, written: Group) -> None:
     assert (read.task_id, read.group_id, read.policy_version, read.info) == (
         written.task_id, written.group_id, written.policy_version, written.info)
-    assert len(read.experiences) == len(written.experiences)
-    for r, w in zip(read.experiences, written.experiences):
-        np.testing.assert_array_equal(r.prompt_ids, w.prompt_ids)
-        np.testing.assert_array_equal(r.response_ids, w.response_ids)
-        np.testing.assert_array_equal(r.logprobs, np.asarray(w.logprobs, np.float32))
-        np.testing.assert_array_equal(r.loss_mask, np.asarray(w.loss_mask, np.int8))
-        assert r.reward == w.reward and r.info == w.info
-        if w.token_rewards is None:
-            assert r.token_rewards is None
-        else:
-            np.testing.assert_array_equal(r.token_rewards, w.token_rewards)
+    assert_same_experiences(read, written)
 
 
 def _group(task: str, lengths: list[int], token_rewards: bool = False, shared_prompt: bool = True) -> Group:
