@@ -28,15 +28,26 @@ SECRETS = {"WANDB_API_KEY": "wandb-secret-7f3a9c", "HF_TOKEN": "hf_secret_b81d2e
 
 
 def _modes(root: Path) -> list[tuple[str, int]]:
-    return [(str(p), stat.S_IMODE(p.stat().st_mode)) for p in [root, *root.rglob("*")] if not p.is_symlink()]
+    # A process of a cancelled job may still be ending: a temporary file it renames can vanish
+    # between listing and stat.
+    modes = []
+    for p in [root, *root.rglob("*")]:
+        try:
+            if not p.is_symlink():
+                modes.append((str(p), stat.S_IMODE(p.stat().st_mode)))
+        except FileNotFoundError:
+            continue
+    return modes
 
 
 def _files_containing(root: Path, needles: list[str]) -> list[str]:
     found = []
     for p in root.rglob("*"):
-        if p.is_file() and not p.is_symlink():
-            data = p.read_bytes()
-            found += [f"{p}: {n}" for n in needles if n.encode() in data]
+        try:
+            data = p.read_bytes() if p.is_file() and not p.is_symlink() else b""
+        except FileNotFoundError:
+            continue
+        found += [f"{p}: {n}" for n in needles if n.encode() in data]
     return found
 
 
