@@ -18,21 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from rfthpc.engines.base import EngineSettings, GenerateRequest, check_prompt_fits
+from rfthpc.engines.weight_files import iter_safetensors_dir
 from rfthpc.errors import UserError
 from rfthpc.workflows.base import Completion, SamplingArgs
-
-
-def read_safetensors_dir(path: Path) -> dict[str, Any]:
-    """Every tensor of `path/*.safetensors` (one file or the shards of a sharded checkpoint)."""
-    from safetensors.torch import load_file
-
-    files = sorted(Path(path).glob("*.safetensors"))
-    if not files:
-        raise UserError(f"weights directory {path} holds no *.safetensors files; publish a complete HF directory")
-    tensors: dict[str, Any] = {}
-    for f in files:
-        tensors.update(load_file(str(f)))
-    return tensors
 
 
 def _top(logprobs: Any, k: int) -> list[dict[int, float]]:
@@ -173,7 +161,7 @@ class TransformersEngine:
 
     def load_weights(self, path: Path) -> None:
         """Copy the tensors of `path/*.safetensors` into the live model (tied output layer included)."""
-        tensors = read_safetensors_dir(path)
+        tensors = dict(iter_safetensors_dir(path))
         missing, unexpected = self.model.load_state_dict(tensors, strict=False)
         tied = {"lm_head.weight"} if self.model.config.tie_word_embeddings else set()
         if set(missing) - tied or unexpected:

@@ -2,10 +2,9 @@
 
 On a machine without CUDA the engine runs in one process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`,
 `uni` executor: starts in seconds instead of ~35 s) in float32, with its KV cache sized by
-`cpu_kvcache_space_gb`. Weights are replaced in place: every worker runs
-`reload_weights(weights_path=...)`, then the prefix cache is reset. On CPU the tied-embedding
-output layer keeps a packed copy that a reload does not refresh, so it is re-packed after every
-reload (a no-op on GPU, where the step is skipped).
+`cpu_kvcache_space_gb`. Weights are replaced in place: every worker copies a step directory's
+tensors into its live parameters (`rfthpc.engines.vllm_worker`, which also explains why CPU
+engines keep their linear weights unpacked), then the prefix cache is reset.
 
 Logprobs are vLLM's `processed_logprobs`: of the distribution the token was sampled from (after
 temperature, top-k and top-p), the convention of `rfthpc.engines.base`; so are the top
@@ -23,14 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from rfthpc.engines.base import EngineSettings, GenerateRequest, check_prompt_fits
-from rfthpc.errors import ConfigError
+from rfthpc.errors import ConfigError, UserError
 from rfthpc.workflows.base import Completion, SamplingArgs
-
-
-def _repack_lm_head(worker: Any) -> None:
-    """Rebuild the CPU backend's packed output layer from the (reloaded) embedding weights."""
-    lm_head = worker.model_runner.get_model().lm_head
-    lm_head.quant_method.process_weights_after_loading(lm_head)
 
 
 def _top(position: dict[int, Any], k: int) -> dict[int, float]:
@@ -63,6 +56,8 @@ class VLLMEngine:
             _configure_cpu_env(settings)
         from vllm import LLM
 
+        from rfthpc.engines.vllm_worker import PLAIN_CPU_FORMAT, InPlaceWeights
+
         dtype = settings.dtype
         if dtype == "auto":
             dtype = "float32" if self.on_cpu else "auto"
@@ -76,11 +71,13 @@ class VLLMEngine:
             "enable_prefix_caching": settings.enable_prefix_caching,
             "enable_chunked_prefill": settings.enable_chunked_prefill,
             "logprobs_mode": "processed_logprobs",
+            "worker_extension_cls": f"{InPlaceWeights.__module__}.{InPlaceWeights.__qualname__}",
         }
         if settings.max_model_len is not None:
             kwargs["max_model_len"] = settings.max_model_len
         if self.on_cpu:
             kwargs["distributed_executor_backend"] = "uni"
+            kwargs["load_format"] = PLAIN_CPU_FORMAT
         self.llm = LLM(**kwargs)
         self.max_model_len = int(self.llm.llm_engine.vllm_config.model_config.max_model_len)
 
@@ -134,11 +131,11 @@ class VLLMEngine:
 
     def load_weights(self, path: Path) -> None:
         """Load `path/*.safetensors` into the running engine and drop cached prefixes of the old weights."""
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(path)})
-        if self.on_cpu:
-            # In-process executor only (`uni`): a callable is run directly, no serialisation.
-            self.llm.collective_rpc(_repack_lm_head)
+        missing = self.llm.collective_rpc("rfthpc_load_weights", args=(str(path),))
         self.llm.reset_prefix_cache()
+        if any(missing):
+            raise UserError(f"weights in {path} do not fit the rollout model: missing "
+                            f"{sorted(set().union(*missing))[:5]}; publish weights of the same architecture")
 
     def close(self) -> None:
         """Shut the engine down."""

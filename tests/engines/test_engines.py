@@ -114,6 +114,23 @@ def settings(model_dir: Path) -> EngineSettings:
     return EngineSettings(str(model_dir), max_model_len=256, seed=3, min_response_tokens=0, cpu_kvcache_space_gb=1)
 
 
+def check_incomplete_weights_refused(engine, model_dir: Path, run_dir: Path) -> None:
+    """A step directory without some of the model's tensors, or without any, is a clear error."""
+    from safetensors.torch import load_file, save_file
+
+    step_dir = publish_changed(run_dir, 2, model_dir, seed=2)
+    (weights_file,) = step_dir.glob("*.safetensors")
+    tensors = load_file(str(weights_file))
+    dropped = "model.layers.0.mlp.down_proj.weight"
+    del tensors[dropped]
+    save_file(tensors, str(weights_file))
+    with pytest.raises(UserError, match=r"do not fit the rollout model: missing .*down_proj"):
+        engine.load_weights(step_dir)
+    weights_file.unlink()
+    with pytest.raises(UserError, match=r"holds no \*\.safetensors files"):
+        engine.load_weights(step_dir)
+
+
 def check_engine(engine_type: str, model_dir: Path, run_dir: Path) -> None:
     engine = make_engine(engine_type, settings(model_dir))
     try:
@@ -126,6 +143,7 @@ def check_engine(engine_type: str, model_dir: Path, run_dir: Path) -> None:
         assert max_logprob_error(engine, reqs, step_dir) <= TOL
         # The old weights no longer explain the samples: the update really happened.
         assert max_logprob_error(engine, reqs[:1], model_dir) > 1e-3
+        check_incomplete_weights_refused(engine, model_dir, run_dir)
     finally:
         engine.close()
 
