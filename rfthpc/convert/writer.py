@@ -13,8 +13,10 @@ import os
 import re
 import struct
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import torch
 
@@ -41,6 +43,8 @@ _ST_DTYPES = {
     torch.float8_e4m3fn: "F8_E4M3",
     torch.float8_e5m2: "F8_E5M2",
 }
+DTYPES_BY_NAME = {name: dtype for dtype, name in _ST_DTYPES.items()}
+"""torch dtypes by safetensors dtype name."""
 
 _SIZE_UNITS = {
     "": 1,
@@ -131,7 +135,47 @@ Pieces = Iterable[torch.Tensor]
 """A tensor as row blocks: concatenated along dim 0 (in order) they are the tensor."""
 
 
-def _write_pieces(f, e: TensorEntry, name: str, pieces: Pieces) -> None:
+class _OverlappedWriter:
+    """Appends buffers to an open file from a helper thread, one buffer at a time, so that the
+    caller gathers and casts the next tensor while the previous one is being written (the
+    write releases the GIL). At most two tensors are alive at once; a failed write is raised
+    from the next call."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self._f = f
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rfthpc-writer")
+        self._pending: Future[None] | None = None
+        self._written = 0
+        self._synced = 0
+
+    def write(self, data: memoryview) -> None:
+        """Queue `data` (which must stay unchanged until written) after the previous buffer."""
+        self.wait()
+        self._pending = self._pool.submit(self._write, data)
+
+    def _write(self, data: memoryview) -> None:
+        self._f.write(data)
+        self._written += data.nbytes
+        if self._written - self._synced >= WRITEBACK_BYTES:
+            self._f.flush()
+            start_writeback(self._f.fileno(), self._synced, self._written - self._synced)
+            self._synced = self._written
+
+    def wait(self) -> None:
+        """Wait for the queued write; raise its error."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def close(self) -> None:
+        """Finish the queued write and stop the thread."""
+        try:
+            self.wait()
+        finally:
+            self._pool.shutdown()
+
+
+def _write_pieces(writer: _OverlappedWriter, e: TensorEntry, name: str, pieces: Pieces) -> None:
     """Append the bytes of `pieces` (cast to `e.dtype`), checking that they make up tensor `e`."""
     rows = 0
     for piece in pieces:
@@ -139,7 +183,7 @@ def _write_pieces(f, e: TensorEntry, name: str, pieces: Pieces) -> None:
             raise RuntimeError(
                 f"tensor stream out of order: got {name} {tuple(piece.shape)}, expected {e.name} {e.shape}"
             )
-        f.write(_tensor_bytes(piece.to(e.dtype)))
+        writer.write(_tensor_bytes(piece.to(e.dtype)))
         rows += piece.shape[0] if e.shape else 1
     if rows != (e.shape[0] if e.shape else 1):
         raise RuntimeError(f"tensor stream gave {rows} rows of {name}, expected {e.shape}")
@@ -156,8 +200,9 @@ def write_shards(
 
     Each tensor comes as row blocks (a row-major tensor's bytes are its row blocks' bytes in
     order, so sharded pieces need no concatenation), is cast to its entry's dtype, appended to
-    its shard and dropped. Every file is fsynced. With more than one shard,
-    `model.safetensors.index.json` maps each name to its file. Returns the file names written.
+    its shard and dropped; a helper thread writes one tensor while the next is prepared. Every
+    file is fsynced. With more than one shard, `model.safetensors.index.json` maps each name to
+    its file. Returns the file names written.
     """
     shards = plan_shards(entries, max_shard_size)
     names = shard_file_names(len(shards))
@@ -165,17 +210,16 @@ def write_shards(
     for shard, fname in zip(shards, names):
         with open(out_dir / fname, "wb") as f:
             f.write(_header(shard))
-            synced = 0
-            for e in shard:
-                name, pieces = next(stream)
-                _write_pieces(f, e, name, pieces)
-                if on_bytes is not None:
-                    on_bytes(e.nbytes)
-                del pieces
-                if f.tell() - synced >= WRITEBACK_BYTES:
-                    f.flush()
-                    start_writeback(f.fileno(), synced, f.tell() - synced)
-                    synced = f.tell()
+            writer = _OverlappedWriter(f)
+            try:
+                for e in shard:
+                    name, pieces = next(stream)
+                    _write_pieces(writer, e, name, pieces)
+                    if on_bytes is not None:
+                        on_bytes(e.nbytes)
+                    del pieces
+            finally:
+                writer.close()
             f.flush()
             os.fsync(f.fileno())
     if len(shards) > 1:
@@ -192,14 +236,20 @@ def write_shards(
     return names
 
 
+def read_header(f: BinaryIO) -> tuple[int, dict[str, Any]]:
+    """The JSON header of the safetensors file open in `f` (read from its start), and the offset of
+    its data section (the origin of every tensor's `data_offsets`)."""
+    (n,) = struct.unpack("<Q", f.read(8))
+    return 8 + n, json.loads(f.read(n))
+
+
 def _valid_safetensors(path: Path) -> bool:
     """True if `path` has a readable safetensors header and is as long as that header says."""
     try:
         with open(path, "rb") as f:
-            (n,) = struct.unpack("<Q", f.read(8))
-            header = json.loads(f.read(n))
+            start, header = read_header(f)
         end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
-        return path.stat().st_size == 8 + n + end
+        return path.stat().st_size == start + end
     except (OSError, ValueError, struct.error, KeyError, TypeError):
         return False
 
