@@ -13,6 +13,7 @@ from rfthpc.config.schema import Config
 from rfthpc.config.typed import Problems
 from rfthpc.errors import ConfigError
 from rfthpc.registry import Registry
+from rfthpc.workflows.base import SamplingArgs
 
 NO_INTERNET_HINT = "compute nodes have no internet: download it first, then give the local directory"
 
@@ -155,6 +156,12 @@ def _check_inputs(cfg: Config, problems: Problems, check_paths: bool) -> None:
     eb = cfg.buffer.trainer_input.experience_buffer
     if sft and not eb.path:
         problems.add("buffer.trainer_input.experience_buffer.path: an sft stage trains on this dataset; give its local path")
+    for group, sets in (("tasksets", inp.tasksets), ("eval_tasksets", inp.eval_tasksets)):
+        for i, ts in enumerate(sets):
+            try:
+                SamplingArgs.from_config(ts.rollout_args)
+            except ConfigError as e:
+                problems.add(f"buffer.explorer_input.{group}[{i}].{e}")
     if not check_paths:
         return
     checks = [("model.model_path", cfg.model.model_path, "model")]

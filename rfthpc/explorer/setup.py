@@ -99,14 +99,6 @@ def auxiliary_model(cfg: Config, aux: InferenceModelConfig, engine: RolloutEngin
     return AuxiliaryModel(aux.name, engine, prompts, aux.max_response_tokens)
 
 
-def sampling_args(ts: TasksetConfig) -> SamplingArgs:
-    """A finalized taskset's `rollout_args` (unset values: SamplingArgs' defaults)."""
-    ra = ts.rollout_args
-    kwargs: dict[str, Any] = {"temperature": ra.temperature, "top_p": ra.top_p, "top_k": ra.top_k,
-                              "max_tokens": ra.max_tokens, "logprobs": ra.logprobs, "seed": ra.seed}
-    return SamplingArgs(**{k: v for k, v in kwargs.items() if v is not None})
-
-
 @dataclass
 class Taskset:
     """One loaded taskset."""
@@ -145,7 +137,7 @@ def load(ts: TasksetConfig, is_eval: bool) -> Taskset:
         reward_fn_key=f.reward_fn_key or None,
         workflow_args=ts.workflow_args,
         reward_fn_args=ts.reward_fn_args,
-        rollout_args=sampling_args(ts),
+        rollout_args=SamplingArgs.from_config(ts.rollout_args),
         repeat_times=ts.repeat_times or 1,
         is_eval=is_eval,
         enable_progress_bar=ts.enable_progress_bar,

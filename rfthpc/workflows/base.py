@@ -39,6 +39,13 @@ class SamplingArgs:
     seed: int | None = None
     """Seed of the request's sampling: the same weights and prompt give the same samples (None: not seeded)."""
 
+    @classmethod
+    def from_config(cls, rollout_args: Any) -> SamplingArgs:
+        """The sampling of a finalized taskset's `rollout_args` (unset values: the defaults above);
+        a ConfigError names a value out of range."""
+        names = ("temperature", "top_p", "top_k", "max_tokens", "logprobs", "seed")
+        return cls(**{name: value for name in names if (value := getattr(rollout_args, name)) is not None})
+
     def __post_init__(self) -> None:
         if self.temperature < 0:
             raise ConfigError(f"rollout_args.temperature={self.temperature}: use a value ≥ 0")

@@ -12,7 +12,7 @@ import yaml
 
 from rfthpc.config import load_config
 from rfthpc.errors import ConfigError
-from rfthpc.explorer import setup
+from rfthpc.workflows.base import SamplingArgs
 
 BASE: dict[str, Any] = {
     "algorithm": {"algorithm_type": "grpo", "repeat_times": 2},
@@ -96,9 +96,25 @@ def test_prompt_and_sampling_keys_reach_the_explorer(tmp_path: Path) -> None:
         buffer__explorer_input__eval_tasksets__0__format={"reply_prefix": "Answer:"},
     ).config
     train, test = cfg.buffer.explorer_input.tasksets[0], cfg.buffer.explorer_input.eval_tasksets[0]
-    assert setup.sampling_args(train).logprobs == 2 and setup.sampling_args(train).seed == 5
-    assert setup.sampling_args(test).logprobs == 0 and setup.sampling_args(test).seed is None
+    train_args, test_args = SamplingArgs.from_config(train.rollout_args), SamplingArgs.from_config(test.rollout_args)
+    assert (train_args.logprobs, train_args.seed) == (2, 5)
+    assert (test_args.logprobs, test_args.seed) == (0, None)
     assert (train.format.reply_prefix, test.format.reply_prefix) == ("<think>", "Answer:")
     assert cfg.explorer.rollout_model.enable_thinking is False
-    with pytest.raises(ConfigError, match="rollout_args.logprobs=21"):
-        setup.sampling_args(_load(tmp_path, model__logprobs=21).config.buffer.explorer_input.tasksets[0])
+
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"model__logprobs": 21}, r"buffer\.explorer_input\.tasksets\[0\]\.rollout_args\.logprobs=21: use 0 to 20"),
+        ({"buffer__explorer_input__taskset__rollout_args": {"temperature": -0.5}},
+         r"tasksets\[0\]\.rollout_args\.temperature=-0\.5: use a value ≥ 0"),
+        ({"buffer__explorer_input__eval_tasksets__0__rollout_args": {"top_p": 0}},
+         r"eval_tasksets\[0\]\.rollout_args\.top_p=0"),
+    ],
+)
+def test_rollout_args_out_of_range_fail_validation(tmp_path: Path, values: dict[str, Any], message: str) -> None:
+    """Caught when the config is loaded (`rfthpc submit` refuses it), not when an explorer starts."""
+    with pytest.raises(ConfigError, match=message):
+        _load(tmp_path, **values)
