@@ -37,7 +37,7 @@ class ModelConfig:
     chat_template_path: Optional[str] = None
     """A file holding the chat template (alternative to `custom_chat_template`)."""
     enable_thinking: Optional[bool] = None
-    """Passed as `enable_thinking` to the chat template of the explorer's prompts (Qwen3's thinking switch) when set; default of `explorer.rollout_model.enable_thinking`."""
+    """Passed as `enable_thinking` to the chat template of the explorer's prompts (Qwen3's thinking switch) when set, and of an sft stage's conversations; default of `explorer.rollout_model.enable_thinking`."""
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
     """Training dtype; auto means bfloat16 on GPU and float32 on CPU."""
 

@@ -241,7 +241,8 @@ class Trainer:
             if self.env.is_main:
                 try:
                     tokenizer = load_tokenizer(self.model_path, _chat_template(cfg))
-                    sft = SFTData(cfg.buffer.trainer_input.experience_buffer, tokenizer, self._max_length(cfg))
+                    sft = SFTData(cfg.buffer.trainer_input.experience_buffer, tokenizer, self._max_length(cfg),
+                                  enable_thinking=cfg.model.enable_thinking)
                     rows = len(sft)
                 except UserError as e:
                     rows = str(e)

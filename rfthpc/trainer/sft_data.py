@@ -36,6 +36,7 @@ class SFTData:
         tokenizer: Any,
         max_length: int | None,
         chat_template: str | None = None,
+        enable_thinking: bool | None = None,
     ) -> None:
         from rfthpc.data.tasksets import read_split
 
@@ -49,6 +50,9 @@ class SFTData:
         self.tokenizer = tokenizer
         self.max_length = max_length
         self.chat_template = buffer.format.chat_template or chat_template
+        # The explorer's switch (`model.enable_thinking`): warm-up replies are rendered the way
+        # the rollouts' prompts will be.
+        self.template_kwargs = {} if enable_thinking is None else {"enable_thinking": enable_thinking}
         self.eos_id = tokenizer.eos_token_id
         self.consumed = 0
         self.truncated = 0
@@ -95,7 +99,8 @@ class SFTData:
 
     def _render(self, messages: list[dict[str, str]], generation_prompt: bool) -> list[int]:
         ids = self.tokenizer.apply_chat_template(messages, chat_template=self.chat_template, tokenize=True,
-                                                 add_generation_prompt=generation_prompt, return_dict=False)
+                                                 add_generation_prompt=generation_prompt, return_dict=False,
+                                                 **self.template_kwargs)
         return list(ids)
 
     def _sample(self, row: Mapping[str, Any], index: int, group: int) -> Sample:

@@ -168,6 +168,31 @@ def test_sft_rows_become_masked_replies(tmp_path: Path, tiny_model: Path) -> Non
     assert data.take(1)[0].response_ids.tolist() == second.response_ids.tolist()
 
 
+# Qwen3's switch, reduced: with thinking off the reply starts with an empty think block.
+THINKING_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n"
+    "{% if m.role == 'assistant' and enable_thinking is defined and not enable_thinking %}<think></think>{% endif %}"
+    "{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and not enable_thinking %}<think></think>{% endif %}{% endif %}"
+)
+
+
+@pytest.mark.parametrize(("enable_thinking", "prompt_end"), [(None, "assistant\n"), (False, "assistant\n<think></think>")])
+def test_sft_renders_with_the_explorers_thinking_switch(tmp_path: Path, tiny_model: Path, enable_thinking: bool | None,
+                                                         prompt_end: str) -> None:
+    from rfthpc.trainer.sft_data import SFTData, load_tokenizer
+
+    path = tmp_path / "qa.jsonl"
+    path.write_text(json.dumps({"prompt": "1 + 1?", "response": "2"}) + "\n")
+    buf = ExperienceBufferConfig(path=str(path))
+    buf.format.chat_template = THINKING_TEMPLATE
+    tok = load_tokenizer(tiny_model)
+    sample = SFTData(buf, tok, None, enable_thinking=enable_thinking).take(1)[0]
+    assert tok.decode(sample.prompt_ids).endswith(prompt_end)
+    assert tok.decode(sample.response_ids[sample.loss_mask]) == "2<|im_end|>"
+
+
 def test_sft_missing_column_is_named(tmp_path: Path, tiny_model: Path) -> None:
     from rfthpc.trainer.sft_data import SFTData, load_tokenizer
 
