@@ -98,6 +98,14 @@ def unsupported_values(cfg: Config) -> list[str]:
             problems.append(
                 f"{key}.use_v1: false asks for vLLM's V0 engine, which current vLLM no longer has; remove it"
             )
+    for i, aux in enumerate(ex.auxiliary_models):
+        # 1 is also the default: a config that does not say gets one engine per explorer too.
+        if aux.engine_num not in (1, rm.engine_num):
+            problems.append(
+                f"explorer.auxiliary_models[{i}].engine_num: {aux.engine_num}; every explorer starts one engine of "
+                f"each auxiliary model next to its rollout engine, so there are as many as explorers "
+                f"(explorer.rollout_model.engine_num = {rm.engine_num}); remove it or set {rm.engine_num}"
+            )
     if rm.name:
         problems.append(
             f"explorer.rollout_model.name: {rm.name!r} is not used: only auxiliary models are addressed by name "

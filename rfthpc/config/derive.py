@@ -93,17 +93,21 @@ def _derive_slurm(cfg: Config) -> None:
     rm, s, c = cfg.explorer.rollout_model, cfg.slurm, cfg.cluster
     s.explorer.array_size = _fill(s.explorer.array_size, rm.engine_num)
     if c.gpu_per_node > 0:
-        s.explorer.gpus_per_node = _fill(s.explorer.gpus_per_node, rm.tensor_parallel_size)
+        s.explorer.gpus_per_node = _fill(s.explorer.gpus_per_node, explorer_task_gpus(cfg))
         s.trainer.gpus_per_node = _fill(s.trainer.gpus_per_node, trainer_gpus_per_node(cfg))
 
 
+def explorer_task_gpus(cfg: Config) -> int:
+    """GPUs of one explorer (array task): its rollout engine and one engine of each auxiliary model."""
+    models = [cfg.explorer.rollout_model, *cfg.explorer.auxiliary_models]
+    return sum(m.tensor_parallel_size for m in models)
+
+
 def explorer_gpus(cfg: Config) -> int:
-    """GPUs the explorer side uses: rollout engines x tensor parallel + auxiliary engines."""
+    """GPUs the explorer side uses: `rollout_model.engine_num` explorers of `explorer_task_gpus` each."""
     if cfg.mode == "train":
         return 0
-    rm = cfg.explorer.rollout_model
-    aux = sum(a.engine_num * a.tensor_parallel_size for a in cfg.explorer.auxiliary_models)
-    return rm.engine_num * rm.tensor_parallel_size + aux
+    return cfg.explorer.rollout_model.engine_num * explorer_task_gpus(cfg)
 
 
 def trainer_gpus_per_node(cfg: Config) -> int:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rfthpc.config import compat
-from rfthpc.config.derive import explorer_gpus, trainer_gpus_per_node
+from rfthpc.config.derive import explorer_gpus, explorer_task_gpus, trainer_gpus_per_node
 from rfthpc.config.schema import Config
 from rfthpc.config.typed import Problems
 from rfthpc.errors import ConfigError
@@ -129,22 +129,25 @@ def _check_gpus(cfg: Config, problems: Problems) -> None:
         return
     total = c.node_num * c.gpu_per_node
     need_explorer = explorer_gpus(cfg)
+    per_task = explorer_task_gpus(cfg)
     rm = cfg.explorer.rollout_model
     if need_explorer > total:
         problems.add(
-            f"explorer: {rm.engine_num} engines x tensor_parallel_size {rm.tensor_parallel_size} (+ auxiliary "
-            f"models) need {need_explorer} GPUs, more than the cluster's {c.node_num} x {c.gpu_per_node} = {total}; "
-            "lower explorer.rollout_model.engine_num or raise cluster.gpu_per_node / cluster.node_num"
+            f"explorer: {rm.engine_num} engines x {per_task} GPUs each (tensor_parallel_size of the rollout model "
+            f"and of every auxiliary model) need {need_explorer} GPUs, more than the cluster's {c.node_num} x "
+            f"{c.gpu_per_node} = {total}; lower explorer.rollout_model.engine_num or raise cluster.gpu_per_node / "
+            "cluster.node_num"
         )
     elif cfg.mode == "both" and trainer_gpus_per_node(cfg) < 1:
         problems.add(
             f"cluster: the explorers take {need_explorer} of {total} GPUs and leave none for the trainer; "
             "lower explorer.rollout_model.engine_num or add GPUs (cluster.gpu_per_node / node_num)"
         )
-    if rm.tensor_parallel_size > c.gpu_per_node:
+    if per_task > c.gpu_per_node:
         problems.add(
-            f"explorer.rollout_model.tensor_parallel_size {rm.tensor_parallel_size} exceeds cluster.gpu_per_node "
-            f"{c.gpu_per_node}; an engine must fit on one node"
+            f"explorer: an explorer runs its rollout engine (tensor_parallel_size {rm.tensor_parallel_size}) and one "
+            f"engine of each auxiliary model on one node: {per_task} GPUs, more than cluster.gpu_per_node "
+            f"{c.gpu_per_node}; lower the tensor_parallel_size values"
         )
 
 

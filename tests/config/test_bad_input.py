@@ -90,6 +90,23 @@ def test_gpus_over_the_cluster(tmp_path: Path, base: str) -> None:
     assert "need 4 GPUs, more than the cluster's 1 x 2 = 2" in msg
 
 
+def _judge(base: str, **fields: int) -> str:
+    """`base` with an auxiliary model (the policy's own directory serves as its weights)."""
+    model = base.split("model_path: ", 1)[1].split("\n", 1)[0]
+    extra = "".join(f"      {k}: {v}\n" for k, v in fields.items())
+    return base + f"explorer:\n  auxiliary_models:\n    - name: judge\n      model_path: {model}\n{extra}"
+
+
+def test_auxiliary_engines_count_per_explorer(tmp_path: Path, base: str) -> None:
+    """Each explorer runs its rollout engine and one engine of each auxiliary model on one node."""
+    msg = _error(write(tmp_path, _judge(base.replace("gpu_per_node: 2", "gpu_per_node: 4"), tensor_parallel_size=4)))
+    assert "an explorer runs its rollout engine (tensor_parallel_size 1) and one engine of each auxiliary model" in msg
+    assert "5 GPUs, more than cluster.gpu_per_node 4" in msg
+    msg = _error(write(tmp_path, _judge(base, engine_num=3)))
+    assert "explorer.auxiliary_models[0].engine_num: 3; every explorer starts one engine of each auxiliary" in msg
+    assert "(explorer.rollout_model.engine_num = 1); remove it or set 1" in msg
+
+
 def test_explorers_leaving_no_gpu_for_the_trainer(tmp_path: Path, base: str) -> None:
     msg = _error(write(tmp_path, base + "explorer:\n  rollout_model:\n    engine_num: 2\n"))
     assert "leave none for the trainer" in msg
