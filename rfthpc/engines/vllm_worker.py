@@ -61,10 +61,12 @@ class InPlaceWeights:
         """Copy `path/*.safetensors` into the live parameters; return the parameters it did not
         hold (an empty list when the update is complete)."""
         model = self.model_runner.get_model()
-        loaded = set(model.load_weights(iter_safetensors_dir(Path(path))) or ())
+        loaded = model.load_weights(iter_safetensors_dir(Path(path)))
         lm_head = getattr(model, "lm_head", None)
         if lm_head is not None and hasattr(lm_head, "cpu_linear"):
             lm_head.quant_method.process_weights_after_loading(lm_head)
+        if loaded is None:
+            return []  # a model class that does not report what it loaded: nothing to check against
         tied = bool(getattr(model.config, "tie_word_embeddings", False))
         return sorted(name for name, _ in model.named_parameters()
                       if name not in loaded and not (tied and name.startswith("lm_head.")))
