@@ -341,17 +341,16 @@ class Trainer:
             if poll.status != "wait":
                 return poll
 
-    def _updates(self, pos: Position, updater: ShardedUpdater, role: str, passes: list[list[list[int]]],
+    def _updates(self, pos: Position, updater: ShardedUpdater, role: str, batches: list[list[int]],
                  samples: list[Sample], mask: torch.Tensor, loss: MicroLoss, results: list[UpdateResult]) -> bool:
-        """Run `updater` over every mini-batch of every pass, appending to `results` with the grad
+        """Run `updater` over the mini-batches `batches` in order, appending to `results` with the grad
         norm as `<role>/grad_norm`; False (step abandoned) at the first NaN/inf."""
-        for minis in passes:
-            for idx in minis:
-                res = updater.update(samples, idx, mask, loss)
-                if not res.finite:
-                    self._abandon(pos, "policy" if role == "actor" else role, res)
-                    return False
-                results.append(UpdateResult(True, res.grad_norm, {**res.metrics, f"{role}/grad_norm": res.grad_norm}))
+        for idx in batches:
+            res = updater.update(samples, idx, mask, loss)
+            if not res.finite:
+                self._abandon(pos, "policy" if role == "actor" else role, res)
+                return False
+            results.append(UpdateResult(True, res.grad_norm, {**res.metrics, f"{role}/grad_norm": res.grad_norm}))
         return True
 
     def _train_step(self, st: _StageState, pos: Position, samples: list[Sample]) -> dict[str, float] | None:
@@ -372,17 +371,17 @@ class Trainer:
         tensors, metrics = build_step_tensors(samples, alg, ref=ref, old=old, values=values)
         k = pos.step_in_stage
         results: list[UpdateResult] = []
-        passes = [minis] * epochs
+        batches = minis * epochs  # every epoch runs the same mini-batches in the same order
         if st.critic is not None:
             set_lr(st.critic.optimizer, st.critic_schedule(k))
-            if not self._updates(pos, st.critic, "critic", passes, samples, tensors.mask,
+            if not self._updates(pos, st.critic, "critic", batches, samples, tensors.mask,
                                  functools.partial(_critic_loss, alg, tensors), results):
                 return None
             metrics["critic/lr"] = st.critic_schedule(k)
         if st.critic is None or k >= cfg.trainer.critic_warmup:
             lr = st.schedule(k)
             set_lr(st.actor.optimizer, lr)
-            if not self._updates(pos, st.actor, "actor", passes, samples, tensors.mask,
+            if not self._updates(pos, st.actor, "actor", batches, samples, tensors.mask,
                                  functools.partial(_actor_loss, alg, tensors), results):
                 return None
             metrics["actor/lr"] = lr
