@@ -69,7 +69,12 @@ class ShardedCheckpoint(Protocol):
 
     def read(self, names: list[str]) -> Iterator[tuple[str, list[torch.Tensor]]]:
         """The tensors `names` in that order, each as row blocks (concatenated on dim 0 they are the
-        full tensor); a yielded tensor is valid only until the next one is asked for."""
+        full tensor); a yielded block must not be changed afterwards (it may be written later)."""
+        ...
+
+    def release(self, block: torch.Tensor) -> None:
+        """Called once a row block yielded by `read` is written out (the writer works behind the
+        reader), e.g. to hand a memory-mapped block's pages back to the kernel."""
         ...
 
     def training_dtype(self) -> torch.dtype | None:

@@ -162,7 +162,8 @@ def convert_role(role_dir: Path, base: Path | None, options: ConvertOptions) -> 
             total = sum(e.nbytes for e in entries)
             with _progress(total, _label(role_dir), options.progress) as bar:
                 written = write_shards(
-                    staging, entries, source.read([e.name for e in entries]), options.max_shard_size, bar.update
+                    staging, entries, source.read([e.name for e in entries]), options.max_shard_size, bar.update,
+                    source.release,
                 )
             _seal(staging, like=role_dir)
             _publish(staging, final)

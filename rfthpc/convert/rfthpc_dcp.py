@@ -241,5 +241,8 @@ class DcpCheckpoint:
         d = config_dir_of(self.role_dir)
         return d if (d / "config.json").is_file() else None
 
+    def release(self, block: torch.Tensor) -> None:
+        """Nothing to do: a block is freed when the writer drops it."""
+
     def close(self) -> None:
         """Nothing stays open between reads."""

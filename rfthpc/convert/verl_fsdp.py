@@ -206,11 +206,10 @@ class VerlFsdpCheckpoint:
             yield name, self._blocks(pieces, dim)
 
     def _blocks(self, pieces: list[torch.Tensor], dim: int) -> Iterator[torch.Tensor]:
-        """Row blocks of one tensor; each piece's pages go back to the kernel once it is written."""
+        """Row blocks of one tensor: the pieces themselves (their pages go back to the kernel in
+        `release`, once written), or, for pieces split along another dimension, their join."""
         if dim == 0:
-            for p in pieces:
-                yield p
-                self._pages.drop(p)
+            yield from pieces
         else:
             yield torch.cat(pieces, dim=dim)
             for p in pieces:
@@ -260,6 +259,10 @@ class VerlFsdpCheckpoint:
         """`huggingface/` when it holds a config.json."""
         d = config_dir_of(self.role_dir)
         return d if (d / "config.json").is_file() else None
+
+    def release(self, block: torch.Tensor) -> None:
+        """Hand the pages of a written piece back to the kernel (a joined block owns its memory)."""
+        self._pages.drop(block)
 
     def close(self) -> None:
         """Drop the state dicts, which unmaps the shard files."""

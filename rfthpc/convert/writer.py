@@ -8,12 +8,14 @@ as it arrives; nothing holds the whole model.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import struct
+import threading
+from collections import deque
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -28,6 +30,8 @@ INDEX_FILE = "model.safetensors.index.json"
 WRITEBACK_BYTES = 16 * 1024**2
 """Bytes written between requests that the kernel start writing them to disk (the fsync at the end
 of a shard then waits for little more than the last of them)."""
+PENDING_BYTES = 64 * 1024**2
+"""Bytes of tensors that may wait for the writer thread before the caller waits for it."""
 
 _ST_DTYPES = {
     torch.float64: "F64",
@@ -136,22 +140,63 @@ Pieces = Iterable[torch.Tensor]
 
 
 class _OverlappedWriter:
-    """Appends buffers to an open file from a helper thread, one buffer at a time, so that the
-    caller gathers and casts the next tensor while the previous one is being written (the
-    write releases the GIL). At most two tensors are alive at once; a failed write is raised
-    from the next call."""
+    """Appends buffers to an open file, in order, from a helper thread, so that the caller gathers
+    and casts the next tensors while earlier ones are written (the write releases the GIL).
 
-    def __init__(self, f: BinaryIO) -> None:
+    The caller waits only when the buffers queued and not yet written would exceed `max_pending`
+    bytes (one larger buffer is still taken alone), which bounds the memory that written-out
+    tensors hold, without a hand-over between the threads for each tensor (a thread wake-up
+    costs as much as writing a small tensor). A failed write is raised from the next call.
+    """
+
+    def __init__(self, f: BinaryIO, max_pending: int = PENDING_BYTES) -> None:
         self._f = f
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rfthpc-writer")
-        self._pending: Future[None] | None = None
+        self._max_pending = max_pending
+        self._queue: deque[tuple[memoryview, Callable[[], None] | None]] = deque()
+        self._pending = 0
+        self._closed = False
+        self._error: BaseException | None = None
+        self._reported = False
+        self._cond = threading.Condition()
         self._written = 0
         self._synced = 0
+        self._thread = threading.Thread(target=self._run, name="rfthpc-writer", daemon=True)
+        self._thread.start()
 
-    def write(self, data: memoryview) -> None:
-        """Queue `data` (which must stay unchanged until written) after the previous buffer."""
-        self.wait()
-        self._pending = self._pool.submit(self._write, data)
+    def write(self, data: memoryview, done: Callable[[], None] | None = None) -> None:
+        """Queue `data` (which must stay unchanged until written) after the buffers before it;
+        the writer thread calls `done` once it is written."""
+        with self._cond:
+            while self._error is None and self._pending and self._pending + data.nbytes > self._max_pending:
+                self._cond.wait()
+            self._raise_error()
+            self._queue.append((data, done))
+            self._pending += data.nbytes
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                data, done = self._queue[0]
+            try:
+                self._write(data)
+                if done is not None:
+                    done()
+            except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+                with self._cond:
+                    self._error = e
+                    self._queue.clear()
+                    self._pending = 0
+                    self._cond.notify_all()
+                return
+            with self._cond:
+                self._queue.popleft()
+                self._pending -= data.nbytes
+                self._cond.notify_all()
 
     def _write(self, data: memoryview) -> None:
         self._f.write(data)
@@ -161,29 +206,33 @@ class _OverlappedWriter:
             start_writeback(self._f.fileno(), self._synced, self._written - self._synced)
             self._synced = self._written
 
-    def wait(self) -> None:
-        """Wait for the queued write; raise its error."""
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            pending.result()
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            self._reported = True
+            raise self._error
 
     def close(self) -> None:
-        """Finish the queued write and stop the thread."""
-        try:
-            self.wait()
-        finally:
-            self._pool.shutdown()
+        """Write everything queued, stop the thread and raise a failed write's error (unless a
+        `write` already raised it)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join()
+        if not self._reported:
+            self._raise_error()
 
 
-def _write_pieces(writer: _OverlappedWriter, e: TensorEntry, name: str, pieces: Pieces) -> None:
-    """Append the bytes of `pieces` (cast to `e.dtype`), checking that they make up tensor `e`."""
+def _write_pieces(writer: _OverlappedWriter, e: TensorEntry, name: str, pieces: Pieces,
+                  written: Callable[[torch.Tensor], None] | None) -> None:
+    """Append the bytes of `pieces` (cast to `e.dtype`), checking that they make up tensor `e`;
+    `written(piece)` follows each piece's write."""
     rows = 0
     for piece in pieces:
         if name != e.name or tuple(piece.shape[1:]) != e.shape[1:] or (not e.shape and piece.dim() != 0):
             raise RuntimeError(
                 f"tensor stream out of order: got {name} {tuple(piece.shape)}, expected {e.name} {e.shape}"
             )
-        writer.write(_tensor_bytes(piece.to(e.dtype)))
+        writer.write(_tensor_bytes(piece.to(e.dtype)), None if written is None else functools.partial(written, piece))
         rows += piece.shape[0] if e.shape else 1
     if rows != (e.shape[0] if e.shape else 1):
         raise RuntimeError(f"tensor stream gave {rows} rows of {name}, expected {e.shape}")
@@ -195,14 +244,17 @@ def write_shards(
     tensors: Iterable[tuple[str, Pieces]],
     max_shard_size: int,
     on_bytes: Callable[[int], None] | None = None,
+    written: Callable[[torch.Tensor], None] | None = None,
 ) -> list[str]:
     """Write `tensors` (yielded in the order of `entries`) as safetensors shards into `out_dir`.
 
     Each tensor comes as row blocks (a row-major tensor's bytes are its row blocks' bytes in
     order, so sharded pieces need no concatenation), is cast to its entry's dtype, appended to
-    its shard and dropped; a helper thread writes one tensor while the next is prepared. Every
-    file is fsynced. With more than one shard, `model.safetensors.index.json` maps each name to
-    its file. Returns the file names written.
+    its shard and dropped once written; a helper thread writes while the next tensors are
+    prepared (at most `PENDING_BYTES` of them wait). Every file is fsynced. With more than one
+    shard, `model.safetensors.index.json` maps each name to its file. `written(piece)` is called
+    (from the writer thread) once a row block's bytes are written, e.g. to hand back the pages of
+    a memory-mapped source. Returns the file names written.
     """
     shards = plan_shards(entries, max_shard_size)
     names = shard_file_names(len(shards))
@@ -214,7 +266,7 @@ def write_shards(
             try:
                 for e in shard:
                     name, pieces = next(stream)
-                    _write_pieces(writer, e, name, pieces)
+                    _write_pieces(writer, e, name, pieces, written)
                     if on_bytes is not None:
                         on_bytes(e.nbytes)
                     del pieces
