@@ -259,3 +259,30 @@ def test_micro_batch_weights_sum_to_the_batch_loss() -> None:
         summed = sum(alg.actor_loss(lp[p], ent[p], mask[p], lp[p] - 0.1, adv[p], None, None)[0]
                      * alg.weight(mask[p]) / total for p in parts)
         assert summed.item() == pytest.approx(full.item(), rel=1e-6)
+
+
+@pytest.mark.parametrize("max_norm", [0.0, 1e-3, 1e6])
+def test_grad_norm_and_clip_matches_torch_on_a_sharded_model(tiny_model: Path, max_norm: float) -> None:
+    """The norm over FSDP2's local shards and the clipped gradients are torch's clip_grad_norm_'s
+    on the same model unsharded (grad_clip 0: the norm, no clipping)."""
+    from transformers import AutoModelForCausalLM
+
+    from rfthpc.trainer.dist import init_distributed
+    from rfthpc.trainer.fsdp import build_sharded_model
+    from rfthpc.trainer.update import grad_norm_and_clip
+
+    env = init_distributed()
+    try:
+        sharded = build_sharded_model(tiny_model, env)
+        plain = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+        ids = torch.arange(3, 19).view(2, 8)
+        for model in (sharded, plain):
+            model(input_ids=ids, labels=ids).loss.backward()
+        want = torch.nn.utils.clip_grad_norm_(plain.parameters(), max_norm if max_norm > 0 else math.inf)
+        got = grad_norm_and_clip(sharded, max_norm)
+        assert got == pytest.approx(want.item(), rel=1e-5)
+        plain_grads = dict(plain.named_parameters())
+        for name, p in sharded.named_parameters():
+            assert torch.allclose(p.grad.full_tensor(), plain_grads[name].grad, rtol=1e-4, atol=1e-8), name
+    finally:
+        env.close()
