@@ -17,7 +17,7 @@
    rounds of (publish + load) / copy, so that load from other processes moves all three alike.
 
 Usage:
-    python tools/bench_trainer.py [--size bench30m] [--steps 4] [--groups 4] [--repeat 4]
+    python tools/bench_trainer.py [--size bench30m] [--steps 7] [--groups 4] [--repeat 4]
                                   [--prompt-len 48] [--response-len 80] [--work DIR] [--no-vllm]
 
 The last line is `FIGURES trainer_vs_bare=... publish_load_vs_copy=... publish_load_s=...`.
@@ -50,8 +50,9 @@ class Args:
 
     size: str = "bench30m"
     """Tiny model size (rfthpc.tinymodel): tiny, small or bench30m."""
-    steps: int = 4
-    """Steps per run (two trainer runs, three bare runs); the first of each run is warm-up, not timed."""
+    steps: int = 7
+    """Steps per run (two trainer runs, three bare runs); the first of each run is warm-up, not timed.
+    Step times vary by ~10 % on a shared machine: six timed steps a run keep the medians steady."""
     groups: int = 4
     """Experience groups (tasks) per step."""
     repeat: int = 4
@@ -60,7 +61,7 @@ class Args:
     """Prompt tokens per group."""
     response_len: int = 80
     """Response tokens per response."""
-    repeats: int = 5
+    repeats: int = 9
     """Publish / copy / load rounds (medians are reported)."""
     work: Path | None = None
     """Working directory on the filesystem to measure (default: a temporary directory)."""
