@@ -248,7 +248,8 @@ def run_local(run: RunDir, roles: list[Role], stage_steps: dict[str, int | None]
             preempted = [r for r in roles if codes[r.name] == EXIT_PREEMPTED]
             if stop_signal or preempted:
                 reporter.end()
-                why = "interrupted" if stop_signal else f"{', '.join(r.name for r in preempted)} was stopped from outside"
+                stopped = ", ".join(r.name for r in preempted)
+                why = "interrupted" if stop_signal else f"{stopped} was stopped from outside"
                 print(f"rfthpc run: {why}; stopping every role (each saves its state)...", file=sys.stderr, flush=True)
                 _stop(roles, stop_grace_s)
                 print(f"rfthpc run: stopped; continue with `{resume_command}` (run directory {run.root})",

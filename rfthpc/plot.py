@@ -58,7 +58,8 @@ def _stage_starts(trainer: list[dict[str, Any]]) -> list[int]:
 def collect(run: RunDir) -> dict[str, Any]:
     """The series the charts draw, read from `monitor/*.jsonl` and the store."""
     trainer = read_metrics(run.monitor / "trainer.jsonl")
-    explorers = {p.stem.removeprefix("explorer_"): read_metrics(p) for p in sorted(run.monitor.glob("explorer_*.jsonl"))}
+    explorers = {p.stem.removeprefix("explorer_"): read_metrics(p)
+                 for p in sorted(run.monitor.glob("explorer_*.jsonl"))}
     data: dict[str, Any] = {
         "reward": _series(trainer, REWARD_KEY), "sft_loss": _series(trainer, SFT_LOSS_KEY),
         "stage_starts": _stage_starts(trainer), "eval": {}, "throughput": {}, "staleness": {},

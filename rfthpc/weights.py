@@ -96,9 +96,10 @@ def copy_config_files(src: Path, dst: Path) -> list[str]:
     make_dirs(dst)
     copied = []
     for entry in sorted(os.scandir(src), key=lambda e: e.name):
-        if entry.is_file() and not entry.name.startswith(".") and not is_weight_file(entry.name) and entry.name != STABLE:
-            shutil.copyfile(entry.path, Path(dst) / entry.name)
-            copied.append(entry.name)
+        name = entry.name
+        if entry.is_file() and not name.startswith(".") and not is_weight_file(name) and name != STABLE:
+            shutil.copyfile(entry.path, Path(dst) / name)
+            copied.append(name)
     return copied
 
 

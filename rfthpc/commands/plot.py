@@ -12,7 +12,8 @@ def _run(args: argparse.Namespace, overrides: list[str]) -> int:
 
     run_dir = Path(args.run_dir)
     if not (run_dir / "monitor").is_dir():
-        raise UserError(f"{run_dir} is not a run directory (no monitor/ folder); give <checkpoint_root_dir>/<project>/<name>")
+        raise UserError(f"{run_dir} is not a run directory (no monitor/ folder); "
+                        "give <checkpoint_root_dir>/<project>/<name>")
     for path in plot_run(run_dir):
         print(path)
     return 0

@@ -22,7 +22,8 @@ def _run(args: argparse.Namespace, overrides: list[str]) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `store` command."""
-    p = sub.add_parser("store", help="inspect a run's experience store (counts, rates, staleness) or garbage-collect it")
+    p = sub.add_parser("store",
+                       help="inspect a run's experience store (counts, rates, staleness) or garbage-collect it")
     p.add_argument("action", choices=["inspect", "gc"],
                    help="inspect: counts, per-explorer rates, version and staleness histograms; "
                         "gc: delete chunks consumed by the last checkpoint and stale temporary files")

@@ -35,7 +35,8 @@ class AlgorithmConfig:
     """The RL algorithm. Unset functions come from the `algorithm_type` preset."""
 
     algorithm_type: str = "ppo"
-    """Preset that fills unset functions: ppo, grpo, opmd, reinforceplusplus, rloo, sft, tis, topr, cispo, kimi15, ..."""
+    """Preset that fills unset functions: ppo, grpo, opmd, reinforceplusplus, rloo, sft, tis, topr,
+    cispo, kimi15, ..."""
     repeat_times: Optional[int] = None
     """Responses sampled per task (GRPO group size; veRL's `actor_rollout_ref.rollout.n`); defaults to the preset's."""
     sample_strategy: Literal["default"] = "default"

@@ -13,7 +13,8 @@ class FormatConfig:
     """How records of a dataset become prompts and ground truths."""
 
     prompt_type: Literal["plaintext", "messages"] = "plaintext"
-    """plaintext: the `prompt_key` column is the user message; messages: the `messages_key` column is a chat (a list of {role, content}) that the model answers."""
+    """plaintext: the `prompt_key` column is the user message; messages: the `messages_key` column is a
+    chat (a list of {role, content}) that the model answers."""
     prompt_key: str = "prompt"
     """Column holding the question / prompt (prompt_type plaintext)."""
     response_key: str = "response"
@@ -25,7 +26,9 @@ class FormatConfig:
     system_prompt_key: Optional[str] = None
     """Column holding a per-record system message; where it is empty, `system_prompt` applies."""
     reply_prefix: Optional[str] = None
-    """Tasksets: text the assistant's reply starts with (e.g. `<think>`), appended to the prompt after the chat template's generation prompt; the response (and what the reward function sees) is the text generated after it."""
+    """Tasksets: text the assistant's reply starts with (e.g. `<think>`), appended to the prompt after
+    the chat template's generation prompt; the response (and what the reward function sees) is the
+    text generated after it."""
     chat_template: Optional[str] = None
     """A Jinja chat template for this dataset, replacing the tokenizer's."""
     workflow_key: Optional[str] = None
@@ -47,9 +50,11 @@ class RolloutArgs:
     max_tokens: Optional[int] = None
     """Response token limit; defaults to `model.max_response_tokens`."""
     logprobs: Optional[int] = None
-    """Top alternatives (0-20) per response token handed to workflows with their logprobs; defaults to `model.logprobs`. The store keeps the sampled token's logprob only."""
+    """Top alternatives (0-20) per response token handed to workflows with their logprobs; defaults to
+    `model.logprobs`. The store keeps the sampled token's logprob only."""
     seed: Optional[int] = None
-    """Sampling seed of every request of this taskset: the same policy and prompt give the same responses (e.g. a reproducible evaluation); None: not seeded."""
+    """Sampling seed of every request of this taskset: the same policy and prompt give the same
+    responses (e.g. a reproducible evaluation); None: not seeded."""
 
 
 @dataclass
@@ -93,7 +98,8 @@ class TasksetConfig:
     task_selector: TaskSelectorConfig = field(default_factory=TaskSelectorConfig)
     """Task order (training tasksets; an evaluation runs every task of an eval taskset)."""
     total_epochs: Optional[int] = None
-    """Passes over this training taskset; defaults to `buffer.total_epochs` (eval tasksets: every evaluation is one pass)."""
+    """Passes over this training taskset; defaults to `buffer.total_epochs` (eval tasksets: every
+    evaluation is one pass)."""
     enable_progress_bar: bool = False
     """Show the `datasets` progress bars while the explorer reads this taskset (off: quiet Slurm logs)."""
 
@@ -128,9 +134,11 @@ class ExperienceBufferConfig:
     name: str = "experience_buffer"
     """Name of the buffer."""
     storage_type: Literal["queue", "file", "sql"] = "queue"
-    """Trinity's buffer kind. rfthpc always exchanges RL experience through its HDF5 store; `file` with a `path` is an SFT dataset."""
+    """Trinity's buffer kind. rfthpc always exchanges RL experience through its HDF5 store; `file` with
+    a `path` is an SFT dataset."""
     path: Optional[str] = None
-    """SFT stages: the dataset (HF dir, parquet, jsonl, json). RL stages: ignored (the store lives in the run directory)."""
+    """SFT stages: the dataset (HF dir, parquet, jsonl, json). RL stages: ignored (the store lives in
+    the run directory)."""
     subset_name: Optional[str] = None
     """Dataset configuration of an SFT dataset."""
     split: str = "train"
@@ -140,9 +148,11 @@ class ExperienceBufferConfig:
     max_read_timeout: float = 1800.0
     """Seconds the trainer waits for enough experience before it stops with an error."""
     groups_per_chunk: int = 64
-    """Experience groups an explorer writes per HDF5 chunk at most (fewer, larger files suit Lustre's metadata servers)."""
+    """Experience groups an explorer writes per HDF5 chunk at most (fewer, larger files suit Lustre's
+    metadata servers)."""
     max_chunk_delay: float = 5.0
-    """Seconds an explorer may hold finished groups before committing a partial chunk (it also commits at the end of each batch of tasks and before waiting for new weights)."""
+    """Seconds an explorer may hold finished groups before committing a partial chunk (it also commits
+    at the end of each batch of tasks and before waiting for new weights)."""
 
 
 @dataclass

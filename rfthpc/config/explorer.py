@@ -11,9 +11,11 @@ class InferenceModelConfig:
     """One inference engine kind: the rollout model or an auxiliary model (e.g. an LLM judge)."""
 
     name: str = ""
-    """Auxiliary models: the name by which workflows and reward functions address it (`ctx.auxiliary[name]`); not used for the rollout model."""
+    """Auxiliary models: the name by which workflows and reward functions address it
+    (`ctx.auxiliary[name]`); not used for the rollout model."""
     model_path: Optional[str] = None
-    """Model directory of an auxiliary model; the rollout model always starts from `model.model_path` (leave it unset there)."""
+    """Model directory of an auxiliary model; the rollout model always starts from `model.model_path`
+    (leave it unset there)."""
     engine_type: Literal["vllm", "vllm_async", "transformers"] = "vllm"
     """vllm (CUDA or CPU build), or the transformers fallback; vllm_async is an alias of vllm."""
     engine_num: int = 1
@@ -35,13 +37,17 @@ class InferenceModelConfig:
     seed: int = 42
     """Engine seed; array task r uses seed + r."""
     enable_thinking: Optional[bool] = None
-    """Passed to the chat template as `enable_thinking` (Qwen3's thinking switch); None: the template's default. The rollout model's defaults to `model.enable_thinking`."""
+    """Passed to the chat template as `enable_thinking` (Qwen3's thinking switch); None: the template's
+    default. The rollout model's defaults to `model.enable_thinking`."""
     chat_template: Optional[str] = None
-    """A Jinja chat template replacing the tokenizer's for this model's prompts (rollout model: `model.chat_template_path` wins)."""
+    """A Jinja chat template replacing the tokenizer's for this model's prompts (rollout model:
+    `model.chat_template_path` wins)."""
     max_prompt_tokens: Optional[int] = None
-    """Auxiliary models: longest prompt `chat` renders (longer ones are truncated or refused per `model.enable_prompt_truncation`). Rollout model: set `model.max_prompt_tokens` instead."""
+    """Auxiliary models: longest prompt `chat` renders (longer ones are truncated or refused per
+    `model.enable_prompt_truncation`). Rollout model: set `model.max_prompt_tokens` instead."""
     max_response_tokens: Optional[int] = None
-    """Auxiliary models: most tokens per response (caps every request). Rollout model: set `model.max_response_tokens` instead."""
+    """Auxiliary models: most tokens per response (caps every request). Rollout model: set
+    `model.max_response_tokens` instead."""
     max_model_len: Optional[int] = None
     """Context length; defaults to `model.max_model_len` for the rollout model."""
     cpu_kvcache_space_gb: int = 4
@@ -71,6 +77,7 @@ class ExplorerConfig:
     eval_on_startup: bool = True
     """Evaluate the initial policy before training (veRL's `trainer.val_before_train`)."""
     bench_on_latest_checkpoint: bool = False
-    """Trinity-RFT's `mode: bench` switch; rfthpc has no bench mode, so true is rejected (eval tasksets are evaluated during the run, see `eval_interval`)."""
+    """Trinity-RFT's `mode: bench` switch; rfthpc has no bench mode, so true is rejected (eval tasksets
+    are evaluated during the run, see `eval_interval`)."""
     weights_poll_interval: float = 1.0
     """Seconds between checks of `weights/latest` for a newer policy."""

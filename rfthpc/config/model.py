@@ -31,13 +31,16 @@ class ModelConfig:
     top_k: int = -1
     """Default top-k (-1: off)."""
     logprobs: int = 0
-    """Default `rollout_args.logprobs`: top alternatives per response token handed to workflows (the sampled token's logprob is always kept)."""
+    """Default `rollout_args.logprobs`: top alternatives per response token handed to workflows (the
+    sampled token's logprob is always kept)."""
     custom_chat_template: Optional[str] = None
     """A Jinja chat template that replaces the tokenizer's."""
     chat_template_path: Optional[str] = None
     """A file holding the chat template (alternative to `custom_chat_template`)."""
     enable_thinking: Optional[bool] = None
-    """Passed as `enable_thinking` to the chat template of the explorer's prompts (Qwen3's thinking switch) when set, and of an sft stage's conversations; default of `explorer.rollout_model.enable_thinking`."""
+    """Passed as `enable_thinking` to the chat template of the explorer's prompts (Qwen3's thinking
+    switch) when set, and of an sft stage's conversations; default of
+    `explorer.rollout_model.enable_thinking`."""
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
     """Training dtype; auto means bfloat16 on GPU and float32 on CPU."""
 

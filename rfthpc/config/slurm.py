@@ -69,7 +69,8 @@ class FilesystemConfig:
     """How the run directory is shared (rfthpc's own section)."""
 
     lock_type: Literal["strict-soft", "soft", "flock", "lockf"] = "strict-soft"
-    """Lock for task claims: strict-soft (hard-link claims, safe on NFS/Lustre/GPFS), soft (O_EXCL marker), flock (node-local on many parallel filesystems), lockf (POSIX, coherent on GPFS)."""
+    """Lock for task claims: strict-soft (hard-link claims, safe on NFS/Lustre/GPFS), soft (O_EXCL
+    marker), flock (node-local on many parallel filesystems), lockf (POSIX, coherent on GPFS)."""
     share_group: Optional[str] = None
     """Unix group that may read and write the run directory (None: private to you)."""
     lease_s: float = 300.0

@@ -11,7 +11,8 @@ class SynchronizerConfig:
     """Weight synchronisation between trainer and explorers, through the run directory."""
 
     sync_method: Literal["checkpoint", "nccl", "memory"] = "checkpoint"
-    """rfthpc publishes safetensors under `weights/`; nccl and memory are read as checkpoint (separate jobs share no NCCL group)."""
+    """rfthpc publishes safetensors under `weights/`; nccl and memory are read as checkpoint (separate
+    jobs share no NCCL group)."""
     sync_style: Literal["fixed"] = "fixed"
     """Publish every `sync_interval` trainer steps."""
     sync_interval: int = 1

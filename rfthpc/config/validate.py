@@ -93,7 +93,8 @@ def _check_sizes(cfg: Config, problems: Problems) -> None:
             f"{max(1, b.train_batch_size // alg.repeat_times) * alg.repeat_times} or leave it unset"
         )
     if sync.sync_interval < 1:
-        problems.add(f"synchronizer.sync_interval: {sync.sync_interval} must be >= 1 (trainer steps between publications)")
+        problems.add(f"synchronizer.sync_interval: {sync.sync_interval} must be >= 1 "
+                     "(trainer steps between publications)")
     if sync.sync_offset < 0:
         problems.add(f"synchronizer.sync_offset: {sync.sync_offset} must be >= 0")
     if m.max_response_tokens is None:
@@ -115,10 +116,12 @@ def _check_sizes(cfg: Config, problems: Problems) -> None:
             "trainer.ulysses_sequence_parallel_size: rfthpc supports only 1 (no sequence parallelism); "
             "lower max_token_len_per_gpu or use more GPUs instead"
         )
-    for key, value in (("trainer.ppo_epochs", cfg.trainer.ppo_epochs), ("trainer.ppo_micro_batch_size_per_gpu",
-                       cfg.trainer.ppo_micro_batch_size_per_gpu), ("explorer.runner_per_model", cfg.explorer.runner_per_model),
-                       ("explorer.rollout_model.engine_num", cfg.explorer.rollout_model.engine_num),
-                       ("explorer.rollout_model.tensor_parallel_size", cfg.explorer.rollout_model.tensor_parallel_size)):
+    rollout = cfg.explorer.rollout_model
+    for key, value in (("trainer.ppo_epochs", cfg.trainer.ppo_epochs),
+                       ("trainer.ppo_micro_batch_size_per_gpu", cfg.trainer.ppo_micro_batch_size_per_gpu),
+                       ("explorer.runner_per_model", cfg.explorer.runner_per_model),
+                       ("explorer.rollout_model.engine_num", rollout.engine_num),
+                       ("explorer.rollout_model.tensor_parallel_size", rollout.tensor_parallel_size)):
         if value < 1:
             problems.add(f"{key}: {value} must be >= 1")
 
@@ -158,7 +161,8 @@ def _check_inputs(cfg: Config, problems: Problems, check_paths: bool) -> None:
         problems.add("buffer.explorer_input.taskset: missing; explorers need at least one training taskset")
     eb = cfg.buffer.trainer_input.experience_buffer
     if sft and not eb.path:
-        problems.add("buffer.trainer_input.experience_buffer.path: an sft stage trains on this dataset; give its local path")
+        problems.add("buffer.trainer_input.experience_buffer.path: an sft stage trains on this dataset; "
+                     "give its local path")
     for group, sets in (("tasksets", inp.tasksets), ("eval_tasksets", inp.eval_tasksets)):
         for i, ts in enumerate(sets):
             try:

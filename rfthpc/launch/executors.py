@@ -1,4 +1,5 @@
-"""submitit's Slurm executor, extended for rfthpc: scripts rendered without a cluster, arrays with the configured python.
+"""submitit's Slurm executor, extended for rfthpc: scripts rendered without a cluster, arrays with the
+configured python.
 
 - `render()` gives the exact sbatch text a submission would use, so `--dry-run` and the golden-file
   tests work on any machine (submitit refuses to build an executor where `srun` is missing;
@@ -69,7 +70,8 @@ class RunExecutor(SlurmExecutor):
             self.parameters = single_params
         jobs: list[core.Job[Any]] = []
         for index, path in enumerate(staged):
-            job = self.job_class(folder=self.folder, job_id=f"{first.job_id}_{index}", tasks=list(range(first.num_tasks)))
+            job = self.job_class(folder=self.folder, job_id=f"{first.job_id}_{index}",
+                                 tasks=list(range(first.num_tasks)))
             job.paths.move_temporary_file(path, "submitted_pickle")
             jobs.append(job)
         return jobs

@@ -82,7 +82,8 @@ def check_no_secrets(cfg: Config) -> None:
             if "=" in line and SECRET_PATTERN.search(line.split("=", 1)[0]):
                 raise ConfigError(
                     f"{key}[{i}] sets a credential ({line.split('=', 1)[0].split()[-1]}): it would be written into the "
-                    "sbatch script; export it in your shell before `rfthpc submit` instead (jobs inherit the environment)"
+                    "sbatch script; export it in your shell before `rfthpc submit` instead "
+                    "(jobs inherit the environment)"
                 )
 
 

@@ -57,7 +57,8 @@ def is_unreachable(stderr: str) -> bool:
     return any(s in low for s in _UNREACHABLE)
 
 
-def run_slurm(args: Sequence[str], timeout_s: float = DEFAULT_TIMEOUT_S, check: bool = True) -> subprocess.CompletedProcess[str]:
+def run_slurm(args: Sequence[str], timeout_s: float = DEFAULT_TIMEOUT_S,
+              check: bool = True) -> subprocess.CompletedProcess[str]:
     """Run a Slurm tool with a timeout; raise SlurmError if it is missing, hangs, or (with `check`) fails."""
     require_tool(args[0])
     try:

@@ -188,7 +188,10 @@ def format_status(d: dict[str, Any]) -> str:
     rows = []
     for job in d["jobs"]:
         r: JobRecord = job["record"]
-        who = r.explorer if r.role == "explorer" else ("trainer + " + str(r.explorer) if r.role == "hetjob" else "trainer")
+        if r.role == "explorer":
+            who = r.explorer
+        else:
+            who = "trainer + " + str(r.explorer) if r.role == "hetjob" else "trainer"
         tasks = job["tasks"] or [TaskState(r.job_id, "UNKNOWN" if d["slurm_error"] else "NOT FOUND")]
         for t in tasks:
             rows.append([r.role, who, t.job_id, t.state, t.elapsed, t.nodes, t.reason])

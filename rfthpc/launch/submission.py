@@ -102,7 +102,8 @@ def hetjob_plan(cfg: Config, run_dir: RunDir, code_dir: Path | None) -> JobPlan:
     for field_name, key in config_keys(cfg, "explorer").items():
         if field_name in keys and keys[field_name] != key:
             keys[field_name] = f"{keys[field_name]} / {key}"
-    return JobPlan("hetjob", executor, [job], "hetjob.sbatch", keys, explorer=name, array_size=size, trainer_nodes=nodes)
+    return JobPlan("hetjob", executor, [job], "hetjob.sbatch", keys, explorer=name, array_size=size,
+                   trainer_nodes=nodes)
 
 
 def plan_jobs(cfg: Config, stage_modes: Sequence[str], run_dir: RunDir, code_dir: Path | None) -> list[JobPlan]:

@@ -326,7 +326,8 @@ def _groups(
     first, count = table["first_experience"], table["n_experiences"]
     _check(bool(np.all(count > 0)) and int(count.sum()) == n_exp and bool(np.all(first == np.cumsum(count) - count)),
            "group table does not index the experiences in order")
-    _check(bool(np.all(rows["prompt_start"] >= 0)) and bool(np.all(rows["prompt_start"] + rows["prompt_len"] <= len(prompt))),
+    _check(bool(np.all(rows["prompt_start"] >= 0))
+           and bool(np.all(rows["prompt_start"] + rows["prompt_len"] <= len(prompt))),
            "prompt spans exceed the prompt token array")
     _check(bool(np.all(rows["response_start"] >= 0))
            and bool(np.all(rows["response_start"] + rows["response_len"] <= len(response))),

@@ -204,7 +204,8 @@ def check_group(group: Group, check_ids: bool = True) -> tuple[list[CheckedExper
         n = response.shape[0]
         reward = float(e.reward)
         if not math.isfinite(reward):
-            raise UserError(f"{_where(group, i, 'reward')} is {reward}; the reward function must return a finite number")
+            raise UserError(f"{_where(group, i, 'reward')} is {reward}; "
+                            "the reward function must return a finite number")
         checked.append(
             CheckedExperience(
                 prompt_ids=prompt,

@@ -42,7 +42,8 @@ def _why_finished(statuses: list[ClaimsStatus]) -> str:
         return (f"taskset {st.taskset!r} did all its {st.issued} tasks (total_steps x batch_size = {st.max_tasks}, "
                 f"plus {st.refill} replacing groups dropped as stale or tasks that gave none)")
 
-    lead = "the data ran out" if all(st.exhausted for st in statuses) else "the explorers did every task they were given"
+    exhausted = all(st.exhausted for st in statuses)
+    lead = "the data ran out" if exhausted else "the explorers did every task they were given"
     return f"{lead}: {', '.join(one(st) for st in statuses)}"
 
 

@@ -424,7 +424,8 @@ class Trainer:
         publish_model(self.policy, self.env, self.rundir.root, step, self.model_path,
                       compute_dtype(cfg.model.dtype, self.env.device))
         if self.env.is_main:
-            removed = weights.collect_published(self.rundir.root, cfg.synchronizer.keep_published, cfg.filesystem.lease_s)
+            removed = weights.collect_published(self.rundir.root, cfg.synchronizer.keep_published,
+                                                cfg.filesystem.lease_s)
             log.info("published weights/step_%d in %.2f s%s", step, time.perf_counter() - start,
                      f"; removed steps {removed}" if removed else "")
 

@@ -73,7 +73,8 @@ class Algorithm:
         """Bind the (finalized) `algorithm` section; raises ConfigError on unknown names or arguments."""
         mode = alg.loss_agg_mode or "token-mean"
         if mode not in algos.LOSS_AGG_MODES:
-            raise ConfigError(f"algorithm.loss_agg_mode: unknown mode {mode!r}; known: {', '.join(algos.LOSS_AGG_MODES)}")
+            known = ", ".join(algos.LOSS_AGG_MODES)
+            raise ConfigError(f"algorithm.loss_agg_mode: unknown mode {mode!r}; known: {known}")
         if not alg.policy_loss_fn:
             raise ConfigError("algorithm.policy_loss_fn: missing; name a policy loss or an algorithm_type preset")
         policy = algos.POLICY_LOSS_FNS.bind(alg.policy_loss_fn, {**alg.policy_loss_fn_args, "loss_agg_mode": mode})

@@ -41,7 +41,8 @@ class SFTData:
         from rfthpc.data.tasksets import read_split
 
         if not buffer.path:
-            raise UserError("buffer.trainer_input.experience_buffer.path: an sft stage trains on a dataset; give its path")
+            raise UserError("buffer.trainer_input.experience_buffer.path: an sft stage trains on a dataset; "
+                            "give its path")
         self.where = f"SFT dataset {buffer.path} (split {buffer.split!r})"
         self.rows = read_split(buffer.path, buffer.subset_name, buffer.split)
         if len(self.rows) == 0:

@@ -167,7 +167,8 @@ def test_unsupported_sequence_parallelism(tmp_path: Path, base: str) -> None:
 
 
 def test_unknown_verl_key_in_trainer_config(tmp_path: Path, base: str) -> None:
-    text = base + "trainer:\n  trainer_config:\n    actor_rollout_ref:\n      actor:\n        ppo_micro_batch_size_per_gpus: 2\n"
+    text = base + ("trainer:\n  trainer_config:\n    actor_rollout_ref:\n      actor:\n"
+                   "        ppo_micro_batch_size_per_gpus: 2\n")
     msg = _error(write(tmp_path, text))
     assert "trainer.trainer_config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpus" in msg
     assert "did you mean actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu" in msg
@@ -191,5 +192,6 @@ def test_not_yaml_and_not_a_mapping(tmp_path: Path) -> None:
 
 
 def test_both_taskset_and_tasksets(tmp_path: Path, base: str) -> None:
-    text = base.replace("    default_workflow_type", "    tasksets:\n      - name: u\n        path: x\n    default_workflow_type")
+    text = base.replace("    default_workflow_type",
+                        "    tasksets:\n      - name: u\n        path: x\n    default_workflow_type")
     assert "both `taskset` and `tasksets`" in _error(write(tmp_path, text))

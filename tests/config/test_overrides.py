@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from rfthpc.config import dump_yaml, load_config, read_yaml
-from tests.config.test_bad_input import base  # noqa: F401  (fixture)
 from tests.config.conftest import write
+from tests.config.test_bad_input import base  # noqa: F401  (fixture)
 
 
 def test_cli_overrides_yaml_which_overrides_defaults(tmp_path: Path, base: str) -> None:  # noqa: F811

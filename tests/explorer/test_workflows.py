@@ -213,7 +213,8 @@ def test_auxiliary_model_chat_uses_its_template_thinking_switch_and_limits(tiny_
     assert len(verdicts) == 2 and all(1 <= len(v.token_ids) <= 3 for v in verdicts)
     (prompt,), n, params = engine.requests[-1]
     assert n == 2 and params.max_tokens == 3
-    assert tok.decode(prompt) == "<|im_start|>user\nIs 2 + 2 = 4?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    assert tok.decode(prompt) == ("<|im_start|>user\nIs 2 + 2 = 4?<|im_end|>\n<|im_start|>assistant\n"
+                                  "<think>\n\n</think>\n\n")
     judge.generate([prompt], 1, SamplingArgs(max_tokens=50, temperature=0.5))
     assert engine.requests[-1][2] == SamplingArgs(max_tokens=3, temperature=0.5)
     judge.generate([prompt], 1, SamplingArgs(max_tokens=2))

@@ -103,7 +103,8 @@ def check_exactly_once(c: Consumption, expected_consumed: int) -> None:
     ids = Counter(g.group_id for g in c.covered)
     assert not [g for g, n in ids.items() if n > 1], f"groups taken twice: {[g for g, n in ids.items() if n > 1]}"
     tasks = Counter(task_key(g) for g in c.covered + c.pending)
-    assert not [t for t, n in tasks.items() if n > 1], f"tasks committed twice: {[t for t, n in tasks.items() if n > 1]}"
+    twice = [t for t, n in tasks.items() if n > 1]
+    assert not twice, f"tasks committed twice: {twice}"
     assert c.counters["consumed"] == expected_consumed, c.counters
     assert len(c.covered) == c.counters["consumed"] + c.counters["dropped_stale"], (len(c.covered), c.counters)
 

@@ -36,9 +36,9 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(900)]
 
 RUN_TIMEOUT_S = 420
 # Explorers that stay at most one policy version ahead, so the run's explorers cannot take every
-# task before the explorers added mid-run have started. A group that still arrives too stale is dropped, and as explorers do
-# exactly total_steps x batch_size tasks, the run may then end a step early: counts use the step
-# the trainer reached.
+# task before the explorers added mid-run have started. A group that still arrives too stale is
+# dropped, and as explorers do exactly total_steps x batch_size tasks, the run may then end a step
+# early: counts use the step the trainer reached.
 PACED = {"sync_offset": 1, "max_staleness": 1}
 
 

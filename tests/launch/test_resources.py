@@ -62,7 +62,8 @@ def test_credentials_in_setup_lines_are_refused(line: str) -> None:
 
 def test_harmless_setup_lines_pass() -> None:
     cfg = Config()
-    cfg.slurm.setup = ["source /opt/venv/bin/activate", "export OMP_NUM_THREADS=4", "export TOKENIZERS_PARALLELISM=false"]
+    cfg.slurm.setup = ["source /opt/venv/bin/activate", "export OMP_NUM_THREADS=4",
+                       "export TOKENIZERS_PARALLELISM=false"]
     check_no_secrets(cfg)
 
 

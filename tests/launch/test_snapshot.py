@@ -23,7 +23,8 @@ def test_snapshot_is_a_private_content_named_copy(tmp_path: Path) -> None:
         second = snapshot_code(tmp_path / "code", source)
     finally:
         os.umask(old)
-    assert second != first and sorted(p.name for p in (tmp_path / "code").iterdir()) == sorted([first.name, second.name])
+    assert second != first
+    assert sorted(p.name for p in (tmp_path / "code").iterdir()) == sorted([first.name, second.name])
     # The snapshot taken before the edit does not see it.
     assert "# edit" not in (first / "rfthpc" / "launch" / "status.py").read_text()
     assert (first / "rfthpc" / "launch" / "submitit_jobs.py").is_file()

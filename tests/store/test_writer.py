@@ -88,7 +88,8 @@ def test_the_caller_may_reuse_a_group_once_it_is_added(run_dir: Path) -> None:
 @pytest.mark.parametrize(
     ("field", "bad", "message"),
     [
-        ("response_ids", np.array([1, -3, 2], np.int32), r"task 'bad', experience 1: response_ids holds token ids outside"),
+        ("response_ids", np.array([1, -3, 2], np.int32),
+         r"task 'bad', experience 1: response_ids holds token ids outside"),
         ("response_ids", np.array([1, 2**40, 2]), r"experience 1: response_ids holds token ids outside"),
         ("prompt_ids", np.array([2**31], np.int64), r"experience 1: prompt_ids holds token ids outside"),
         ("prompt_ids", np.array([-1, 5], np.int32), r"experience 1: prompt_ids holds token ids outside"),

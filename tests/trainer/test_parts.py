@@ -178,7 +178,8 @@ THINKING_TEMPLATE = (
 )
 
 
-@pytest.mark.parametrize(("enable_thinking", "prompt_end"), [(None, "assistant\n"), (False, "assistant\n<think></think>")])
+@pytest.mark.parametrize(("enable_thinking", "prompt_end"),
+                         [(None, "assistant\n"), (False, "assistant\n<think></think>")])
 def test_sft_renders_with_the_explorers_thinking_switch(tmp_path: Path, tiny_model: Path, enable_thinking: bool | None,
                                                          prompt_end: str) -> None:
     from rfthpc.trainer.sft_data import SFTData, load_tokenizer
