@@ -178,7 +178,7 @@ def test_preemption_cancel_and_requeue_lose_nothing(slurm_cluster: None, demo_da
         wait_for(lambda: groups_of(run, "explorer") >= 2, RUN_TIMEOUT_S, "both explorers to commit groups")
         assert run_cmd("scancel", f"{explorer_id}_0").returncode == 0
         assert run_cmd("scancel", "--signal=USR2", f"{explorer_id}_1").returncode == 0
-        wait_for(lambda: scontrol_field(f"{explorer_id}_1", "Restarts") == "1", 120, "the explorer's requeue",
+        wait_for(lambda: scontrol_field(f"{explorer_id}_1", "Restarts") == "1", 240, "the explorer's requeue",
                  details=lambda: run_cmd("scontrol", "show", "job", f"{explorer_id}_1").stdout + log_tails(run))
         wait_step(run, 2, trainer_id)
         assert run_cmd("scancel", "--signal=USR2", trainer_id).returncode == 0
