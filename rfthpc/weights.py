@@ -156,14 +156,15 @@ def write_hf_dir(
     from rfthpc.convert.writer import write_shards
 
     make_dirs(out)
-    copy_config_files(config_dir, out)
+    config_files = copy_config_files(config_dir, out)
     stream = weights if isinstance(weights, TensorStream) else TensorStream.of(weights, dtype)
     if (out / "config.json").is_file() and stream.entries:
         _set_config_dtype(out / "config.json", str(stream.entries[0].dtype).removeprefix("torch."))
-    write_shards(out, stream.entries, ((name, [t]) for name, t in stream.tensors), max_shard_bytes)
-    for entry in os.scandir(out):
-        if entry.is_file():
-            _fsync_file(Path(entry.path))
+    # write_shards fsyncs the weight files it writes; the copied configuration is fsynced here.
+    for name in write_shards(out, stream.entries, ((name, [t]) for name, t in stream.tensors), max_shard_bytes):
+        apply_mode(out / name, is_dir=False)
+    for name in config_files:
+        _fsync_file(out / name)
 
 
 def publish(

@@ -126,3 +126,23 @@ def test_a_publisher_killed_mid_write_leaves_no_policy(run: RunDir, tiny_model: 
     assert weights.published_steps(run.root) == [0] and weights.read_latest(run.root) == 0
     weights.collect_published(run.root, keep=3, lease_s=300)
     assert not [n for n in os.listdir(run.weights) if n.startswith(".tmp-")]
+
+
+def test_published_files_follow_the_runs_permission_policy(run: RunDir, tiny_model: Path) -> None:
+    """Weight shards, their index and the copied configuration all get the run's file mode:
+    private by default, group-shared when the run is."""
+    import stat
+
+    from rfthpc import fsutil
+
+    state = _model_state(tiny_model)
+    path = weights.publish(run.root, 1, state, tiny_model, torch.float32, max_shard_bytes=200_000)
+    names = {p.name for p in path.iterdir()}
+    assert "model.safetensors.index.json" in names and "config.json" in names and len(names) > 4
+    assert {stat.S_IMODE(p.stat().st_mode) for p in path.iterdir()} == {0o600}
+    fsutil.set_share_group(fsutil.grp.getgrgid(os.getgid()).gr_name)
+    try:
+        path = weights.publish(run.root, 2, state, tiny_model, torch.float32, max_shard_bytes=200_000)
+    finally:
+        fsutil.set_share_group(None)
+    assert {stat.S_IMODE(p.stat().st_mode) for p in path.iterdir()} == {0o660}
