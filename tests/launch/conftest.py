@@ -1,8 +1,8 @@
-"""Fixtures of the launch tests: the local Slurm cluster, a tiny model and data, tiny configs, bounded waits.
+"""Fixtures of the launch tests: a tiny model and data, tiny configs, bounded waits.
 
-Everything runs against the real cluster of tools/local_slurm.sh (two virtual nodes n1/n2,
-accounting on) with the real `rfthpc` command in subprocesses. No wait on a Slurm state or a run
-directory is unbounded.
+Everything runs against the real cluster of tools/local_slurm.sh (two virtual nodes n1/n2, accounting
+on; the `slurm_cluster` fixture of tests/conftest.py) with the real `rfthpc` command in subprocesses.
+No wait on a Slurm state or a run directory is unbounded.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-LOCAL_SLURM = REPO / "tools" / "local_slurm.sh"
 PYTHON = sys.executable
 T = TypeVar("T")
 
@@ -81,6 +80,14 @@ def scontrol_field(job_id: str, field: str) -> str:
     return ""
 
 
+def cluster_report() -> str:
+    """Every job Slurm lists (state, why it pends, name) and every node's state, for failure messages:
+    a run that never starts is told apart from one that hangs."""
+    jobs = run_cmd("squeue", "-h", "-o", "%i %T %r %j").stdout
+    nodes = run_cmd("sinfo", "-h", "-N", "-o", "%N %P %t load=%O free_mem=%e %E").stdout
+    return f"--- squeue\n{jobs}--- sinfo\n{nodes}"
+
+
 def cancel(*job_ids: str, timeout: float = 60) -> None:
     """Cancel jobs a test left behind, again while squeue still lists them (a job caught in a requeue
     can come back), for at most `timeout` seconds."""
@@ -91,17 +98,6 @@ def cancel(*job_ids: str, timeout: float = 60) -> None:
         left = run_cmd("squeue", "-h", "-j", ",".join(job_ids), "-o", "%i|%T").stdout.split()
         if not [line for line in left if not line.endswith("|COMPLETING")]:
             return
-
-
-@pytest.fixture(scope="session")
-def slurm_cluster() -> None:
-    """The local cluster, brought up if it is not healthy."""
-    if run_cmd("bash", str(LOCAL_SLURM), "status").returncode == 0:
-        return
-    if os.geteuid() != 0:
-        pytest.fail(f"no healthy local Slurm and not root: run `sudo {LOCAL_SLURM} up` first")
-    up = run_cmd("bash", str(LOCAL_SLURM), "up", timeout=900)
-    assert up.returncode == 0, f"local_slurm.sh up failed:\n{up.stdout}\n{up.stderr}"
 
 
 @pytest.fixture(scope="session")

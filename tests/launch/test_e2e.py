@@ -21,6 +21,7 @@ from tests.launch.conftest import (
     REPO,
     TERMINAL,
     cancel,
+    cluster_report,
     rfthpc,
     run_cmd,
     sacct_states,
@@ -69,7 +70,7 @@ def wait_step(run: Path, step: int, trainer_id: str | None = None, timeout: floa
     except pytest.fail.Exception as e:
         if "timed out" not in str(e):
             raise
-        pytest.fail(f"trainer did not reach step {step} within {timeout:.0f} s\n{log_tails(run)}")
+        pytest.fail(f"trainer did not reach step {step} within {timeout:.0f} s\n{log_tails(run)}\n{cluster_report()}")
 
 
 def wait_running(job_id: str, timeout: float = 120) -> None:
@@ -77,7 +78,7 @@ def wait_running(job_id: str, timeout: float = 120) -> None:
     def running() -> bool:
         states = sacct_states(job_id)
         return bool(states) and set(states.values()) == {"RUNNING"}
-    wait_for(running, timeout, f"job {job_id} to run")
+    wait_for(running, timeout, f"job {job_id} to run", details=cluster_report)
 
 
 def wait_done(run: Path, trainer_id: str | None = None, timeout: float = RUN_TIMEOUT_S) -> dict:
@@ -94,7 +95,7 @@ def wait_done(run: Path, trainer_id: str | None = None, timeout: float = RUN_TIM
     except pytest.fail.Exception as e:
         if "timed out" not in str(e):
             raise
-        pytest.fail(f"run did not finish within {timeout:.0f} s\n{log_tails(run)}")
+        pytest.fail(f"run did not finish within {timeout:.0f} s\n{log_tails(run)}\n{cluster_report()}")
 
 
 def groups_of(run: Path, explorer: str) -> int:

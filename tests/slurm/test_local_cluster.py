@@ -1,8 +1,9 @@
 """The local Slurm cluster of tools/local_slurm.sh does what rfthpc relies on.
 
 Everything here runs against the real cluster: real sbatch, sacct, scancel and submitit. CI calls
-`tools/local_slurm.sh up` before pytest; the session fixture calls it too when the cluster is not
-healthy, so this module also runs on its own (as root). Every wait on a Slurm state is bounded.
+`tools/local_slurm.sh up` before pytest; the `slurm_cluster` fixture (tests/conftest.py) calls it
+too when the cluster is not healthy, so this module also runs on its own (as root). Every wait on a
+Slurm state is bounded.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from pathlib import Path
 import pytest
 import submitit
 
-REPO = Path(__file__).resolve().parents[2]
-LOCAL_SLURM = REPO / "tools" / "local_slurm.sh"
+from tests.conftest import SESSION_PID_FILE, cancel_and_wait, orphaned_jobs, queued_jobs
+
 #: How long any one job may take to reach the state a test waits for; jobs here take ~1 s.
 JOB_TIMEOUT_S = 30.0
 TERMINAL_STATES = {
@@ -39,18 +40,9 @@ def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, capture_output=True, text=True, check=check, timeout=60)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def cluster() -> None:
-    """Bring the local cluster up unless it is already healthy."""
-    if run(str(LOCAL_SLURM), "status", check=False).returncode == 0:
-        return
-    if os.geteuid() != 0:
-        pytest.fail(f"no healthy local Slurm and not root: run `sudo {LOCAL_SLURM} up` first")
-    # From a bare machine this installs packages (~40 s); allow for a slow mirror.
-    up = subprocess.run(
-        [str(LOCAL_SLURM), "up"], capture_output=True, text=True, timeout=900, check=False
-    )
-    assert up.returncode == 0, f"local_slurm.sh up failed:\n{up.stdout}\n{up.stderr}"
+@pytest.fixture(autouse=True)
+def cluster(slurm_cluster: None) -> None:
+    """Every test here runs on the local cluster (tests/conftest.py brings it up)."""
 
 
 def sbatch(*args: str) -> str:
@@ -200,3 +192,37 @@ def test_submitit_runs_a_function(tmp_path: Path) -> None:
         job.cancel(check=False)
 
     assert job.result() == (42, job.job_id)
+
+
+def test_jobs_of_dead_test_sessions_are_cancelled(tmp_path: Path) -> None:
+    """Jobs writing into the base directory of a pytest session that is gone are cancelled; those of a
+    live session (known by our pid record or by pytest's own `.lock`), of this session and of
+    anything else are not. A pid recorded before its process started was reused: that session is gone."""
+    root = tmp_path / "pytest-of-tester"
+    dead, reused, live, live_lock, ours = (root / f"pytest-{n}" for n in range(1, 6))
+    other = tmp_path / "elsewhere"
+    for folder in (dead, reused, live, live_lock, ours, other):
+        (folder / "log").mkdir(parents=True)
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    (dead / SESSION_PID_FILE).write_text(str(ended.pid))
+    (dead / ".lock").write_text(str(ended.pid))
+    (reused / ".lock").write_text(str(os.getpid()))
+    long_ago = time.time() - 86400
+    os.utime(reused / ".lock", (long_ago, long_ago))
+    (live / SESSION_PID_FILE).write_text(str(os.getpid()))
+    (live_lock / ".lock").write_text(str(os.getpid()))
+    sleep = write_script(tmp_path / "sleep.sh", "sleep 300\n")
+    limits = ["--time=5", "--mem=50M"]
+    orphans = [sbatch(*limits, "--output", str(dead / "log" / "%j.out"), str(sleep)),
+               sbatch(*limits, "--array=0-1", "--output", str(dead / "log" / "%A_%a.out"), str(sleep)),
+               sbatch(*limits, "--output", str(reused / "log" / "%j.out"), str(sleep))]
+    kept = [sbatch(*limits, "--output", str(folder / "log" / "%j.out"), str(sleep))
+            for folder in (live, live_lock, ours, other)]
+    try:
+        assert sorted(orphaned_jobs(ours, queued_jobs())) == sorted(orphans)
+        cancel_and_wait(orphans)
+        assert {row["State"] for job in orphans for row in sacct_rows(job).values()} == {"CANCELLED"}
+        assert sorted(run("squeue", "-h", "-j", ",".join(kept), "-o", "%i").stdout.split()) == sorted(kept)
+    finally:
+        run("scancel", *orphans, *kept, check=False)

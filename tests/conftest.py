@@ -1,0 +1,115 @@
+"""Fixtures shared by the Slurm test directories: the local cluster, cleared of jobs that dead test
+sessions left behind.
+
+A test session that is killed (SIGKILL, a machine restart) never runs its teardown, so its jobs stay
+queued or running until their time limit and hold the small local cluster's CPUs and memory: the
+next session's multi-node jobs then pend for minutes. Each session's pid is recorded in its pytest
+base directory; jobs whose output lies in another session's directory whose pytest is gone are
+cancelled before any test submits. A concurrent live session's jobs are left alone.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+LOCAL_SLURM = Path(__file__).resolve().parents[1] / "tools" / "local_slurm.sh"
+SESSION_PID_FILE = "rfthpc-test-session.pid"
+_ENDED = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+          "TIMEOUT"}
+_SESSION_DIR = re.compile(r"pytest-\d+")
+
+
+def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def queued_jobs() -> dict[str, str]:
+    """Every job Slurm lists that has not ended → the path its standard output goes to.
+
+    Keys are what `scancel` takes for the whole job: the array job id for an array task, the leader
+    id for a heterogeneous job's component.
+    """
+    jobs: dict[str, str] = {}
+    for line in _run("scontrol", "show", "job", "-o").stdout.splitlines():
+        fields = dict(word.split("=", 1) for word in line.split() if "=" in word)
+        job = fields.get("HetJobId") or fields.get("ArrayJobId") or fields.get("JobId")
+        if job and fields.get("StdOut") and fields.get("JobState") not in _ENDED:
+            jobs[job] = fields["StdOut"]
+    return jobs
+
+
+def _started_at(pid: int) -> float:
+    """When process `pid` started (seconds since the epoch), from /proc."""
+    ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                if line.startswith("btime "))
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _session_alive(session: Path) -> bool:
+    """True while the pytest process owning the base directory `session` runs.
+
+    The owner's pid is in our own record and in the `.lock` pytest itself keeps there until its
+    process exits (the latter also covers sessions of checkouts older than this fixture). A process
+    that started after the record was written only reuses the pid (after a restart, say).
+    """
+    for record in (session / SESSION_PID_FILE, session / ".lock"):
+        try:
+            pid = int(record.read_text())
+            if (b"pytest" in Path(f"/proc/{pid}/cmdline").read_bytes()
+                    and _started_at(pid) <= record.stat().st_mtime + 1):
+                return True
+        except (OSError, ValueError):
+            continue
+    return False
+
+
+def orphaned_jobs(basetemp: Path, jobs: dict[str, str]) -> list[str]:
+    """The jobs of `jobs` (id → output path) written into another pytest session's base directory
+    (a sibling `pytest-N` of `basetemp`) whose pytest process is gone."""
+    root = basetemp.parent
+    if not root.name.startswith("pytest-of-"):
+        return []  # a custom --basetemp: no way to tell test sessions from anything else
+    orphans = []
+    for job, stdout in jobs.items():
+        try:
+            session = root / Path(stdout).relative_to(root).parts[0]
+        except (ValueError, IndexError):
+            continue
+        if _SESSION_DIR.fullmatch(session.name) and session != basetemp and not _session_alive(session):
+            orphans.append(job)
+    return orphans
+
+
+def cancel_and_wait(jobs: list[str], timeout: float = 60) -> None:
+    """scancel `jobs` and wait, bounded, until Slurm no longer lists them (their resources are free)."""
+    deadline = time.monotonic() + timeout
+    while jobs and time.monotonic() < deadline:
+        _run("scancel", *jobs)
+        time.sleep(1)
+        if not _run("squeue", "-h", "-j", ",".join(jobs), "-o", "%i").stdout.strip():
+            return
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The local cluster, brought up if it is not healthy, without jobs of dead test sessions."""
+    if _run("bash", str(LOCAL_SLURM), "status").returncode != 0:
+        if os.geteuid() != 0:
+            pytest.fail(f"no healthy local Slurm and not root: run `sudo {LOCAL_SLURM} up` first")
+        # From a bare machine this installs packages (~40 s); allow for a slow mirror.
+        up = _run("bash", str(LOCAL_SLURM), "up", timeout=900)
+        assert up.returncode == 0, f"local_slurm.sh up failed:\n{up.stdout}\n{up.stderr}"
+    basetemp = tmp_path_factory.getbasetemp()
+    (basetemp / SESSION_PID_FILE).write_text(str(os.getpid()))
+    orphans = orphaned_jobs(basetemp, queued_jobs())
+    if orphans:
+        print(f"cancelling jobs left by dead test sessions: {', '.join(orphans)}", file=sys.stderr)
+        cancel_and_wait(orphans)
