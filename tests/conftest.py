@@ -88,13 +88,14 @@ def orphaned_jobs(basetemp: Path, jobs: dict[str, str]) -> list[str]:
     return orphans
 
 
-def cancel_and_wait(jobs: list[str], timeout: float = 60) -> None:
-    """scancel `jobs` and wait, bounded, until Slurm no longer lists them (their resources are free)."""
+def cancel(*job_ids: str, timeout: float = 60) -> None:
+    """scancel jobs, again while Slurm still lists them (a job caught in a requeue can come back), until
+    they are gone and their resources free, for at most `timeout` seconds."""
     deadline = time.monotonic() + timeout
-    while jobs and time.monotonic() < deadline:
-        _run("scancel", *jobs)
+    while job_ids and time.monotonic() < deadline:
+        _run("scancel", *job_ids)
         time.sleep(1)
-        if not _run("squeue", "-h", "-j", ",".join(jobs), "-o", "%i").stdout.strip():
+        if not _run("squeue", "-h", "-j", ",".join(job_ids), "-o", "%i").stdout.strip():
             return
 
 
@@ -112,4 +113,4 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> None:
     orphans = orphaned_jobs(basetemp, queued_jobs())
     if orphans:
         print(f"cancelling jobs left by dead test sessions: {', '.join(orphans)}", file=sys.stderr)
-        cancel_and_wait(orphans)
+        cancel(*orphans)

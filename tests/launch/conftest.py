@@ -88,18 +88,6 @@ def cluster_report() -> str:
     return f"--- squeue\n{jobs}--- sinfo\n{nodes}"
 
 
-def cancel(*job_ids: str, timeout: float = 60) -> None:
-    """Cancel jobs a test left behind, again while squeue still lists them (a job caught in a requeue
-    can come back), for at most `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while job_ids and time.monotonic() < deadline:
-        run_cmd("scancel", *job_ids)
-        time.sleep(1)
-        left = run_cmd("squeue", "-h", "-j", ",".join(job_ids), "-o", "%i|%T").stdout.split()
-        if not [line for line in left if not line.endswith("|COMPLETING")]:
-            return
-
-
 @pytest.fixture(scope="session")
 def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny model (`model/`), synthetic GSM8K-format data (`gsm8k/{train,test}.jsonl`) and `sft.jsonl`."""

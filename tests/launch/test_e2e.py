@@ -16,11 +16,11 @@ import pytest
 from rfthpc.fsutil import read_json
 from rfthpc.launch.jobs import read_jobs
 from rfthpc.rundir import RunDir
+from tests.conftest import cancel
 from tests.launch.conftest import (
     PYTHON,
     REPO,
     TERMINAL,
-    cancel,
     cluster_report,
     rfthpc,
     run_cmd,

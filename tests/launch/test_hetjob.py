@@ -9,7 +9,8 @@ import pytest
 
 from rfthpc.launch.hetjob import HetjobExecutor, HetjobInfoWatcher
 from rfthpc.launch.submitit_jobs import RoleJob
-from tests.launch.conftest import PYTHON, cancel, wait_terminal
+from tests.conftest import cancel
+from tests.launch.conftest import PYTHON, wait_terminal
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(180)]
 

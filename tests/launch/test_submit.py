@@ -11,8 +11,8 @@ import pytest
 
 from rfthpc.launch.jobs import read_jobs
 from rfthpc.rundir import RunDir
+from tests.conftest import cancel
 from tests.launch.conftest import (
-    cancel,
     rfthpc,
     run_cmd,
     sacct_states,

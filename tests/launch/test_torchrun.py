@@ -11,7 +11,8 @@ import pytest
 
 from rfthpc.launch.executors import RunExecutor
 from rfthpc.launch.torchrun import rendezvous_from_slurm, torchrun_argv
-from tests.launch.conftest import PYTHON, REPO, cancel, wait_terminal
+from tests.conftest import cancel
+from tests.launch.conftest import PYTHON, REPO, wait_terminal
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(240)]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import submitit
 
-from tests.conftest import SESSION_PID_FILE, cancel_and_wait, orphaned_jobs, queued_jobs
+from tests.conftest import SESSION_PID_FILE, cancel, orphaned_jobs, queued_jobs
 
 #: How long any one job may take to reach the state a test waits for; jobs here take ~1 s.
 JOB_TIMEOUT_S = 30.0
@@ -221,7 +221,7 @@ def test_jobs_of_dead_test_sessions_are_cancelled(tmp_path: Path) -> None:
             for folder in (live, live_lock, ours, other)]
     try:
         assert sorted(orphaned_jobs(ours, queued_jobs())) == sorted(orphans)
-        cancel_and_wait(orphans)
+        cancel(*orphans)
         assert {row["State"] for job in orphans for row in sacct_rows(job).values()} == {"CANCELLED"}
         assert sorted(run("squeue", "-h", "-j", ",".join(kept), "-o", "%i").stdout.split()) == sorted(kept)
     finally:
