@@ -154,7 +154,10 @@ def finalize(cfg: Config, source: str = "config") -> Config:
     t = cfg.trainer
     if t.max_token_len_per_gpu is None and cfg.model.max_model_len is not None:
         t.max_token_len_per_gpu = 2 * cfg.model.max_model_len
-    t.ppo_mini_batch_size = _fill(t.ppo_mini_batch_size, b.batch_size)
+    # The groups of one trainer step: a trainer-only config sets train_batch_size and not batch_size.
+    # (repeat_times < 1 is reported by validation, which runs on the derived config.)
+    groups_per_step = b.train_batch_size // max(1, cfg.algorithm.repeat_times)
+    t.ppo_mini_batch_size = _fill(t.ppo_mini_batch_size, max(1, groups_per_step))
     cfg.monitor.monitor_type = list(dict.fromkeys(cfg.monitor.monitor_type))
     _derive_slurm(cfg)
     return cfg

@@ -74,6 +74,7 @@ class FilesystemConfig:
     share_group: Optional[str] = None
     """Unix group that may read and write the run directory (None: private to you)."""
     lease_s: float = 300.0
-    """Seconds without a heartbeat after which a dead explorer's claims and stale locks are recovered."""
+    """Seconds without a heartbeat after which a dead explorer's task claims return to the pool and its
+    reader file stops keeping old published weights (locks use their own fixed staleness)."""
     poll_interval_s: float = 1.0
     """Seconds between polls of the run directory (weights, experience)."""

@@ -29,7 +29,8 @@ class TrainerConfig:
     ppo_micro_batch_size_per_gpu: int = 4
     """Experiences per micro-batch per GPU without dynamic batching."""
     ppo_mini_batch_size: Optional[int] = None
-    """Tasks (groups) per optimizer update; defaults to `buffer.batch_size` (one update per step)."""
+    """Tasks (groups) per optimizer update; defaults to the groups of one trainer step,
+    `buffer.train_batch_size / algorithm.repeat_times` (one update per step)."""
     ppo_epochs: int = 1
     """Passes over each batch."""
     enable_gradient_checkpointing: bool = False

@@ -122,6 +122,11 @@ def test_train_batch_size_not_a_multiple_of_repeat_times(tmp_path: Path, base: s
     assert "buffer.train_batch_size: 18 is not a multiple of algorithm.repeat_times (4)" in msg
 
 
+def test_repeat_times_below_one(tmp_path: Path, base: str) -> None:
+    assert "algorithm.repeat_times: 0 must be >= 1" in _error(write(tmp_path, base.replace("repeat_times: 4",
+                                                                                           "repeat_times: 0")))
+
+
 def test_sync_interval_below_one(tmp_path: Path, base: str) -> None:
     msg = _error(write(tmp_path, base + "synchronizer:\n  sync_interval: 0\n"))
     assert "synchronizer.sync_interval: 0 must be >= 1" in msg

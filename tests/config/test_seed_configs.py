@@ -40,7 +40,8 @@ def test_async_pair_and_new_explorer_load(local_paths: Path, name: str) -> None:
         assert cfg.explorer.name == "explorer_new"
         assert cfg.slurm.explorer.array_size == 8
     if name == "trainer.yaml":
-        assert cfg.buffer.train_batch_size == 512
+        # Only train_batch_size is set: one optimizer update per step still covers all its 64 groups.
+        assert cfg.buffer.train_batch_size == 512 and cfg.trainer.ppo_mini_batch_size == 512 // 8
 
 
 def test_verl_ppo_example_maps_trainer_config(local_paths: Path) -> None:
