@@ -11,8 +11,10 @@
 Writing: every rank writes into `.tmp-global_step_<N>-<tag>/`; after a barrier rank 0 renames it
 to `global_step_<N>` and then replaces `latest_checkpointed_iteration.txt`. A process killed at
 any moment (SIGKILL included) leaves the previous checkpoint untouched and only a `.tmp-`
-directory, which the next start removes. DCP reshards on load, so a run may resume on another
-number of ranks (RNG states are restored only on the same number).
+directory, which the next start removes; a step saved again is moved aside to `.tmp-old-` first,
+and the next start puts one of the two back if a kill came between the renames. DCP reshards on
+load, so a run may resume on another number of ranks (RNG states are restored only on the same
+number).
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ log = logging.getLogger(__name__)
 META_FILE = "rfthpc_checkpoint.json"
 META_FORMAT = 1
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
+# A checkpoint moved aside while the same step is saved again (`<tag>` names the saving process).
+_MOVED_ASIDE = re.compile(re.escape(TMP_PREFIX) + r"old-global_step_(\d+)-(.+)")
 
 
 @dataclass
@@ -212,8 +216,24 @@ def restore_rng(run_dir: Path, step: int, env: DistEnv) -> bool:
 
 
 def remove_temporary(run_dir: Path) -> None:
-    """Delete `.tmp-` checkpoint directories left by a killed trainer (call on rank 0 before training)."""
+    """Finish a replacement of `global_step_<N>` that a kill interrupted, then delete the `.tmp-`
+    checkpoint directories left by a killed trainer (call on rank 0 before training).
+
+    Saving a step again moves the old directory aside before renaming the new one in. Killed between
+    the two renames, the step exists only as those two directories: the new one goes in place if it
+    is complete, else the old one goes back.
+    """
     run = RunDir(run_dir)
+    for name in os.listdir(run.root):
+        m = _MOVED_ASIDE.fullmatch(name)
+        if not m or run.checkpoint(int(m[1])).exists():
+            continue
+        new = run.root / f"{TMP_PREFIX}global_step_{m[1]}-{m[2]}"
+        restored = new if (new / "actor" / META_FILE).is_file() else run.root / name
+        os.rename(restored, run.checkpoint(int(m[1])))
+        fsync_dir(run.root)
+        log.warning("checkpoint %s: a kill interrupted its replacement; the %s copy is back in place", m[1],
+                    "new" if restored == new else "previous")
     for name in os.listdir(run.root):
         if name.startswith((f"{TMP_PREFIX}global_step_", f"{TMP_PREFIX}old-global_step_")):
             shutil.rmtree(run.root / name, ignore_errors=True)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -23,8 +25,17 @@ from rfthpc.errors import EXIT_PREEMPTED
 from rfthpc.fsutil import read_json
 from rfthpc.monitor import read_metrics
 from rfthpc.rundir import RunDir
-from rfthpc.trainer.checkpoint import latest_checkpoint, read_meta
-from tests.trainer.conftest import make_run, rl_config, run_trainer_inprocess, sft_stage, start_trainer, write_groups
+from rfthpc.trainer.checkpoint import META_FILE, latest_checkpoint, read_meta, remove_temporary
+from tests.trainer.conftest import (
+    ROOT,
+    make_run,
+    rl_config,
+    run_trainer_inprocess,
+    sft_stage,
+    start_trainer,
+    trainer_env,
+    write_groups,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -107,6 +118,64 @@ def test_sigkill_during_a_checkpoint_write_keeps_the_previous_one(tmp_path: Path
     assert not [n for n in os.listdir(run.root) if n.startswith(".tmp-")]
     _assert_same_training(run, reference, STEPS)
     assert read_meta(run.root, STEPS)["reader"]["counters"]["consumed"] == 12
+
+
+# A trainer that kills itself (SIGKILL) right after moving a checkpoint aside to save the same step
+# again, before renaming the new one in: the narrowest window of a checkpoint write.
+KILLED_IN_THE_SWAP = """
+import os, signal, sys
+rename = os.rename
+def rename_then_die(src, dst):
+    rename(src, dst)
+    if os.path.basename(dst).startswith(".tmp-old-global_step_"):
+        os.kill(os.getpid(), signal.SIGKILL)
+os.rename = rename_then_die
+from rfthpc.trainer.loop import run_trainer
+sys.exit(run_trainer(sys.argv[1]))
+"""
+
+
+def test_sigkill_while_a_step_is_saved_again_keeps_that_step(tmp_path: Path, tiny_model: Path,
+                                                             reference: RunDir) -> None:
+    """Step 3 is saved by save_interval; SIGTERM while the trainer waits for experience saves it again.
+    Killed between the two renames of that re-save, the restart puts the complete new directory in
+    place and goes on from step 3."""
+    run = make_run(tmp_path / "run", _config(tiny_model, save_interval=1))
+    _write_first(run)  # enough for 3 steps: the trainer then waits for more
+    with open(run.log / "trainer.log", "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-c", KILLED_IN_THE_SWAP, str(run.root)], stdout=log,
+                                stderr=subprocess.STDOUT, env=trainer_env(), cwd=ROOT)
+    try:
+        _wait_for(lambda: (read_json(run.trainer_meta) or {}).get("step") == 3 and latest_checkpoint(run.root) == 3,
+                  "the checkpoint of step 3", proc)
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=120) == -signal.SIGKILL
+    finally:
+        proc.kill()
+        proc.wait()
+    names = os.listdir(run.root)
+    assert "global_step_3" not in names
+    assert sorted(n.rsplit("-", 3)[0] for n in names if n.startswith(".tmp-")) == [
+        ".tmp-global_step_3", ".tmp-old-global_step_3"]
+    _write_second(run)
+    assert run_trainer_inprocess(run) == 0
+    assert not [n for n in os.listdir(run.root) if n.startswith(".tmp-")]
+    assert [r["step"] for r in read_metrics(run.monitor / "trainer.jsonl") if "actor/lr" in r] == list(range(1, 7))
+    _assert_same_training(run, reference, STEPS)
+    assert read_meta(run.root, STEPS)["reader"]["counters"]["consumed"] == 12
+
+
+def test_an_incomplete_resave_puts_the_previous_copy_back(tmp_path: Path) -> None:
+    """Killed between the renames with the new copy incomplete (the renames happen only after it is
+    complete, so only a damaged disk gets here): the previous copy of the step goes back."""
+    run = RunDir(tmp_path)
+    old, new = run.root / ".tmp-old-global_step_4-host-1-ab", run.root / ".tmp-global_step_4-host-1-ab"
+    (old / "actor").mkdir(parents=True)
+    (old / "actor" / META_FILE).write_text('{"format": 1, "step": 4}')
+    (new / "actor").mkdir(parents=True)
+    (run.root / ".tmp-global_step_5-host-1-cd").mkdir()
+    remove_temporary(run.root)
+    assert os.listdir(run.root) == ["global_step_4"] and latest_checkpoint(run.root) == 4
 
 
 def test_sigkill_then_resume_trains_every_group_once_with_the_same_losses(tmp_path: Path, tiny_model: Path,
