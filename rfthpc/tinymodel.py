@@ -6,7 +6,7 @@ Qwen2.5-Instruct checkpoint. Tests, the CPU demo and the rollout benchmark use i
 downloaded.
 
 Usage:
-    rfthpc tiny-model --out DIR [--size tiny|small|bench30m] [--seed 0] [--no-tie-word-embeddings]
+    rfthpc tiny-model --out DIR [--size tiny|demo|small|bench30m] [--seed 0] [--no-tie-word-embeddings]
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ class ModelShape:
 SIZES: dict[str, ModelShape] = {
     # ~0.1M parameters: fast enough that every test can build one.
     "tiny": ModelShape(64, 2, 2, 1, 128, 384),
-    # ~3M parameters: the CPU demo model (SFT then GRPO on one-step arithmetic, 2 cores).
+    # ~3M parameters.
     "small": ModelShape(256, 4, 4, 2, 768, 512),
     # ~30M parameters: where vLLM's CPU engine overtakes transformers' generate (rollout benchmark).
     "bench30m": ModelShape(512, 10, 8, 2, 1536, 2048),
@@ -192,7 +192,7 @@ class TinyModelArgs:
     out: Path
     """Output directory (a Hugging Face model directory)."""
     size: Size = "tiny"
-    """tiny (~0.1M params, tests), small (~3M, CPU demo), bench30m (~30M, rollout benchmark)."""
+    """tiny (~0.1M params, tests), demo (~0.46M, the CPU demo), small (~3M), bench30m (~30M, benchmarks)."""
     seed: int = 0
     """Weight initialisation seed."""
     tie_word_embeddings: bool = True

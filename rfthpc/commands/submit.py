@@ -68,7 +68,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("submit", help="queue a run on Slurm: a trainer job and an explorer array (or one hetjob)")
     p.add_argument("--config", required=True, help="YAML config file (Trinity-RFT shape)")
     p.add_argument("--dry-run", action="store_true",
-                   help="write the sbatch scripts and the resolved config to <run dir>/slurm/dry-run; submit nothing")
+                   help="create the run directory and its config.yaml, write the sbatch scripts to "
+                        "<run dir>/slurm/dry-run; submit nothing")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in an existing run directory, even with a changed config")
     p.add_argument("--no-path-checks", action="store_true",
