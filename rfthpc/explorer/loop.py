@@ -392,9 +392,19 @@ class Explorer:
             source.claims.complete(done_now, produced_group=False)
             self.progress.update(tasks_completed=self.progress["tasks_completed"] + len(done_now))
         assert self.writer is not None
-        for claim, group in groups:
+        for i, (claim, group) in enumerate(groups):
+            before = self.writer.groups_added
+            try:
+                self.writer.add(group)
+            except BaseException:
+                # A group the writer did not take (bad workflow output) and those after it are not
+                # stored: their tasks go back to the pool instead of counting as done.
+                stored = self.writer.groups_added > before
+                if stored:
+                    self.pending.append(_Pending(source.claims, claim))
+                source.claims.release([c for c, _ in groups[i + stored:]])
+                raise
             self.pending.append(_Pending(source.claims, claim))
-            self.writer.add(group)
             self._complete_committed()
         # Commit the batch now rather than when the chunk fills: the trainer may be waiting for
         # exactly these groups, and holding them while the next batch generates would serialise

@@ -68,6 +68,22 @@ def test_overlong_prompt_is_truncated_or_skipped(tmp_path: Path, tiny_model: Pat
     assert not by_task["arith/0"].info["prompt_truncated"]
 
 
+def test_a_group_the_store_refuses_stops_the_explorer_and_returns_its_tasks(tmp_path: Path, tiny_model: Path) -> None:
+    """Workflow output the store cannot keep is a UserError naming the task; the task and those after
+    it in the batch go back to the pool (not counted as done), and the groups stored before it stay."""
+    records = [{"question": f"What is {i} plus {i}?", "answer": "bad" if i == 1 else str(2 * i)} for i in range(4)]
+    data = write_jsonl(tmp_path / "train.jsonl", records)
+    ts = taskset("arith", data, default_workflow_type="tests.explorer_loop.user_workflows:unstorable_info",
+                 default_reward_fn_type="format_reward")
+    run = make_run(tmp_path, tiny_model, [ts], buffer={"batch_size": 4})
+    with pytest.raises(UserError, match=r"arith/1.*info.*not JSON-serialisable"):
+        explorer(run).run()
+    assert [g.task_id for g in groups(run)] == ["arith/0"]
+    state = claims_state(run, "arith")
+    assert state["completed"] == 1 and state["failed"] == 0 and not state["outstanding"]
+    assert sorted(index for _, index, _ in state["returned"]) == [1, 2, 3]
+
+
 def test_reward_function_that_raises_marks_its_group(tmp_path: Path, tiny_model: Path, caplog) -> None:
     records = [{"question": "What is 1 plus 1?", "answer": "2"}, {"question": "What is 2 plus 2?", "answer": "boom"},
                {"question": "What is 3 plus 3?", "answer": "6"}, {"question": "What is 4 plus 4?", "answer": "8"}]

@@ -36,6 +36,15 @@ def misconfigured(task, ctx) -> WorkflowResult:
     raise ConfigError("workflow_args.tool: unknown tool 'calculator'")
 
 
+def unstorable_info(task, ctx) -> WorkflowResult:
+    """Puts a set (not JSON) in the info of the task whose answer is `bad`: the store refuses that group."""
+    result = _generate(task, ctx)
+    if task.truth == "bad":
+        for e in result.experiences:
+            e.info["tags"] = {"x"}
+    return result
+
+
 def plain(task, ctx) -> WorkflowResult:
     """One turn, reward 1."""
     return _generate(task, ctx)
