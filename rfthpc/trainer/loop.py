@@ -11,8 +11,10 @@ A step (global step t, the trainer holding policy version t - 1):
  5. every `sync_interval` steps of an RL stage the policy is published under `weights/step_<t>`;
  6. every `save_interval` steps, at the end of each stage and on SIGTERM/SIGUSR2 a checkpoint is
     written (then a signal makes the trainer exit with 124 to be requeued).
-A NaN/inf loss or gradient abandons the batch: no optimizer step, no step counted, nothing
-published; it is logged and counted (`trainer/nan_skipped_batches`).
+A NaN/inf loss or gradient abandons the batch: that update makes no optimizer step, the rest of the
+batch is dropped, no step is counted and nothing is published; it is logged and counted
+(`trainer/nan_skipped_batches`). Updates the step made before it (earlier mini-batches or epochs,
+the critic's) stay applied, and their number is logged (`trainer/nan_updates_kept`).
 """
 
 from __future__ import annotations
@@ -348,7 +350,7 @@ class Trainer:
         for idx in batches:
             res = updater.update(samples, idx, mask, loss)
             if not res.finite:
-                self._abandon(pos, "policy" if role == "actor" else role, res)
+                self._abandon(pos, "policy" if role == "actor" else role, res, kept=len(results))
                 return False
             results.append(UpdateResult(True, res.grad_norm, {**res.metrics, f"{role}/grad_norm": res.grad_norm}))
         return True
@@ -404,14 +406,16 @@ class Trainer:
                 metrics.update(self.reader.metrics())
         return metrics
 
-    def _abandon(self, pos: Position, what: str, res: UpdateResult) -> None:
-        """Count and log a batch given up for a NaN/inf; stop after too many in a row."""
+    def _abandon(self, pos: Position, what: str, res: UpdateResult, kept: int) -> None:
+        """Count and log a batch given up for a NaN/inf after `kept` updates of the step were applied;
+        stop after too many in a row."""
         self.nan_batches += 1
         self.nan_consecutive += 1
-        log.error("step %d: non-finite %s loss or gradient (grad norm %s); batch abandoned, no optimizer step, "
-                  "nothing published (%d abandoned so far)", pos.step + 1, what, res.grad_norm, self.nan_batches)
-        self._log({"trainer/nan_skipped_batches": float(self.nan_batches), **{
-            k: v for k, v in res.metrics.items() if k.endswith("loss")}}, pos.step + 1)
+        log.error("step %d: non-finite %s loss or gradient (grad norm %s); batch abandoned: no optimizer step for "
+                  "it, nothing published%s (%d abandoned so far)", pos.step + 1, what, res.grad_norm,
+                  f"; the {kept} updates this step made before it stay applied" if kept else "", self.nan_batches)
+        self._log({"trainer/nan_skipped_batches": float(self.nan_batches), "trainer/nan_updates_kept": float(kept),
+                   **{k: v for k, v in res.metrics.items() if k.endswith("loss")}}, pos.step + 1)
         if self.nan_consecutive >= MAX_CONSECUTIVE_NAN_BATCHES:
             raise RuntimeError(f"{self.nan_consecutive} batches in a row had a non-finite loss or gradient; "
                                "the model or the learning rate is broken (see monitor/trainer.jsonl)")

@@ -89,6 +89,7 @@ def test_nan_loss_abandons_the_batch_and_publishes_nothing(tmp_path: Path, tiny_
     records = read_metrics(run.monitor / "trainer.jsonl")
     nan_records = [r for r in records if "actor/lr" not in r]
     assert len(nan_records) == 1 and nan_records[0]["trainer/nan_skipped_batches"] == 1.0
+    assert nan_records[0]["trainer/nan_updates_kept"] == 0  # one update per step: none was applied
     assert nan_records[0]["step"] == 2 and nan_records[0]["actor/pg_loss"] == "nan"  # it would have been step 2
     trained = [r for r in records if "actor/lr" in r]
     assert [r["step"] for r in trained] == [1, 2] and all(np.isfinite(r["actor/pg_loss"]) for r in trained)
@@ -99,6 +100,25 @@ def test_nan_loss_abandons_the_batch_and_publishes_nothing(tmp_path: Path, tiny_
     from safetensors.torch import load_file
 
     assert all(torch.isfinite(t).all() for t in load_file(str(state)).values())
+
+
+def test_nan_in_a_later_mini_batch_says_the_earlier_updates_stay(tmp_path: Path, tiny_model: Path) -> None:
+    """One update per group: the first group's update is applied before the second's NaN abandons the batch."""
+    cfg = rl_config(tiny_model, **{"algorithm.algorithm_type": "tis", "buffer.total_steps": 1,
+                                   "trainer.ppo_mini_batch_size": 1})
+    run = make_run(tmp_path / "run", cfg)
+    rng = np.random.default_rng(0)
+    groups = [random_group(rng, f"t{i}", 4, 384) for i in range(4)]
+    for e in groups[1].experiences:
+        e.logprobs = np.full(len(e.response_ids), np.nan, np.float32)
+    with ChunkWriter(run.root, "ex", 0, groups_per_chunk=2) as w:
+        for g in groups:
+            w.add(g)
+    assert run_trainer_inprocess(run) == 0
+    records = read_metrics(run.monitor / "trainer.jsonl")
+    (nan_record,) = [r for r in records if "actor/lr" not in r]
+    assert nan_record["trainer/nan_updates_kept"] == 1 and nan_record["step"] == 1
+    assert [r["step"] for r in records if "actor/lr" in r] == [1]
 
 
 def _out_of_vocabulary(e) -> str:
