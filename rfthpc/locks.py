@@ -152,13 +152,24 @@ class RunLock:
                     f"({e.strerror}); use {DEFAULT_LOCK_KIND!r}"
                 ) from None
             raise
-        with contextlib.suppress(OSError):
-            if self.kind in ("flock", "lockf"):
-                apply_mode(self.path, is_dir=False)
+        if self.kind == "flock":
+            self._share_lock_file()
         return True
 
+    def _share_lock_file(self) -> None:
+        """Give a lock file that stays in place the run's mode, so a shared run's group can open it too
+        (only its creator can change the mode; for anyone else it already has it)."""
+        with contextlib.suppress(OSError):
+            apply_mode(self.path, is_dir=False)
+
     def _try_lockf(self) -> bool:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except PermissionError as e:
+            raise ConfigError(
+                f"lock file {self.path} cannot be opened for writing ({e.strerror}); a run shared by several "
+                "users needs filesystem.share_group set when it is created"
+            ) from None
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
@@ -172,6 +183,7 @@ class RunLock:
                 ) from None
             raise
         self._lockf_fd = fd
+        self._share_lock_file()
         return True
 
     def _stale(self, key: object) -> float | None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from rfthpc import fsutil
 from rfthpc.errors import ConfigError
 from rfthpc.locks import LOCK_KINDS, LockTimeout, make_lock
 
@@ -53,6 +54,17 @@ def test_lock_of_a_killed_holder_is_recovered(kind: str, tmp_path: Path, caplog:
     if kind in ("strict-soft", "soft"):  # flock/lockf: the kernel released it, nothing to break
         assert f"breaking lock {lock}" in caplog.text and f"pid {p.pid}" in caplog.text
         assert "which has exited" in caplog.text
+
+
+@pytest.mark.parametrize("kind", ["flock", "lockf"])
+def test_a_shared_runs_lock_file_is_group_writable(kind: str, tmp_path: Path) -> None:
+    """flock/lockf lock files stay in place: in a run shared with a group, the group must open them too."""
+    fsutil.set_share_group(fsutil.grp.getgrgid(os.getgid()).gr_name)
+    try:
+        with make_lock(tmp_path / "x.lock", kind, timeout_s=10):
+            assert (tmp_path / "x.lock").stat().st_mode & 0o777 == 0o660
+    finally:
+        fsutil.set_share_group(None)
 
 
 @pytest.mark.parametrize("kind", ["strict-soft", "soft"])
