@@ -273,6 +273,10 @@ def run_local(run: RunDir, roles: list[Role], stage_steps: dict[str, int | None]
                 return 0
             time.sleep(0.5)
     finally:
+        # Roles run in their own sessions, out of Ctrl-C's reach: whatever ended the loop (a role that
+        # could not start, an error here), none may outlive the runner.
+        if any(r.running for r in roles):
+            _stop(roles, stop_grace_s)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         for r in roles:

@@ -127,3 +127,18 @@ def test_failing_role_stops_the_run_and_shows_its_log(demo_dir: Path, tmp_path: 
     assert time.monotonic() - started < 200
     run = RunDir(tmp_path / "ckpt" / "rfthpc-demo" / "failing")
     assert "=== " in (run.log / "trainer.log").read_text()
+
+
+def test_a_role_that_cannot_start_stops_the_roles_already_started(tmp_path: Path) -> None:
+    """Roles run in their own sessions (out of Ctrl-C's reach), so the runner stops them whatever ends it."""
+    from rfthpc.local import Role, run_local
+
+    started = Role("explorer_0", ["sleep", "120"], tmp_path / "log" / "explorer_0.log")
+    broken = Role("trainer", [str(tmp_path / "no-such-program")], tmp_path / "log" / "trainer.log")
+    try:
+        with pytest.raises(FileNotFoundError):
+            run_local(RunDir(tmp_path), [started, broken], stop_grace_s=5)
+        assert started.proc is not None and started.proc.poll() == -signal.SIGTERM
+    finally:
+        if started.running:
+            started.proc.kill()
