@@ -24,4 +24,5 @@ class SynchronizerConfig:
     max_staleness: Optional[int] = None
     """Largest allowed (trainer version - experience version); defaults to `sync_interval - 1 + sync_offset`."""
     keep_published: int = 3
-    """Published policies kept besides those a live explorer may still be loading."""
+    """Published policies kept besides those a live explorer may still be loading (at least 2: an
+    explorer may be loading the one before the newest)."""

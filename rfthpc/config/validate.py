@@ -97,6 +97,10 @@ def _check_sizes(cfg: Config, problems: Problems) -> None:
                      "(trainer steps between publications)")
     if sync.sync_offset < 0:
         problems.add(f"synchronizer.sync_offset: {sync.sync_offset} must be >= 0")
+    if sync.keep_published < 2:
+        problems.add(f"synchronizer.keep_published: {sync.keep_published} must be >= 2: an explorer may have "
+                     "chosen the previous policy just before the newest was published, and load it while the "
+                     "trainer cleans up")
     if m.max_response_tokens is None:
         problems.add("model.max_response_tokens: missing; set it (and model.max_model_len or model.max_prompt_tokens)")
     elif m.max_model_len is None:

@@ -127,6 +127,11 @@ def test_repeat_times_below_one(tmp_path: Path, base: str) -> None:
                                                                                            "repeat_times: 0")))
 
 
+def test_keep_published_below_two(tmp_path: Path, base: str) -> None:
+    msg = _error(write(tmp_path, base + "synchronizer:\n  keep_published: 1\n"))
+    assert "synchronizer.keep_published: 1 must be >= 2" in msg
+
+
 def test_sync_interval_below_one(tmp_path: Path, base: str) -> None:
     msg = _error(write(tmp_path, base + "synchronizer:\n  sync_interval: 0\n"))
     assert "synchronizer.sync_interval: 0 must be >= 1" in msg
