@@ -46,10 +46,16 @@ _Loader.add_implicit_resolver(
 def read_yaml(path: Path) -> dict[str, Any]:
     """Read a YAML config and resolve its `${...}` interpolations (env vars with defaults, references)."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"config file {path} is a directory; give the YAML file in it")
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
     try:
-        data = yaml.load(path.read_text(), Loader=_Loader)
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}); is it a YAML config?") from None
+    except OSError as e:
+        raise ConfigError(f"config file {path} cannot be read: {e.strerror}") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
     if data is None:

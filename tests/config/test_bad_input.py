@@ -199,6 +199,10 @@ def test_not_yaml_and_not_a_mapping(tmp_path: Path) -> None:
     assert "not valid YAML" in _error(write(tmp_path, "a: [1, 2\n"))
     assert "top level must be a mapping" in _error(write(tmp_path, "- 1\n- 2\n"))
     assert "does not exist" in _error(tmp_path / "missing.yaml")
+    assert "is a directory; give the YAML file in it" in _error(tmp_path)
+    binary = tmp_path / "model.safetensors"
+    binary.write_bytes(b"\x80\x81\xfe")
+    assert "not UTF-8 text (byte 0); is it a YAML config?" in _error(binary)
 
 
 def test_both_taskset_and_tasksets(tmp_path: Path, base: str) -> None:
