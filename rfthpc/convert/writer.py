@@ -144,14 +144,14 @@ class _OverlappedWriter:
     and casts the next tensors while earlier ones are written (the write releases the GIL).
 
     The caller waits only when the buffers queued and not yet written would exceed `max_pending`
-    bytes (one larger buffer is still taken alone), which bounds the memory that written-out
+    bytes (default `PENDING_BYTES`; one larger buffer is still taken alone), which bounds the memory that written-out
     tensors hold, without a hand-over between the threads for each tensor (a thread wake-up
     costs as much as writing a small tensor). A failed write is raised from the next call.
     """
 
-    def __init__(self, f: BinaryIO, max_pending: int = PENDING_BYTES) -> None:
+    def __init__(self, f: BinaryIO, max_pending: int | None = None) -> None:
         self._f = f
-        self._max_pending = max_pending
+        self._max_pending = PENDING_BYTES if max_pending is None else max_pending
         self._queue: deque[tuple[memoryview, Callable[[], None] | None]] = deque()
         self._pending = 0
         self._closed = False

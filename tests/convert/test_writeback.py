@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,9 @@ def test_shards_are_the_same_whatever_the_writer_queue_holds(tmp_path: Path, mon
     g = torch.Generator().manual_seed(1)
     tensors = {f"t{i}": torch.randn(3 + i, 5, generator=g) for i in range(20)}
     monkeypatch.setattr(writer, "PENDING_BYTES", 1)
+    probe = writer._OverlappedWriter(io.BytesIO())
+    probe.close()
+    assert probe._max_pending == 1  # the bound is read when a writer is made
     _write(tmp_path / "one", tensors)
     monkeypatch.setattr(writer, "PENDING_BYTES", 10**12)
     _write(tmp_path / "all", tensors)
