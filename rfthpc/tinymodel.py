@@ -15,12 +15,15 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import tyro
 
 from rfthpc.data.synth_gsm8k import Difficulty, generate_problem
 from rfthpc.errors import UserError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
 
 PAD_TOKEN = "<|endoftext|>"
 IM_START = "<|im_start|>"
@@ -95,7 +98,7 @@ def tokenizer_corpus(n_problems: int = 1000) -> list[str]:
     return texts
 
 
-def build_tokenizer(vocab_size: int, model_max_length: int = 2048):
+def build_tokenizer(vocab_size: int, model_max_length: int = 2048) -> PreTrainedTokenizerFast:
     """Train a ByteLevel BPE on `tokenizer_corpus()` and wrap it as a Qwen-style fast tokenizer.
 
     Every byte is in the base alphabet, so any text can be encoded.

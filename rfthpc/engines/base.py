@@ -17,13 +17,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal, Protocol, get_args
 
 from rfthpc.errors import ConfigError, UserError
 from rfthpc.workflows.base import Completion, SamplingArgs
 
 EngineType = Literal["vllm", "vllm_async", "transformers"]
-ENGINE_TYPES: tuple[str, ...] = ("vllm", "vllm_async", "transformers")
+ENGINE_TYPES: tuple[str, ...] = get_args(EngineType)
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ def check_prompt_fits(request: GenerateRequest, max_model_len: int | None) -> No
         )
 
 
-def make_engine(engine_type: str, settings: EngineSettings) -> PolicyEngine:
+def make_engine(engine_type: EngineType, settings: EngineSettings) -> PolicyEngine:
     """Build the engine named by `explorer.rollout_model.engine_type` (vllm_async is vllm)."""
     if engine_type in ("vllm", "vllm_async"):
         from rfthpc.engines.vllm_engine import VLLMEngine

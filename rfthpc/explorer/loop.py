@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from rfthpc.config import Config, Stage
-from rfthpc.engines.base import EngineSettings, PolicyEngine, make_engine
+from rfthpc.engines.base import EngineSettings, EngineType, PolicyEngine, make_engine
 from rfthpc.engines.batching import RequestBatcher
 from rfthpc.errors import EXIT_PREEMPTED, UserError
 from rfthpc.explorer import eval as evaluation
@@ -61,7 +61,7 @@ log = logging.getLogger(__name__)
 
 EXPLORE_MODES = ("both", "explore")
 
-EngineFactory = Callable[[str, EngineSettings], PolicyEngine]
+EngineFactory = Callable[[EngineType, EngineSettings], PolicyEngine]
 
 
 class SyncTimeout(UserError):

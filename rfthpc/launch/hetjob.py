@@ -27,6 +27,7 @@ class HetjobInfoWatcher(SlurmInfoWatcher):
     """Reads sacct for heterogeneous jobs: the state of `<id>` is the state of its leader `<id>+0`."""
 
     def read_info(self, string: bytes | str) -> dict[str, dict[str, str]]:
+        """sacct's rows by job id, plus each leader `<id>+0`'s row under the plain `<id>` too."""
         info = super().read_info(string)
         for key, stats in list(info.items()):
             leader, plus, component = key.partition("+")

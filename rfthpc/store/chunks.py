@@ -237,17 +237,6 @@ class ChunkBuilder:
                 _dataset(f, "token_rewards", self._token_rewards.view())
 
 
-def write_chunk(path: Path, groups: list[PendingGroup], meta: dict[str, Any]) -> None:
-    """Write `groups` to a new HDF5 file at `path` (a temporary name; the caller publishes it).
-
-    `meta` (explorer, rank, stream, seq) goes into the `meta` attribute with the counts and origin.
-    """
-    builder = ChunkBuilder()
-    for pending in groups:
-        builder.add(pending, pending.group.group_id)
-    builder.write(path, meta)
-
-
 def _check(cond: bool, reason: str) -> None:
     if not cond:
         raise ValueError(reason)

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rfthpc.registry import Registry
 from rfthpc.workflows.base import Workflow, WorkflowContext, WorkflowResult
+
+if TYPE_CHECKING:
+    from rfthpc.data.tasksets import Task
 
 WORKFLOWS: Registry[Workflow] = Registry("workflow", "buffer.explorer_input.default_workflow_type", {
     "simple_workflow": "rfthpc.workflows.simple:simple_workflow",
@@ -11,6 +16,6 @@ WORKFLOWS: Registry[Workflow] = Registry("workflow", "buffer.explorer_input.defa
 })
 
 
-def run_workflow(task, ctx: WorkflowContext) -> WorkflowResult:
+def run_workflow(task: Task, ctx: WorkflowContext) -> WorkflowResult:
     """Run the task's own workflow (`default_workflow_type`, or its row's `workflow_key`)."""
     return WORKFLOWS.get(task.workflow)(task, ctx)

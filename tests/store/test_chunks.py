@@ -8,7 +8,7 @@ import h5py
 import numpy as np
 import pytest
 
-from rfthpc.store.chunks import ChunkCorrupt, PendingGroup, read_chunk, write_chunk
+from rfthpc.store.chunks import ChunkBuilder, ChunkCorrupt, PendingGroup, read_chunk
 from rfthpc.store.schema import Experience, Group, check_group
 
 from .groups import assert_same_experiences
@@ -16,6 +16,14 @@ from .groups import assert_same_experiences
 
 def _pending(groups: list[Group]) -> list[PendingGroup]:
     return [PendingGroup(g, *check_group(g)) for g in groups]
+
+
+def write_chunk(path: Path, groups: list[PendingGroup], meta: dict) -> None:
+    """A chunk file of `groups`, built the way ChunkWriter builds one."""
+    builder = ChunkBuilder()
+    for pending in groups:
+        builder.add(pending, pending.group.group_id)
+    builder.write(path, meta)
 
 
 def _groups() -> list[Group]:
