@@ -543,7 +543,8 @@ class Explorer:
             rejected = sum(p.claims is claims for p in done) - len(accepted)
             if rejected:
                 log.warning("%d committed groups belong to tasks another explorer took over (this process "
-                            "missed its heartbeats for filesystem.lease_s); they may be explored twice", rejected)
+                            "missed its heartbeats for filesystem.lease_s); they are explored twice and trained once",
+                            rejected)
         self.progress.update(groups_committed=self.progress["groups_committed"] + committed,
                              tasks_completed=self.progress["tasks_completed"] + committed)
 

@@ -219,6 +219,7 @@ def format_status(d: dict[str, Any]) -> str:
         lines.append(
             f"groups: committed {c['committed']}, consumed {c['consumed']}, dropped stale {c['dropped_stale']}, "
             f"pending {c['pending']}" + (f", quarantined {c['quarantined']}" if c.get("quarantined") else "")
+            + (f", duplicates dropped {c['dropped_duplicate']}" if c.get("dropped_duplicate") else "")
         )
     else:
         lines.append(f"groups: no experience store yet ({d['store_error']})" if d["store_error"] else "groups: -")

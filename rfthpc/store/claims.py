@@ -342,7 +342,8 @@ class TaskClaims:
 
     def complete(self, claims: Iterable[Claim], produced_group: bool = True) -> list[Claim]:
         """Mark claims done; return those accepted. A claim this process no longer holds (its lease
-        expired and another explorer took it) is refused: discard its result to keep exactly-once.
+        expired and another explorer took it) is refused; the store's reader trains only one group
+        of a task explored twice.
         `produced_group=False`: the tasks gave no group (failed or skipped); a trainer that consumes
         this claim set gets fresh tasks in their place."""
 
@@ -356,8 +357,9 @@ class TaskClaims:
                     state["failed"] += 0 if produced_group else 1
                     accepted.append(c)
                 else:
-                    log.warning("taskset %s: task %s is no longer claimed by %s (lease expired?); "
-                                "its result is discarded", self.taskset, c.key, self.owner)
+                    log.warning("taskset %s: task %s is no longer claimed by %s (lease expired?); another "
+                                "explorer redoes it, and the trainer trains only one of the two groups",
+                                self.taskset, c.key, self.owner)
             return accepted
 
         return self._transact(change)

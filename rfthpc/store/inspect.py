@@ -28,8 +28,8 @@ def _hist(counter: Counter[int]) -> dict[str, int]:
 def inspect_store(run_dir: Path, rate_window_s: float = 300.0) -> dict[str, Any]:
     """Summarise a run's experience store (refuses a directory that is not a store).
 
-    Returns counts of groups (committed = consumed + dropped_stale + skipped_eval + quarantined +
-    pending), per-explorer chunk/group counts and commit rates over the last `rate_window_s`,
+    Returns counts of groups (committed = consumed + dropped_stale + dropped_duplicate + skipped_eval +
+    quarantined + pending), per-explorer chunk/group counts and commit rates over the last `rate_window_s`,
     histograms of policy versions (pending) and staleness (consumed, and pending against the
     trainer's current version), and the task-claim progress of each taskset.
     """
@@ -94,6 +94,7 @@ def inspect_store(run_dir: Path, rate_window_s: float = 300.0) -> dict[str, Any]
     )
     consumed = int(counters.get("consumed", 0))
     dropped = int(counters.get("dropped_stale", 0))
+    duplicates = int(counters.get("dropped_duplicate", 0))
     skipped = int(counters.get("skipped_eval", 0))
     quarantined_groups = int(counters.get("quarantined_groups", 0))
     pending_staleness: Counter[int] = Counter()
@@ -120,9 +121,10 @@ def inspect_store(run_dir: Path, rate_window_s: float = 300.0) -> dict[str, Any]
         "store": str(store),
         "time": now,
         "counts": {
-            "committed": consumed + dropped + skipped + quarantined_groups + pending,
+            "committed": consumed + dropped + duplicates + skipped + quarantined_groups + pending,
             "consumed": consumed,
             "dropped_stale": dropped,
+            "dropped_duplicate": duplicates,
             "skipped_eval": skipped,
             "quarantined": quarantined_groups,
             "pending": pending,
@@ -182,8 +184,10 @@ def format_inspect(d: dict[str, Any]) -> str:
     c, f, t = d["counts"], d["files"], d["trainer"]
     lines = [f"experience store {d['store']}", ""]
     lines += _table(
-        ["groups", "committed", "consumed", "dropped_stale", "skipped_eval", "quarantined", "pending"],
-        [["", c["committed"], c["consumed"], c["dropped_stale"], c["skipped_eval"], c["quarantined"], c["pending"]]],
+        ["groups", "committed", "consumed", "dropped_stale", "dropped_duplicate", "skipped_eval", "quarantined",
+         "pending"],
+        [["", c["committed"], c["consumed"], c["dropped_stale"], c["dropped_duplicate"], c["skipped_eval"],
+          c["quarantined"], c["pending"]]],
     )
     lines.append(
         f"files: {f['chunks']} chunks, {f['in_progress_tmp']} being written, {f['quarantined']} quarantined"

@@ -6,6 +6,12 @@ sequence order, so this small state names exactly the consumed groups; it is JSO
 trainer's checkpoint (`state_dict`), and a restarted trainer that loads it neither loses nor repeats
 a group. A `take` is a transaction: the cursors move only when a full batch is returned.
 
+A task's group can be committed twice: an explorer that commits it and is killed (or outlives its
+claim lease) before it marks the task done leaves the task to be explored again. The reader keeps
+the tasks it has taken, one bitmap of task indices per claim set and epoch (the explorer's
+`group.info` `claims`, `epoch`, `index`), in the same state, and drops a second group of a task
+taken (counted as `dropped_duplicate`): each task is trained once.
+
 Groups dropped as stale are counted per claim set (the explorer's `group.info["claims"]`). For the
 claim sets the trainer consumes (`track_tasksets`) the counts are published in `_reader/losses.json`
 as soon as a take walks past a drop, even one that does not complete a batch: the trainer may be
@@ -38,7 +44,8 @@ from rfthpc.store.schema import Group
 log = logging.getLogger(__name__)
 
 STATE_FORMAT = 1
-_COUNTERS = ("consumed", "dropped_stale", "skipped_eval", "quarantined_chunks", "quarantined_groups")
+_COUNTERS = ("consumed", "dropped_stale", "dropped_duplicate", "skipped_eval", "quarantined_chunks",
+             "quarantined_groups")
 _STALL_WARN_S = 60.0
 _PROGRESS_EVERY_S = 1.0
 
@@ -74,6 +81,8 @@ class StoreReader:
         self._progress_written = 0.0
         self._lost: Counter[str] = Counter()
         self._lost_pending: Counter[str] = Counter()
+        self._taken: dict[str, int] = {}
+        """`<claims>:<epoch>` -> bitmap of the task indices taken for training."""
         self._tracked: list[str] = []
         self._losses_written: dict[str, int] | None = None
 
@@ -158,13 +167,15 @@ class StoreReader:
 
     def _select(
         self, n: int, current_version: int
-    ) -> tuple[list[Group], dict[str, list[int]], Counter[str], Counter[str]]:
+    ) -> tuple[list[Group], dict[str, list[int]], Counter[str], Counter[str], dict[str, int]]:
         """Walk the unconsumed groups in commit order on a copy of the cursors.
 
-        Returns the groups picked (at most n), the cursors after them, the counter changes, and the
-        stale drops per claim set; nothing in `self` moves (the caller commits a full batch).
+        Returns the groups picked (at most n), the cursors after them, the counter changes, the
+        stale drops per claim set and the taken-task bitmaps with the picked tasks added; nothing in
+        `self` moves (the caller commits a full batch).
         """
         cursor = {s: list(c) for s, c in self._cursor.items()}
+        taken = dict(self._taken)
         delta: Counter[str] = Counter()
         lost: Counter[str] = Counter()
         heap = []
@@ -185,14 +196,19 @@ class StoreReader:
             while pos < len(groups) and len(picked) < n:
                 g = groups[pos]
                 pos += 1
+                task = _task_of(g)
                 if g.is_eval:
                     delta["skipped_eval"] += 1
+                elif task is not None and taken.get(task[0], 0) >> task[1] & 1:
+                    delta["dropped_duplicate"] += 1
                 elif self.max_staleness is not None and g.staleness(current_version) > self.max_staleness:
                     delta["dropped_stale"] += 1
                     if g.info.get("claims"):
                         lost[str(g.info["claims"])] += 1
                 else:
                     picked.append(g)
+                    if task is not None:
+                        taken[task[0]] = taken.get(task[0], 0) | 1 << task[1]
             if pos < len(groups):
                 cursor[ref.stream] = [ref.seq, pos]
                 continue
@@ -203,7 +219,7 @@ class StoreReader:
             nxt = self._known[ref.stream].get(ref.seq + 1)
             if nxt is not None:
                 heapq.heappush(heap, (self._order_key(nxt), nxt))
-        return picked, cursor, delta, lost
+        return picked, cursor, delta, lost, taken
 
     def take(self, n_groups: int, current_version: int, timeout_s: float | None = None) -> list[Group]:
         """Return the next `n_groups` committed training groups in commit order, each exactly once.
@@ -217,7 +233,7 @@ class StoreReader:
         start = time.monotonic()
         while True:
             self._scan()
-            picked, cursor, delta, lost = self._select(n_groups, current_version)
+            picked, cursor, delta, lost, taken = self._select(n_groups, current_version)
             self._lost_pending = lost
             self._report_losses()
             got = len(picked)
@@ -231,6 +247,7 @@ class StoreReader:
                 )
             pause = self.poll_s if timeout_s is None else min(self.poll_s, timeout_s - waited)
             time.sleep(max(pause, 0.0))
+        self._taken = taken
         self._commit(picked, cursor, delta, current_version, time.monotonic() - start)
         return picked
 
@@ -307,6 +324,7 @@ class StoreReader:
             "cursor": {s: list(c) for s, c in sorted(self._cursor.items())},
             "counters": {k: int(self._counters[k]) for k in _COUNTERS},
             "lost": dict(sorted(self._lost.items())),
+            "taken": {k: format(v, "x") for k, v in sorted(self._taken.items())},
             "staleness_hist": {str(k): v for k, v in sorted(self._staleness_hist.items())},
             "version_hist": {str(k): v for k, v in sorted(self._version_hist.items())},
         }
@@ -320,6 +338,7 @@ class StoreReader:
         self._staleness_hist = Counter({int(k): v for k, v in state["staleness_hist"].items()})
         self._version_hist = Counter({int(k): v for k, v in state["version_hist"].items()})
         self._lost = Counter({k: int(v) for k, v in state.get("lost", {}).items()})
+        self._taken = {k: int(v, 16) for k, v in state.get("taken", {}).items()}
         self._lost_pending = Counter()
         self._report_losses()
         self._known.clear()
@@ -349,3 +368,11 @@ class StoreReader:
             out["store/visible_latency_p50_s"] = lat[len(lat) // 2]
         out.update({f"store/{k}": v for k, v in self._last.items()})
         return out
+
+
+def _task_of(group: Group) -> tuple[str, int] | None:
+    """(`<claims>:<epoch>`, task index) of a group an explorer made from a claimed task, else None."""
+    info = group.info
+    if info.get("claims") is None or info.get("epoch") is None or info.get("index") is None:
+        return None
+    return f"{info['claims']}:{int(info['epoch'])}", int(info["index"])

@@ -12,6 +12,7 @@ import pytest
 
 from rfthpc import fsutil
 from rfthpc.errors import UserError
+from rfthpc.store.claims import TaskClaims
 from rfthpc.store.layout import QUARANTINE_DIR, list_chunks, open_store
 from rfthpc.store.reader import StoreReader, StoreTimeout
 from rfthpc.store.writer import ChunkWriter
@@ -206,3 +207,33 @@ def test_a_missing_chunk_in_a_stream_is_waited_for_with_a_warning(
     with caplog.at_level(logging.WARNING), pytest.raises(StoreTimeout):
         reader.take(1, 0, timeout_s=0.2)
     assert "chunk 1 is missing but later chunks exist" in caplog.text
+
+
+def _explore(run_dir: Path, claims: TaskClaims, claimed: list) -> None:
+    """Commit one group per claimed task, as an explorer process does (a new writer stream)."""
+    writer = ChunkWriter(run_dir, "ex", 0, groups_per_chunk=1)
+    for c in claimed:
+        g = make_group(f"ts/{c.index}")
+        g.info.update(taskset="ts", claims=claims.taskset, epoch=c.epoch, index=c.index)
+        writer.add(g)
+    writer.close()
+
+
+def test_a_task_committed_twice_is_trained_once(run_dir: Path) -> None:
+    """An explorer killed after committing its groups but before marking their tasks done: the
+    restarted one explores them again; the reader takes each task once, also after a restart."""
+    killed = TaskClaims(run_dir, "ts", 3, owner="ex/0")
+    _explore(run_dir, killed, killed.claim(2))
+    restarted = TaskClaims(run_dir, "ts", 3, owner="ex/0")  # a new attempt takes the claims back
+    again = restarted.claim(3)
+    assert sorted(c.index for c in again) == [0, 1, 2]
+    _explore(run_dir, restarted, again)
+    restarted.complete(again)
+    reader = StoreReader(run_dir)
+    assert _ids(reader.take(1, 0, timeout_s=1)) == ["ts/0"]
+    resumed = StoreReader(run_dir)
+    resumed.load_state_dict(reader.state_dict())
+    assert sorted(_ids(resumed.take(2, 0, timeout_s=1))) == ["ts/1", "ts/2"]
+    with pytest.raises(StoreTimeout):
+        resumed.take(1, 0, timeout_s=0.3)
+    assert resumed.metrics()["store/dropped_duplicate"] == 2 and resumed.metrics()["store/consumed"] == 3
