@@ -106,6 +106,10 @@ class ShardedUpdater:
         norm = grad_norm_and_clip(self.model, self.grad_clip)
         finite = finite and math.isfinite(norm)
         names = sorted(sums)
+        if self.env.world_size > 1:
+            # A rank whose micro-batches were all padding (fewer samples than ranks) has no metrics,
+            # yet every rank must reduce the same list.
+            names = sorted(set().union(*self.env.all_gather_objects(names)))
         totals = self.env.sum([sums[n] for n in names])
         metrics = dict(zip(names, totals))
         if not finite or total <= 0:

@@ -113,7 +113,9 @@ def start_trainer(run: RunDir, nproc: int = 1, log_name: str = "trainer.log") ->
     else:
         argv = [sys.executable, "-m", "rfthpc", "train", "--run-dir", str(run.root)]
     with open(run.log / log_name, "ab") as log:  # the child keeps its own descriptor
-        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=trainer_env(), cwd=ROOT)
+        # Its own session: a test can kill torchrun's workers with it (os.killpg).
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=trainer_env(), cwd=ROOT,
+                                start_new_session=True)
 
 
 def run_trainer_inprocess(run: RunDir) -> int:

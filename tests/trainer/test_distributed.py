@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -39,3 +41,27 @@ def test_two_ranks_match_one_rank(tmp_path: Path, tiny_model: Path) -> None:
     for step in ra:
         for name in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "actor/entropy", "actor/ppo_kl"):
             assert rb[step][name] == pytest.approx(ra[step][name], rel=1e-4, abs=1e-6), (step, name)
+
+
+def test_a_rank_without_samples_in_a_mini_batch_takes_part(tmp_path: Path, tiny_model: Path) -> None:
+    """One-response groups, one group per update, two ranks: the second rank has only padding in every
+    update and must still join each collective (it used to skip the metrics' reduction and hang)."""
+    cfg = rl_config(tiny_model, **{"algorithm.algorithm_type": "topr", "algorithm.repeat_times": 1,
+                                   "buffer.total_steps": 2, "trainer.ppo_mini_batch_size": 1,
+                                   "trainer.save_hf_checkpoint": "never"})
+    one, two = make_run(tmp_path / "one", cfg), make_run(tmp_path / "two", cfg)
+    for run in (one, two):
+        write_groups(run, 4, repeat=1)
+    proc = start_trainer(two, nproc=2)
+    assert run_trainer_inprocess(one) == 0
+    try:
+        assert proc.wait(timeout=240) == 0, (two.log / "trainer.log").read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # torchrun and its hung workers
+            proc.wait()
+    ra = {r["step"]: r for r in read_metrics(one.monitor / "trainer.jsonl")}
+    rb = {r["step"]: r for r in read_metrics(two.monitor / "trainer.jsonl")}
+    assert sorted(rb) == [1, 2]
+    for step in ra:
+        assert rb[step]["actor/pg_loss"] == pytest.approx(ra[step]["actor/pg_loss"], rel=1e-4, abs=1e-6)
