@@ -27,6 +27,7 @@ from typing import IO
 from rfthpc.config import Stage
 from rfthpc.errors import EXIT_PREEMPTED
 from rfthpc.fsutil import make_dirs, read_json
+from rfthpc.launch.torchrun import SHUTDOWN_TIMEOUT_VAR, torchrun_env
 from rfthpc.monitor import read_metrics
 from rfthpc.rundir import RunDir
 
@@ -118,9 +119,10 @@ def plan_roles(stages: list[Stage], run: RunDir, trainer_procs: int = 1, explore
         if trainer_procs > 1:
             argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={trainer_procs}",
                     "-m", "rfthpc", "train", "--run-dir", str(run.root)]
+            env = {**base_env, SHUTDOWN_TIMEOUT_VAR: torchrun_env(os.environ)[SHUTDOWN_TIMEOUT_VAR]}
         else:
-            argv = [*_python(), "train", "--run-dir", str(run.root)]
-        roles.append(Role("trainer", argv, run.log / "trainer.log", base_env))
+            argv, env = [*_python(), "train", "--run-dir", str(run.root)], base_env
+        roles.append(Role("trainer", argv, run.log / "trainer.log", env))
     name = cfg.explorer.name
     for rank in range(count):
         argv = [*_python(), "explore", "--run-dir", str(run.root), "--name", name, "--rank", str(rank)]

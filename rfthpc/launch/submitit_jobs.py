@@ -31,7 +31,7 @@ from submitit.helpers import Checkpointable
 
 import rfthpc
 from rfthpc.errors import EXIT_PREEMPTED
-from rfthpc.launch.torchrun import rendezvous_from_slurm, torchrun_argv
+from rfthpc.launch.torchrun import rendezvous_from_slurm, torchrun_argv, torchrun_env
 
 JobKind = Literal["trainer", "explorer", "hetjob"]
 
@@ -120,18 +120,26 @@ class RoleJob(Checkpointable):
             warned.append(signum)
             _log(f"{role} {index}: got {signal.Signals(signum).name}; waiting for it to stop cleanly")
 
+        terminated: list[int] = []
         signal.signal(signal.SIGUSR2, on_warning)
+        previous_term = signal.signal(signal.SIGTERM, lambda signum, frame: terminated.append(signum))
         code_dir = Path(rfthpc.__file__).resolve().parent.parent
         _log(f"{role} {index} (restart {env.get('SLURM_RESTART_COUNT', '0')}, code {code_dir}): {shlex.join(argv)}")
+        if uses_torchrun:
+            env = torchrun_env(env)
         # preexec_fn is safe here: this wrapper process runs no threads.
         child = subprocess.Popen(argv, env=env, preexec_fn=_ignore_usr2 if uses_torchrun else None)  # noqa: PLW1509
-        code = child.wait()
+        try:
+            code = child.wait()
+        finally:
+            signal.signal(signal.SIGTERM, previous_term)
         _log(f"{role} {index} exited with code {code}")
         if code == 0:
             return f"{role} {index} done"
         if warned:
             return self._requeue(env, role, index, previous)
-        if code in (EXIT_PREEMPTED, -signal.SIGTERM):
+        # torchrun exits 1 after passing SIGTERM on, even when every rank saved and stopped cleanly.
+        if code in (EXIT_PREEMPTED, -signal.SIGTERM) or (terminated and uses_torchrun):
             # scancel, an external `scontrol requeue` or a preemption: Slurm ends or requeues the job itself.
             how = "cleanly" if code == EXIT_PREEMPTED else "(killed by it)"
             _log(f"{role} {index} stopped {how} on SIGTERM; Slurm cancels or requeues this job")

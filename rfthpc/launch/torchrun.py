@@ -15,6 +15,12 @@ from dataclasses import dataclass
 
 from rfthpc.launch.slurmcli import run_slurm
 
+SHUTDOWN_TIMEOUT_VAR = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
+SHUTDOWN_TIMEOUT_S = 3600
+"""How long torchrun lets its ranks stop after passing on SIGTERM (its default, 30 s, would SIGKILL
+ranks in the middle of their checkpoint; Slurm's KillWait or a preemption's GraceTime bound the
+stop instead)."""
+
 # Below Linux's ephemeral range (32768-60999), so no outgoing connection holds the port.
 PORT_BASE = 15000
 PORT_SPAN = 10000
@@ -82,6 +88,11 @@ def rendezvous_from_slurm(env: Mapping[str, str], hetjob: bool = False) -> Rende
         port=rdzv_port(job_id, restart),
         run_id=f"rfthpc-{job_id}-{restart}",
     )
+
+
+def torchrun_env(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` for a torchrun launch: its shutdown timeout raised to SHUTDOWN_TIMEOUT_S unless set."""
+    return {**env, SHUTDOWN_TIMEOUT_VAR: env.get(SHUTDOWN_TIMEOUT_VAR, str(SHUTDOWN_TIMEOUT_S))}
 
 
 def torchrun_argv(python: str, rdzv: Rendezvous, nproc_per_node: int, module_args: Sequence[str]) -> list[str]:

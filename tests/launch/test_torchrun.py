@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from rfthpc.launch.executors import RunExecutor
-from rfthpc.launch.torchrun import rendezvous_from_slurm, torchrun_argv
+from rfthpc.launch.torchrun import SHUTDOWN_TIMEOUT_VAR, rendezvous_from_slurm, torchrun_argv, torchrun_env
 from tests.conftest import cancel
 from tests.launch.conftest import PYTHON, REPO, wait_terminal
 
@@ -42,3 +44,26 @@ def test_two_node_rendezvous(slurm_cluster: None, tmp_path: Path) -> None:
     assert [r["world"] for r in ranks] == [2, 2]
     assert [r["sum"] for r in ranks] == [3.0, 3.0]  # (0 + 1) + (1 + 1)
     assert {r["node"] for r in ranks} == {"n1", "n2"}  # one rank per virtual node
+
+
+@pytest.mark.parametrize("timeout_s", ["1", None])
+def test_torchrun_lets_ranks_finish_their_checkpoint_after_sigterm(tmp_path: Path, timeout_s: str | None) -> None:
+    """With the environment rfthpc gives torchrun, a rank that takes a while to save after SIGTERM is
+    not SIGKILLed by torchrun (a 1 s shutdown timeout shows that it would be)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop(SHUTDOWN_TIMEOUT_VAR, None)
+    env = torchrun_env(env) if timeout_s is None else {**env, SHUTDOWN_TIMEOUT_VAR: timeout_s}
+    marker = tmp_path / "rank0"
+    proc = subprocess.Popen([PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
+                             "-m", "tests.launch.slow_stop", str(marker)], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.with_suffix(".ready").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the rank did not start"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    assert marker.exists() == (timeout_s is None)
