@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from rfthpc.errors import UserError
+from rfthpc.launch.torchrun import rdzv_port
 
 # Collectives of a step include a checkpoint write of a large model; be generous.
 _TIMEOUT = timedelta(minutes=60)
@@ -106,9 +107,12 @@ def _rendezvous_env() -> tuple[int, int, int] | None:
         return int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", "0"))
     if int(env.get("SLURM_NTASKS", "1")) > 1 and "SLURM_PROCID" in env:
         rank, world, local = int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), int(env.get("SLURM_LOCALID", "0"))
-        env.setdefault("MASTER_ADDR", _first_slurm_node())
-        # The job id keeps concurrent trainer jobs on one node from colliding on a port.
-        env.setdefault("MASTER_PORT", str(20000 + int(env.get("SLURM_JOB_ID", "0")) % 20000))
+        if "MASTER_ADDR" not in env:
+            env["MASTER_ADDR"] = _first_slurm_node()
+        # The job id keeps concurrent trainer jobs on one node from colliding on a port, the restart
+        # count a requeued job from its predecessor's port in TIME_WAIT (as torchrun's rendezvous).
+        env.setdefault("MASTER_PORT", str(rdzv_port(env.get("SLURM_JOB_ID", "0"),
+                                                     int(env.get("SLURM_RESTART_COUNT") or 0))))
         env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"] = str(rank), str(world), str(local)
         return rank, world, local
     return None

@@ -287,3 +287,26 @@ def test_grad_norm_and_clip_matches_torch_on_a_sharded_model(tiny_model: Path, m
             assert torch.allclose(p.grad.full_tensor(), plain_grads[name].grad, rtol=1e-4, atol=1e-8), name
     finally:
         env.close()
+
+
+def test_bare_srun_ranks_meet_on_a_port_that_moves_with_each_requeue(monkeypatch: pytest.MonkeyPatch) -> None:
+    """srun without torchrun: the port comes from the job id and restart count, like torchrun's rendezvous."""
+    from rfthpc.launch.torchrun import rdzv_port
+    from rfthpc.trainer.dist import _rendezvous_env
+
+    for var in ("RANK", "WORLD_SIZE", "MASTER_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("SLURM_NTASKS", "2")
+    monkeypatch.setenv("SLURM_PROCID", "1")
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    ports = []
+    for restart in ("0", "1"):
+        monkeypatch.setenv("SLURM_RESTART_COUNT", restart)
+        monkeypatch.delenv("MASTER_PORT", raising=False)
+        assert _rendezvous_env() == (1, 2, 0)
+        ports.append(int(os.environ["MASTER_PORT"]))
+        monkeypatch.delenv("RANK")
+        monkeypatch.delenv("WORLD_SIZE")
+    assert ports == [rdzv_port("4242", 0), rdzv_port("4242", 1)] and ports[0] != ports[1]
+    assert all(p < 32768 for p in ports)  # below the ephemeral range
