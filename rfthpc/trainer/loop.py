@@ -190,7 +190,10 @@ class Trainer:
                 break
             poll = self._fetch(st, pos)
             if poll.status == "stop":
-                self._save(st, pos, stage_finished=False)
+                # Saved already (save_interval, or resumed here): a second write would only spend the
+                # time Slurm's warning leaves.
+                if self.last_saved != (pos.step, False):
+                    self._save(st, pos, stage_finished=False)
                 log.warning("stopped by a signal at step %d after a checkpoint; requeue to continue", pos.step)
                 return EXIT_PREEMPTED, None
             if poll.status == "exhausted":
@@ -199,7 +202,8 @@ class Trainer:
                             poll.message)
                 break
             if poll.status == "timeout":
-                self._save(st, pos, stage_finished=False)
+                if self.last_saved != (pos.step, False):
+                    self._save(st, pos, stage_finished=False)
                 log.error("stage %r: %s", st.stage.name, poll.message)
                 return EXIT_FAILED, None
             metrics = self._train_step(st, pos, poll.samples)

@@ -19,12 +19,14 @@ from safetensors.torch import load_file
 
 from rfthpc import weights
 from rfthpc.config import Config
+from rfthpc.config.buffer import TasksetConfig
 from rfthpc.config.schema import StageConfig
 from rfthpc.data.synth_gsm8k import generate_splits, write_jsonl
 from rfthpc.errors import EXIT_PREEMPTED
 from rfthpc.fsutil import read_json
 from rfthpc.monitor import read_metrics
 from rfthpc.rundir import RunDir
+from rfthpc.store.claims import TaskClaims
 from rfthpc.trainer.checkpoint import META_FILE, latest_checkpoint, read_meta, remove_temporary
 from tests.trainer.conftest import (
     ROOT,
@@ -135,34 +137,53 @@ sys.exit(run_trainer(sys.argv[1]))
 """
 
 
-def test_sigkill_while_a_step_is_saved_again_keeps_that_step(tmp_path: Path, tiny_model: Path,
-                                                             reference: RunDir) -> None:
-    """Step 3 is saved by save_interval; SIGTERM while the trainer waits for experience saves it again.
-    Killed between the two renames of that re-save, the restart puts the complete new directory in
-    place and goes on from step 3."""
+def test_sigkill_while_a_step_is_saved_again_keeps_that_step(tmp_path: Path, tiny_model: Path) -> None:
+    """Step 2 is saved by save_interval; the explorers' tasks are all done, so the stage ends there and
+    step 2 is saved again, marked finished. Killed between the two renames of that re-save, the
+    restart puts the complete new copy in place: the run is done, nothing trained again."""
+    cfg = rl_config(tiny_model, **{"buffer.total_steps": None, "trainer.save_interval": 1,
+                                   "trainer.save_hf_checkpoint": "never"})
+    cfg.buffer.explorer_input.tasksets = [TasksetConfig(name="math", path="unused")]
+    run = make_run(tmp_path / "run", cfg)
+    claims = TaskClaims(run.root, "math", num_tasks=4)
+    claims.complete(claims.claim(4))
+    write_groups(run, 4)  # two batches of 2 groups
+    with open(run.log / "trainer.log", "ab") as log:
+        proc = subprocess.run([sys.executable, "-c", KILLED_IN_THE_SWAP, str(run.root)], stdout=log,
+                              stderr=subprocess.STDOUT, env=trainer_env(), cwd=ROOT, timeout=300)
+    assert proc.returncode == -signal.SIGKILL
+    names = os.listdir(run.root)
+    assert "global_step_2" not in names and not read_meta(run.root, 1)["stage_finished"]
+    assert sorted(n.rsplit("-", 3)[0] for n in names if n.startswith(".tmp-")) == [
+        ".tmp-global_step_2", ".tmp-old-global_step_2"]
+    assert run_trainer_inprocess(run) == 0
+    assert not [n for n in os.listdir(run.root) if n.startswith(".tmp-")]
+    meta = read_meta(run.root, 2)
+    assert meta["stage_finished"] and meta["reader"]["counters"]["consumed"] == 4
+    assert read_json(run.trainer_meta)["done"]
+    assert [r["step"] for r in read_metrics(run.monitor / "trainer.jsonl") if "actor/lr" in r] == [1, 2]
+
+
+def test_sigterm_right_after_a_checkpoint_does_not_write_it_again(tmp_path: Path, tiny_model: Path,
+                                                                 reference: RunDir) -> None:
+    """Step 3 is saved by save_interval and the trainer waits for experience; SIGTERM then stops it at
+    once (exit 124) without saving step 3 a second time, and the resumed run trains as the reference."""
     run = make_run(tmp_path / "run", _config(tiny_model, save_interval=1))
     _write_first(run)  # enough for 3 steps: the trainer then waits for more
-    with open(run.log / "trainer.log", "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-c", KILLED_IN_THE_SWAP, str(run.root)], stdout=log,
-                                stderr=subprocess.STDOUT, env=trainer_env(), cwd=ROOT)
+    proc = start_trainer(run)
     try:
         _wait_for(lambda: (read_json(run.trainer_meta) or {}).get("step") == 3 and latest_checkpoint(run.root) == 3,
                   "the checkpoint of step 3", proc)
+        saved = os.stat(run.checkpoint(3)).st_ino
         os.kill(proc.pid, signal.SIGTERM)
-        assert proc.wait(timeout=120) == -signal.SIGKILL
+        assert proc.wait(timeout=120) == EXIT_PREEMPTED
     finally:
         proc.kill()
         proc.wait()
-    names = os.listdir(run.root)
-    assert "global_step_3" not in names
-    assert sorted(n.rsplit("-", 3)[0] for n in names if n.startswith(".tmp-")) == [
-        ".tmp-global_step_3", ".tmp-old-global_step_3"]
+    assert os.stat(run.checkpoint(3)).st_ino == saved  # the same directory: not written again
     _write_second(run)
     assert run_trainer_inprocess(run) == 0
-    assert not [n for n in os.listdir(run.root) if n.startswith(".tmp-")]
-    assert [r["step"] for r in read_metrics(run.monitor / "trainer.jsonl") if "actor/lr" in r] == list(range(1, 7))
     _assert_same_training(run, reference, STEPS)
-    assert read_meta(run.root, STEPS)["reader"]["counters"]["consumed"] == 12
 
 
 def test_an_incomplete_resave_puts_the_previous_copy_back(tmp_path: Path) -> None:
