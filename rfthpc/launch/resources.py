@@ -145,6 +145,13 @@ def executor_parameters(
         "wckey": None,
         "additional_parameters": {"requeue": True, **rc.additional_parameters},
     }
+    # Slurm sends the warning up to 60 s before the requested time: the job needs at least that long.
+    if params["time"] * 60 - cfg.slurm.signal_delay_s < 60:
+        raise ConfigError(
+            f"{key}.time: {rc.time} leaves under a minute before slurm.signal_delay_s "
+            f"({cfg.slurm.signal_delay_s:.0f} s) asks for the checkpoint warning, so the job would stop as it "
+            "starts; give a longer time or a shorter signal_delay_s"
+        )
     if rc.nodes < 1:
         raise ConfigError(f"{key}.nodes: {rc.nodes} must be >= 1")
     if role == "explorer" and rc.nodes != 1:

@@ -52,6 +52,18 @@ def test_signal_delay_must_leave_time_to_checkpoint() -> None:
         executor_parameters(cfg, "trainer", None)
 
 
+def test_time_limit_must_outlast_the_warning() -> None:
+    """The warning comes signal_delay_s before the limit, and Slurm may send it up to 60 s early."""
+    cfg = Config()
+    cfg.slurm.signal_delay_s = 120
+    cfg.slurm.trainer.time = "00:02:00"
+    with pytest.raises(ConfigError, match=r"slurm.trainer.time: 00:02:00 leaves under a minute before "
+                                          r"slurm.signal_delay_s \(120 s\)"):
+        executor_parameters(cfg, "trainer", None)
+    cfg.slurm.signal_delay_s = 60  # the shortest limit the e2e time-limit test uses: accepted
+    assert executor_parameters(cfg, "trainer", None)["time"] == 2
+
+
 @pytest.mark.parametrize("line", ["export WANDB_API_KEY=abc", "HF_TOKEN=hf_x", "export MY_SECRET=1"])
 def test_credentials_in_setup_lines_are_refused(line: str) -> None:
     cfg = Config()
