@@ -44,7 +44,7 @@ class TrainerConfig:
     total_steps: Optional[int] = None
     """Trainer steps (alias of `buffer.total_steps`)."""
     critic_warmup: int = 0
-    """Steps that train only the critic (PPO)."""
+    """Steps that train only the critic (PPO); the actor's learning-rate schedule starts after them."""
     critic_lr: float = 1e-5
     """Critic learning rate (veRL's `critic.optim.lr`)."""
     critic_lr_warmup_steps_ratio: float = 0.0

@@ -385,7 +385,9 @@ class Trainer:
                 return None
             metrics["critic/lr"] = st.critic_schedule(k)
         if st.critic is None or k >= cfg.trainer.critic_warmup:
-            lr = st.schedule(k)
+            # As veRL's actor scheduler, the actor's steps count from its first update: the critic's
+            # warm-up steps do not use up the actor's learning-rate warm-up.
+            lr = st.schedule(k - (cfg.trainer.critic_warmup if st.critic is not None else 0))
             set_lr(st.actor.optimizer, lr)
             if not self._updates(pos, st.actor, "actor", batches, samples, tensors.mask,
                                  functools.partial(_actor_loss, alg, tensors), results):

@@ -74,6 +74,20 @@ def test_ppo_trains_a_critic_against_a_reference(tmp_path: Path, tiny_model: Pat
     assert {"model", "optim", "hf_config", "rfthpc_checkpoint.json"} <= set(os.listdir(run.checkpoint(2) / "critic"))
 
 
+def test_critic_warmup_leaves_the_actors_lr_warmup_whole(tmp_path: Path, tiny_model: Path) -> None:
+    """Steps where only the critic trains do not advance the actor's schedule (as in veRL)."""
+    cfg = rl_config(tiny_model, **{"algorithm.algorithm_type": "ppo", "algorithm.kl_loss_fn": None,
+                                   "algorithm.repeat_times": 2, "buffer.total_steps": 3,
+                                   "trainer.critic_warmup": 1, "algorithm.optimizer.lr_warmup_steps": 2,
+                                   "trainer.save_hf_checkpoint": "never"})
+    run = make_run(tmp_path / "run", cfg)
+    write_groups(run, 6, repeat=2)
+    assert run_trainer_inprocess(run) == 0
+    records = _records(run)
+    assert "actor/lr" not in records[1] and "critic/vf_loss" in records[1]
+    assert [records[s]["actor/lr"] for s in (2, 3)] == pytest.approx([0.5e-3, 1e-3])
+
+
 def test_nan_loss_abandons_the_batch_and_publishes_nothing(tmp_path: Path, tiny_model: Path) -> None:
     cfg = rl_config(tiny_model, **{"algorithm.algorithm_type": "tis", "buffer.total_steps": 2,
                                    "synchronizer.keep_published": 10})
