@@ -25,9 +25,10 @@ class TrainerConfig:
     use_dynamic_bsz: bool = True
     """Pack micro-batches by token count (`max_token_len_per_gpu`) instead of a fixed size."""
     max_token_len_per_gpu: Optional[int] = None
-    """Tokens per micro-batch per GPU with dynamic batching; defaults to 2 x `model.max_model_len`."""
+    """Tokens per micro-batch per GPU with dynamic batching, padding included (samples x the longest);
+    defaults to 2 x `model.max_model_len`."""
     ppo_micro_batch_size_per_gpu: int = 4
-    """Experiences per micro-batch per GPU without dynamic batching."""
+    """Most experiences per micro-batch per GPU without dynamic batching."""
     ppo_mini_batch_size: Optional[int] = None
     """Tasks (groups) per optimizer update; defaults to the groups of one trainer step,
     `buffer.train_batch_size / algorithm.repeat_times` (one update per step)."""

@@ -4,9 +4,9 @@ micro-batches per forward/backward pass.
 Every rank holds the whole batch and computes the same plan, so no rank needs to ask another what
 to do. FSDP2 runs collectives inside every forward and backward pass, so all ranks must run the
 same number of micro-batches: a rank with fewer samples runs empty micro-batches (one padding
-token, zero weight). Micro-batches are formed either by a token budget (`use_dynamic_bsz`: about
-`max_token_len_per_gpu` tokens each, counted by first-fit decreasing, then balanced) or by a fixed
-count of samples (`ppo_micro_batch_size_per_gpu`).
+token, zero weight). Micro-batches are formed either by a token budget (`use_dynamic_bsz`: at most
+`max_token_len_per_gpu` tokens each, padding included, packed first-fit longest first) or by a fixed
+count of samples (at most `ppo_micro_batch_size_per_gpu`, samples of similar length together).
 """
 
 from __future__ import annotations
@@ -34,17 +34,33 @@ def balanced_split(lengths: list[int], n_parts: int) -> list[list[int]]:
     return [sorted(p) for p in parts]
 
 
-def count_token_bins(lengths: list[int], budget: int) -> int:
-    """Micro-batches first-fit decreasing needs to hold `lengths` within `budget` tokens each (>= 1)."""
-    bins: list[int] = []
-    for n in sorted(lengths, reverse=True):
-        for b, load in enumerate(bins):
-            if load + n <= budget:
-                bins[b] += n
+def pack_token_bins(lengths: list[int], budget: int) -> list[list[int]]:
+    """Indices packed into micro-batches whose padded size (samples x the longest) is at most `budget`
+    tokens: first fit, longest first. A sample longer than the budget gets a micro-batch of its own."""
+    bins: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        for b in bins:
+            # Longest first: a bin's first sample sets its padded width.
+            if (len(b) + 1) * lengths[b[0]] <= budget:
+                b.append(i)
                 break
         else:
-            bins.append(n)
-    return max(1, len(bins))
+            bins.append([i])
+    return bins
+
+
+def _split_to(parts: list[list[int]], n: int) -> list[list[int]]:
+    """`parts` made `n` long by halving the part with most samples (a subset stays within any bound
+    its part met), then by empty parts."""
+    parts = [list(p) for p in parts]
+    while len(parts) < n:
+        big = max(range(len(parts)), key=lambda k: (len(parts[k]), -k), default=None)
+        if big is None or len(parts[big]) < 2:
+            parts.append([])
+            continue
+        half = len(parts[big]) // 2
+        parts[big:big + 1] = [parts[big][:half], parts[big][half:]]
+    return parts
 
 
 @dataclass(frozen=True)
@@ -76,21 +92,25 @@ def plan_micro_batches(
 ) -> BatchPlan:
     """Split `indices` over ranks and each rank's share into micro-batches.
 
-    With `token_budget`, ranks get near-equal token counts and a rank's micro-batch count is what
-    first-fit decreasing needs, maximised over ranks; samples are then spread over that many
-    micro-batches balanced by tokens. Without it, ranks get near-equal sample counts and
-    micro-batches hold at most `micro_batch_size` samples.
+    With `token_budget`, ranks get near-equal token counts and each rank's share is packed into
+    micro-batches of at most `token_budget` padded tokens; without it, ranks get near-equal sample
+    counts and micro-batches of at most `micro_batch_size` samples, similar lengths together. Ranks
+    with fewer micro-batches than the most split theirs further (or run empty ones).
     """
     lengths = [samples[i].length if token_budget is not None else 1 for i in indices]
     shares = [[indices[j] for j in part] for part in balanced_split(lengths, world_size)]
-    if token_budget is not None:
-        n_micro = max(count_token_bins([samples[i].length for i in share], token_budget) for share in shares)
-    else:
-        n_micro = max(1, max(-(-len(share) // micro_batch_size) for share in shares))
-    micro = []
+    per_rank = []
     for share in shares:
-        parts = balanced_split([samples[i].length for i in share], n_micro)
-        micro.append([[share[j] for j in part] for part in parts])
+        if token_budget is not None:
+            bins = pack_token_bins([samples[i].length for i in share], token_budget)
+            parts = [[share[j] for j in b] for b in bins]
+        else:
+            n = max(1, -(-len(share) // micro_batch_size))
+            by_length = sorted(share, key=lambda i: (-samples[i].length, i))
+            parts = [by_length[k * len(share) // n:(k + 1) * len(share) // n] for k in range(n)]
+        per_rank.append(parts)
+    n_micro = max(1, max(len(parts) for parts in per_rank))
+    micro = [[sorted(p) for p in _split_to(parts, n_micro)] for parts in per_rank]
     return BatchPlan(micro)
 
 

@@ -24,8 +24,8 @@ from rfthpc.store import Experience, Group
 from rfthpc.trainer.batching import (
     balanced_split,
     collate,
-    count_token_bins,
     mini_batches,
+    pack_token_bins,
     pad_rows,
     plan_micro_batches,
 )
@@ -48,10 +48,15 @@ def test_balanced_split_is_deterministic_and_balanced() -> None:
     assert balanced_split([5, 5], 3) == [[0], [1], []]
 
 
-def test_count_token_bins_first_fit_decreasing() -> None:
-    assert count_token_bins([6, 5, 4, 3, 2], 10) == 2  # {6,4} {5,3,2}
-    assert count_token_bins([], 10) == 1
-    assert count_token_bins([12], 10) == 1  # an over-long sample still gets its own micro-batch
+def test_token_bins_count_padding() -> None:
+    # Longest first; a bin's padded size is its sample count x its first (longest) sample.
+    assert pack_token_bins([6, 5, 4, 3, 2], 10) == [[0], [1, 2], [3, 4]]
+    assert pack_token_bins([], 10) == []
+    assert pack_token_bins([12], 10) == [[0]]  # an over-long sample still gets its own micro-batch
+
+
+def _padded(samples: list[Sample], mb: list[int]) -> int:
+    return len(mb) * max((samples[i].length for i in mb), default=0)
 
 
 def test_every_rank_runs_the_same_number_of_micro_batches() -> None:
@@ -62,6 +67,25 @@ def test_every_rank_runs_the_same_number_of_micro_batches() -> None:
     assert flat == list(range(6))  # each sample exactly once
     fixed = plan_micro_batches(samples, list(range(6)), 2, token_budget=None, micro_batch_size=2)
     assert fixed.n_micro == 2 and all(len(mb) <= 2 for rank in fixed.micro for mb in rank)
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_micro_batches_keep_their_bounds(world_size: int) -> None:
+    """A token budget bounds the padded size of every micro-batch, and a fixed size its sample count,
+    whatever the mix of lengths (one long sample and many short ones pad the most)."""
+    rng = np.random.default_rng(0)
+    samples = [_sample(int(p), int(r)) for p, r in rng.integers(1, 30, size=(40, 2))] + [_sample(40, 20)]
+    indices = list(range(len(samples)))
+    for budget in (64, 100, 300):
+        plan = plan_micro_batches(samples, indices, world_size, token_budget=budget, micro_batch_size=1)
+        assert sorted(i for rank in plan.micro for mb in rank for i in mb) == indices
+        assert {len(m) for m in plan.micro} == {plan.n_micro}
+        assert all(_padded(samples, mb) <= budget for rank in plan.micro for mb in rank if len(mb) > 1)
+    for size in (1, 3, 7):
+        plan = plan_micro_batches(samples, indices, world_size, token_budget=None, micro_batch_size=size)
+        assert sorted(i for rank in plan.micro for mb in rank for i in mb) == indices
+        assert all(len(mb) <= size for rank in plan.micro for mb in rank)
+        assert plan.n_micro == -(-max(len(s) for s in balanced_split([1] * len(samples), world_size)) // size)
 
 
 def test_mini_batches_keep_groups_whole() -> None:
