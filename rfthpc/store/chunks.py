@@ -261,9 +261,11 @@ def read_chunk_attrs(path: Path) -> dict[str, Any]:
             table = f["groups"][()]
             meta["policy_versions"] = table["policy_version"].tolist()
             meta["eval_flags"] = table["is_eval"].astype(bool).tolist()
-    except FileNotFoundError:
-        raise
-    except (OSError, KeyError, ValueError, TypeError) as e:
+    except OSError as e:
+        if e.errno is not None:
+            raise  # the filesystem's error (vanished, EIO, ESTALE, EACCES...), not the file's content
+        raise ChunkCorrupt(path, f"{type(e).__name__}: {e}") from None
+    except (KeyError, ValueError, TypeError) as e:
         raise ChunkCorrupt(path, f"{type(e).__name__}: {e}") from None
     return meta
 
@@ -273,7 +275,8 @@ def read_chunk(path: Path) -> tuple[dict[str, Any], list[Group]]:
     group's `chunk` is `path`.
 
     Raises ChunkCorrupt when the file is truncated, damaged or not a chunk of this format, and
-    FileNotFoundError when it vanished (garbage-collected, or an NFS directory cache was stale).
+    OSError with an errno when the filesystem fails to read it (FileNotFoundError: it vanished,
+    garbage-collected or listed from a stale NFS directory cache; EIO, ESTALE...: maybe transient).
     """
     try:
         with h5py.File(path, "r", locking=False) as f:
@@ -286,9 +289,11 @@ def read_chunk(path: Path) -> tuple[dict[str, Any], list[Group]]:
             logprobs, loss_mask = f["logprobs"][()], f["loss_mask"][()]
             token_rewards = f["token_rewards"][()] if "token_rewards" in f else None
         groups = _groups(meta, table, text, rows, e_info, prompt, response, logprobs, loss_mask, token_rewards)
-    except FileNotFoundError:
-        raise
-    except (OSError, KeyError, ValueError, TypeError, IndexError) as e:
+    except OSError as e:
+        if e.errno is not None:
+            raise  # the filesystem's error (vanished, EIO, ESTALE, EACCES...), not the file's content
+        raise ChunkCorrupt(path, f"{type(e).__name__}: {e}") from None
+    except (KeyError, ValueError, TypeError, IndexError) as e:
         raise ChunkCorrupt(path, f"{type(e).__name__}: {e}") from None
     for g in groups:
         g.chunk = Path(path)

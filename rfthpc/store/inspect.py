@@ -71,7 +71,7 @@ def inspect_store(run_dir: Path, rate_window_s: float = 300.0) -> dict[str, Any]
         pending += ref.n_groups - skip
         try:
             attrs = read_chunk_attrs(ref.path)
-        except (FileNotFoundError, ChunkCorrupt):
+        except (OSError, ChunkCorrupt):
             unreadable += 1
             continue
         for version, is_eval in list(zip(attrs["policy_versions"], attrs["eval_flags"]))[skip:]:

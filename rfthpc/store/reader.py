@@ -71,6 +71,7 @@ class StoreReader:
         self._version_hist: Counter[int] = Counter()
         self._known: dict[str, dict[int, ChunkRef]] = {}
         self._seen_at: dict[tuple[str, int], int] = {}
+        self._unreadable: set[tuple[str, int]] = set()
         self._cache: dict[tuple[str, int], list[Group]] = {}
         self._scans = 0
         self._blocked_since: dict[str, float] = {}
@@ -150,6 +151,14 @@ class StoreReader:
                 )
         except FileNotFoundError:
             return None
+        except OSError as e:
+            # A filesystem error (an evicted Lustre client, an NFS server failover) says nothing about
+            # the file: its stream waits and the next poll reads it again.
+            if key not in self._unreadable:
+                log.warning("chunk %s could not be read (%s); its stream waits and it is read again at the next "
+                            "poll", ref.path, e)
+            self._unreadable.add(key)
+            return None
         except ChunkCorrupt as e:
             dest = quarantine(self.store, ref, str(e))
             ref = ChunkRef(
@@ -157,6 +166,7 @@ class StoreReader:
             )
             self._known[ref.stream][ref.seq] = ref
             return ref, []
+        self._unreadable.discard(key)
         self._cache[key] = groups
         return ref, groups
 

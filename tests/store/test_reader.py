@@ -237,3 +237,31 @@ def test_a_task_committed_twice_is_trained_once(run_dir: Path) -> None:
     with pytest.raises(StoreTimeout):
         resumed.take(1, 0, timeout_s=0.3)
     assert resumed.metrics()["store/dropped_duplicate"] == 2 and resumed.metrics()["store/consumed"] == 3
+
+
+def test_a_filesystem_error_delays_a_chunk_without_quarantining_it(
+        run_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """EIO (an evicted Lustre client, an NFS failover; injected here, this machine has no such
+    filesystem) is no sign of a damaged file: the stream waits, the chunk is read on a later poll."""
+    import errno
+
+    import h5py
+
+    from rfthpc.store import chunks
+
+    _write(run_dir, "ex", 0, ["t0", "t1", "t2", "t3"], per_chunk=2)
+    real_file, failing = h5py.File, {"left": 3}
+
+    def flaky_file(path, *args, **kwargs):
+        if failing["left"] and str(path).endswith(".h5"):
+            failing["left"] -= 1
+            raise OSError(errno.EIO, "Input/output error", str(path))
+        return real_file(path, *args, **kwargs)
+
+    monkeypatch.setattr(chunks.h5py, "File", flaky_file)
+    reader = StoreReader(run_dir, poll_s=0.01)
+    with caplog.at_level(logging.WARNING):
+        assert _ids(reader.take(4, 0, timeout_s=5)) == ["t0", "t1", "t2", "t3"]
+    assert "could not be read" in caplog.text and failing["left"] == 0
+    assert not (open_store(run_dir) / QUARANTINE_DIR).exists()
+    assert reader.metrics()["store/quarantined_chunks"] == 0
