@@ -13,7 +13,9 @@ accepts a step directory only if `STABLE` exists, so it never loads a partial po
 Removal (`collect_published`): a step directory is deleted only if it is not among the
 `keep` newest, not `latest`, and not named by a reader file fresher than the lease. Its `STABLE`
 marker goes first, so a reader that lists it meanwhile skips it rather than loading half a
-directory. Version 0 is the initial model (`model.model_path`) until the trainer publishes.
+directory; the reader files are read again after that (a reader names a step before it checks
+`STABLE`), and a step named there meanwhile gets its marker back and stays. Version 0 is the
+initial model (`model.model_path`) until the trainer publishes.
 """
 
 from __future__ import annotations
@@ -273,13 +275,19 @@ def collect_published(run_dir: Path, keep: int, lease_s: float, now: float | Non
     if latest is not None:
         protected.add(latest)
     protected |= live_reader_versions(run.root, lease_s, now)
-    removed = []
-    for step in steps:
-        if step in protected:
-            continue
-        path = step_dir(run.root, step)
+    doomed = [step for step in steps if step not in protected]
+    for step in doomed:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(path / STABLE)
+            os.unlink(step_dir(run.root, step) / STABLE)
+    # An explorer that named a step in its reader file after the look above, and saw its STABLE
+    # before it went, may be loading it now: look again once no newcomer can see the marker.
+    late = live_reader_versions(run.root, lease_s, time.time())
+    removed = []
+    for step in doomed:
+        path = step_dir(run.root, step)
+        if step in late:
+            write_text_atomic(path / STABLE, f"{step}\n")
+            continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(step)
     try:

@@ -49,12 +49,16 @@ class WeightFollower:
     def start_point(self, initial_model: str) -> tuple[int, str]:
         """The version and directory to build the engine from, already named in the reader file:
         the newest complete published version, else the initial model as version 0."""
-        newest = self.newest_complete()
-        if newest is None:
-            self.write_lease(0)
-            return 0, initial_model
-        self.write_lease(newest)
-        return newest, str(self.run.weights_step(newest))
+        while True:
+            newest = self.newest_complete()
+            if newest is None:
+                self.write_lease(0)
+                return 0, initial_model
+            self.write_lease(newest)
+            # Named only now: the trainer may have removed it in between (it reads the reader files
+            # before it removes STABLE); a newer one is complete then.
+            if weights.is_complete(self.run.weights_step(newest)):
+                return newest, str(self.run.weights_step(newest))
 
     def attach(self, engine: PolicyEngine, version: int) -> None:
         """Follow with `engine`, which holds `version` now."""

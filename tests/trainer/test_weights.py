@@ -93,6 +93,54 @@ def test_collection_keeps_latest_newest_and_what_live_explorers_use(run: RunDir,
     assert weights.published_steps(run.root) == [5] and weights.read_latest(run.root) == 5
 
 
+def test_a_step_an_explorer_names_during_collection_is_kept(run: RunDir, tiny_model: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """An explorer names step 1 in its reader file just after the collector read the reader files
+    (and, having seen STABLE, starts loading it): the collector looks again after removing STABLE,
+    puts the marker back and keeps the step."""
+    state = _model_state(tiny_model)
+    for step in range(4):
+        weights.publish(run.root, step, state, tiny_model)
+    first_look = weights.live_reader_versions
+    looks = []
+
+    def explorer_names_step_1_meanwhile(*args, **kwargs):
+        versions = first_look(*args, **kwargs)
+        if not looks:
+            weights.record_reader(run.root, "ex", 0, 1)
+        looks.append(versions)
+        return versions
+
+    monkeypatch.setattr(weights, "live_reader_versions", explorer_names_step_1_meanwhile)
+    assert weights.collect_published(run.root, keep=2, lease_s=300) == [0]
+    assert looks == [set(), {1}]
+    assert weights.published_steps(run.root) == [1, 2, 3] and weights.is_complete(weights.step_dir(run.root, 1))
+
+
+def test_an_explorer_starting_while_its_step_is_removed_takes_the_newer_one(run: RunDir, tiny_model: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The explorer reads `latest` (step 1), the trainer publishes step 2 and removes step 1 before the
+    explorer's reader file names it: the explorer starts from step 2, not from a vanished directory."""
+    from rfthpc.explorer.follow import WeightFollower
+
+    state = _model_state(tiny_model)
+    weights.publish(run.root, 1, state, tiny_model)
+    follower = WeightFollower(run, "ex", 0)
+    name_version = follower.write_lease
+    names = []
+
+    def trainer_moves_on_meanwhile(version: int) -> None:
+        if not names:
+            weights.publish(run.root, 2, state, tiny_model)
+            weights.collect_published(run.root, keep=0, lease_s=300)
+        names.append(version)
+        name_version(version)
+
+    monkeypatch.setattr(follower, "write_lease", trainer_moves_on_meanwhile)
+    assert follower.start_point(str(tiny_model)) == (2, str(weights.step_dir(run.root, 2)))
+    assert names == [1, 2] and weights.published_steps(run.root) == [2]
+
+
 def test_a_directory_without_stable_is_not_a_policy(run: RunDir, tiny_model: Path) -> None:
     half = run.weights / "step_9"
     half.mkdir()
