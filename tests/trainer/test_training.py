@@ -11,11 +11,13 @@ import torch
 
 from rfthpc import weights
 from rfthpc.cli import main
+from rfthpc.config import Config
 from rfthpc.config.buffer import TasksetConfig
 from rfthpc.config.schema import StageConfig
 from rfthpc.data.synth_gsm8k import generate_splits, write_jsonl
 from rfthpc.fsutil import read_json
 from rfthpc.monitor import read_metrics
+from rfthpc.rundir import RunDir
 from rfthpc.store import ChunkWriter, TaskClaims
 from rfthpc.trainer.checkpoint import latest_checkpoint, read_meta
 from tests.trainer.conftest import make_run, random_group, rl_config, run_trainer_inprocess, sft_stage, write_groups
@@ -88,18 +90,24 @@ def test_critic_warmup_leaves_the_actors_lr_warmup_whole(tmp_path: Path, tiny_mo
     assert [records[s]["actor/lr"] for s in (2, 3)] == pytest.approx([0.5e-3, 1e-3])
 
 
-def test_nan_loss_abandons_the_batch_and_publishes_nothing(tmp_path: Path, tiny_model: Path) -> None:
-    cfg = rl_config(tiny_model, **{"algorithm.algorithm_type": "tis", "buffer.total_steps": 2,
-                                   "synchronizer.keep_published": 10})
+def _run_with_nan_group(tmp_path: Path, cfg: Config, n_groups: int, bad: int) -> RunDir:
+    """Train on `n_groups` random groups where group `bad` has NaN behaviour logprobs (an engine's fault)."""
     run = make_run(tmp_path / "run", cfg)
     rng = np.random.default_rng(0)
-    groups = [random_group(rng, f"t{i}", 4, 384) for i in range(6)]
-    for e in groups[2].experiences:  # the second batch: an engine returned NaN logprobs
+    groups = [random_group(rng, f"t{i}", 4, 384) for i in range(n_groups)]
+    for e in groups[bad].experiences:
         e.logprobs = np.full(len(e.response_ids), np.nan, np.float32)
     with ChunkWriter(run.root, "ex", 0, groups_per_chunk=2) as w:
         for g in groups:
             w.add(g)
     assert run_trainer_inprocess(run) == 0
+    return run
+
+
+def test_nan_loss_abandons_the_batch_and_publishes_nothing(tmp_path: Path, tiny_model: Path) -> None:
+    cfg = rl_config(tiny_model, **{"algorithm.algorithm_type": "tis", "buffer.total_steps": 2,
+                                   "synchronizer.keep_published": 10})
+    run = _run_with_nan_group(tmp_path, cfg, n_groups=6, bad=2)  # the second batch
     records = read_metrics(run.monitor / "trainer.jsonl")
     nan_records = [r for r in records if "actor/lr" not in r]
     assert len(nan_records) == 1 and nan_records[0]["trainer/nan_skipped_batches"] == 1.0
@@ -120,15 +128,7 @@ def test_nan_in_a_later_mini_batch_says_the_earlier_updates_stay(tmp_path: Path,
     """One update per group: the first group's update is applied before the second's NaN abandons the batch."""
     cfg = rl_config(tiny_model, **{"algorithm.algorithm_type": "tis", "buffer.total_steps": 1,
                                    "trainer.ppo_mini_batch_size": 1})
-    run = make_run(tmp_path / "run", cfg)
-    rng = np.random.default_rng(0)
-    groups = [random_group(rng, f"t{i}", 4, 384) for i in range(4)]
-    for e in groups[1].experiences:
-        e.logprobs = np.full(len(e.response_ids), np.nan, np.float32)
-    with ChunkWriter(run.root, "ex", 0, groups_per_chunk=2) as w:
-        for g in groups:
-            w.add(g)
-    assert run_trainer_inprocess(run) == 0
+    run = _run_with_nan_group(tmp_path, cfg, n_groups=4, bad=1)
     records = read_metrics(run.monitor / "trainer.jsonl")
     (nan_record,) = [r for r in records if "actor/lr" not in r]
     assert nan_record["trainer/nan_updates_kept"] == 1 and nan_record["step"] == 1
