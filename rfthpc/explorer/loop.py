@@ -45,6 +45,7 @@ from rfthpc.errors import EXIT_PREEMPTED, UserError
 from rfthpc.explorer import eval as evaluation
 from rfthpc.explorer import setup
 from rfthpc.explorer.follow import WeightFollower
+from rfthpc.explorer.heartbeat import ClaimsHeartbeat
 from rfthpc.explorer.meta import Progress
 from rfthpc.explorer.rollout import RolloutPolicy, TaskOutcome, run_tasks
 from rfthpc.explorer.staleness import expected_train_step, required_version, staleness, taskset_offsets
@@ -374,8 +375,9 @@ class Explorer:
             raise
         version = self.follower.version
         began = time.perf_counter()
-        outcomes = run_tasks([source.taskset.tasks[c.index] for c in claims], self.ctx, self.batcher,
-                             _rollout_policy(cfg), self.stop, tick=self._tick)
+        with ClaimsHeartbeat(self.claim_sets, cfg.filesystem.lease_s / 4):
+            outcomes = run_tasks([source.taskset.tasks[c.index] for c in claims], self.ctx, self.batcher,
+                                 _rollout_policy(cfg), self.stop, tick=self._tick)
         elapsed = time.perf_counter() - began
         done_now, release, groups = [], [], []
         for claim, step, outcome in zip(claims, steps, outcomes, strict=True):

@@ -30,6 +30,7 @@ import logging
 import os
 import secrets
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -188,6 +189,8 @@ class TaskClaims:
         self.dir = make_dirs(RunDir(run_dir).tasks / taskset)
         self.path = self.dir / CLAIMS_FILE
         self._lock = make_lock(self.dir / LOCK_FILE, lock, lock_timeout_s, lock_stale_s)
+        # The explorer's heartbeat thread (rfthpc.explorer.heartbeat) transacts too.
+        self._mutex = threading.Lock()
         self._orders: dict[int, np.ndarray] = {}
 
     # ---- state ---------------------------------------------------------------------------------
@@ -264,7 +267,7 @@ class TaskClaims:
 
     def _transact(self, change: Callable[[dict[str, Any], float], Any]) -> Any:
         """Apply `change` to the state under the lock, refreshing this owner's heartbeat."""
-        with self._lock:
+        with self._mutex, self._lock:
             state = self._load()
             now = time.time()
             previous = state["owners"].get(self.owner)

@@ -166,3 +166,22 @@ def test_many_explorer_processes_explore_each_task_once_despite_kills(run_dir: P
     assert sorted(done) == [(e, i) for e in range(epochs) for i in range(n_tasks)]
     progress = TaskClaims(run_dir, "ts", n_tasks, total_epochs=epochs, selector="shuffle", seed=7).progress()
     assert progress["reclaimed"] >= 2 and progress["finished"]
+
+
+def test_claims_stay_held_through_a_call_longer_than_the_lease(run_dir: Path) -> None:
+    """The explorer's heartbeat thread keeps its claims while its loop is blocked (one generation call
+    longer than lease_s): another explorer gets none of them, as it would without the thread."""
+    from rfthpc.explorer.heartbeat import ClaimsHeartbeat
+
+    a = TaskClaims(run_dir, "ts", 2, owner="a", lease_s=0.5)
+    b = TaskClaims(run_dir, "ts", 2, owner="b", lease_s=0.5)
+    held = a.claim(2)
+    with ClaimsHeartbeat([a], period_s=0.1):
+        time.sleep(1.5)  # the blocked loop: no heartbeat of its own
+        assert b.claim(1, timeout_s=0) == []
+    assert a.complete(held) == held
+    fresh = TaskClaims(run_dir, "ts2", 2, owner="a", lease_s=0.5)
+    other = TaskClaims(run_dir, "ts2", 2, owner="b", lease_s=0.5)
+    taken = fresh.claim(2)
+    time.sleep(1.0)  # the same call without the thread: the claims are taken over
+    assert _pairs(other.claim(2, timeout_s=0)) == _pairs(taken)
