@@ -15,15 +15,18 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 
 from rfthpc.errors import UserError
 from rfthpc.launch.torchrun import rdzv_port
+
+T = TypeVar("T")
 
 # Collectives of a step include a checkpoint write of a large model; be generous.
 _TIMEOUT = timedelta(minutes=60)
@@ -49,6 +52,26 @@ class DistEnv:
         box = [obj if self.rank == src else None]
         dist.broadcast_object_list(box, src=src, device=self._object_device())
         return box[0]
+
+    def on_main(self, fn: Callable[[], T]) -> T:
+        """`fn()` run on rank 0, its result on every rank. An exception there is raised on every rank
+        too (rank 0's own, with its traceback; elsewhere a UserError for a user error, else a
+        RuntimeError): no rank is left waiting in the broadcast for a rank that failed."""
+        result: Any = None
+        failure: tuple[bool, str] | None = None
+        error: BaseException | None = None
+        if self.is_main:
+            try:
+                result = fn()
+            except Exception as e:  # noqa: BLE001 — re-raised below, after telling the other ranks
+                error, failure = e, (isinstance(e, UserError), str(e) if isinstance(e, UserError) else repr(e))
+        result, failure = self.broadcast_object((result, failure))
+        if error is not None:
+            raise error
+        if failure is not None:
+            user_error, message = failure
+            raise UserError(message) if user_error else RuntimeError(f"rank 0 failed: {message}")
+        return result
 
     def all_gather_objects(self, obj: Any) -> list[Any]:
         """Every rank's `obj`, in rank order, on every rank."""

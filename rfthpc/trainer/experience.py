@@ -52,7 +52,7 @@ class Poll:
     """What one poll of the store found."""
 
     status: str
-    """batch | wait | exhausted | timeout"""
+    """batch | wait | exhausted | timeout | stop"""
     samples: list[Sample] = field(default_factory=list)
     groups: list[Group] = field(default_factory=list)
     message: str = ""

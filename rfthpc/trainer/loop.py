@@ -164,15 +164,15 @@ class Trainer:
         return EXIT_DONE
 
     def _resume_meta(self) -> dict[str, Any] | None:
-        meta = None
-        if self.env.is_main:
+        def newest() -> dict[str, Any] | None:
             ckpt.remove_temporary(self.rundir.root)
             step = ckpt.latest_checkpoint(self.rundir.root)
             if step is not None and not self.base.continue_from_checkpoint:
                 log.warning("continue_from_checkpoint is false: starting over, ignoring checkpoint %d", step)
                 step = None
-            meta = ckpt.read_meta(self.rundir.root, step) if step is not None else None
-        return self.env.broadcast_object(meta)
+            return ckpt.read_meta(self.rundir.root, step) if step is not None else None
+
+        return self.env.on_main(newest)
 
     # ---- stages --------------------------------------------------------------------------------
 
@@ -334,16 +334,12 @@ class Trainer:
         while True:
             if self.env.any(self.stop.requested):
                 return Poll("stop")
-            poll = None
-            if self.env.is_main:
-                try:
-                    poll = st.source.poll(pos.step)
-                except UserError as e:
-                    poll = Poll("error", message=str(e))
-                poll.groups = []
-            poll = self.env.broadcast_object(poll)
-            if poll.status == "error":
-                raise UserError(poll.message)
+            def poll_store() -> Poll:
+                poll = st.source.poll(pos.step)
+                poll.groups = []  # every rank needs the samples only
+                return poll
+
+            poll = self.env.on_main(poll_store)
             if poll.status != "wait":
                 return poll
 

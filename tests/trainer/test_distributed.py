@@ -65,3 +65,22 @@ def test_a_rank_without_samples_in_a_mini_batch_takes_part(tmp_path: Path, tiny_
     assert sorted(rb) == [1, 2]
     for step in ra:
         assert rb[step]["actor/pg_loss"] == pytest.approx(ra[step]["actor/pg_loss"], rel=1e-4, abs=1e-6)
+
+
+def test_a_failure_on_rank_0_alone_reaches_every_rank(tmp_path: Path, tiny_model: Path) -> None:
+    """Rank 0 alone reads the run directory; when that fails (here a damaged checkpoint record) the
+    other ranks raise too instead of waiting for rank 0 in a collective (up to its 60-min timeout)."""
+    cfg = rl_config(tiny_model, **{"buffer.total_steps": 2, "trainer.save_hf_checkpoint": "never"})
+    run = make_run(tmp_path / "run", cfg)
+    (run.checkpoint(1) / "actor").mkdir(parents=True)
+    (run.checkpoint(1) / "actor" / "rfthpc_checkpoint.json").write_text('{"format": 99}')
+    proc = start_trainer(run, nproc=2)
+    try:
+        assert proc.wait(timeout=240) != 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    log = (run.log / "trainer.log").read_text()
+    assert "is not an rfthpc checkpoint of format 1" in log
+    assert "rank 0 failed: ValueError" in log  # rank 1's own error, not a kill by torchrun

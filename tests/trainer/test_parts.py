@@ -318,19 +318,14 @@ def test_bare_srun_ranks_meet_on_a_port_that_moves_with_each_requeue(monkeypatch
     from rfthpc.launch.torchrun import rdzv_port
     from rfthpc.trainer.dist import _rendezvous_env
 
-    for var in ("RANK", "WORLD_SIZE", "MASTER_PORT"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("SLURM_NTASKS", "2")
-    monkeypatch.setenv("SLURM_PROCID", "1")
-    monkeypatch.setenv("SLURM_JOB_ID", "4242")
     ports = []
     for restart in ("0", "1"):
-        monkeypatch.setenv("SLURM_RESTART_COUNT", restart)
-        monkeypatch.delenv("MASTER_PORT", raising=False)
+        # A copy of the environment: the function exports RANK, WORLD_SIZE, ... into it.
+        env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_PORT")}
+        env.update(MASTER_ADDR="127.0.0.1", SLURM_NTASKS="2", SLURM_PROCID="1", SLURM_JOB_ID="4242",
+                   SLURM_RESTART_COUNT=restart)
+        monkeypatch.setattr(os, "environ", env)
         assert _rendezvous_env() == (1, 2, 0)
-        ports.append(int(os.environ["MASTER_PORT"]))
-        monkeypatch.delenv("RANK")
-        monkeypatch.delenv("WORLD_SIZE")
+        ports.append(int(env["MASTER_PORT"]))
     assert ports == [rdzv_port("4242", 0), rdzv_port("4242", 1)] and ports[0] != ports[1]
     assert all(p < 32768 for p in ports)  # below the ephemeral range
