@@ -13,8 +13,10 @@ Which kind excludes across nodes depends on the filesystem (see docs/store.md, "
 
 A waiter breaks a soft or strict-soft lock whose holder is provably dead (same host, process gone) at once,
 and one whose marker has not changed for `stale_s` seconds of the waiter's own monotonic clock (so clock
-skew between hosts cannot expire a live holder). Holders must therefore finish within `stale_s`, which the
-claim operations (milliseconds) do by far. Every break is logged as a warning naming the holder.
+skew between hosts cannot expire a live holder), watched afresh after the waiter itself stalled (a
+filesystem outage that froze both is no sign that the holder died). Holders must therefore finish
+within `stale_s`, which the claim operations (milliseconds) do by far. Every break is logged as a
+warning naming the holder.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ log = logging.getLogger(__name__)
 # Waiters poll from 5 ms (claim operations hold the lock for milliseconds) backing off to 50 ms.
 _POLL_MIN_S = 0.005
 _POLL_MAX_S = 0.05
+# A gap this long between two of a waiter's own polls means the waiter itself was stalled.
+_OWN_STALL_S = 5.0
 
 
 class LockTimeout(TimeoutError):
@@ -113,10 +117,17 @@ class RunLock:
         deadline = time.monotonic() + self.timeout_s
         self._first_seen.clear()
         delay = _POLL_MIN_S
+        last_poll = time.monotonic()
         while True:
             if self._try_acquire():
                 return
-            if time.monotonic() >= deadline:
+            now = time.monotonic()
+            if now - last_poll > _OWN_STALL_S:
+                # This waiter stalled itself (a hung NFS mount, a suspended job): a holder that stalled
+                # with it looked unchanged without being dead; watch it afresh.
+                self._first_seen.clear()
+            last_poll = now
+            if now >= deadline:
                 raise LockTimeout(
                     f"lock {self.path} ({self.kind}) not acquired within {self.timeout_s:.0f} s: "
                     f"{self._describe_holder()}; if that process is dead on an unreachable host, wait "

@@ -81,6 +81,28 @@ def test_marker_unchanged_for_stale_s_is_broken(kind: str, tmp_path: Path, caplo
         p.wait()
 
 
+@pytest.mark.parametrize("kind", ["strict-soft", "soft"])
+def test_a_waiter_that_stalled_itself_watches_the_holder_afresh(kind: str, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A filesystem outage freezes holder and waiter alike: the waiter's own stall (6 s here, injected
+    into its first pause) does not count toward the holder's stale_s (3 s)."""
+    from rfthpc import locks
+
+    lock = tmp_path / "x.lock"
+    p = _holding(lock, kind)
+    p.send_signal(signal.SIGSTOP)
+    real_sleep, stalls = time.sleep, [6.0]
+    monkeypatch.setattr(locks.time, "sleep", lambda s: real_sleep(stalls.pop() if stalls else s))
+    try:
+        t = time.monotonic()
+        with make_lock(lock, kind, timeout_s=30, stale_s=3):
+            broken_after = time.monotonic() - t
+    finally:
+        p.kill()
+        p.wait()
+    assert broken_after >= 6 + 3  # the stall, then a fresh stale_s of watching
+
+
 @pytest.mark.parametrize("kind", LOCK_KINDS)
 def test_live_holder_makes_others_time_out_with_a_clear_message(kind: str, tmp_path: Path) -> None:
     lock = tmp_path / "x.lock"
