@@ -257,19 +257,20 @@ class StoreReader:
                 )
             pause = self.poll_s if timeout_s is None else min(self.poll_s, timeout_s - waited)
             time.sleep(max(pause, 0.0))
-        self._taken = taken
-        self._commit(picked, cursor, delta, current_version, time.monotonic() - start)
+        self._commit(picked, cursor, taken, delta, current_version, time.monotonic() - start)
         return picked
 
     def _commit(
         self,
         picked: list[Group],
         cursor: dict[str, list[int]],
+        taken: dict[str, int],
         delta: Counter[str],
         current_version: int,
         waited_s: float,
     ) -> None:
         self._cursor = cursor
+        self._taken = taken
         self._counters.update(delta)
         self._counters["consumed"] += len(picked)
         self._lost.update(self._lost_pending)

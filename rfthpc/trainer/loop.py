@@ -190,10 +190,7 @@ class Trainer:
                 break
             poll = self._fetch(st, pos)
             if poll.status == "stop":
-                # Saved already (save_interval, or resumed here): a second write would only spend the
-                # time Slurm's warning leaves.
-                if self.last_saved != (pos.step, False):
-                    self._save(st, pos, stage_finished=False)
+                self._save(st, pos, stage_finished=False)
                 log.warning("stopped by a signal at step %d after a checkpoint; requeue to continue", pos.step)
                 return EXIT_PREEMPTED, None
             if poll.status == "exhausted":
@@ -202,8 +199,7 @@ class Trainer:
                             poll.message)
                 break
             if poll.status == "timeout":
-                if self.last_saved != (pos.step, False):
-                    self._save(st, pos, stage_finished=False)
+                self._save(st, pos, stage_finished=False)
                 log.error("stage %r: %s", st.stage.name, poll.message)
                 return EXIT_FAILED, None
             metrics = self._train_step(st, pos, poll.samples)
@@ -221,8 +217,7 @@ class Trainer:
         # Rank 0 decides: every rank must take part in a publication (it gathers the weights).
         if st.is_rl and self.env.broadcast_object(weights.read_latest(self.rundir.root) != pos.step):
             self._publish(pos.step, st.cfg)
-        if self.last_saved != (pos.step, True):
-            self._save(st, pos, stage_finished=True)
+        self._save(st, pos, stage_finished=True)
         nxt = resume_position(self.stages, {"stage_index": pos.stage_index, "stage": st.stage.name,
                                             "step": pos.step, "stage_finished": True})
         if nxt is None:
@@ -436,7 +431,12 @@ class Trainer:
                      f"; removed steps {removed}" if removed else "")
 
     def _save(self, st: _StageState, pos: Position, stage_finished: bool) -> None:
-        """Write checkpoint `pos.step` (all ranks), then let the store and old checkpoints be collected."""
+        """Write checkpoint `pos.step` (all ranks), then let the store and old checkpoints be collected.
+        Nothing to do if that very checkpoint was written already (save_interval, then a stop signal
+        or the stage's end; or resumed from it): a second write would only spend the time Slurm's
+        warning leaves."""
+        if self.last_saved == (pos.step, stage_finished):
+            return
         from rfthpc.store import collect_garbage
 
         parts = [ckpt.Part("actor", self.policy, st.actor.optimizer, self.model_path)]
