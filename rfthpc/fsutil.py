@@ -14,7 +14,7 @@ import json
 import os
 import socket
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -124,10 +124,11 @@ def start_writeback(fd: int, offset: int, length: int) -> None:
 
 
 @contextlib.contextmanager
-def atomic_path(final: Path) -> Iterator[Path]:
+def atomic_path(final: Path, before_replace: Callable[[], None] | None = None) -> Iterator[Path]:
     """Yield a temporary path to write; on success fsync it and `os.replace` it onto `final`.
 
-    On an exception the temporary file is removed and `final` is untouched.
+    `before_replace` is called between the fsync and the replace (the last moment to refuse the
+    write by raising). On an exception the temporary file is removed and `final` is untouched.
     """
     final = Path(final)
     make_dirs(final.parent)
@@ -138,6 +139,8 @@ def atomic_path(final: Path) -> Iterator[Path]:
             with open(tmp, "rb") as f:
                 os.fsync(f.fileno())
             apply_mode(tmp, is_dir=False)
+        if before_replace is not None:
+            before_replace()
         os.replace(tmp, final)
         fsync_dir(final.parent)
     except BaseException:

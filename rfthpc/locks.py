@@ -15,8 +15,9 @@ A waiter breaks a soft or strict-soft lock whose holder is provably dead (same h
 and one whose marker has not changed for `stale_s` seconds of the waiter's own monotonic clock (so clock
 skew between hosts cannot expire a live holder), watched afresh after the waiter itself stalled (a
 filesystem outage that froze both is no sign that the holder died). Holders must therefore finish
-within `stale_s`, which the claim operations (milliseconds) do by far. Every break is logged as a
-warning naming the holder.
+within `stale_s`, which the claim operations (milliseconds) do by far; a holder that stalled longer
+(a suspended job) finds its claims write refused and redoes it (`rfthpc.store.claims`). Every break is
+logged as a warning naming the holder.
 """
 
 from __future__ import annotations

@@ -18,6 +18,11 @@ that failed, never decreasing (a trainer resumed from an older checkpoint report
 and fresh tasks are handed out up to `max_tasks + refill`, still within `total_epochs`. A claim set no
 trainer reports on (`mode: explore` alone) keeps the plain `max_tasks` budget.
 
+Every write carries a `version`, one more than the state it changed, and is refused if the file no
+longer holds that state when it is about to be replaced: a holder that stalled past the lock's
+`stale_s` (a suspended job) and had its lock broken redoes its change on the newer state instead of
+undoing the other explorer's update (only a stall between that check and the rename escapes it).
+
 An owner is an explorer slot (`<explorer name>/<rank>`); an attempt is one process of it. A claim is
 reclaimed when its owner's heartbeat is older than `lease_s`, or at once when a new attempt of the
 same owner (a requeued array task) shows up. Heartbeats are wall-clock times written by the owner;
@@ -26,6 +31,7 @@ clock skew between nodes must stay well below `lease_s`.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
@@ -40,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from rfthpc.errors import ConfigError, UserError
-from rfthpc.fsutil import make_dirs, read_json, write_json_atomic
+from rfthpc.fsutil import atomic_path, make_dirs, read_json
 from rfthpc.locks import DEFAULT_LOCK_KIND, LockKind, make_lock
 from rfthpc.rundir import RunDir
 from rfthpc.store.layout import read_losses
@@ -52,6 +58,8 @@ SELECTORS = ("sequential", "shuffle")
 CLAIMS_FILE = "claims.json"
 LOCK_FILE = "claims.lock"
 STATE_FORMAT = 1
+# A transaction whose state changed under it is redone this many times before the lock is blamed.
+_MAX_REDOS = 3
 
 
 @dataclass(frozen=True)
@@ -140,6 +148,10 @@ def _refill(state: dict[str, Any], reported: int | None) -> int:
     if reported is None:
         return state.get("refill", 0)
     return max(state.get("refill", 0), reported + state.get("failed", 0))
+
+
+class _StateChanged(Exception):
+    """The claims state was rewritten by another process during this one's transaction."""
 
 
 def default_owner() -> str:
@@ -266,32 +278,56 @@ class TaskClaims:
         return None if losses is None or self.taskset not in losses else losses[self.taskset]
 
     def _transact(self, change: Callable[[dict[str, Any], float], Any]) -> Any:
-        """Apply `change` to the state under the lock, refreshing this owner's heartbeat."""
-        with self._mutex, self._lock:
-            state = self._load()
-            now = time.time()
-            previous = state["owners"].get(self.owner)
-            if previous is not None and previous["attempt"] != self.attempt:
-                # A requeued array task replaces its dead predecessor; a live one means two explorers
-                # share a name and would keep taking each other's claims.
-                log.warning(
-                    "taskset %s: owner %s starts attempt %s; its previous attempt %s (last heartbeat %.0f s ago) "
-                    "is presumed dead and its claims are reclaimed. If it is alive, two explorers share the "
-                    "name: give each explorer array its own explorer.name",
-                    self.taskset, self.owner, self.attempt, previous["attempt"], now - previous["heartbeat"],
-                )
-            state["owners"][self.owner] = {"attempt": self.attempt, "heartbeat": now}
-            refill = _refill(state, self._reported_losses())
-            if refill > state.get("refill", 0):
-                log.info("taskset %s: %d more fresh task(s) to replace groups the trainer dropped as stale or "
-                         "tasks that gave none (%d in all beyond max_tasks=%s)", self.taskset,
-                         refill - state.get("refill", 0), refill, self.max_tasks)
-            state["refill"] = refill
-            state.setdefault("failed", 0)
-            self._reclaim(state, now)
-            result = change(state, now)
-            write_json_atomic(self.path, state)
+        """Apply `change` to the state under the lock, refreshing this owner's heartbeat. Redone on the
+        newer state if another process wrote the state meanwhile (this holder's lock was broken)."""
+        for redo in range(_MAX_REDOS + 1):
+            try:
+                with self._mutex, self._lock:
+                    return self._transact_once(change)
+            except _StateChanged as e:
+                log.warning("taskset %s: %s while this process held the lock %s (stalled longer than its stale_s?); "
+                            "the change is redone on the newer state", self.taskset, e, self._lock.path)
+        raise ConfigError(
+            f"taskset {self.taskset!r}: the claims state {self.path} was rewritten by another process during "
+            f"{_MAX_REDOS + 1} transactions in a row: the lock kind {self._lock.kind!r} does not exclude the "
+            "explorers on this filesystem; set filesystem.lock_type: strict-soft"
+        )
+
+    def _transact_once(self, change: Callable[[dict[str, Any], float], Any]) -> Any:
+        state = self._load()
+        version = state.get("version", 0)
+        now = time.time()
+        previous = state["owners"].get(self.owner)
+        if previous is not None and previous["attempt"] != self.attempt:
+            # A requeued array task replaces its dead predecessor; a live one means two explorers
+            # share a name and would keep taking each other's claims.
+            log.warning(
+                "taskset %s: owner %s starts attempt %s; its previous attempt %s (last heartbeat %.0f s ago) "
+                "is presumed dead and its claims are reclaimed. If it is alive, two explorers share the "
+                "name: give each explorer array its own explorer.name",
+                self.taskset, self.owner, self.attempt, previous["attempt"], now - previous["heartbeat"],
+            )
+        state["owners"][self.owner] = {"attempt": self.attempt, "heartbeat": now}
+        refill = _refill(state, self._reported_losses())
+        if refill > state.get("refill", 0):
+            log.info("taskset %s: %d more fresh task(s) to replace groups the trainer dropped as stale or "
+                     "tasks that gave none (%d in all beyond max_tasks=%s)", self.taskset,
+                     refill - state.get("refill", 0), refill, self.max_tasks)
+        state["refill"] = refill
+        state.setdefault("failed", 0)
+        self._reclaim(state, now)
+        result = change(state, now)
+        state["version"] = version + 1
+        with atomic_path(self.path, before_replace=lambda: self._check_version(version)) as tmp:
+            tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
         return result
+
+    def _check_version(self, expected: int) -> None:
+        """Raise _StateChanged unless the state on disk is still at version `expected` (0: none yet)."""
+        on_disk = read_json(self.path)
+        found = 0 if on_disk is None else on_disk.get("version", 0)
+        if found != expected:
+            raise _StateChanged(f"the state went from version {expected} to {found}")
 
     # ---- operations ----------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -185,3 +186,54 @@ def test_claims_stay_held_through_a_call_longer_than_the_lease(run_dir: Path) ->
     taken = fresh.claim(2)
     time.sleep(1.0)  # the same call without the thread: the claims are taken over
     assert _pairs(other.claim(2, timeout_s=0)) == _pairs(taken)
+
+
+@pytest.mark.parametrize("kind", ["strict-soft", "soft"])
+def test_a_holder_stalled_past_stale_s_redoes_its_change_instead_of_undoing_anothers(
+    kind: str, run_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Explorer a stalls inside its transaction (a suspended job) longer than the lock's stale_s; b breaks
+    the lock and claims task 0. a's late write would put back the state without b's claim (task 0
+    handed out twice); a redoes its change on b's state instead and gets task 1."""
+    a = TaskClaims(run_dir, "ts", 4, owner="a", lock=kind, lock_stale_s=0.5)
+    b = TaskClaims(run_dir, "ts", 4, owner="b", lock=kind, lock_stale_s=0.5)
+    stalled = threading.Event()
+    calls = []
+
+    def stall_once(state: dict, now: float) -> list:
+        got = a._claim_now(state, 1)
+        calls.append(_pairs(got))
+        if len(calls) == 1:
+            stalled.set()
+            time.sleep(2.0)
+        return got
+
+    with caplog.at_level(logging.WARNING):
+        holder = threading.Thread(target=lambda: calls.append(a._transact(stall_once)))
+        holder.start()
+        assert stalled.wait(10)
+        got_b = b.claim(1, timeout_s=0)
+        holder.join(20)
+    assert _pairs(got_b) == [(0, 0)]
+    assert calls[0] == [(0, 0)] and calls[1] == [(0, 1)]  # the first try was redone on b's state
+    state = read_json(run_dir / "tasks" / "ts" / CLAIMS_FILE)
+    assert {k: c["owner"] for k, c in state["outstanding"].items()} == {"0:0": "b", "0:1": "a"}
+    assert state["issued"] == 2 and state["version"] == 2
+    assert "redone on the newer state" in caplog.text and "breaking lock" in caplog.text
+
+
+def test_a_lock_that_never_excludes_is_named_after_repeated_collisions(run_dir: Path) -> None:
+    """Another process rewrites the state during every transaction (as with `flock` across NFS clients):
+    after a few redos the error names the lock kind and the one that excludes everywhere."""
+    a = TaskClaims(run_dir, "ts", 4, owner="a", lock="flock")
+    a.heartbeat()
+    path = run_dir / "tasks" / "ts" / CLAIMS_FILE
+
+    def collide(state: dict, now: float) -> None:
+        other = read_json(path)
+        other["version"] += 1
+        path.write_text(json.dumps(other))
+
+    with pytest.raises(ConfigError, match=r"lock kind 'flock' does not exclude .* set filesystem.lock_type: strict-soft"):
+        a._transact(collide)
+    assert read_json(path)["version"] == 1 + 4  # every try was refused; only the collisions landed
