@@ -234,6 +234,6 @@ def test_a_lock_that_never_excludes_is_named_after_repeated_collisions(run_dir: 
         other["version"] += 1
         path.write_text(json.dumps(other))
 
-    with pytest.raises(ConfigError, match=r"lock kind .flock. does not exclude .* lock_type: strict-soft"):
+    with pytest.raises(ConfigError, match=r"lock kind 'flock' does not exclude .*filesystem.lock_type: strict-soft"):
         a._transact(collide)
     assert read_json(path)["version"] == 1 + 4  # every try was refused; only the collisions landed
