@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -67,3 +68,26 @@ def test_torchrun_lets_ranks_finish_their_checkpoint_after_sigterm(tmp_path: Pat
     finally:
         proc.kill()
     assert marker.exists() == (timeout_s is None)
+
+
+def test_the_job_wrapper_reports_torchrun_stopped_by_sigterm_as_a_stop(tmp_path: Path) -> None:
+    """Slurm's SIGTERM (scancel, requeue, preemption) reaches the job callable, torchrun and its ranks;
+    the ranks save and exit, torchrun then exits 1 anyway: the callable reports a stop, not a crash
+    of the trainer."""
+    marker = tmp_path / "rank"
+    proc = subprocess.Popen([PYTHON, "-m", "tests.launch.wrapper_stop", str(marker)], cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.with_suffix(".ready").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        time.sleep(0.5)  # both ranks up
+        os.killpg(proc.pid, signal.SIGTERM)  # as Slurm signals every process of the step
+        out, err = proc.communicate(timeout=90)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert marker.read_text() == "saved", err
+    assert "returned: trainer 0 stopped" in out, err
