@@ -1,7 +1,9 @@
 """Answer extraction and equivalence for math problems (GSM8K, MATH-style `\\boxed{}`).
 
-The final answer of a response is the text after its last `####`, else the content of its last
-`\\boxed{...}`, else its last number. Equivalence is decided by `math-verify` (symbolic: `42`,
+The final answer of a response is the number that opens the line after its last `####` (GSM8K's
+format: `#### 42 apples` answers 42, as GSM8K's and veRL's strict extraction read it; a line that opens
+with no number, e.g. LaTeX, is taken whole), else the content of its last `\\boxed{...}`, else its last
+number. Equivalence is decided by `math-verify` (symbolic: `42`,
 `42.0`, `$42$`, `\\frac{84}{2}` are equal), with a numeric comparison as a fallback for what
 it cannot parse.
 """
@@ -14,6 +16,11 @@ import threading
 
 ANSWER_MARK = "####"
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
+# The number opening an answer line: `42`, `-$5`, `$1,234.50`, `**7**`, `3/4`, `−18` (Unicode minus),
+# ended by a space or punctuation; `2\sqrt{3}` or `3x+2` opens with no number and is taken whole.
+_LEADING_NUMBER = re.compile(
+    r"[\s*$(]*([-−]?)\s*\$?\s*(\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+)?|\.\d+)(?=$|[\s.,;:!?)*%$])"
+)
 # math-verify enforces its timeouts with SIGALRM, which only the main thread may use.
 _TIMEOUT_SECONDS = 5
 
@@ -34,10 +41,14 @@ def _last_boxed(text: str) -> str | None:
 
 
 def extract_answer(response: str) -> str | None:
-    """The final answer of a response: after the last `####`, else last `\\boxed{}`, else last number."""
+    """The final answer of a response: the number opening the line after the last `####` (else that
+    line), else the last `\\boxed{}`, else the last number."""
     if ANSWER_MARK in response:
-        tail = response.rsplit(ANSWER_MARK, 1)[1].strip()
-        return tail.split("\n", 1)[0].strip() or None
+        line = response.rsplit(ANSWER_MARK, 1)[1].strip().split("\n", 1)[0].strip()
+        leading = _LEADING_NUMBER.match(line)
+        if leading:
+            return ("-" if leading.group(1) else "") + leading.group(2).replace(" ", "")
+        return line or None
     boxed = _last_boxed(response)
     if boxed:
         return boxed

@@ -15,9 +15,12 @@ from __future__ import annotations
 import inspect
 import logging
 import math
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from rfthpc.errors import ConfigError
 
@@ -63,7 +66,8 @@ def _as_components(value: Any) -> dict[str, float]:
     items = value.items() if isinstance(value, Mapping) else [("reward", value)]
     out = {}
     for key, v in items:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        # numbers.Real takes numpy scalars (np.float32, np.int64) too; a bool is no score.
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real) or not math.isfinite(v):
             raise ValueError(f"component {key!r} is {v!r}, not a finite number")
         out[str(key)] = float(v)
     return out

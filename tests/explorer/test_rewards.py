@@ -7,6 +7,7 @@ import math
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rfthpc.errors import ConfigError
@@ -37,6 +38,8 @@ GSM8K_TRUTH = "Tom has 30 + 12 = <<30+12=42>>42 apples.\n#### 42"
         "He has 42 apples.",
         "#### 42 apples",
         "Step: 40 + 2 = 42.\n#### 42.",
+        "#### 42 apples for 3 friends",  # the number opening the line, not math-verify's last one
+        "#### **42**",
     ],
 )
 def test_right_and_equivalent_answers_score_one(response: str) -> None:
@@ -51,6 +54,7 @@ def test_right_and_equivalent_answers_score_one(response: str) -> None:
         "42 is close but I say 24",  # the last number is the answer
         "\\boxed{4.2}",
         "####",
+        "#### 41 or 42",  # a hedge does not get the credit of its last number
         "I do not know.",
         "",
     ],
@@ -68,6 +72,22 @@ def test_answer_extraction_and_gold() -> None:
     assert gold_answer(GSM8K_TRUTH) == "42" and gold_answer(" 7 ") == "7"
     assert answers_equal("1,000", "1000") and answers_equal("0.5", "\\frac{1}{2}") and not answers_equal("2", "3")
     assert answers_equal("-3", "-3.0")
+
+
+@pytest.mark.parametrize(
+    ("response", "answer"),
+    [
+        ("#### 5 cups for 2 people", "5"),
+        ("#### −18", "-18"),  # Unicode minus
+        ("#### -$5", "-5"),
+        ("#### $1,234.50 in all", "1,234.50"),
+        ("#### 3/4", "3/4"),
+        ("#### 2\\sqrt{3}", "2\\sqrt{3}"),  # no number opens it: the line whole, for math-verify
+        ("#### x = 7", "x = 7"),
+    ],
+)
+def test_the_number_opening_the_answer_line_is_the_answer(response: str, answer: str) -> None:
+    assert extract_answer(response) == answer
 
 
 def test_math_and_boxed_rewards_by_name() -> None:
@@ -137,6 +157,12 @@ def test_score_group_sums_components_and_passes_args() -> None:
         return {"a": 1.0, "b": 0.5}
 
     assert score_group(both, "both", ["x"], None, {}, {}).rewards == [1.5]
+
+    def numpy_scores(response, truth):
+        return {"hits": np.int64(2), "score": np.float32(0.25)}
+
+    outcome = score_group(numpy_scores, "numpy_scores", ["x"], None, {}, {})
+    assert outcome.rewards == [2.25] and outcome.error is None
     outcome = score_group(length_penalty, "len", ["x" * 30], None, {"limit": 20}, {"prompt": "p", "task": object()})
     assert outcome.rewards == [-1.0]
 
@@ -160,8 +186,8 @@ def test_score_group_passes_only_declared_optional_inputs() -> None:
 
 
 @pytest.mark.parametrize(
-    "result", [ZeroDivisionError("boom"), math.nan, "1.0", {"a": None}, True],
-    ids=["raises", "nan", "string", "none-component", "bool"],
+    "result", [ZeroDivisionError("boom"), math.nan, "1.0", {"a": None}, True, np.True_, np.float32("inf")],
+    ids=["raises", "nan", "string", "none-component", "bool", "numpy-bool", "numpy-inf"],
 )
 def test_failing_reward_marks_the_group(result, caplog: pytest.LogCaptureFixture) -> None:
     def bad(response, truth):
