@@ -6,6 +6,7 @@ import copy
 import dataclasses
 from typing import Any
 
+from rfthpc.config import compat
 from rfthpc.config.buffer import TasksetConfig
 from rfthpc.config.schema import STAGE_SECTIONS, Config
 from rfthpc.config.typed import Problems, build, to_dict
@@ -163,14 +164,29 @@ def finalize(cfg: Config, source: str = "config") -> Config:
     return cfg
 
 
-def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `over` merged into it, mapping by mapping (any other value of `over`, lists
+    included, replaces `base`'s)."""
     out = dict(base)
     for k, v in over.items():
         if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _deep_merge(out[k], v)
+            out[k] = deep_merge(out[k], v)
         else:
             out[k] = v
     return out
+
+
+def _stage_taskset_into_list(stage_buffer: dict[str, Any], run_buffer: dict[str, Any]) -> None:
+    """A stage's single `explorer_input.taskset` (Trinity's form) overrides the run's taskset: merged
+    over the run's one taskset, or in place of the run's list when that has several or none."""
+    inp = stage_buffer.get("explorer_input")
+    if not isinstance(inp, dict) or inp.get("taskset") is None or "tasksets" in inp:
+        return  # (both in the stage: finalize reports it)
+    single = inp.pop("taskset")
+    run_tasksets = run_buffer["explorer_input"]["tasksets"]
+    if len(run_tasksets) == 1 and isinstance(single, dict):
+        single = deep_merge(run_tasksets[0], single)
+    inp["tasksets"] = [single]
 
 
 @dataclasses.dataclass
@@ -195,12 +211,18 @@ def resolve_stages(cfg: Config, source: str = "config") -> list[Stage]:
     stages = []
     for i, st in enumerate(cfg.stages):
         name = st.stage_name or f"stage{i}"
+        where = f"{source}, stage {name!r}"
         merged = copy.deepcopy(base)
+        sections = {section: copy.deepcopy(getattr(st, section)) for section in STAGE_SECTIONS}
+        if sections["trainer"].get("trainer_config_path"):
+            raise ConfigError(f"{where}: trainer.trainer_config_path is read for the whole run only; give the "
+                              "stage's veRL settings inline as trainer.trainer_config")
+        compat.apply_verl_trainer_config(sections, where)
+        _stage_taskset_into_list(sections["buffer"], merged["buffer"])
         for section in STAGE_SECTIONS:
-            merged[section] = _deep_merge(merged[section], getattr(st, section))
+            merged[section] = deep_merge(merged[section], sections[section])
         if st.mode is not None:
             merged["mode"] = st.mode
-        where = f"{source}, stage {name!r}"
         problems = Problems(where)
         stage_cfg = build(Config, merged, "", problems)
         problems.raise_if_any()

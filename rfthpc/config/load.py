@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rfthpc.config import compat
-from rfthpc.config.derive import Stage, merge_taskset, resolve_stages
+from rfthpc.config.derive import Stage, deep_merge, merge_taskset, resolve_stages
 from rfthpc.config.schema import Config
 from rfthpc.config.typed import Problems, build, to_dict
 from rfthpc.config.validate import validate
@@ -71,18 +71,26 @@ def resolve_interpolations(data: dict[str, Any], source: str) -> dict[str, Any]:
         return OmegaConf.to_container(OmegaConf.create(data), resolve=True)  # type: ignore[return-value]
     except OmegaConfBaseException as e:
         msg = str(e).splitlines()[0]
+        key = getattr(e, "full_key", None)
+        where = f"{source}: {key}" if key else source
         raise ConfigError(
-            f"{source}: cannot resolve an interpolation: {msg}. Set the environment variable or give "
-            "a default as ${oc.env:VAR,default}"
+            f"{where}: cannot resolve an interpolation: {msg}. An environment variable read when the config "
+            "is loaded is written ${oc.env:VAR,default}; a shell variable of the job script (slurm.setup lines) "
+            "is written $VAR or \\${VAR}"
         ) from None
 
 
 def config_from_dict(raw: dict[str, Any], source: str) -> Config:
     """Typed config from plain data; raises one ConfigError listing every problem."""
-    if "trainer" in raw and isinstance(raw["trainer"], dict) and raw["trainer"].get("trainer_config_path"):
-        verl_path = Path(raw["trainer"]["trainer_config_path"]).expanduser()
-        extra = read_yaml(verl_path)
-        raw["trainer"]["trainer_config"] = {**extra, **(raw["trainer"].get("trainer_config") or {})}
+    trainer = raw.get("trainer")
+    if isinstance(trainer, dict) and trainer.get("trainer_config_path"):
+        # Read once, here: the run's config.yaml then holds the settings and no longer needs the file.
+        verl_path = Path(trainer.pop("trainer_config_path")).expanduser()
+        try:
+            from_file = read_yaml(verl_path)
+        except ConfigError as e:
+            raise ConfigError(f"{source}: trainer.trainer_config_path: {e}") from None
+        trainer["trainer_config"] = deep_merge(from_file, trainer.get("trainer_config") or {})
     compat.apply_verl_trainer_config(raw, source)
     problems = Problems(source)
     cfg = build(Config, raw, "", problems)
@@ -95,7 +103,13 @@ def apply_overrides(cfg: Config, args: list[str], prog: str = "rfthpc") -> Confi
     """Apply dotted command-line overrides (`--buffer.batch_size 32`) on top of `cfg` with tyro."""
     if not args:
         return cfg
-    return tyro.cli(Config, default=cfg, args=args, prog=prog, use_underscores=True)
+    new = tyro.cli(Config, default=cfg, args=args, prog=prog, use_underscores=True)
+    compat.apply_verl_overrides(new, cfg.trainer.trainer_config, args)
+    # Typed again: a veRL value mapped onto a field is checked like any other.
+    problems = Problems("command line")
+    new = build(Config, to_dict(new), "", problems)
+    problems.raise_if_any()
+    return new
 
 
 @dataclass
@@ -142,5 +156,17 @@ def load_resolved(path: Path | str) -> LoadedConfig:
 
 
 def dump_yaml(cfg: Config) -> str:
-    """The config as YAML, in field order."""
-    return yaml.safe_dump(to_dict(cfg), sort_keys=False, default_flow_style=False, width=100)
+    """The config as YAML, in field order; read back (`read_yaml`) it gives the same values, since a
+    literal `${` (a shell variable in a setup line) is written escaped."""
+    return yaml.safe_dump(_escape_interpolations(to_dict(cfg)), sort_keys=False, default_flow_style=False,
+                          width=100)
+
+
+def _escape_interpolations(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("${", "\\${")
+    if isinstance(value, dict):
+        return {k: _escape_interpolations(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_escape_interpolations(v) for v in value]
+    return value

@@ -80,9 +80,10 @@ def render() -> str:
         "# Config reference",
         "",
         "Generated from the dataclasses in `rfthpc/config/` by `python -m rfthpc.config.reference`;",
-        "do not edit by hand. Every key can be overridden on the command line as a dotted flag",
-        "(`--algorithm.optimizer.lr 1e-6`, list items by index: `--buffer.explorer_input.tasksets.0.path D`).",
-        "Unset values (no default shown) are derived; see docs/configuration.md.",
+        "do not edit by hand. A key is overridden on the command line as a dotted flag",
+        "(`--algorithm.optimizer.lr 1e-6`, list items by index: `--buffer.explorer_input.tasksets.0.path D`;",
+        "entries of free-form mappings only if the YAML has them). Unset values (no default shown) are",
+        "derived; see docs/configuration.md.",
         "",
     ]
     _section(Config, "", out, {})

@@ -128,6 +128,13 @@ def _check_sizes(cfg: Config, problems: Problems) -> None:
                        ("explorer.rollout_model.tensor_parallel_size", rollout.tensor_parallel_size)):
         if value < 1:
             problems.add(f"{key}: {value} must be >= 1")
+    for role in ("trainer", "explorer"):
+        rc = getattr(cfg.slurm, role)
+        for name in ("nodes", "array_size", "array_parallelism", "gpus_per_node", "cpus_per_task"):
+            value = getattr(rc, name)
+            least = 0 if name == "gpus_per_node" else 1
+            if value is not None and value < least:
+                problems.add(f"slurm.{role}.{name}: {value} must be >= {least}")
 
 
 def _check_gpus(cfg: Config, problems: Problems) -> None:
@@ -149,6 +156,13 @@ def _check_gpus(cfg: Config, problems: Problems) -> None:
         problems.add(
             f"cluster: the explorers take {need_explorer} of {total} GPUs and leave none for the trainer; "
             "lower explorer.rollout_model.engine_num or add GPUs (cluster.gpu_per_node / node_num)"
+        )
+    given = cfg.slurm.explorer.gpus_per_node
+    if cfg.mode != "train" and given is not None and 0 <= given < per_task:
+        problems.add(
+            f"slurm.explorer.gpus_per_node: {given}, but an explorer runs its rollout engine "
+            f"(tensor_parallel_size {rm.tensor_parallel_size}) and one engine of each auxiliary model: {per_task} "
+            "GPUs; raise it to that or remove it (it defaults to what the explorer needs)"
         )
     if per_task > c.gpu_per_node:
         problems.add(

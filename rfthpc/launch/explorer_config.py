@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
 
 from rfthpc.config import resolve_stages
+from rfthpc.config.derive import deep_merge
 from rfthpc.config.load import apply_overrides, config_from_dict, read_yaml
 from rfthpc.config.schema import Config
 from rfthpc.config.typed import to_dict
@@ -19,13 +19,6 @@ from rfthpc.errors import ConfigError
 
 # Sections of an add-explorers config that belong to the new array; everything else stays the run's.
 _EXPLORER_SECTIONS = ("explorer", "cluster")
-
-
-def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in over.items():
-        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
 
 
 def merged_explorer_config(
@@ -52,13 +45,19 @@ def merged_explorer_config(
         raw = read_yaml(Path(new_yaml))
         for section in _EXPLORER_SECTIONS:
             if isinstance(raw.get(section), dict):
-                data[section] = _deep_merge(data[section], raw[section])
+                data[section] = deep_merge(data[section], raw[section])
         inp = (raw.get("buffer") or {}).get("explorer_input")
         if isinstance(inp, dict):
             data["buffer"]["explorer_input"] = inp
         slurm = raw.get("slurm") or {}
+        if isinstance(raw.get("explorer"), dict) and {"rollout_model", "auxiliary_models"} & set(raw["explorer"]):
+            # The new array's engines set its GPUs and size, unless its own slurm section does.
+            given = slurm.get("explorer") if isinstance(slurm.get("explorer"), dict) else {}
+            for key in ("gpus_per_node", "array_size"):
+                if key not in given:
+                    data["slurm"]["explorer"][key] = None
         if isinstance(slurm.get("explorer"), dict):
-            data["slurm"]["explorer"] = _deep_merge(data["slurm"]["explorer"], slurm["explorer"])
+            data["slurm"]["explorer"] = deep_merge(data["slurm"]["explorer"], slurm["explorer"])
         if slurm.get("python"):
             data["slurm"]["python"] = slurm["python"]
     data["mode"] = "explore"

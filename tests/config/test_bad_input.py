@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rfthpc.config import load_config
+from rfthpc.config import dump_yaml, load_config
+from rfthpc.config.load import load_resolved
 from rfthpc.errors import ConfigError
 from tests.config.conftest import write
 
@@ -193,6 +194,17 @@ def test_env_interpolation_with_and_without_default(tmp_path: Path, base: str, m
     assert cfg.buffer.batch_size == 2
     msg = _error(write(tmp_path, base.replace("batch_size: 4", "batch_size: ${oc.env:RFTHPC_TEST_BS}")))
     assert "RFTHPC_TEST_BS" in msg and "${oc.env:VAR,default}" in msg
+
+
+def test_shell_variables_in_setup_lines_are_named_and_escapable(tmp_path: Path, base: str) -> None:
+    """`${SLURM_JOB_ID}` in a setup line is an interpolation to OmegaConf: the error names the line and
+    the two spellings that reach the job script; the escaped one does."""
+    msg = _error(write(tmp_path, base + 'slurm:\n  setup: ["export TMPDIR=/scratch/${SLURM_JOB_ID}"]\n'))
+    assert "slurm.setup[0]: cannot resolve an interpolation" in msg and "$VAR or \\${VAR}" in msg
+    cfg = load_config(write(tmp_path, base + "slurm:\n  setup:\n    - export TMPDIR=/scratch/\\${SLURM_JOB_ID}\n"))
+    assert cfg.config.slurm.setup == ["export TMPDIR=/scratch/${SLURM_JOB_ID}"]
+    stored = write(tmp_path, dump_yaml(cfg.base), "run-config.yaml")  # the run's copy reads back the same
+    assert load_resolved(stored).config.slurm.setup == ["export TMPDIR=/scratch/${SLURM_JOB_ID}"]
 
 
 def test_not_yaml_and_not_a_mapping(tmp_path: Path) -> None:

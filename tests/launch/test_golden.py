@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from rfthpc.config import load_config
+from rfthpc.config import load_config, resolve_stages
 from rfthpc.launch.explorer_config import merged_explorer_config
 from rfthpc.launch.submission import explorer_plan, plan_jobs
 from rfthpc.rundir import RunDir
@@ -93,6 +93,29 @@ def test_add_explorers_script(tmp_path: Path) -> None:
     plan = explorer_plan(cfg, RUN, CODE)
     assert (plan.explorer, plan.array_size) == ("explorer_new", 3)
     _check("add-explorers.sbatch", plan.render())
+
+
+def test_added_explorers_with_other_engines_get_their_own_gpus_and_size(tmp_path: Path) -> None:
+    """The run set the explorers' GPUs and array size by hand; an added array with bigger engines gets
+    what its engines need, not the run's values, unless its own slurm section says otherwise."""
+    run = {**GPU, "cluster": {"node_num": 4, "gpu_per_node": 8},
+           "slurm": {**GPU["slurm"], "explorer": {**GPU["slurm"]["explorer"], "gpus_per_node": 2, "array_size": 4}}}
+    _, loaded = _config(tmp_path, run, "separate")
+    new = tmp_path / "explorer_new.yaml"
+    new.write_text(yaml.safe_dump({"explorer": {"name": "big", "rollout_model": {"engine_num": 2,
+                                                                                 "tensor_parallel_size": 4}}}))
+    plan = explorer_plan(_added(loaded.base, new), RUN, CODE)
+    assert plan.array_size == 2 and "--gpus-per-node=4" in plan.render()
+    new.write_text(yaml.safe_dump({"explorer": {"name": "big", "rollout_model": {"engine_num": 2,
+                                                                                 "tensor_parallel_size": 4}},
+                                   "slurm": {"explorer": {"gpus_per_node": 8}}}))
+    plan = explorer_plan(_added(loaded.base, new), RUN, CODE)
+    assert plan.array_size == 2 and "--gpus-per-node=8" in plan.render()
+
+
+def _added(run_base: Any, new: Path) -> Any:
+    """The finalized config of an added explorer array, as `rfthpc add-explorers` plans it."""
+    return resolve_stages(merged_explorer_config(run_base, new, [], None, None, check_paths=False))[-1].config
 
 
 def test_one_task_per_trainer_node_and_explorer(tmp_path: Path) -> None:
