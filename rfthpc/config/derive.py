@@ -121,6 +121,24 @@ def trainer_gpus_per_node(cfg: Config) -> int:
     return max(0, min(cfg.cluster.gpu_per_node, left // nodes))
 
 
+def idle_gpus_note(cfg: Config) -> str | None:
+    """A note when the finalized `cfg` leaves some of the cluster's GPUs to nobody: Trinity-RFT gives the
+    trainer every GPU the explorers leave, but here the trainer's node count is `slurm.trainer.nodes`."""
+    c, t = cfg.cluster, cfg.slurm.trainer
+    if c.gpu_per_node <= 0 or cfg.mode != "both" or t.gpus_per_node is None:
+        return None
+    total = c.node_num * c.gpu_per_node
+    left = total - explorer_gpus(cfg)
+    if t.nodes * t.gpus_per_node >= left:
+        return None
+    nodes = -(-left // c.gpu_per_node)
+    return (
+        f"cluster: {total} GPUs; the explorers use {explorer_gpus(cfg)} and the trainer {t.nodes} node(s) x "
+        f"{t.gpus_per_node}, so {left - t.nodes * t.gpus_per_node} stay idle. To train on all {left}, set "
+        f"slurm.trainer.nodes: {nodes} (its GPUs per node follow)"
+    )
+
+
 def merge_taskset(cfg: Config, source: str) -> None:
     """Move Trinity's single `taskset` into `tasksets` (in place), the one form the rest of rfthpc reads."""
     inp = cfg.buffer.explorer_input

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rfthpc.config import compat
-from rfthpc.config.derive import Stage, deep_merge, merge_taskset, resolve_stages
+from rfthpc.config.derive import Stage, deep_merge, idle_gpus_note, merge_taskset, resolve_stages
 from rfthpc.config.schema import Config
 from rfthpc.config.typed import Problems, build, to_dict
 from rfthpc.config.validate import validate
@@ -144,6 +144,7 @@ def load_config(
     for stage in stages:
         where = f"{path}, stage {stage.name!r}" if cfg.stages else str(path)
         validate(stage.config, source=where, check_paths=check_paths)
+    notes += [note for note in {idle_gpus_note(stage.config): None for stage in stages} if note]
     return LoadedConfig(cfg, stages[-1].config, stages, notes, str(path))
 
 

@@ -119,3 +119,16 @@ def test_impossible_slurm_sizes_are_refused(tmp_path: Path, base: str, flag: str
     with pytest.raises(ConfigError) as e:
         load_config(path, [flag, value])
     assert message in str(e.value)
+
+
+def test_gpus_the_derived_layout_leaves_idle_are_noted(tmp_path: Path, base: str) -> None:  # noqa: F811
+    """Trinity-RFT would give the trainer every GPU the explorers leave; here the trainer has
+    slurm.trainer.nodes nodes, so a bigger cluster.node_num gets a note saying how to use the rest."""
+    two_nodes = base.replace("  node_num: 1\n  gpu_per_node: 2\n", "  node_num: 2\n  gpu_per_node: 8\n")
+    path = write(tmp_path, two_nodes + "explorer:\n  rollout_model:\n    engine_num: 4\n")
+    (note,) = load_config(path).notes
+    assert "16 GPUs; the explorers use 4 and the trainer 1 node(s) x 8, so 4 stay idle" in note
+    assert "slurm.trainer.nodes: 2" in note
+    cfg = load_config(path, ["--slurm.trainer.nodes", "2"])
+    assert cfg.notes == [] and cfg.config.slurm.trainer.gpus_per_node == 6
+    assert load_config(write(tmp_path, base)).notes == []
