@@ -160,6 +160,10 @@ def executor_parameters(
         value = getattr(rc, name)
         if value is not None:
             params[name] = value
+    if rc.cpus_per_task is not None:
+        # srun of Slurm 22.05-23.02 does not inherit the job's --cpus-per-task: without it the role's
+        # task would be bound to one CPU where tasks are bound to cores.
+        params["srun_args"] = ["--cpus-per-task", str(rc.cpus_per_task)]
     if gpus(cfg, role):
         params["gpus_per_node"] = gpus(cfg, role)
     if rc.mem is not None:
@@ -180,7 +184,8 @@ def hetjob_explorer_parameters(cfg: Config, array_size: int) -> dict[str, Any]:
     """
     params = executor_parameters(cfg, "explorer", None)
     rc = cfg.slurm.explorer
-    for name in ("ntasks_per_node", "setup", "stderr_to_stdout", "array_parallelism", "mem", "gpus_per_node"):
+    for name in ("ntasks_per_node", "setup", "stderr_to_stdout", "array_parallelism", "mem", "gpus_per_node",
+                 "srun_args"):
         params.pop(name, None)
     params["job_name"] = f"{cfg.name}.hetjob"
     # One allocation: its components start and end together, on the trainer's time limit.
@@ -200,6 +205,8 @@ def hetjob_trainer_parameters(cfg: Config, code_dir: Path | None) -> dict[str, A
     params["job_name"] = f"{cfg.name}.hetjob"
     # The batch script runs on the trainer's first node; srun passes its environment to every task.
     params["setup"] = setup_lines(cfg, ("trainer", "explorer"), code_dir)
+    # One srun spans both components, each with its own CPUs per task: no single --cpus-per-task fits.
+    params.pop("srun_args", None)
     rc = cfg.slurm.trainer
     if rc.mem is not None:
         params.pop("mem")
