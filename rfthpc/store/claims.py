@@ -280,7 +280,7 @@ class TaskClaims:
     def _transact(self, change: Callable[[dict[str, Any], float], Any]) -> Any:
         """Apply `change` to the state under the lock, refreshing this owner's heartbeat. Redone on the
         newer state if another process wrote the state meanwhile (this holder's lock was broken)."""
-        for redo in range(_MAX_REDOS + 1):
+        for _ in range(_MAX_REDOS + 1):
             try:
                 with self._mutex, self._lock:
                     return self._transact_once(change)
