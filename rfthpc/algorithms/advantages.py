@@ -192,18 +192,19 @@ def reinforce(inputs: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
 def reinforce_plus_plus(inputs: AdvantageInputs, *, gamma: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE++: discounted token returns, whitened over the whole batch.
 
-        G_t = r_t + gamma * G_{t+1}   (restarted after each masked-out token, e.g. past EOS)
+        G_t = r_t + gamma * G_{t'}    over response tokens only (t' = the next one; masked-out tokens,
+                                      past EOS or a tool's output between turns, neither add nor break it)
         A   = whiten_{mask}(G) * mask
-    Returns (A, G).
+    Returns (A, G * mask).
     """
     rewards = _token_rewards(inputs)
     mask = inputs.response_mask.to(rewards.dtype)
     returns = torch.zeros_like(rewards)
     running = torch.zeros_like(rewards[:, 0])
     for t in reversed(range(rewards.shape[-1])):
-        running = rewards[:, t] + gamma * running
+        running = torch.where(mask[:, t] > 0, rewards[:, t] + gamma * running, running)
         returns[:, t] = running
-        running = running * mask[:, t]
+    returns = returns * mask
     adv = masked_whiten(returns, mask) * mask
     return adv, returns
 

@@ -84,8 +84,12 @@ def build_step_tensors(
     t.ref = None if ref is None else _tensor(ref, width)
     t.old = None if old is None else _tensor(old, width)
     t.values = None if values is None else _tensor(values, width)
-    has_token_rewards = any(s.token_rewards is not None for s in samples)
-    scores = _tensor([s.token_rewards for s in samples], width) if has_token_rewards else None
+    scores = None
+    if any(s.token_rewards is not None for s in samples):
+        # Rows without token rewards (another workflow's) keep their outcome reward on the last token.
+        given = torch.tensor([s.token_rewards is not None for s in samples]).unsqueeze(-1)
+        scores = torch.where(given, _tensor([s.token_rewards for s in samples], width),
+                             algos.outcome_token_rewards(rewards, mask))
     token_rewards = scores
     if algorithm.kl_penalty_fn != "none" and t.ref is not None:
         base = scores if scores is not None else algos.outcome_token_rewards(rewards, mask)
@@ -102,10 +106,19 @@ def build_step_tensors(
     )
     t.advantages, t.returns = algorithm.advantage(inputs)
     seq_rewards = token_rewards.sum(-1) if token_rewards is not None else rewards
-    metrics.update(_stats("critic/score", rewards))
+    metrics.update(_stats("critic/score", scores.sum(-1) if scores is not None else rewards))
     metrics.update(_stats("critic/rewards", seq_rewards))
     metrics.update(_stats("critic/advantages", t.advantages, mask))
     metrics.update(_stats("critic/returns", t.returns, mask))
     if t.values is not None:
         metrics.update(_stats("critic/values", t.values, mask))
+        metrics["critic/vf_explained_var"] = _explained_variance(t.returns, t.values, mask)
     return t, metrics
+
+
+def _explained_variance(returns: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> float:
+    """veRL's critic/vf_explained_var: 1 - Var(returns - values) / Var(returns) over response tokens."""
+    r, v = returns[mask].double(), values[mask].double()
+    if r.numel() < 2:
+        return 0.0
+    return (1.0 - (r - v).var() / (r.var() + 1e-5)).item()

@@ -221,3 +221,13 @@ def test_both_taskset_and_tasksets(tmp_path: Path, base: str) -> None:
     text = base.replace("    default_workflow_type",
                         "    tasksets:\n      - name: u\n        path: x\n    default_workflow_type")
     assert "both `taskset` and `tasksets`" in _error(write(tmp_path, text))
+
+
+@pytest.mark.parametrize("advantage_fn", ["grpo", "rloo", "opmd"])
+def test_one_response_per_task_for_a_group_advantage(tmp_path: Path, base: str, advantage_fn: str) -> None:
+    path = write(tmp_path, base.replace("repeat_times: 4", "repeat_times: 1"))
+    msg = _error(path, ["--algorithm.advantage_fn", advantage_fn])
+    assert f"buffer.explorer_input.tasksets[0].repeat_times: 1 response per task, but algorithm.advantage_fn " \
+           f"{advantage_fn!r} compares the responses to one task" in msg
+    assert "algorithm.repeat_times: 1 response" in _error(path, ["--mode", "train"])
+    load_config(path, ["--algorithm.advantage_fn", "reinforce"])  # no groups: fine

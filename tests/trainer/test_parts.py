@@ -329,3 +329,41 @@ def test_bare_srun_ranks_meet_on_a_port_that_moves_with_each_requeue(monkeypatch
         ports.append(int(env["MASTER_PORT"]))
     assert ports == [rdzv_port("4242", 0), rdzv_port("4242", 1)] and ports[0] != ports[1]
     assert all(p < 32768 for p in ports)  # below the ephemeral range
+
+
+def test_rows_without_token_rewards_keep_their_outcome_reward_in_a_mixed_batch() -> None:
+    """Two workflows in one batch, one giving per-token rewards: the other's groups keep their scalar
+    rewards (on the last token, as veRL's token_level_scores) and so their GRPO advantages."""
+    from rfthpc.trainer.losses import Algorithm
+    from rfthpc.trainer.rl_batch import build_step_tensors
+    from rfthpc.trainer.samples import Sample
+
+    grpo = Algorithm.from_config(finalize(Config(algorithm=AlgorithmConfig(algorithm_type="grpo"))).algorithm)
+
+    def sample(reward: float, group: int, token_rewards: list[float] | None = None) -> Sample:
+        return Sample(prompt_ids=np.array([1]), response_ids=np.array([2, 3]), loss_mask=np.ones(2, dtype=bool),
+                      reward=reward, behaviour_logprobs=np.zeros(2, dtype=np.float32), group=group,
+                      token_rewards=None if token_rewards is None else np.array(token_rewards, dtype=np.float32))
+
+    scalar_only = [sample(1.0, 0), sample(0.0, 0)]
+    alone, _ = build_step_tensors(scalar_only, grpo)
+    mixed, metrics = build_step_tensors(scalar_only + [sample(0.0, 1, [0.5, 0.5]), sample(0.0, 1, [0.0, 0.0])], grpo)
+    torch.testing.assert_close(mixed.advantages[:2], alone.advantages)
+    assert alone.advantages[0, 0] > 0
+    assert metrics["critic/score/mean"] == pytest.approx((1.0 + 0.0 + 1.0 + 0.0) / 4)
+
+
+def test_a_critic_batch_reports_verls_explained_variance() -> None:
+    from rfthpc.trainer.losses import Algorithm
+    from rfthpc.trainer.rl_batch import build_step_tensors
+    from rfthpc.trainer.samples import Sample
+
+    ppo = Algorithm.from_config(finalize(Config(algorithm=AlgorithmConfig(algorithm_type="ppo"))).algorithm)
+    samples = [Sample(prompt_ids=np.array([1]), response_ids=np.array([2, 3]), loss_mask=np.ones(2, dtype=bool),
+                      reward=r, behaviour_logprobs=np.zeros(2, dtype=np.float32)) for r in (1.0, 0.0)]
+    values = [np.array([0.5, 0.8], dtype=np.float32), np.array([0.1, 0.2], dtype=np.float32)]
+    t, metrics = build_step_tensors(samples, ppo, values=values)
+    r, v = t.returns.flatten().double(), t.values.flatten().double()
+    expected = 1 - torch.var(r - v) / (torch.var(r) + 1e-5)
+    assert metrics["critic/vf_explained_var"] == pytest.approx(expected.item())
+    assert 0 < metrics["critic/vf_explained_var"] < 1

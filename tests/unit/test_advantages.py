@@ -123,17 +123,29 @@ def test_reinforce_is_the_reward():
     assert per_sequence(adv) == [1.0, 0.0, 0.0, None, 1.0, 1.0, 5.0]
 
 
-def test_reinforce_plus_plus_discounts_resets_and_whitens():
+def test_reinforce_plus_plus_discounts_and_whitens():
     token_rewards = torch.tensor([[0.0, 0.0, 1.0], [0.0, 2.0, 7.0]])  # the 7 sits past EOS
     mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
     inputs = AdvantageInputs(rewards=torch.zeros(2), response_mask=mask, token_level_rewards=token_rewards)
     adv, returns = ADVANTAGE_FNS.get("reinforceplusplus")(inputs, gamma=0.5)
-    # row 0: 1, then 0 + 0.5 * 1, then 0 + 0.5 * 0.5; row 1 restarts before the masked 7
-    close(returns.tolist(), [[0.25, 0.5, 1.0], [1.0, 2.0, 7.0]])
+    # row 0: 1, then 0 + 0.5 * 1, then 0 + 0.5 * 0.5; row 1 ignores the masked 7
+    close(returns.tolist(), [[0.25, 0.5, 1.0], [1.0, 2.0, 0.0]])
     kept = [0.25, 0.5, 1.0, 1.0, 2.0]
     mean, std = statistics.mean(kept), statistics.stdev(kept)
     expected = [[(x - mean) / std for x in kept[:3]], [(x - mean) / std for x in kept[3:]] + [0.0]]
     close(adv.tolist(), expected, abs=1e-6)
+
+
+def test_reinforce_plus_plus_carries_the_return_over_a_tools_output():
+    """A multi-turn response: the masked tokens between its turns (a tool's output) do not cut the return,
+    so the first turn shares the outcome (Trinity-RFT's reinforce++ advantage)."""
+    mask = torch.tensor([[1, 1, 0, 0, 1, 1], [1, 1, 1, 1, 1, 1]])
+    adv, returns = ADVANTAGE_FNS.get("reinforceplusplus")(AdvantageInputs(rewards=torch.tensor([1.0, 0.0]),
+                                                                         response_mask=mask))
+    close(returns.tolist(), [[1, 1, 0, 0, 1, 1], [0] * 6])
+    # whitened over the ten response tokens: mean 0.4, unbiased std sqrt(2.4 / 9)
+    a, b = 0.6 / math.sqrt(2.4 / 9), -0.4 / math.sqrt(2.4 / 9)
+    close(adv.tolist(), [[a, a, 0, 0, a, a], [b] * 6], abs=1e-5)
 
 
 def test_reinforce_plus_plus_from_sequence_rewards():
