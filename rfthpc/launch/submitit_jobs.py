@@ -11,6 +11,9 @@ started with USR2 ignored: its default action would kill it before its ranks hav
 (the ranks install their own handler). After a warning, the first task asks submitit to requeue
 the job (submitit's Checkpointable path: `scontrol requeue`), up to `slurm.max_requeues`
 restarts; a SIGTERM alone (scancel, an external requeue, preemption) leaves the decision to Slurm.
+In a heterogeneous job the requeue ends the explorers' tasks too, so the first task waits (up to
+a minute) until each explorer task has said it stopped (`slurm/stopped/<job>.<restart>/`), having
+released its claims, before it requeues.
 Any other non-zero exit code fails the task (RoleFailed, with the role's output above it in the log).
 """
 
@@ -18,9 +21,11 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +36,9 @@ from submitit.helpers import Checkpointable
 
 import rfthpc
 from rfthpc.errors import EXIT_PREEMPTED
+from rfthpc.fsutil import make_dirs
 from rfthpc.launch.torchrun import rendezvous_from_slurm, torchrun_argv, torchrun_env
+from rfthpc.rundir import RunDir
 
 JobKind = Literal["trainer", "explorer", "hetjob"]
 
@@ -42,6 +49,10 @@ class RoleFailed(RuntimeError):
 
 class RoleStopped(RuntimeError):
     """The role stopped for a requeue that does not happen (too many restarts, or no submitit job)."""
+
+
+# How long a hetjob's first task waits for its explorer tasks to stop before it requeues the job.
+EXPLORERS_STOP_WAIT_S = 60.0
 
 
 def _log(message: str) -> None:
@@ -134,10 +145,12 @@ class RoleJob(Checkpointable):
         finally:
             signal.signal(signal.SIGTERM, previous_term)
         _log(f"{role} {index} exited with code {code}")
+        if self.kind == "hetjob" and role == "explorer":
+            self._mark_stopped(env)
         if code == 0:
             return f"{role} {index} done"
         if warned:
-            return self._requeue(env, role, index, previous)
+            return self._requeue(env, role, index, previous, int(os.environ.get("SLURM_NTASKS", "1")))
         # torchrun exits 1 after passing SIGTERM on, even when every rank saved and stopped cleanly.
         if code in (EXIT_PREEMPTED, -signal.SIGTERM) or (terminated and uses_torchrun):
             # scancel, an external `scontrol requeue` or a preemption: Slurm ends or requeues the job itself.
@@ -146,7 +159,38 @@ class RoleJob(Checkpointable):
             return f"{role} {index} stopped"
         raise RoleFailed(f"{role} {index} failed with exit code {code}; its output is above in this log")
 
-    def _requeue(self, env: Mapping[str, str], role: str, index: int, submitit_handler: object) -> str:
+    def _stopped_dir(self, env: Mapping[str, str]) -> Path:
+        """Where this attempt's explorer tasks of a hetjob say they stopped."""
+        attempt = f"{env.get('SLURM_JOB_ID', 'nojob')}.{env.get('SLURM_RESTART_COUNT') or 0}"
+        return RunDir(self.run_dir).slurm / "stopped" / attempt
+
+    def _mark_stopped(self, env: Mapping[str, str]) -> None:
+        """Tell the hetjob's first task that this explorer task has stopped (its claims are released)."""
+        try:
+            make_dirs(self._stopped_dir(env))
+            (self._stopped_dir(env) / env.get("SLURM_PROCID", "0")).touch()
+        except OSError as e:
+            _log(f"cannot record that this explorer task stopped ({e}); the job's requeue waits for it a minute")
+
+    def _wait_for_explorers(self, env: Mapping[str, str], step_tasks: int) -> None:
+        """Wait up to EXPLORERS_STOP_WAIT_S until every explorer task of this hetjob attempt has stopped."""
+        expected = step_tasks - self.trainer_nodes
+        where = self._stopped_dir(env)
+        deadline = time.monotonic() + EXPLORERS_STOP_WAIT_S
+        while True:
+            stopped = len(list(where.iterdir())) if where.is_dir() else 0
+            if stopped >= expected:
+                break
+            if time.monotonic() >= deadline:
+                _log(f"{expected - stopped} of {expected} explorer task(s) still running after "
+                     f"{EXPLORERS_STOP_WAIT_S:.0f} s; requeueing anyway (the requeued attempt takes their claims back)")
+                break
+            time.sleep(0.5)
+        shutil.rmtree(where, ignore_errors=True)
+
+    def _requeue(
+        self, env: Mapping[str, str], role: str, index: int, submitit_handler: object, step_tasks: int
+    ) -> str:
         if int(env.get("SLURM_PROCID", "0")) != 0:
             return f"{role} {index} stopped for a requeue (the job's first task requeues it)"
         restarts = int(env.get("SLURM_RESTART_COUNT") or 0)
@@ -160,6 +204,8 @@ class RoleJob(Checkpointable):
         job = env.get("SLURM_JOB_ID")
         if env.get("SLURM_ARRAY_JOB_ID"):
             job = f"{env['SLURM_ARRAY_JOB_ID']}_{env.get('SLURM_ARRAY_TASK_ID')}"
+        if self.kind == "hetjob":
+            self._wait_for_explorers(env, step_tasks)
         _log(f"requeueing job {job} (restart {restarts + 1} of at most {self.max_requeues})")
         handler: Callable[[int, FrameType | None], None] = submitit_handler  # type: ignore[assignment]
         # submitit's handler calls checkpoint() (this callable again), runs `scontrol requeue` and exits.

@@ -53,3 +53,36 @@ def test_watcher_reads_the_leader_component() -> None:
     sacct = "JobID|State|NodeList\n41+0|RUNNING|n1\n41+1|PENDING|n2\n"
     info = HetjobInfoWatcher().read_info(sacct)
     assert info["41"]["State"] == "RUNNING" and info["41+1"]["State"] == "PENDING"
+
+
+def test_a_hetjob_requeues_only_after_its_explorer_tasks_stopped(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a warning every task stops; the first (trainer) task requeues the whole job, which would end
+    explorer tasks still releasing their claims: it waits until each has said it stopped."""
+    import threading
+    import time
+
+    from rfthpc.launch import submitit_jobs
+
+    job = RoleJob(str(tmp_path), "hetjob", PYTHON, max_requeues=3, explorer="explorer", trainer_nodes=1)
+    env = {"SLURM_JOB_ID": "77", "SLURM_RESTART_COUNT": "1"}
+    requeued_at: list[float] = []
+
+    def stop_explorers() -> None:
+        for rank in (1, 2):
+            time.sleep(0.7)
+            job._mark_stopped({**env, "SLURM_PROCID": str(rank)})
+
+    start = time.monotonic()
+    threading.Thread(target=stop_explorers).start()
+    said = job._requeue({**env, "SLURM_PROCID": "0"}, "trainer", 0,
+                        lambda signum, frame: requeued_at.append(time.monotonic() - start), step_tasks=3)
+    assert said == "trainer 0 requeued" and requeued_at[0] >= 1.4  # after the second explorer stopped
+    assert not (tmp_path / "slurm" / "stopped").exists() or not any((tmp_path / "slurm" / "stopped").iterdir())
+    # An explorer task that never stops (hung) delays the requeue by EXPLORERS_STOP_WAIT_S only.
+    monkeypatch.setattr(submitit_jobs, "EXPLORERS_STOP_WAIT_S", 1.0)
+    requeued_at.clear()
+    start = time.monotonic()
+    job._requeue({**env, "SLURM_PROCID": "0"}, "trainer", 0,
+                 lambda signum, frame: requeued_at.append(time.monotonic() - start), step_tasks=3)
+    assert 1.0 <= requeued_at[0] < 5
