@@ -52,7 +52,10 @@ def config_dtype(config_json: Path) -> torch.dtype | None:
     """The dtype a config.json declares (`dtype`, or the older `torch_dtype`), if it names one we write."""
     from rfthpc.convert.formats import DTYPES
 
-    config = json.loads(config_json.read_text())
+    try:
+        config = json.loads(config_json.read_text())
+    except ValueError as e:
+        raise UserError(f"{config_json} is not valid JSON ({e})") from None
     name = config.get("dtype") or config.get("torch_dtype")
     return DTYPES.get(str(name)) if name else None
 
@@ -101,7 +104,13 @@ def write_config_files(
     if "generation_config.json" not in files:
         from transformers import AutoConfig, GenerationConfig
 
-        GenerationConfig.from_model_config(AutoConfig.from_pretrained(out_dir)).save_pretrained(out_dir)
+        try:
+            model_config = AutoConfig.from_pretrained(out_dir)
+        except (ValueError, KeyError, OSError):
+            # A model type this transformers does not know (or custom code): the model loads without
+            # a generation config, so none is derived.
+            return
+        GenerationConfig.from_model_config(model_config).save_pretrained(out_dir)
 
 
 @dataclass(frozen=True)

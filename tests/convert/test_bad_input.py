@@ -167,3 +167,25 @@ def test_leftovers_of_a_killed_conversion_are_cleaned_or_restored(copy_run, made
 
     state = AutoModelForCausalLM.from_pretrained(actor / "huggingface").state_dict()
     assert all(torch.equal(state[k], v) for k, v in reference(made).items())
+
+
+def test_a_config_that_is_not_json_is_named(copy_run) -> None:
+    run = copy_run("verl")
+    config_path = run / "global_step_1" / "actor" / "huggingface" / "config.json"
+    config_path.write_text(config_path.read_text()[:200])
+    _convert_fails(run, r"huggingface/config\.json is not valid JSON")
+
+
+def test_a_model_type_transformers_does_not_know_still_converts(copy_run) -> None:
+    """Custom model code (an unknown model_type) and no generation config to copy: the model is written
+    without a derived generation config instead of the conversion stopping on transformers' error."""
+    run = copy_run("rfthpc")
+    hf_config = run / "global_step_1" / "actor" / "hf_config"
+    config = json.loads((hf_config / "config.json").read_text())
+    (hf_config / "config.json").write_text(json.dumps({**config, "model_type": "mymodel"}))
+    (hf_config / "generation_config.json").unlink(missing_ok=True)
+    outcomes = convert_checkpoints(run, ConvertOptions(progress=False))
+    assert {o.status for o in outcomes} == {"converted"}, [o.detail for o in outcomes]
+    out = run / "global_step_1" / "actor" / "huggingface"
+    assert (out / "model.safetensors").is_file() and not (out / "generation_config.json").exists()
+    assert json.loads((out / "config.json").read_text())["model_type"] == "mymodel"
