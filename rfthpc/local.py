@@ -2,7 +2,7 @@
 
 The trainer is `python -m rfthpc train` (under torchrun when it has several processes), each
 explorer `python -m rfthpc explore --rank k`. Their output goes to `<run dir>/log/<role>.log`.
-A compact progress line is printed while they run. Ctrl-C (or SIGTERM) asks every role to stop
+A compact progress line is printed while they run. Ctrl-C (or SIGTERM, or SIGHUP) asks every role to stop
 cleanly (the trainer checkpoints, explorers commit finished groups and release their claims);
 `rfthpc run --resume` continues. When a role fails, the others are stopped and its log tail is
 shown.
@@ -228,7 +228,12 @@ def run_local(run: RunDir, roles: list[Role], stage_steps: dict[str, int | None]
     def on_signal(signum: int, frame: object) -> None:
         stop_signal.append(signum)
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    # A closed terminal (SIGHUP) stops the run like Ctrl-C: the roles, in their own sessions, would
+    # otherwise outlive the runner. Under nohup (SIGHUP ignored) the run goes on.
+    stopping = [signal.SIGINT, signal.SIGTERM]
+    if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
+        stopping.append(signal.SIGHUP)
+    previous = {sig: signal.signal(sig, on_signal) for sig in stopping}
     reporter = _Reporter(progress_every_s)
     trainer = next((r for r in roles if r.name == "trainer"), None)
     drain_deadline: float | None = None

@@ -7,7 +7,10 @@ engine, real HDF5 store) on the demo's model and data with small budgets.
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -15,6 +18,8 @@ import pytest
 
 from rfthpc.rundir import RunDir
 from tests.run.conftest import env_for, finish, rfthpc, rl_only, store_counts
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
 
@@ -142,3 +147,52 @@ def test_a_role_that_cannot_start_stops_the_roles_already_started(tmp_path: Path
     finally:
         if started.running:
             started.proc.kill()
+
+
+@pytest.mark.parametrize("nohup", [False, True])
+def test_a_closed_terminal_stops_the_roles_unless_under_nohup(tmp_path: Path, nohup: bool) -> None:
+    """SIGHUP (the terminal closed) stops every role as Ctrl-C does, instead of killing the runner and
+    leaving its roles running; under nohup the run goes on."""
+    script = (
+        "import json, sys\n"
+        "from pathlib import Path\n"
+        "from rfthpc.local import Role, run_local\n"
+        "from rfthpc.rundir import RunDir\n"
+        "out = Path(sys.argv[1])\n"
+        "roles = [Role(f'explorer_{i}', ['sleep', '300'], out / f'{i}.log') for i in range(2)]\n"
+        "class Announce(Role):\n"
+        "    def start(self):\n"
+        "        super().start()\n"
+        "        (out / 'pids.json').write_text(json.dumps([r.proc.pid for r in roles]))\n"
+        "sys.exit(run_local(RunDir(out), roles + [Announce('explorer_2', ['sleep', '300'], out / '2.log')],\n"
+        "                   stop_grace_s=5))\n"
+    )
+    ignore_hup = (lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) if nohup else None
+    pids: list[int] = []
+    proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], cwd=REPO, preexec_fn=ignore_hup,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "pids.json").exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        pids += json.loads((tmp_path / "pids.json").read_text())
+        proc.send_signal(signal.SIGHUP)
+        if nohup:
+            time.sleep(2)
+            assert proc.poll() is None and all(_alive(p) for p in pids)
+            proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 130
+        assert not any(_alive(p) for p in pids)
+    finally:
+        proc.kill()
+        for pid in filter(_alive, pids):  # what a failing runner left behind
+            os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
