@@ -78,21 +78,27 @@ def query_states(
             _rows(done.stdout, states)
         else:
             sacct_error = first_line(done.stderr)
-        unknown = [j for j, tasks in states.items() if not tasks]
-        if not unknown:
-            return states, None
+    except SlurmError as e:
+        # Only the accounting database may be down (its "connection refused"): squeue still answers.
+        sacct_error = str(e)
+    unknown = [j for j, tasks in states.items() if not tasks]
+    if not unknown:
+        return states, None
+    try:
         done = run_slurm(["squeue", "-h", "-j", ",".join(unknown), "-o", "%i|%T|%M|%N|%r"],
                          timeout_s=timeout_s, check=False)
     except SlurmError as e:
-        return states, str(e)
+        return states, f"{e} (sacct: {sacct_error})" if sacct_error else str(e)
     # squeue fails with "Invalid job id" when none of the jobs is queued any more.
     if done.returncode != 0 and "invalid job id" not in done.stderr.lower():
         return states, f"sacct: {sacct_error or 'no record'}; squeue: {first_line(done.stderr)}"
     if done.returncode == 0:
         _rows(done.stdout, states)
+    # squeue lists every job not yet finished: one it does not list is over, even if sacct could not say how.
+    why = f"not queued; sacct: {sacct_error}" if sacct_error else "neither sacct nor squeue knows it"
     for job_id in unknown:
         if not states[job_id]:
-            states[job_id].append(TaskState(job_id, "GONE", reason="neither sacct nor squeue knows it"))
+            states[job_id].append(TaskState(job_id, "GONE", reason=why))
     return states, None
 
 

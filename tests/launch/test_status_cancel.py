@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import re
+import shutil
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from rfthpc.launch.cancel import select_jobs
 from rfthpc.launch.jobs import JobRecord, read_jobs, record_job
 from rfthpc.launch.status import TaskState, collect_status, format_status, query_states
 from rfthpc.rundir import RunDir
+from tests.conftest import cancel
 from tests.launch.conftest import rfthpc, run_cmd, wait_terminal
 
 
@@ -119,3 +121,29 @@ def test_states_of_real_jobs(slurm_cluster: None, tmp_path: Path) -> None:
     record_job(rd, JobRecord("trainer", done))
     out = rfthpc("cancel", str(rd.root))
     assert out.returncode == 0 and "nothing to cancel" in out.stdout
+
+
+@pytest.mark.slurm
+def test_states_come_from_squeue_while_the_accounting_database_is_down(
+    slurm_cluster: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """slurmdbd unreachable (sacct: connection refused) but slurmctld up: queued jobs get their squeue
+    state instead of every job showing as unknown with the controller blamed."""
+    done = run_cmd("sbatch", "--parsable", f"--output={tmp_path}/%j.out", "--wrap", "true").stdout.strip()
+    queued = run_cmd("sbatch", "--parsable", f"--output={tmp_path}/%j.out", "--begin=now+1hour",
+                     "--wrap", "true").stdout.strip()
+    try:
+        wait_terminal(done, 60)
+        # The same cluster seen through a config whose accounting port nothing listens on.
+        conf = tmp_path / "etc"
+        shutil.copytree("/etc/slurm", conf)
+        text = (conf / "slurm.conf").read_text()
+        (conf / "slurm.conf").write_text(re.sub(r"(?m)^AccountingStoragePort=.*$", "AccountingStoragePort=9", text))
+        monkeypatch.setenv("SLURM_CONF", str(conf / "slurm.conf"))
+        states, error = query_states([done, queued])
+    finally:
+        cancel(queued)
+    assert error is None
+    assert [t.state for t in states[queued]] == ["PENDING"]
+    (gone,) = states[done]
+    assert gone.state == "GONE" and "sacct:" in gone.reason and "onnection refused" in gone.reason
