@@ -30,8 +30,8 @@ def inspect_store(run_dir: Path, rate_window_s: float = 300.0) -> dict[str, Any]
 
     Returns counts of groups (committed = consumed + dropped_stale + dropped_duplicate + skipped_eval +
     quarantined + pending), per-explorer chunk/group counts and commit rates over the last `rate_window_s`,
-    histograms of policy versions (pending) and staleness (consumed, and pending against the
-    trainer's current version), and the task-claim progress of each taskset.
+    histograms of policy versions (pending) and staleness (consumed, and pending as of the trainer's
+    next take: its current version + 1), and the task-claim progress of each taskset.
     """
     store = open_store(run_dir)
     now = time.time()
@@ -99,8 +99,9 @@ def inspect_store(run_dir: Path, rate_window_s: float = 300.0) -> dict[str, Any]
     quarantined_groups = int(counters.get("quarantined_groups", 0))
     pending_staleness: Counter[int] = Counter()
     if current_version is not None:
+        # Pending groups are taken at the trainer's next step, which holds the version after this one.
         for version, count in pending_versions.items():
-            pending_staleness[int(current_version) - version] += count
+            pending_staleness[int(current_version) + 1 - version] += count
     tasksets = {}
     tasks_dir = RunDir(run_dir).tasks
     for d in sorted(tasks_dir.iterdir()) if tasks_dir.is_dir() else []:
@@ -204,7 +205,7 @@ def format_inspect(d: dict[str, Any]) -> str:
     lines += _table(["explorer", "ranks", "processes", "chunks", "groups", "groups/s", "last commit s ago"], rows)
     lines.append("")
     lines += _hist_lines("policy versions of pending groups", d["policy_version_hist_pending"])
-    lines += _hist_lines("staleness of pending groups (trainer version - policy version)",
+    lines += _hist_lines("staleness of pending groups at the trainer's next step (its version + 1 - policy version)",
                          d["staleness_hist_pending"])
     lines += _hist_lines("staleness of consumed groups", d["staleness_hist_consumed"])
     if d["tasksets"]:

@@ -37,7 +37,8 @@ def test_counts_rates_and_histograms(run_dir: Path) -> None:
     assert d["explorers"]["ea"]["chunks"] == 2 and d["explorers"]["ea"]["groups"] == 8
     assert d["explorers"]["eb"]["ranks"] == 1 and d["explorers"]["eb"]["groups_per_s"] > 0
     assert d["policy_version_hist_pending"] == {"2": 1, "3": 5}
-    assert d["staleness_hist_pending"] == {"-1": 5, "0": 1}
+    # taken at the next step, version 3: never negative
+    assert d["staleness_hist_pending"] == {"0": 5, "1": 1}
     assert d["staleness_hist_consumed"] == {"0": 1, "1": 2}
     assert d["tasksets"]["gsm8k"]["completed"] == 4
     text = format_inspect(d)
