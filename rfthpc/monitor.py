@@ -3,6 +3,13 @@
 Each process writes its own jsonl file (one writer per file, like everything in the run
 directory). wandb runs are named `<name>_<role>` and grouped by the experiment name, offline by
 default because compute nodes have no internet (`wandb sync <run dir>/monitor/wandb/...` later).
+
+A role that logs several series with steps of their own (the explorer: rollouts per explorer step,
+evaluations per policy version) gives each record the name of its step, its `axis`. wandb drops a
+record whose step is below the run's current one, so such records are not logged at their step:
+each becomes a row of its own (wandb's step then counts rows and never goes back) with its step as
+the value of `axis`, and its metrics are charted against `axis` (`define_metric`). The jsonl
+records keep each series' step.
 """
 
 from __future__ import annotations
@@ -62,6 +69,8 @@ class Monitor:
         self.path = make_dirs(run_dir.monitor) / f"{role}.jsonl"
         self.console = "console" in config.monitor_type
         self._wandb = None
+        self._declared: set[str] = set()
+        """Axes, and metrics charted against one, already declared to wandb."""
         if use_wandb and "wandb" in config.monitor_type and config.wandb_mode != "disabled":
             quiet_wandb_env()
             import wandb
@@ -79,15 +88,37 @@ class Monitor:
                 **config.monitor_args,
             )
 
-    def log(self, metrics: dict[str, Any], step: int) -> None:
-        """Record `metrics` at `step` in every sink."""
+    def log(self, metrics: dict[str, Any], step: int, axis: str | None = None) -> None:
+        """Record `metrics` at `step` in every sink.
+
+        `axis`: the name of the series `step` counts (e.g. `eval/version`), for a role that logs
+        several series with steps of their own (see the module doc); a role names an axis for all
+        its records or for none.
+        """
         record = {"step": step, "time": time.time(), **{k: _plain(v) for k, v in metrics.items()}}
         append_line(self.path, json.dumps(record, sort_keys=True))
         if self.console:
             body = " ".join(f"{k}={_short(v)}" for k, v in sorted(record.items()) if k not in ("step", "time"))
             print(f"[{self.role}] step {step} {body}", file=sys.stderr, flush=True)
-        if self._wandb is not None:
-            self._wandb.log({k: v for k, v in record.items() if k != "time" and not isinstance(v, str)}, step=step)
+        if self._wandb is None:
+            return
+        data = {k: v for k, v in record.items() if k != "time" and not isinstance(v, str)}
+        if axis is None:
+            self._wandb.log(data, step=step)
+            return
+        data[axis] = data.pop("step")
+        self._declare_axis(data, axis)
+        self._wandb.log(data)
+
+    def _declare_axis(self, data: dict[str, Any], axis: str) -> None:
+        """Tell wandb to chart the metrics of `data` against `axis` (once per metric)."""
+        assert self._wandb is not None
+        if axis not in self._declared:
+            self._wandb.define_metric(axis)
+            self._declared.add(axis)
+        for key in data.keys() - self._declared:
+            self._wandb.define_metric(key, step_metric=axis)
+            self._declared.add(key)
 
     def close(self) -> None:
         """Finish the wandb run (the jsonl file needs no closing)."""

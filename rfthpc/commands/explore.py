@@ -2,7 +2,7 @@
 
 It reads `R/explorers/<N>/config.yaml` if that exists (explorers added mid-run with their own
 config), else `R/config.yaml`. `--rank` defaults to `$SLURM_ARRAY_TASK_ID`, else 0. Exit codes:
-0 done, 124 stopped by SIGTERM/SIGUSR2 (requeue), 2 a user error (bad input, sync timeout).
+0 done, 124 stopped by SIGTERM/SIGUSR2 (requeue), 2 a user error (bad input, sync timeout), 1 an engine failed.
 """
 
 from __future__ import annotations

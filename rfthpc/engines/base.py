@@ -6,9 +6,14 @@ directory without a restart. Workflows see only `generate(prompts, n, params)` (
 `RolloutEngine` protocol of `rfthpc.workflows.base`); the explorer additionally calls
 `generate_batch` (requests of several tasks in one engine call), `load_weights` and `close`.
 
+Errors: an engine raises a `ValueError` (`RequestRejected`, e.g. `PromptTooLong`) for a request it
+refuses, which is that request's fault; any other exception from a generate call means the engine
+itself failed (vLLM's EngineDeadError after a CUDA or NCCL error, CUDA out of memory) and the
+explorer stops (`rfthpc.engines.batching.EngineFailed`).
+
 Logprob convention (docs/explorer.md): an engine returns the log-probability of each sampled
 token under the distribution it sampled from, i.e. after temperature (and after the top-k/top-p
-cut): log softmax(logits / T)[token]. With T = 0 (greedy) it is log softmax(logits)[token].
+cut): log softmax(logits / T)[token]. With T < `GREEDY_TEMPERATURE` (greedy) it is log softmax(logits)[token].
 The top alternatives a request asks for (`SamplingArgs.logprobs`) come from the same distribution.
 """
 
@@ -24,6 +29,14 @@ from rfthpc.workflows.base import Completion, SamplingArgs
 
 EngineType = Literal["vllm", "vllm_async", "transformers"]
 ENGINE_TYPES: tuple[str, ...] = get_args(EngineType)
+
+GREEDY_TEMPERATURE = 1e-5
+"""Below this temperature both engines decode greedily: vLLM's greedy threshold (`_SAMPLING_EPS`)."""
+
+
+def is_greedy(temperature: float) -> bool:
+    """True if sampling at `temperature` is greedy decoding (vLLM's rule, see `GREEDY_TEMPERATURE`)."""
+    return temperature < GREEDY_TEMPERATURE
 
 
 @dataclass(frozen=True)
@@ -95,8 +108,13 @@ class PolicyEngine(Protocol):
         ...
 
 
-class PromptTooLong(ValueError):
-    """A prompt leaves no room for a response: that task fails (and is counted), the explorer goes on."""
+class RequestRejected(ValueError):
+    """The engine refuses a request (its prompt or sampling parameters): the task that made it fails
+    (and is counted), the engine and the explorer go on."""
+
+
+class PromptTooLong(RequestRejected):
+    """A prompt leaves no room for a response."""
 
 
 def check_prompt_fits(request: GenerateRequest, max_model_len: int | None) -> None:

@@ -9,6 +9,11 @@ are generated together, as one vLLM `generate` with `n = repeat_times` per promp
 multi-turn workflows batch their later turns the same way.
 
 Only the serving thread touches the engines, so engines need not be thread-safe.
+
+A request the engine refuses (a `ValueError`, e.g. `PromptTooLong`) fails only the call that made
+it. Any other error of the engine's generate call means the engine failed (vLLM's EngineDeadError
+after a CUDA error: every later call would fail too): the batcher keeps it as `failure` and fails
+that call and every later one with `EngineFailed`, without touching the engine again.
 """
 
 from __future__ import annotations
@@ -25,6 +30,17 @@ from rfthpc.workflows.base import Completion, SamplingArgs
 
 class GenerationCancelled(Exception):
     """The explorer is stopping (or the workflow ran out of time): this generate call is not served."""
+
+
+class EngineFailed(RuntimeError):
+    """The engine's generate call raised an error that is no request's fault: the engine is unusable."""
+
+    def __init__(self, engine: str, error: BaseException) -> None:
+        super().__init__(f"engine {engine!r} failed: {type(error).__name__}: {error}")
+        self.engine = engine
+        self.error = error
+        # The engine's own traceback is the one worth reading.
+        self.__cause__ = error
 
 
 @dataclass
@@ -65,6 +81,8 @@ class RequestBatcher:
         self._cancel_all: str | None = None
         self.calls_served = 0
         self.batches_served = 0
+        self.failure: EngineFailed | None = None
+        """The first engine failure; then every call fails at once (a failed engine does not recover)."""
 
     def client(self, engine: str) -> BatchedClient:
         """A `RolloutEngine` for workflows that routes to the engine named `engine`."""
@@ -164,10 +182,13 @@ class RequestBatcher:
         return len(calls)
 
     def _run(self, engine: str, calls: list[_Call]) -> None:
+        if self.failure is not None:
+            self._fail(calls, self.failure)
+            return
         requests = [r for c in calls for r in c.requests]
         try:
             results = self.engines[engine].generate_batch(requests)
-        except Exception as e:  # noqa: BLE001 - handed to the workflow that made the call
+        except ValueError as e:  # a refused request: handed to the workflow that made the call
             if len(calls) == 1:
                 calls[0].error = e
                 calls[0].done.set()
@@ -176,8 +197,19 @@ class RequestBatcher:
             for call in calls:
                 self._run(engine, [call])
             return
+        except Exception as e:  # noqa: BLE001 - the engine failed: kept, and handed to every caller
+            self.failure = EngineFailed(engine, e)
+            self._fail(calls, self.failure)
+            return
         start = 0
         for call in calls:
             call.result = results[start : start + len(call.requests)]
             start += len(call.requests)
+            call.done.set()
+
+    @staticmethod
+    def _fail(calls: list[_Call], failure: EngineFailed) -> None:
+        for call in calls:
+            # One exception object per caller: each runner thread raises its own.
+            call.error = EngineFailed(failure.engine, failure.error)
             call.done.set()

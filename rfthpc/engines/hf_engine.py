@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rfthpc.engines.base import EngineSettings, GenerateRequest, check_prompt_fits
+from rfthpc.engines.base import EngineSettings, GenerateRequest, check_prompt_fits, is_greedy
 from rfthpc.engines.weight_files import iter_safetensors_dir
 from rfthpc.errors import UserError
 from rfthpc.workflows.base import Completion, SamplingArgs
@@ -59,7 +59,7 @@ class TransformersEngine:
     def _generation_config(self, n: int, params: SamplingArgs, max_new_tokens: int):
         from transformers import GenerationConfig
 
-        sample = params.temperature > 0
+        sample = not is_greedy(params.temperature)
         sampling = {}
         if sample:
             sampling = {"temperature": params.temperature, "top_p": params.top_p, "top_k": max(params.top_k, 0)}
@@ -94,7 +94,7 @@ class TransformersEngine:
     ) -> list[list[Completion]]:
         import torch
 
-        if params.temperature == 0 and n > 1:
+        if is_greedy(params.temperature) and n > 1:
             # transformers refuses several greedy sequences per prompt; greedy decoding repeats itself.
             return [[c for c in group for _ in range(n)] for group in self._generate_unseeded(prompts, 1, params)]
 

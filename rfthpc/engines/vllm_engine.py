@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rfthpc.engines.base import EngineSettings, GenerateRequest, check_prompt_fits
+from rfthpc.engines.base import EngineSettings, GenerateRequest, RequestRejected, check_prompt_fits, is_greedy
 from rfthpc.errors import ConfigError, UserError
 from rfthpc.workflows.base import Completion, SamplingArgs
 
@@ -31,6 +31,16 @@ def _top(position: dict[int, Any], k: int) -> dict[int, float]:
     tokens cut by top-k/top-p (logprob -inf) are left out."""
     return {int(t): float(lp.logprob) for t, lp in position.items()
             if lp.rank is not None and lp.rank <= k and math.isfinite(lp.logprob)}
+
+
+def _refusal_error() -> type[Exception]:
+    """What vLLM raises for a request it refuses: `VLLMClientError` since vLLM has its own error
+    hierarchy, a `ValueError` before (which the explorer takes for a refused request anyway)."""
+    try:
+        from vllm.exceptions import VLLMClientError
+    except ImportError:
+        return ValueError
+    return VLLMClientError
 
 
 def _configure_cpu_env(settings: EngineSettings) -> None:
@@ -79,6 +89,7 @@ class VLLMEngine:
             kwargs["distributed_executor_backend"] = "uni"
             kwargs["load_format"] = PLAIN_CPU_FORMAT
         self.llm = LLM(**kwargs)
+        self._refused = _refusal_error()
         self.max_model_len = int(self.llm.llm_engine.vllm_config.model_config.max_model_len)
 
     def _sampling_params(self, n: int, params: SamplingArgs):
@@ -86,7 +97,9 @@ class VLLMEngine:
 
         return SamplingParams(
             n=n,
-            temperature=params.temperature,
+            # vLLM would raise a temperature in (0, 0.01) to 0.01 and sample: greedy is sent as 0, so it
+            # decodes greedily with the logprobs of the plain logits (rfthpc.engines.base).
+            temperature=0.0 if is_greedy(params.temperature) else params.temperature,
             top_p=params.top_p,
             top_k=max(params.top_k, 0),
             max_tokens=params.max_tokens,
@@ -98,21 +111,26 @@ class VLLMEngine:
     def generate_batch(self, requests: Sequence[GenerateRequest]) -> list[list[Completion]]:
         """All requests in one `LLM.generate` call, each with its own `SamplingParams`.
 
-        vLLM refuses `n > 1` with greedy decoding, so a greedy request for n samples goes in as n
-        prompts (identical results, as greedy decoding is deterministic).
+        vLLM refuses `n > 1` with greedy decoding, so a greedy request (`is_greedy`) for n samples goes
+        in as n prompts (identical results, as greedy decoding is deterministic). A request vLLM refuses
+        (its validation error) is a `RequestRejected`.
         """
         if not requests:
             return []
         for r in requests:
             check_prompt_fits(r, self.max_model_len)
         prompts, params, owner = [], [], []
-        for i, r in enumerate(requests):
-            copies = r.n if r.params.temperature == 0 else 1
-            for _ in range(copies):
-                prompts.append({"prompt_token_ids": list(r.prompt_token_ids)})
-                params.append(self._sampling_params(r.n // copies, r.params))
-                owner.append(i)
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        try:
+            for i, r in enumerate(requests):
+                copies = r.n if is_greedy(r.params.temperature) else 1
+                for _ in range(copies):
+                    prompts.append({"prompt_token_ids": list(r.prompt_token_ids)})
+                    params.append(self._sampling_params(r.n // copies, r.params))
+                    owner.append(i)
+            outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        except self._refused as e:
+            # vLLM checks every request before generating any (and drops those it took): the engine is fine.
+            raise RequestRejected(f"vLLM refused a request: {e}") from e
         results: list[list[Completion]] = [[] for _ in requests]
         for i, out in zip(owner, outputs, strict=True):
             k = requests[i].params.logprobs

@@ -23,7 +23,8 @@ One process (one Slurm array task, or one local process) runs it:
 
 Exit codes: 0 when every task is done or the trainer is done; `EXIT_PREEMPTED` (124) after a
 SIGTERM/SIGUSR2 (finished groups committed, unfinished claims released); a `UserError` (exit 2)
-when no allowed policy appears within `sync_timeout` or the input is bad.
+when no allowed policy appears within `sync_timeout` or the input is bad; `EXIT_FAILED` (1) when
+an engine failed (`EngineFailed`: committed groups stay, the batch's claims are released).
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ from typing import Any
 import numpy as np
 
 from rfthpc.config import Config, Stage
-from rfthpc.engines.base import EngineSettings, EngineType, PolicyEngine, make_engine
-from rfthpc.engines.batching import RequestBatcher
+from rfthpc.engines.base import EngineSettings, EngineType, PolicyEngine, is_greedy, make_engine
+from rfthpc.engines.batching import EngineFailed, RequestBatcher
+from rfthpc.engines.gpus import build_engines, process_gpus
 from rfthpc.errors import EXIT_PREEMPTED, UserError
 from rfthpc.explorer import eval as evaluation
 from rfthpc.explorer import setup
@@ -63,6 +65,9 @@ log = logging.getLogger(__name__)
 EXPLORE_MODES = ("both", "explore")
 
 EngineFactory = Callable[[EngineType, EngineSettings], PolicyEngine]
+
+EXIT_FAILED = 1
+"""Exit code of an explorer whose engine failed (as the trainer's): submitit and Slurm see a failed task."""
 
 
 class SyncTimeout(UserError):
@@ -154,7 +159,7 @@ class Explorer:
     # ---- lifecycle -----------------------------------------------------------------------------
 
     def run(self) -> int:
-        """Explore until done; return the exit code (0 done, 124 stopped by a signal)."""
+        """Explore until done; return the exit code (0 done, 124 stopped by a signal, 1 an engine failed)."""
         explore = [(i, s) for i, s in enumerate(self.stages) if s.config.mode in EXPLORE_MODES]
         if not explore:
             log.info("no stage has mode both or explore: nothing to explore")
@@ -167,6 +172,8 @@ class Explorer:
             self.tasksets = {i: self._load_tasksets(s.config) for i, s in explore}
             self._start(cfg)
             return self._run_stages(explore)
+        except EngineFailed as e:
+            return self._failed(e)
         finally:
             self._shutdown()
 
@@ -182,10 +189,9 @@ class Explorer:
         rm = cfg.explorer.rollout_model
         log.info("explorer %s rank %d: starting %s engine on %s (policy version %d)",
                  self.name, self.rank, rm.engine_type, path, version)
-        self.engines[setup.POLICY_ENGINE] = self.engine_factory(
-            rm.engine_type, setup.engine_settings(cfg, rm, self.rank, path))
-        for aux_name, (engine_type, settings) in setup.auxiliary_settings(cfg, self.rank).items():
-            self.engines[aux_name] = self.engine_factory(engine_type, settings)
+        plan = {setup.POLICY_ENGINE: (rm.engine_type, setup.engine_settings(cfg, rm, self.rank, path)),
+                **setup.auxiliary_settings(cfg, self.rank)}
+        build_engines(plan, self.engine_factory, process_gpus(), self.engines)
         self.follower.attach(self.engines[setup.POLICY_ENGINE], version)
         self.batcher = RequestBatcher(self.engines)
         self.ctx = WorkflowContext(
@@ -227,6 +233,13 @@ class Explorer:
         log.info("explorer %s rank %d: done (%d groups committed)", self.name, self.rank,
                  self.progress["groups_committed"])
         return 0
+
+    def _failed(self, error: EngineFailed) -> int:
+        """Record and report an engine failure; the exit code that makes Slurm see a failed task."""
+        self.progress.update(state="failed", error=str(error))
+        log.error("explorer %s rank %d: exiting with %d (the tasks it held went back to the pool for another "
+                  "explorer): %s", self.name, self.rank, EXIT_FAILED, error, exc_info=error)
+        return EXIT_FAILED
 
     def _stopped(self) -> int:
         self._flush()
@@ -370,14 +383,20 @@ class Explorer:
                     source.claims.release(claims)
                     return status
                 wait_s = time.monotonic() - began
-        except (_Stopped, SyncTimeout):
+        except (_Stopped, SyncTimeout, EngineFailed):  # an evaluation of new weights may hit a failed engine
             source.claims.release(claims)
             raise
         version = self.follower.version
         began = time.perf_counter()
         with ClaimsHeartbeat(self.claim_sets, cfg.filesystem.lease_s / 4):
-            outcomes = run_tasks([source.taskset.tasks[c.index] for c in claims], self.ctx, self.batcher,
-                                 _rollout_policy(cfg), self.stop, tick=self._tick)
+            try:
+                outcomes = run_tasks([source.taskset.tasks[c.index] for c in claims], self.ctx, self.batcher,
+                                     _rollout_policy(cfg), self.stop, tick=self._tick)
+            except EngineFailed:
+                # The tasks are not at fault: released, not completed, so no refill replaces them and
+                # another explorer (or this one, requeued) does them.
+                source.claims.release(claims)
+                raise
         elapsed = time.perf_counter() - began
         done_now, release, groups = [], [], []
         for claim, step, outcome in zip(claims, steps, outcomes, strict=True):
@@ -440,8 +459,10 @@ class Explorer:
             "taskset": task.taskset, "claims": claim.taskset, "index": claim.index, "epoch": claim.epoch,
             "serial": claim.serial,
             "stage": self.stage_name, "expected_step": step, "workflow": task.workflow,
-            # The trainer divides its logits by this temperature so its logprobs match the stored ones.
-            "temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k,
+            # The trainer divides its logits by this temperature so its logprobs match the stored ones;
+            # below vLLM's greedy threshold the engines decode greedily, logprobs of the plain logits.
+            "temperature": 0.0 if is_greedy(params.temperature) else params.temperature,
+            "top_p": params.top_p, "top_k": params.top_k,
             "max_tokens": params.max_tokens,
         }
         return Group(
@@ -478,7 +499,7 @@ class Explorer:
         metrics["eval/version"] = version
         metrics["eval/time_s"] = time.perf_counter() - began
         assert self.monitor is not None
-        self.monitor.log(metrics, step=version)
+        self.monitor.log(metrics, step=version, axis="eval/version")
         self.progress.update(evaluated_version=version)
 
     def _wait_for_version(self, need: int, cfg: Config, evals: list[setup.Taskset]) -> str | None:
@@ -612,6 +633,6 @@ class Explorer:
             })
         step = self.progress["steps"] + 1
         assert self.monitor is not None
-        self.monitor.log(metrics, step=step)
+        self.monitor.log(metrics, step=step, axis="rollout/step")
         self.progress.update(steps=step, version=version, tokens_per_s=metrics["rollout/tokens_per_s"],
                              taskset=taskset)

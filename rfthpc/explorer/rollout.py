@@ -5,8 +5,10 @@ thread serves their engine calls through the `RequestBatcher` and, between batch
 (heartbeats, leases) and watches for a stop request or a workflow that ran past `max_timeout_s`.
 
 A workflow that raises is retried (`retries` times, `retry_interval_s` apart) and then given up; a
-config mistake (`UserError`, e.g. a reward function with unknown arguments) stops the explorer.
-On a stop request no new generate call is served: workflows end with `cancelled` outcomes.
+config mistake (`UserError`, e.g. a reward function with unknown arguments) and a failed engine
+(`EngineFailed`, e.g. vLLM's EngineDeadError) stop the batch: `run_tasks` raises them, as no retry
+and no other task can succeed. On a stop request no new generate call is served: workflows end
+with `cancelled` outcomes.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rfthpc.data.tasksets import Task
-from rfthpc.engines.batching import GenerationCancelled, RequestBatcher
+from rfthpc.engines.batching import EngineFailed, GenerationCancelled, RequestBatcher
 from rfthpc.errors import UserError
 from rfthpc.rewards.registry import REWARDS
 from rfthpc.signals import StopRequest
@@ -101,11 +103,9 @@ class _Runners:
                         outcome.cancelled = True
                         break
                     error = f"timed out after {self.policy.max_timeout_s:.0f} s (explorer.max_timeout): {e}"
-                except UserError as e:
-                    # A config mistake fails every task alike: stop instead of retrying.
-                    with self.lock:
-                        if self.fatal is None:
-                            self.fatal = e
+                except (UserError, EngineFailed) as e:
+                    # A config mistake fails every task alike, a failed engine every call: stop instead of retrying.
+                    self.stop_batch(e)
                     outcome.cancelled = True
                     break
                 except Exception as e:
@@ -115,6 +115,12 @@ class _Runners:
                 finally:
                     with self.lock:
                         self.running.pop(ident, None)
+            if self.batcher.failure is not None:
+                # Also when the workflow (or its reward function) caught the engine's error and went on:
+                # its result may rest on a failed call, so the task goes back to the pool.
+                self.stop_batch(self.batcher.failure)
+                outcome.result, outcome.cancelled = None, True
+                break
             if error is None:
                 break
             if self.stop.requested:
@@ -127,6 +133,12 @@ class _Runners:
             time.sleep(self.policy.retry_interval_s)
         outcome.finished = time.time()
         return outcome
+
+    def stop_batch(self, error: BaseException) -> None:
+        """Record the first error that stops the whole batch (no new task starts; `run_tasks` raises it)."""
+        with self.lock:
+            if self.fatal is None:
+                self.fatal = error
 
     def expire(self) -> None:
         now = time.monotonic()
@@ -179,7 +191,7 @@ def run_tasks(
         tick()
         runners.expire()
         if not cancelled and (stop.requested or runners.fatal is not None):
-            batcher.cancel(stop.reason or "a workflow hit a configuration error")
+            batcher.cancel(stop.reason or f"the batch stopped: {runners.fatal}")
             cancelled = True
     for t in threads:
         t.join()

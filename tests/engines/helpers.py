@@ -1,5 +1,6 @@
 """Reference computations shared by the engine and explorer-loop tests: a transformers forward pass
-of the same weights, and publishing changed weights the way the trainer does (`rfthpc.weights`)."""
+of the same weights, publishing changed weights the way the trainer does (`rfthpc.weights`), and an
+engine that dies mid-run."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from pathlib import Path
 import torch
 
 from rfthpc import weights
+from rfthpc.engines.base import EngineSettings, GenerateRequest
+from rfthpc.engines.hf_engine import TransformersEngine
+from rfthpc.workflows.base import Completion
 
 
 def load_hf(model_dir: Path):
@@ -51,3 +55,26 @@ def publish_changed(run_dir: Path, step: int, model_dir: Path, seed: int) -> Pat
     """Publish changed weights as `weights/step_<step>` like the trainer; return a transformers model
     directory holding the same weights (the published one, which the explorer may later delete)."""
     return weights.publish(run_dir, step, changed_state_dict(model_dir, seed), config_dir=model_dir)
+
+
+class DyingEngine(TransformersEngine):
+    """The transformers engine on a real model, whose generate calls fail like those of a dead vLLM engine
+    (EngineDeadError, every call from then on) once it has served `requests` requests.
+
+    A test double of an engine failure: a real one (CUDA out of memory, an Xid or NCCL error) cannot be
+    produced on CPU. Everything else, the generation before it dies included, is the real engine.
+    """
+
+    def __init__(self, settings: EngineSettings, requests: int) -> None:
+        super().__init__(settings)
+        self.requests_left = requests
+
+    def generate_batch(self, requests: Sequence[GenerateRequest]) -> list[list[Completion]]:
+        """Generate, or raise EngineDeadError once more requests come than are left."""
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        if len(requests) > self.requests_left:
+            self.requests_left = 0
+            raise EngineDeadError()
+        self.requests_left -= len(requests)
+        return super().generate_batch(requests)

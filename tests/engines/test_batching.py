@@ -1,5 +1,6 @@
 """The request batcher with the real transformers engine: concurrent workflow calls become one engine
-call, a bad request fails only its own caller, and a cancel releases every waiting caller."""
+call, a bad request fails only its own caller, a failed engine fails every caller for good, and a
+cancel releases every waiting caller."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import pytest
 
 from rfthpc.engines import EngineSettings, make_engine
 from rfthpc.engines.base import PromptTooLong
-from rfthpc.engines.batching import GenerationCancelled, RequestBatcher
+from rfthpc.engines.batching import EngineFailed, GenerationCancelled, RequestBatcher
 from rfthpc.workflows.base import SamplingArgs
+from tests.engines.helpers import DyingEngine
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +67,22 @@ def test_a_bad_request_fails_only_its_caller(engine) -> None:
     serve_until_done(batcher, threads)
     assert isinstance(results[1], PromptTooLong) and "max_model_len=64" in str(results[1])
     assert len(results[0][0]) == 2 and len(results[2][0]) == 2
+
+
+def test_a_failed_engine_fails_every_caller_for_good(tiny_model: Path) -> None:
+    """Unlike a refused request, an engine error is not retried call by call, and later calls fail at
+    once, naming the engine's error, without reaching the engine."""
+    dying = DyingEngine(EngineSettings(str(tiny_model), max_model_len=64, seed=0), requests=0)
+    batcher = RequestBatcher({"policy": dying}, max_wait_s=30.0)
+    results, threads = run_callers(batcher, [[1, 20, 21], [1, 22]])
+    serve_until_done(batcher, threads)
+    assert batcher.batches_served == 1
+    assert all(isinstance(r, EngineFailed) and "EngineDeadError" in str(r) for r in results)
+    assert isinstance(batcher.failure, EngineFailed) and batcher.failure.engine == "policy"
+    dying.requests_left = 10
+    results, threads = run_callers(batcher, [[1, 23]])
+    serve_until_done(batcher, threads)
+    assert isinstance(results[0], EngineFailed) and dying.requests_left == 10
 
 
 def test_cancel_releases_waiting_callers_and_refuses_new_calls(engine) -> None:

@@ -2,7 +2,7 @@
 same weights (float32, 1e-5), under temperature, top-k and greedy decoding, before and after an
 in-place weight update from a published step directory; so do the top alternatives a request asks
 for (`rollout_args.logprobs`); a seeded request (`rollout_args.seed`) gives the same samples
-whatever it is batched with."""
+whatever it is batched with; a temperature below vLLM's greedy threshold (1e-5) is greedy decoding."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rfthpc.engines import EngineSettings, GenerateRequest, make_engine
-from rfthpc.engines.base import PromptTooLong, check_prompt_fits
+from rfthpc.engines.base import PromptTooLong, RequestRejected, check_prompt_fits
 from rfthpc.errors import UserError
 from rfthpc.workflows.base import SamplingArgs
 from tests.engines.helpers import forward_logprobs, load_hf, publish_changed
@@ -108,6 +108,27 @@ def check_seeds(engine, model_dir: Path) -> None:
     assert [c.token_ids for c in engine.generate_batch([reseeded])[0]] != alone
 
 
+def check_near_zero_temperature(engine, model_dir: Path) -> None:
+    """Temperature 1e-6 is greedy decoding (vLLM's rule), n samples included: n equal greedy responses
+    with the logprobs of the plain logits."""
+    p = prompts(model_dir)
+    reqs = [GenerateRequest(p[0], 3, SamplingArgs(temperature=1e-6, max_tokens=8))]
+    completions = engine.generate_batch(reqs)[0]
+    assert len(completions) == 3 and len({tuple(c.token_ids) for c in completions}) == 1
+    greedy = [GenerateRequest(p[0], 1, SamplingArgs(temperature=0.0, max_tokens=8))]
+    assert completions[0].token_ids == engine.generate_batch(greedy)[0][0].token_ids
+    ref = forward_logprobs(load_hf(model_dir), p[0], completions[0].token_ids, temperature=0.0)
+    assert float((torch.tensor(completions[0].logprobs) - ref).abs().max()) <= TOL
+
+
+def check_refused_request(engine, model_dir: Path) -> None:
+    """A request vLLM refuses in its own checks (an empty prompt) is a RequestRejected, the request's fault
+    (the explorer fails only its task), and the engine goes on serving."""
+    with pytest.raises(RequestRejected, match="prompt cannot be empty"):
+        engine.generate_batch([GenerateRequest([], 1, SamplingArgs(max_tokens=4))])
+    assert len(engine.generate_batch([GenerateRequest(prompts(model_dir)[0], 2, SamplingArgs(max_tokens=4))])[0]) == 2
+
+
 def settings(model_dir: Path) -> EngineSettings:
     # min_response_tokens=0: a minimum length masks the end token at the first positions, which the
     # plain forward pass below does not (docs/explorer.md, "Logprobs").
@@ -138,6 +159,9 @@ def check_engine(engine_type: str, model_dir: Path, run_dir: Path) -> None:
         assert max_logprob_error(engine, reqs, model_dir) <= TOL
         check_top_logprobs(engine, model_dir)
         check_seeds(engine, model_dir)
+        check_near_zero_temperature(engine, model_dir)
+        if engine_type == "vllm":
+            check_refused_request(engine, model_dir)
         step_dir = publish_changed(run_dir, 1, model_dir, seed=1)
         engine.load_weights(step_dir)
         assert max_logprob_error(engine, reqs, step_dir) <= TOL

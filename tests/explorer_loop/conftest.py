@@ -87,12 +87,15 @@ def progress(run_dir: Path, name: str = "explorer", rank: int = 0) -> dict[str, 
     return read_json(run_dir / "explorer_meta" / name / f"{rank}.json", {}) or {}
 
 
-def explorer(run_dir: Path, rank: int = 0):
-    """An in-process explorer of the run (its resolved config, as `rfthpc explore` reads it)."""
+def explorer(run_dir: Path, rank: int = 0, engine_factory=None):
+    """An in-process explorer of the run (its resolved config, as `rfthpc explore` reads it); its engines
+    from `engine_factory` if given."""
     from rfthpc.config import load_resolved
+    from rfthpc.engines import make_engine
     from rfthpc.explorer.loop import Explorer
 
-    return Explorer(run_dir, "explorer", rank, load_resolved(run_dir / "config.yaml").stages)
+    return Explorer(run_dir, "explorer", rank, load_resolved(run_dir / "config.yaml").stages,
+                    engine_factory=engine_factory or make_engine)
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """Taskset `format`, `rollout_args`, the thinking switch and auxiliary model keys reach the engines
-(transformers engine, in process): the committed groups show the prompts and samples they shaped."""
+(transformers engine, in process): the committed groups show the prompts and samples they shaped; each
+engine is built on its own GPUs."""
 
 from __future__ import annotations
 
@@ -59,3 +60,46 @@ def test_seeds_top_logprobs_and_auxiliary_model_settings(tmp_path: Path, tiny_mo
     # One seed, one policy, one prompt: the same responses; another seed: others.
     assert [responses["a/0"], responses["a/1"]] == [responses["b/0"], responses["b/1"]]
     assert [responses["a/0"], responses["a/1"]] != [responses["c/0"], responses["c/1"]]
+
+
+def test_temperature_below_the_greedy_threshold_is_greedy_decoding(tmp_path: Path, tiny_model: Path, questions) -> None:
+    """vLLM decodes greedily below temperature 1e-5: so does the transformers engine, and the group says
+    temperature 0, so the trainer takes logprobs of the plain logits (as the engine did), not logits / 1e-6."""
+    import torch
+
+    from tests.engines.helpers import forward_logprobs, load_hf
+
+    ts = {"name": "cold", "path": str(write_jsonl(tmp_path / "train.jsonl", questions[:2])), "repeat_times": 3,
+          "format": {"prompt_key": "question", "response_key": "answer"}, "rollout_args": {"temperature": 1e-6}}
+    run = make_run(tmp_path, tiny_model, [ts], model={"min_response_tokens": 0})
+    assert explorer(run).run() == 0
+    model = load_hf(tiny_model)
+    for g in groups(run):
+        assert g.info["temperature"] == 0.0
+        assert len({tuple(e.response_ids.tolist()) for e in g.experiences}) == 1
+        for e in g.experiences:
+            ref = forward_logprobs(model, e.prompt_ids.tolist(), e.response_ids.tolist(), g.info["temperature"])
+            assert float((torch.from_numpy(e.logprobs) - ref).abs().max()) <= 1e-5
+
+
+def test_each_engine_is_built_on_its_own_gpus(tmp_path: Path, tiny_model: Path, questions, monkeypatch) -> None:
+    """The rollout engine on the first GPUs of the task, the auxiliary model on the next: the environment
+    each engine is built in. (This machine has no GPU: the explorer is told it sees three.)"""
+    import os
+
+    from rfthpc.engines import make_engine
+
+    monkeypatch.setattr("rfthpc.explorer.loop.process_gpus", lambda: ["4", "5", "6"])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
+    built: list[str | None] = []
+
+    def factory(engine_type, settings):
+        built.append(os.environ.get("CUDA_VISIBLE_DEVICES"))
+        return make_engine(engine_type, settings)
+
+    judge = {"name": "judge", "model_path": str(tiny_model), "engine_type": "transformers", "tensor_parallel_size": 2}
+    ts = {"name": "a", "path": str(write_jsonl(tmp_path / "train.jsonl", questions[:2])),
+          "default_workflow_type": f"{HERE}:judged", "format": {"prompt_key": "question", "response_key": "answer"}}
+    run = make_run(tmp_path, tiny_model, [ts], explorer={"auxiliary_models": [judge]})
+    assert explorer(run, engine_factory=factory).run() == 0
+    assert built == ["4", "5,6"] and os.environ["CUDA_VISIBLE_DEVICES"] == "4,5,6"

@@ -1,5 +1,5 @@
 """Running a batch of workflows (real transformers engine, real batcher): retries, time limits, config
-mistakes and stop requests."""
+mistakes, a failed engine and stop requests."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ import pytest
 
 from rfthpc.data.tasksets import PromptBuilder, Task
 from rfthpc.engines import EngineSettings, make_engine
-from rfthpc.engines.batching import RequestBatcher
+from rfthpc.engines.batching import EngineFailed, RequestBatcher
 from rfthpc.errors import ConfigError
 from rfthpc.explorer.rollout import RolloutPolicy, run_tasks
 from rfthpc.signals import StopRequest
 from rfthpc.workflows.base import SamplingArgs, WorkflowContext
+from tests.engines.helpers import DyingEngine
 from tests.explorer_loop import user_workflows
 
 WORKFLOWS = Path(user_workflows.__file__)
@@ -25,6 +26,18 @@ def rollout(tiny_model: Path):
     from transformers import AutoTokenizer
 
     engine = make_engine("transformers", EngineSettings(str(tiny_model), seed=0))
+    batcher = RequestBatcher({"policy": engine})
+    ctx = WorkflowContext(batcher.client("policy"), PromptBuilder(AutoTokenizer.from_pretrained(str(tiny_model))))
+    yield lambda tasks, policy, stop: run_tasks(tasks, ctx, batcher, policy, stop)
+    engine.close()
+
+
+@pytest.fixture
+def dying_rollout(tiny_model: Path):
+    """Like `rollout`, with an engine that fails (EngineDeadError) from its first call on."""
+    from transformers import AutoTokenizer
+
+    engine = DyingEngine(EngineSettings(str(tiny_model), seed=0), requests=0)
     batcher = RequestBatcher({"policy": engine})
     ctx = WorkflowContext(batcher.client("policy"), PromptBuilder(AutoTokenizer.from_pretrained(str(tiny_model))))
     yield lambda tasks, policy, stop: run_tasks(tasks, ctx, batcher, policy, stop)
@@ -54,6 +67,16 @@ def test_a_workflow_past_max_timeout_is_given_up(rollout) -> None:
 def test_config_mistake_in_a_workflow_stops_the_batch(rollout) -> None:
     with pytest.raises(ConfigError, match="unknown tool"):
         rollout(tasks("misconfigured"), RolloutPolicy(), StopRequest())
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("workflow", ["plain", "forgiving"])
+def test_a_failed_engine_stops_the_batch_without_retries(dying_rollout, workflow: str) -> None:
+    """Also when the workflow catches the engine's error itself and returns a group. (A retry would
+    wait longer than the test's time limit.)"""
+    policy = RolloutPolicy(concurrency=2, retries=1, retry_interval_s=120.0)
+    with pytest.raises(EngineFailed, match=r"engine 'policy' failed: EngineDeadError"):
+        dying_rollout(tasks(workflow, 4), policy, StopRequest())
 
 
 def test_stop_request_cancels_every_task(rollout) -> None:

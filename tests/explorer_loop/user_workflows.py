@@ -6,7 +6,7 @@ import time
 from collections import Counter
 
 from rfthpc.errors import ConfigError
-from rfthpc.workflows.base import Experience, WorkflowResult
+from rfthpc.workflows.base import Completion, Experience, WorkflowResult
 
 ATTEMPTS: Counter[str] = Counter()
 
@@ -43,6 +43,17 @@ def unstorable_info(task, ctx) -> WorkflowResult:
         for e in result.experiences:
             e.info["tags"] = {"x"}
     return result
+
+
+def forgiving(task, ctx) -> WorkflowResult:
+    """Catches any error of its generate call and scores a canned response instead (as a reward function
+    calling a judge model might)."""
+    prompt = ctx.prompts.encode(ctx.prompts.messages(task))
+    try:
+        completions = ctx.engine.generate([prompt.token_ids], task.repeat_times, task.rollout_args)[0]
+    except Exception:  # noqa: BLE001 - the point of this workflow
+        completions = [Completion([1], [0.0], "?", "stop")] * task.repeat_times
+    return WorkflowResult([Experience.from_completion(prompt.token_ids, c, 0.0) for c in completions])
 
 
 def plain(task, ctx) -> WorkflowResult:
