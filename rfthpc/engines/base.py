@@ -25,14 +25,10 @@ from pathlib import Path
 from typing import Literal, Protocol, get_args
 
 from rfthpc.errors import ConfigError, UserError
-from rfthpc.workflows.base import Completion, SamplingArgs
+from rfthpc.workflows.base import GREEDY_TEMPERATURE, Completion, SamplingArgs
 
 EngineType = Literal["vllm", "vllm_async", "transformers"]
 ENGINE_TYPES: tuple[str, ...] = get_args(EngineType)
-
-GREEDY_TEMPERATURE = 1e-5
-"""Below this temperature both engines decode greedily: vLLM's greedy threshold (`_SAMPLING_EPS`)."""
-
 
 def is_greedy(temperature: float) -> bool:
     """True if sampling at `temperature` is greedy decoding (vLLM's rule, see `GREEDY_TEMPERATURE`)."""

@@ -24,6 +24,12 @@ MAX_TOP_LOGPROBS = 20
 """Most top alternatives per token a request may ask for (vLLM's default `max_logprobs`)."""
 
 
+GREEDY_TEMPERATURE = 1e-5
+"""Below this temperature the engines decode greedily: vLLM's greedy threshold (`_SAMPLING_EPS`)."""
+MIN_SAMPLING_TEMPERATURE = 0.01
+"""The smallest temperature vLLM samples at (it raises a lower one, above GREEDY_TEMPERATURE, to this)."""
+
+
 @dataclass(frozen=True)
 class SamplingArgs:
     """A taskset's `rollout_args`."""
@@ -49,6 +55,12 @@ class SamplingArgs:
     def __post_init__(self) -> None:
         if self.temperature < 0:
             raise ConfigError(f"rollout_args.temperature={self.temperature}: use a value ≥ 0")
+        if GREEDY_TEMPERATURE <= self.temperature < MIN_SAMPLING_TEMPERATURE:
+            # vLLM samples at 0.01 at least, while the trainer would divide its logits by the value given.
+            raise ConfigError(
+                f"rollout_args.temperature={self.temperature}: use 0 (greedy) or at least "
+                f"{MIN_SAMPLING_TEMPERATURE} (vLLM's smallest sampling temperature)"
+            )
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"rollout_args.top_p={self.top_p}: use a value in (0, 1]")
         if self.top_k == 0 or self.top_k < -1:

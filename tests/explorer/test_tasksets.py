@@ -212,6 +212,11 @@ def test_rollout_args_are_validated() -> None:
     for bad in ({"temperature": -1}, {"top_p": 0}, {"top_k": 0}, {"max_tokens": 0}):
         with pytest.raises(ConfigError, match="rollout_args"):
             SamplingArgs(**bad)
+    # vLLM raises a temperature in [1e-5, 0.01) to 0.01 and samples there, while the trainer would take
+    # logprobs at the value given; below 1e-5 both engines decode greedily.
+    with pytest.raises(ConfigError, match=r"temperature=0.005: use 0 \(greedy\) or at least 0.01"):
+        SamplingArgs(temperature=0.005)
+    assert SamplingArgs(temperature=1e-6).temperature == 1e-6 and SamplingArgs(temperature=0.01).temperature == 0.01
 
 
 def test_json_dir_file_is_a_list(tmp_path: Path) -> None:
