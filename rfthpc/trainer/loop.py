@@ -365,7 +365,9 @@ class Trainer:
             old = sharded_forward(lambda mb: token_logprobs(self.policy, mb)[0], samples, self.env, planner)
         if st.critic is not None:
             values = sharded_forward(lambda mb: token_values(st.critic.model, mb), samples, self.env, planner)
-        tensors, metrics = build_step_tensors(samples, alg, ref=ref, old=old, values=values)
+        tensors, metrics = build_step_tensors(samples, alg, ref=ref, old=old, values=values,
+                                              max_prompt_tokens=cfg.model.max_prompt_tokens,
+                                              max_response_tokens=cfg.model.max_response_tokens)
         k = pos.step_in_stage
         results: list[UpdateResult] = []
         batches = minis * epochs  # every epoch runs the same mini-batches in the same order

@@ -68,16 +68,23 @@ def build_step_tensors(
     ref: list[np.ndarray] | None = None,
     old: list[np.ndarray] | None = None,
     values: list[np.ndarray] | None = None,
+    max_prompt_tokens: int | None = None,
+    max_response_tokens: int | None = None,
 ) -> tuple[StepTensors, dict[str, float]]:
     """Pad the batch, shape the rewards (KL penalty) and compute advantages; return the tensors and
-    veRL's batch metrics (critic/score, critic/rewards, critic/advantages, response_length, ...)."""
+    veRL's batch metrics (critic/score, critic/rewards, critic/advantages, response_length, ...).
+    The length limits (the model's) give veRL's `*_length/clip_ratio`: the share of samples at the limit."""
     width = max(1, max(len(s.response_ids) for s in samples))
     mask = torch.from_numpy(pad_rows([s.loss_mask for s in samples], width, dtype=bool, fill=False))
     rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
     t = StepTensors(mask=mask, rewards=rewards)
     lengths = torch.tensor([len(s.response_ids) for s in samples], dtype=torch.float32)
-    metrics = {**_stats("response_length", lengths),
-               **_stats("prompt_length", torch.tensor([len(s.prompt_ids) for s in samples], dtype=torch.float32))}
+    prompt_lengths = torch.tensor([len(s.prompt_ids) for s in samples], dtype=torch.float32)
+    metrics = {**_stats("response_length", lengths), **_stats("prompt_length", prompt_lengths)}
+    for name, counts, limit in (("response_length", lengths, max_response_tokens),
+                                ("prompt_length", prompt_lengths, max_prompt_tokens)):
+        if limit is not None:
+            metrics[f"{name}/clip_ratio"] = (counts >= limit).float().mean().item()
     if algorithm.is_sft:
         return t, metrics
     t.behaviour = _tensor([s.behaviour_logprobs for s in samples], width)

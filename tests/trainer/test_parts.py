@@ -367,3 +367,18 @@ def test_a_critic_batch_reports_verls_explained_variance() -> None:
     expected = 1 - torch.var(r - v) / (torch.var(r) + 1e-5)
     assert metrics["critic/vf_explained_var"] == pytest.approx(expected.item())
     assert 0 < metrics["critic/vf_explained_var"] < 1
+
+
+def test_length_clip_ratios_are_the_share_of_samples_at_the_models_limits() -> None:
+    from rfthpc.trainer.losses import Algorithm
+    from rfthpc.trainer.rl_batch import build_step_tensors
+    from rfthpc.trainer.samples import Sample
+
+    grpo = Algorithm.from_config(finalize(Config(algorithm=AlgorithmConfig(algorithm_type="grpo"))).algorithm)
+    samples = [Sample(prompt_ids=np.arange(p), response_ids=np.arange(r), loss_mask=np.ones(r, dtype=bool),
+                      reward=float(r), behaviour_logprobs=np.zeros(r, dtype=np.float32))
+               for p, r in ((4, 8), (6, 3), (2, 8), (6, 1))]
+    _, metrics = build_step_tensors(samples, grpo, max_prompt_tokens=6, max_response_tokens=8)
+    assert metrics["response_length/clip_ratio"] == 0.5 and metrics["prompt_length/clip_ratio"] == 0.5
+    _, metrics = build_step_tensors(samples, grpo)
+    assert "response_length/clip_ratio" not in metrics
