@@ -201,15 +201,13 @@ def _set_default(raw: dict[str, Any], dotted: str, value: Any) -> None:
     node.setdefault(leaf, value)
 
 
-def verl_targets(verl: Any, source: str) -> dict[str, Any]:
-    """The rfthpc settings (dotted path -> value) that the veRL settings `verl` (a `trainer_config`
-    mapping) stand for. Keys without effect are left out; unknown keys are an error, since rfthpc
+def _verl_targets(flat: dict[str, Any], source: str) -> dict[str, Any]:
+    """The rfthpc settings (dotted path -> value) that veRL settings (dotted `trainer_config` paths ->
+    value) stand for. Keys without effect are left out; unknown keys are an error, since rfthpc
     would otherwise ignore them silently."""
-    if not isinstance(verl, dict):
-        raise ConfigError(f"{source}: trainer.trainer_config must be a mapping of veRL settings")
     unknown = []
     targets: dict[str, Any] = {}
-    for key, value in _flatten(verl).items():
+    for key, value in flat.items():
         if key.startswith("actor_rollout_ref.rollout."):
             continue  # Trinity-RFT ignores these too: the explorer section configures rollouts.
         if key not in VERL_MAP:
@@ -232,32 +230,24 @@ def verl_targets(verl: Any, source: str) -> dict[str, Any]:
 def apply_verl_trainer_config(raw: dict[str, Any], source: str) -> None:
     """Map veRL keys in the raw config's `trainer.trainer_config` onto rfthpc fields (explicit rfthpc
     keys win). Used for the YAML and for each stage's sections."""
-    trainer = raw.get("trainer") or {}
-    for target, value in verl_targets(trainer.get("trainer_config") or {}, source).items():
+    verl = (raw.get("trainer") or {}).get("trainer_config") or {}
+    if not isinstance(verl, dict):
+        raise ConfigError(f"{source}: trainer.trainer_config must be a mapping of veRL settings")
+    for target, value in _verl_targets(_flatten(verl), source).items():
         _set_default(raw, target, value)
 
 
-def apply_verl_overrides(cfg: Config, before: dict[str, Any], args: list[str]) -> None:
+def apply_verl_overrides(cfg: Config, before: dict[str, Any], args: list[str]) -> bool:
     """Map the veRL settings that command-line overrides changed in `cfg.trainer.trainer_config`
     (`before`: its value from the YAML) onto rfthpc fields, unless the same override list sets
-    that rfthpc field itself."""
+    that rfthpc field itself. True if a field was set."""
     old = _flatten(before)
     changed = {k: v for k, v in _flatten(cfg.trainer.trainer_config).items() if k not in old or old[k] != v}
     given = {a.split("=", 1)[0] for a in args if a.startswith("--")}
-    for target, value in verl_targets(_unflatten(changed), "command line").items():
-        if f"--{target}" not in given:
-            _set_path(cfg, target, value)
-
-
-def _unflatten(flat: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for dotted, value in flat.items():
-        *parents, leaf = dotted.split(".")
-        node = out
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
-    return out
+    targets = {t: v for t, v in _verl_targets(changed, "command line").items() if f"--{t}" not in given}
+    for target, value in targets.items():
+        _set_path(cfg, target, value)
+    return bool(targets)
 
 
 def _set_path(cfg: Config, dotted: str, value: Any) -> None:

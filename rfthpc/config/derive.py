@@ -127,13 +127,13 @@ def idle_gpus_note(cfg: Config) -> str | None:
     c, t = cfg.cluster, cfg.slurm.trainer
     if c.gpu_per_node <= 0 or cfg.mode != "both" or t.gpus_per_node is None:
         return None
-    total = c.node_num * c.gpu_per_node
-    left = total - explorer_gpus(cfg)
+    total, explorers = c.node_num * c.gpu_per_node, explorer_gpus(cfg)
+    left = total - explorers
     if t.nodes * t.gpus_per_node >= left:
         return None
     nodes = -(-left // c.gpu_per_node)
     return (
-        f"cluster: {total} GPUs; the explorers use {explorer_gpus(cfg)} and the trainer {t.nodes} node(s) x "
+        f"cluster: {total} GPUs; the explorers use {explorers} and the trainer {t.nodes} node(s) x "
         f"{t.gpus_per_node}, so {left - t.nodes * t.gpus_per_node} stay idle. To train on all {left}, set "
         f"slurm.trainer.nodes: {nodes} (its GPUs per node follow)"
     )

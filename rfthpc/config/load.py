@@ -104,7 +104,8 @@ def apply_overrides(cfg: Config, args: list[str], prog: str = "rfthpc") -> Confi
     if not args:
         return cfg
     new = tyro.cli(Config, default=cfg, args=args, prog=prog, use_underscores=True)
-    compat.apply_verl_overrides(new, cfg.trainer.trainer_config, args)
+    if not compat.apply_verl_overrides(new, cfg.trainer.trainer_config, args):
+        return new
     # Typed again: a veRL value mapped onto a field is checked like any other.
     problems = Problems("command line")
     new = build(Config, to_dict(new), "", problems)

@@ -75,11 +75,11 @@ def _check_functions(cfg: Config, problems: Problems) -> None:
     inp = cfg.buffer.explorer_input
     if algos.needs_groups(alg.advantage_fn) and alg.algorithm_type != "sft":
         # A lone response has nothing to be compared with: its advantage is 0 and only the KL term trains.
-        lone = [("algorithm.repeat_times", alg.repeat_times)] if cfg.mode == "train" else [
+        counts = [("algorithm.repeat_times", alg.repeat_times)] if cfg.mode == "train" else [
             (f"buffer.explorer_input.tasksets[{i}].repeat_times", ts.repeat_times) for i, ts in enumerate(inp.tasksets)
         ]
-        for key, value in lone:
-            if value is not None and value == 1:
+        for key, value in counts:
+            if value == 1:
                 problems.add(
                     f"{key}: 1 response per task, but algorithm.advantage_fn {alg.advantage_fn!r} compares the "
                     "responses to one task, so every advantage would be 0; sample several (repeat_times >= 2) or "

@@ -167,8 +167,7 @@ class RoleJob(Checkpointable):
     def _mark_stopped(self, env: Mapping[str, str]) -> None:
         """Tell the hetjob's first task that this explorer task has stopped (its claims are released)."""
         try:
-            make_dirs(self._stopped_dir(env))
-            (self._stopped_dir(env) / env.get("SLURM_PROCID", "0")).touch()
+            (make_dirs(self._stopped_dir(env)) / env.get("SLURM_PROCID", "0")).touch()
         except OSError as e:
             _log(f"cannot record that this explorer task stopped ({e}); the job's requeue waits for it a minute")
 
