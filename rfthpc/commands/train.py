@@ -9,13 +9,14 @@ from pathlib import Path
 
 
 def _run(args: argparse.Namespace, overrides: list[str]) -> int:
+    from rfthpc.trainer.dist import exit_process
     from rfthpc.trainer.loop import run_trainer
 
     # Every rank runs the same loop: rank 0 reports progress, the others only problems.
     rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))
     logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING,
                         format=f"%(asctime)s [rank {rank}] %(levelname)s %(name)s: %(message)s")
-    return run_trainer(Path(args.run_dir))
+    exit_process(run_trainer(Path(args.run_dir)))
 
 
 def register(sub: argparse._SubParsersAction) -> None:

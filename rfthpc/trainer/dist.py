@@ -13,12 +13,14 @@ files and logs metrics, and hands data to the others through `broadcast_object`.
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -100,10 +102,19 @@ class DistEnv:
     def _object_device(self) -> torch.device | None:
         return self.device if self.backend == "nccl" else None
 
-    def close(self) -> None:
-        """Leave the process group."""
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    def close(self, synchronised: bool) -> None:
+        """Leave the process group.
+
+        `synchronised`: every rank ends here the same way (the trainer's exits are decided
+        collectively), so they first meet in a final barrier: no rank tears the group down while
+        another is still in a collective or writing its last checkpoint. After a failure on one
+        rank there is no barrier (the others may never come).
+        """
+        if not dist.is_initialized():
+            return
+        if synchronised:
+            dist.barrier()
+        dist.destroy_process_group()
 
 
 def _first_slurm_node() -> str:
@@ -157,3 +168,23 @@ def init_distributed() -> DistEnv:
             dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world, timeout=_TIMEOUT,
                                     device_id=device if cuda else None)
     return DistEnv(rank=rank, world_size=world, local_rank=local, device=device, backend=backend)
+
+
+def exit_process(code: int) -> NoReturn:
+    """End this trainer process with `code` once its process group is closed, skipping Python's
+    interpreter finalization.
+
+    gloo's worker threads outlive `destroy_process_group` (the DTensor sharding caches keep the
+    device mesh, and with it the group, alive), and one that drops a finished collective's tensor
+    while the interpreter finalizes needs the GIL, is killed instead and aborts the process:
+    a rank that trained and saved everything would end with SIGABRT, its torchrun and Slurm job
+    FAILED (pytorch/pytorch#179291). Everything the trainer writes is fsynced and its monitor
+    closed before this; only the standard streams and log handlers are left to flush.
+    """
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)

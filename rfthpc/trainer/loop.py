@@ -546,7 +546,9 @@ def _sampling_temperature(cfg: Config) -> float:
 def run_trainer(run_dir: Path) -> int:
     """The trainer process: join the process group, train, leave; return the exit code."""
     env = init_distributed()
+    code: int | None = None
     try:
-        return Trainer(run_dir, env).run()
+        code = Trainer(run_dir, env).run()
+        return code
     finally:
-        env.close()
+        env.close(synchronised=code is not None)

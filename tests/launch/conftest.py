@@ -1,6 +1,6 @@
 """Fixtures of the launch tests: a tiny model and data, tiny configs, bounded waits.
 
-Everything runs against the real cluster of tools/local_slurm.sh (two virtual nodes n1/n2, accounting
+Everything runs against the real cluster of tools/local_slurm.sh (three virtual nodes n1-n3, accounting
 on; the `slurm_cluster` fixture of tests/conftest.py) with the real `rfthpc` command in subprocesses.
 No wait on a Slurm state or a run directory is unbounded.
 """

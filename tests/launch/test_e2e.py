@@ -36,6 +36,9 @@ from tests.launch.runcheck import ChunkKeeper, check_exactly_once, consumption, 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(900)]
 
 RUN_TIMEOUT_S = 420
+# How far off its time Slurm may act on a time limit or its warning signal (its timers run about once
+# a minute) plus KillWait.
+SLURM_TIMER_SLACK_S = 90
 # Explorers that stay at most one policy version ahead, so the run's explorers cannot take every
 # task before the explorers added mid-run have started. A group that still arrives too stale is
 # dropped, and as explorers do exactly total_steps x batch_size tasks, the run may then end a step
@@ -204,17 +207,40 @@ def test_preemption_cancel_and_requeue_lose_nothing(slurm_cluster: None, demo_da
 
 def test_time_limit_warning_requeues_the_trainer(slurm_cluster: None, demo_data: Path, runs: Path,
                                                  tmp_path: Path) -> None:
-    """A 2-minute trainer job gets Slurm's own USR2 60 s before its limit, checkpoints, requeues and resumes."""
+    """A trainer job still training at its time limit gets Slurm's own USR2 `signal_delay_s` before it,
+    checkpoints, requeues and resumes.
+
+    Its data cannot run out before the limit (many epochs, a step bound it cannot reach), so however
+    fast the machine, the warning finds it training; every wait is derived from the limit.
+    """
+    limit_s, delay_s = 180, 60
     cfg = write_yaml(tmp_path / "run.yaml", tiny_config(
-        demo_data, runs, "timelimit", buffer={"total_steps": 500}, trainer={"save_interval": 0},
-        explorer={"rollout_model": {"engine_num": 1}},
-        slurm={"signal_delay_s": 60, "trainer": {"time": "00:02:00"}}))
+        demo_data, runs, "timelimit", buffer={"total_steps": 1_000_000, "total_epochs": 10_000},
+        trainer={"save_interval": 0}, explorer={"rollout_model": {"engine_num": 1}},
+        slurm={"signal_delay_s": delay_s, "trainer": {"time": f"00:{limit_s // 60:02d}:{limit_s % 60:02d}"}}))
     run = submit(cfg)
     trainer_id, _ = job_ids(run)
-    wait_for(lambda: scontrol_field(trainer_id, "Restarts") == "1", 240, "the requeue at the time limit")
-    step = wait_for(lambda: resumed_steps(run, trainer_id)[1:], 180, "the requeued trainer to resume")[0]
+    # It may first queue behind jobs other tests left running; its time limit counts from its start.
+    wait_for(lambda: scontrol_field(trainer_id, "JobState") == "RUNNING", RUN_TIMEOUT_S, "the trainer job to start",
+             details=cluster_report)
+
+    def requeued() -> bool:
+        if scontrol_field(trainer_id, "Restarts") == "1":
+            return True
+        if _trainer_gone(trainer_id):
+            pytest.fail(f"the trainer job ended instead of requeueing\n{log_tails(run)}")
+        return False
+
+    # Slurm sends the warning up to a minute off its time (its timers' resolution) and ends the job at
+    # the limit (+ KillWait); by then the job has been requeued, or never will be.
+    wait_for(requeued, limit_s + SLURM_TIMER_SLACK_S, "the requeue at the time limit",
+             details=lambda: log_tails(run) + cluster_report())
+    # The requeued attempt starts once the old one's credential expired, then resumes within its own limit.
+    step = wait_for(lambda: resumed_steps(run, trainer_id)[1:], limit_s + RUN_TIMEOUT_S,
+                    "the requeued trainer to resume", details=lambda: log_tails(run) + cluster_report())[0]
     text = (run / "log" / f"{trainer_id}_0_log.out").read_text()
     assert "got SIGUSR2" in text and "requeueing job" in text and "trainer 0 (restart 1, code" in text
+    assert "stopped by a signal at step" in text
     # save_interval 0: the only checkpoint is the one written on the warning, and the trainer resumes there.
     assert step > 0 and (run / f"global_step_{step}").is_dir()
     assert (read_json(run / "experiences" / "_reader" / "checkpointed.json") or {})["counters"]["consumed"] >= 4 * step

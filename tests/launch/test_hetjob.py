@@ -1,4 +1,4 @@
-"""Heterogeneous jobs through submitit (`HetjobExecutor`) on the local cluster's two virtual nodes."""
+"""Heterogeneous jobs through submitit (`HetjobExecutor`) on the local cluster's virtual nodes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""srun + torchrun across the two virtual nodes: rendezvous from Slurm's environment, gloo all-reduce."""
+"""srun + torchrun across two virtual nodes: rendezvous from Slurm's environment, gloo all-reduce."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def test_two_node_rendezvous(slurm_cluster: None, tmp_path: Path) -> None:
     ranks = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
     assert [r["world"] for r in ranks] == [2, 2]
     assert [r["sum"] for r in ranks] == [3.0, 3.0]  # (0 + 1) + (1 + 1)
-    assert {r["node"] for r in ranks} == {"n1", "n2"}  # one rank per virtual node
+    assert len({r["node"] for r in ranks}) == 2  # one rank per virtual node
 
 
 @pytest.mark.parametrize("timeout_s", ["1", None])

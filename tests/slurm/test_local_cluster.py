@@ -127,7 +127,7 @@ def test_hetjob_gets_one_node_per_component(tmp_path: Path) -> None:
 
     assert rows[f"{job_id}+0"]["State"] == rows[f"{job_id}+1"]["State"] == "COMPLETED"
     nodes = [rows[f"{job_id}+{c}"]["NodeList"] for c in (0, 1)]
-    assert sorted(nodes) == ["n1", "n2"]
+    assert len(set(nodes)) == 2  # one node per component
     assert (tmp_path / f"{job_id}.out").read_text().split() == nodes
 
 
