@@ -102,7 +102,7 @@ class DistEnv:
     def _object_device(self) -> torch.device | None:
         return self.device if self.backend == "nccl" else None
 
-    def close(self, synchronised: bool) -> None:
+    def close(self, synchronised: bool = False) -> None:
         """Leave the process group.
 
         `synchronised`: every rank ends here the same way (the trainer's exits are decided
