@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rfthpc.fsutil import TMP_PREFIX, apply_mode, fsync_dir, make_dirs, read_json, write_json_atomic, write_text_atomic
+from rfthpc.handoff import Doorbell
 from rfthpc.rundir import RunDir
 
 if TYPE_CHECKING:
@@ -63,6 +64,11 @@ def step_dir(run_dir: Path, step: int) -> Path:
 def is_complete(path: Path) -> bool:
     """True if `path` is a published step directory readers may load (its STABLE marker exists)."""
     return (Path(path) / STABLE).is_file()
+
+
+def latest_doorbell(run_dir: Path) -> Doorbell:
+    """The weights channel's doorbell: `weights/latest`, which every publication replaces."""
+    return Doorbell(RunDir(run_dir).weights / LATEST)
 
 
 def read_latest(run_dir: Path) -> int | None:

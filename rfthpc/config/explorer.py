@@ -80,4 +80,6 @@ class ExplorerConfig:
     """Trinity-RFT's `mode: bench` switch; rfthpc has no bench mode, so true is rejected (eval tasksets
     are evaluated during the run, see `eval_interval`)."""
     weights_poll_interval: float = 1.0
-    """Seconds between checks of `weights/latest` for a newer policy."""
+    """Longest time in seconds between checks of `weights/latest` for a newer policy while waiting for
+    one; a publication (which replaces that file) is noticed within tens of milliseconds while the
+    explorer needs it (rfthpc.handoff)."""

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from rfthpc import weights
 from rfthpc.config import Config, Stage
 from rfthpc.engines.base import EngineSettings, EngineType, PolicyEngine, is_greedy, make_engine
 from rfthpc.engines.batching import EngineFailed, RequestBatcher
@@ -52,6 +53,7 @@ from rfthpc.explorer.meta import Progress
 from rfthpc.explorer.rollout import RolloutPolicy, TaskOutcome, run_tasks
 from rfthpc.explorer.staleness import expected_train_step, required_version, staleness, taskset_offsets
 from rfthpc.fsutil import read_json, set_share_group
+from rfthpc.handoff import Waiter, WaitPolicy
 from rfthpc.monitor import Monitor
 from rfthpc.rundir import RunDir
 from rfthpc.signals import StopRequest
@@ -179,6 +181,7 @@ class Explorer:
 
     def _start(self, cfg: Config) -> None:
         self.progress = Progress(self.rundir, self.name, self.rank)
+        self.waiter = Waiter(WaitPolicy(slow_s=cfg.explorer.weights_poll_interval))
         self.monitor = Monitor(self.rundir, f"explorer_{self.name}_{self.rank}", cfg.monitor, cfg.project, cfg.name,
                                use_wandb=self.rank == 0)
         buf = cfg.buffer.trainer_input.experience_buffer
@@ -509,11 +512,10 @@ class Explorer:
         log.info("waiting for policy version >= %d (holding %d) to stay within max_staleness=%d",
                  need, self.follower.version, cfg.synchronizer.max_staleness)
         self.progress.update(state="waiting_for_weights", version=self.follower.version, need_version=need)
-        while self.follower.version < need:
-            if self.stop.requested:
-                return "stopped"
-            view = TrainerView.read(self.rundir)
-            if view.done:
+
+        def held_or_over() -> str | None:
+            """"ready" once version `need` is loaded; a status if the wait is over otherwise."""
+            if TrainerView.read(self.rundir).done:
                 return "trainer_done"
             if time.monotonic() >= deadline:
                 raise SyncTimeout(
@@ -523,8 +525,17 @@ class Explorer:
                     "sync_offset to let explorers run further ahead"
                 )
             self._tick()
-            time.sleep(cfg.explorer.weights_poll_interval)
             self._follow(cfg, evals)
+            return "ready" if self.follower.version >= need else None
+
+        if self.follower.version < need:
+            # Woken by the publication itself (weights/latest replaced), or every weights_poll_interval.
+            outcome = self.waiter.wait(held_or_over, [weights.latest_doorbell(self.rundir.root)], None,
+                                       stop=lambda: self.stop.requested)
+            if outcome is None:
+                return "stopped"
+            if outcome != "ready":
+                return outcome
         self.progress.update(state="exploring", version=self.follower.version)
         return None
 

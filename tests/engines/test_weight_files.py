@@ -9,8 +9,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from rfthpc import weights
 from rfthpc.engines.weight_files import iter_safetensors_dir
 from rfthpc.errors import UserError
+from tests.engines.helpers import publish_changed
 
 
 def test_reads_every_tensor_of_every_shard(tmp_path: Path) -> None:
@@ -49,3 +51,15 @@ def test_unreadable_file_is_named(tmp_path: Path, content: bytes) -> None:
     (tmp_path / "model.safetensors").write_bytes(content)
     with pytest.raises(UserError, match=r"model\.safetensors is not a readable safetensors file"):
         list(iter_safetensors_dir(tmp_path))
+
+
+def test_every_publication_rings_the_weights_doorbell(tmp_path: Path, tiny_model: Path) -> None:
+    """Explorers waiting for weights stat `weights/latest` only; each newer step must change it."""
+    bell = weights.latest_doorbell(tmp_path)
+    seen = [bell.signature()]
+    for step in (1, 2):
+        publish_changed(tmp_path, step, tiny_model, seed=step)
+        seen.append(bell.signature())
+    assert seen[0] is None and len(set(seen)) == 3
+    publish_changed(tmp_path, 1, tiny_model, seed=9)  # an older step does not move `latest`
+    assert bell.signature() == seen[-1]
