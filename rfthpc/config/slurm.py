@@ -77,5 +77,4 @@ class FilesystemConfig:
     """Seconds without a heartbeat after which a dead explorer's task claims return to the pool and its
     reader file stops keeping old published weights (locks use their own fixed staleness)."""
     poll_interval_s: float = 1.0
-    """Longest time in seconds between polls of the run directory (experience, task claims) while a
-    role waits; the trainer notices a committed chunk sooner, through the store's doorbell."""
+    """Seconds between polls of the run directory (weights, experience)."""
