@@ -514,7 +514,7 @@ class Explorer:
         self.progress.update(state="waiting_for_weights", version=self.follower.version, need_version=need)
 
         def held_or_over() -> str | None:
-            """"ready" once version `need` is loaded; a status if the wait is over otherwise."""
+            """Return "ready" once version `need` is loaded, a status if the wait is over otherwise."""
             if TrainerView.read(self.rundir).done:
                 return "trainer_done"
             if time.monotonic() >= deadline:
