@@ -52,9 +52,9 @@ def wait_for(predicate: Callable[[], T], timeout: float, what: str, interval: fl
         time.sleep(interval)
 
 
-def sacct_states(job_id: str) -> dict[str, str]:
-    """Sub-id (`12`, `12_0`, `12+1`) → state (first word), from accounting."""
-    out = run_cmd("sacct", "-n", "-X", "-P", "-j", job_id, "-o", "JobID,State").stdout
+def sacct_states(job_id: str, steps: bool = False) -> dict[str, str]:
+    """Sub-id (`12`, `12_0`, `12+1`; with `steps` also `12.batch`, `12.0`) → state (first word), from accounting."""
+    out = run_cmd("sacct", "-n", *([] if steps else ["-X"]), "-P", "-j", job_id, "-o", "JobID,State").stdout
     states = {}
     for line in out.splitlines():
         sub, _, state = line.partition("|")

@@ -22,7 +22,7 @@ from tests.conftest import cancel
 from tests.launch.conftest import (
     cluster_report,
     rfthpc,
-    run_cmd,
+    sacct_states,
     tiny_config,
     wait_terminal,
     write_yaml,
@@ -48,12 +48,6 @@ def busy_machine() -> Iterator[None]:
             p.wait()
 
 
-def step_states(job_id: str) -> dict[str, str]:
-    """State of the job and of each of its steps (`12`, `12.batch`, `12.0`), from accounting."""
-    out = run_cmd("sacct", "-n", "-P", "-j", job_id, "-o", "JobID,State").stdout
-    return {sub: state.split()[0] for sub, _, state in (line.partition("|") for line in out.splitlines()) if sub}
-
-
 def train_once(demo_data: Path, root: Path, name: str, nodes: int) -> None:
     """Submit a trainer-only run on `nodes` nodes with its experience already written; check it ends
     COMPLETED, every step of it and every node's torchrun."""
@@ -70,7 +64,8 @@ def train_once(demo_data: Path, root: Path, name: str, nodes: int) -> None:
         assert states == {job_id: "COMPLETED"}, f"{states}\n{log_tails(run)}\n{cluster_report()}"
     finally:
         cancel(job_id)
-    assert set(step_states(job_id).values()) == {"COMPLETED"}, f"{step_states(job_id)}\n{log_tails(run)}"
+    steps = sacct_states(job_id, steps=True)
+    assert set(steps.values()) == {"COMPLETED"}, f"{steps}\n{log_tails(run)}"
     for node in range(nodes):
         log = (run / "log" / f"{job_id}_{node}_log.out").read_text()
         assert f"trainer {node} exited with code 0" in log, log[-3000:]
