@@ -1,8 +1,8 @@
 """Hand-offs between roles through the run directory: doorbells, and the one way to wait on them.
 
-A role that hands something over rings the channel's doorbell: it replaces one small file, so the
-file's inode, size or modification time changes (the weights channel's doorbell is `weights/latest`,
-which every publication replaces). A role that waits for the hand-off stats that one file (a single
+A role that hands something over (the trainer publishing weights, an explorer committing a chunk)
+rings the channel's doorbell: it replaces one small file, so the file's inode, size or
+modification time changes. A role that waits for the hand-off stats that one file (a single
 metadata operation, cheap on NFS, Lustre and GPFS alike) instead of listing the directories the
 hand-off lands in, and runs its own, costlier check only when the doorbell changed, or at the slow
 interval in case a ring was missed (a producer of an older version, a file cache that hid it).

@@ -77,4 +77,9 @@ class FilesystemConfig:
     """Seconds without a heartbeat after which a dead explorer's task claims return to the pool and its
     reader file stops keeping old published weights (locks use their own fixed staleness)."""
     poll_interval_s: float = 1.0
-    """Seconds between polls of the run directory (weights, experience)."""
+    """Longest time in seconds between polls of the run directory (experience, task claims) while a
+    role waits; the trainer notices a committed chunk sooner, through the store's doorbell."""
+    keep_consumed_chunks: bool = False
+    """Keep experience chunks after the trainer consumed them (by default each checkpoint deletes them):
+    a record of every group trained on, for auditing or offline analysis; the store then grows by the
+    whole run's experience. `rfthpc store gc` still deletes them when asked."""

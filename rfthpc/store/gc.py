@@ -42,18 +42,20 @@ def collect_garbage(
     run_dir: Path,
     consumed_state: dict[str, Any] | None = None,
     tmp_max_age_s: float = 3600.0,
+    keep_chunks: bool = False,
 ) -> dict[str, int]:
     """Delete consumed chunks and stale temporary files; return counts of what was removed.
 
     `consumed_state`: a reader `state_dict()` from a complete checkpoint; by default the one the
     trainer last recorded with `StoreReader.mark_checkpointed` (none recorded: no chunk is deleted).
+    `keep_chunks`: delete only temporary files (`filesystem.keep_consumed_chunks`).
     """
     store = open_store(run_dir)
     state = consumed_state if consumed_state is not None else read_json(store / READER_DIR / CHECKPOINTED_FILE)
     cursor: dict[str, list[int]] = state["cursor"] if state else {}
     removed = {"chunks": 0, "chunk_bytes": 0, "tmp_files": 0}
     for ref in list_chunks(store):
-        if ref.quarantined or ref.seq >= cursor.get(ref.stream, [0, 0])[0]:
+        if keep_chunks or ref.quarantined or ref.seq >= cursor.get(ref.stream, [0, 0])[0]:
             continue
         with contextlib.suppress(FileNotFoundError):
             size = ref.path.stat().st_size

@@ -7,6 +7,8 @@
     experiences/_reader/progress.json                the trainer's consumption state and counters (live)
     experiences/_reader/checkpointed.json            the consumption state of its last complete checkpoint
     experiences/_reader/losses.json                  groups it lost per claim set it consumes (for refills)
+    experiences/_doorbell                            replaced after every committed chunk: the trainer's
+                                                     cheap signal that something arrived (rfthpc.handoff)
 
 A *stream* is one writer process: `<explorer>/<rank>-<token>`, where the token is new for every
 process start, so a requeued explorer never reuses a file name. Its chunks are numbered 0, 1, 2, ...
@@ -24,6 +26,7 @@ from pathlib import Path
 
 from rfthpc.errors import UserError
 from rfthpc.fsutil import is_temporary, make_dirs, read_json, write_json_atomic, write_text_atomic
+from rfthpc.handoff import Doorbell
 from rfthpc.rundir import CONFIG_FILE, RunDir
 
 STORE_MARKER = "STORE.json"
@@ -34,6 +37,7 @@ READER_DIR = "_reader"
 PROGRESS_FILE = "progress.json"
 CHECKPOINTED_FILE = "checkpointed.json"
 LOSSES_FILE = "losses.json"
+DOORBELL_FILE = "_doorbell"
 LOSSES_FORMAT = 1
 
 _CHUNK_RE = re.compile(
@@ -138,6 +142,11 @@ def _read_marker(run_root: Path, marker: Path) -> object:
         return read_json(marker)
     except ValueError:
         raise _not_a_store(run_root, f"{marker} is not valid JSON") from None
+
+
+def experience_doorbell(store: Path) -> Doorbell:
+    """The doorbell explorers ring after each chunk they commit to `store`."""
+    return Doorbell(store / DOORBELL_FILE)
 
 
 def explorer_dirs(store: Path) -> list[Path]:

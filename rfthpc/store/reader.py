@@ -28,12 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from rfthpc.fsutil import make_dirs, write_json_atomic
+from rfthpc.handoff import Waiter, WaitPolicy
 from rfthpc.store.chunks import ChunkCorrupt, read_chunk
 from rfthpc.store.layout import (
     CHECKPOINTED_FILE,
     PROGRESS_FILE,
     READER_DIR,
     ChunkRef,
+    experience_doorbell,
     list_chunks,
     open_store,
     quarantine,
@@ -59,12 +61,14 @@ class StoreReader:
 
     def __init__(self, run_dir: Path, max_staleness: int | None = None, poll_s: float = 0.1) -> None:
         """`max_staleness`: drop (and count) groups with `current_version - policy_version` above it
-        (None keeps all). `poll_s`: how often a waiting `take` lists the store."""
+        (None keeps all). `poll_s`: the longest a waiting `take` goes without listing the store; it looks
+        again at once when an explorer rings the store's doorbell (rfthpc.handoff)."""
         if max_staleness is not None and max_staleness < 0:
             raise ValueError(f"max_staleness must be >= 0 or None, got {max_staleness}")
         self.store = open_store(run_dir, create=True)
         self.max_staleness = max_staleness
-        self.poll_s = poll_s
+        self.doorbell = experience_doorbell(self.store)
+        self.waiter = Waiter(WaitPolicy(slow_s=poll_s))
         self._cursor: dict[str, list[int]] = {}
         self._counters: Counter[str] = Counter()
         self._staleness_hist: Counter[int] = Counter()
@@ -241,22 +245,24 @@ class StoreReader:
         if n_groups < 1:
             raise ValueError(f"n_groups must be >= 1, got {n_groups}")
         start = time.monotonic()
-        while True:
+        got = 0
+
+        def attempt() -> tuple[list[Group], dict[str, list[int]], Counter[str], dict[str, int]] | None:
+            nonlocal got
             self._scan()
             picked, cursor, delta, lost, taken = self._select(n_groups, current_version)
             self._lost_pending = lost
             self._report_losses()
             got = len(picked)
-            if got == n_groups:
-                break
-            waited = time.monotonic() - start
-            if timeout_s is not None and waited >= timeout_s:
-                raise StoreTimeout(
-                    f"only {got} of {n_groups} experience groups were committed to {self.store} within "
-                    f"{timeout_s:.1f} s; explorers may be slow, dead or not started (see `rfthpc store inspect`)"
-                )
-            pause = self.poll_s if timeout_s is None else min(self.poll_s, timeout_s - waited)
-            time.sleep(max(pause, 0.0))
+            return (picked, cursor, delta, taken) if got == n_groups else None
+
+        found = self.waiter.wait(attempt, [self.doorbell], timeout_s)
+        if found is None:
+            raise StoreTimeout(
+                f"only {got} of {n_groups} experience groups were committed to {self.store} within "
+                f"{timeout_s:.1f} s; explorers may be slow, dead or not started (see `rfthpc store inspect`)"
+            )
+        picked, cursor, delta, taken = found
         self._commit(picked, cursor, taken, delta, current_version, time.monotonic() - start)
         return picked
 

@@ -19,7 +19,7 @@ from typing import Self
 from rfthpc.errors import UserError
 from rfthpc.fsutil import apply_mode, fsync_dir, make_dirs, temporary_name
 from rfthpc.store.chunks import ChunkBuilder, PendingGroup
-from rfthpc.store.layout import chunk_name, open_store, stream_key
+from rfthpc.store.layout import chunk_name, experience_doorbell, open_store, stream_key
 from rfthpc.store.schema import Group, check_group, check_name
 
 
@@ -139,6 +139,9 @@ class ChunkWriter:
         self.seq += 1
         self.groups_committed += len(self._chunk)
         self._chunk.clear()
+        # Committed already: a ring that fails only lets the trainer find the chunk at its slow interval.
+        with contextlib.suppress(OSError):
+            experience_doorbell(self.store).ring()
 
     def close(self) -> None:
         """Commit what is buffered and stop accepting groups."""

@@ -466,7 +466,7 @@ class Trainer:
         self.last_saved = (pos.step, stage_finished)
         if self.env.is_main:
             self.reader.mark_checkpointed(meta["reader"])
-            collect_garbage(self.rundir.root)
+            collect_garbage(self.rundir.root, keep_chunks=st.cfg.filesystem.keep_consumed_chunks)
             protect = {pos.stage_start_step} if st.reference is not None else set()
             ckpt.remove_old_checkpoints(self.rundir.root, st.cfg.trainer.max_checkpoints_to_keep, protect)
 

@@ -132,6 +132,8 @@ def tiny_config(data: Path, run_root: Path, name: str, **sections: Any) -> dict[
         "synchronizer": {"sync_interval": 1, "sync_offset": 4},
         "trainer": {"save_interval": 1, "use_dynamic_bsz": False, "ppo_micro_batch_size_per_gpu": 16},
         "monitor": {"monitor_type": ["console"]},
+        # tests.launch.runcheck reads every consumed group back at the end.
+        "filesystem": {"keep_consumed_chunks": True},
         "slurm": {
             "signal_delay_s": 30,
             "trainer": {"time": "00:20:00", "cpus_per_task": 1, "mem": "3G"},

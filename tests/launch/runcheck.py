@@ -1,66 +1,21 @@
 """Checks of a finished run for the end-to-end launch tests: which groups the trainer consumed, each once.
 
-The trainer garbage-collects consumed chunks after each checkpoint, so `ChunkKeeper` hard-links
-every committed chunk into a folder of its own while the run goes on (a link keeps the data when
-the store unlinks its name). At the end the consumption cursor of the trainer's last checkpoint
-(`experiences/_reader/checkpointed.json`) says which of those groups it took.
+The runs keep their consumed chunks (`filesystem.keep_consumed_chunks`, set by `tiny_config`), so at
+the end the whole store is there and the consumption cursor of the trainer's last checkpoint
+(`experiences/_reader/checkpointed.json`) says which of its groups the trainer took.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import threading
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Self
 
-from rfthpc.fsutil import is_temporary, read_json
+from rfthpc.fsutil import read_json
 from rfthpc.store.chunks import read_chunk
-from rfthpc.store.layout import parse_chunk_name
+from rfthpc.store.layout import list_chunks
 from rfthpc.store.schema import Group
-
-
-class ChunkKeeper:
-    """Hard-links every committed chunk of a run's store into `keep/<explorer>/` until stopped."""
-
-    def __init__(self, run_dir: Path, keep: Path, interval_s: float = 0.2) -> None:
-        self.store = Path(run_dir) / "experiences"
-        self.keep = Path(keep)
-        self.interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-        self.sweep()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self.sweep()
-
-    def sweep(self) -> None:
-        """Link the chunks committed since the last sweep."""
-        if not self.store.is_dir():
-            return
-        for d in self.store.iterdir():
-            if not d.is_dir() or not d.name[:1].isalnum():
-                continue
-            for name in os.listdir(d):
-                src, dst = d / name, self.keep / d.name / name
-                if is_temporary(name) or not name.endswith(".h5") or dst.exists():
-                    continue
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                try:
-                    os.link(src, dst)
-                except FileNotFoundError:
-                    continue
 
 
 @dataclass
@@ -75,21 +30,22 @@ class Consumption:
     """The reader's counters (consumed, dropped_stale, ...)."""
 
 
-def consumption(run_dir: Path, keep: Path) -> Consumption:
-    """Split the kept chunks' groups by the cursor of the trainer's newest checkpoint."""
-    state = read_json(Path(run_dir) / "experiences" / "_reader" / "checkpointed.json")
+def consumption(run_dir: Path) -> Consumption:
+    """Split the store's groups by the cursor of the trainer's newest checkpoint (quarantined chunks
+    are left out: the reader read nothing from them)."""
+    store = Path(run_dir) / "experiences"
+    state = read_json(store / "_reader" / "checkpointed.json")
     assert isinstance(state, dict), "no checkpointed reader state: the trainer never saved a checkpoint"
     cursor: dict[str, list[int]] = state["cursor"]
     covered: list[Group] = []
     pending: list[Group] = []
-    for explorer_dir in sorted(p for p in Path(keep).iterdir() if p.is_dir()):
-        refs = [r for r in (parse_chunk_name(explorer_dir.name, p) for p in explorer_dir.iterdir()) if r is not None]
-        for ref in sorted(refs, key=lambda r: (r.stream, r.seq)):
-            seq, done = cursor.get(ref.stream, [0, 0])
-            _, groups = read_chunk(ref.path)
-            taken = len(groups) if ref.seq < seq else (done if ref.seq == seq else 0)
-            covered += [g for g in groups[:taken] if not g.is_eval]
-            pending += [g for g in groups[taken:] if not g.is_eval]
+    refs = [r for r in list_chunks(store) if not r.quarantined]
+    for ref in sorted(refs, key=lambda r: (r.stream, r.seq)):
+        seq, done = cursor.get(ref.stream, [0, 0])
+        _, groups = read_chunk(ref.path)
+        taken = len(groups) if ref.seq < seq else (done if ref.seq == seq else 0)
+        covered += [g for g in groups[:taken] if not g.is_eval]
+        pending += [g for g in groups[taken:] if not g.is_eval]
     return Consumption(covered, pending, {k: int(v) for k, v in state["counters"].items()})
 
 

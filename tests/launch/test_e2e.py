@@ -31,7 +31,7 @@ from tests.launch.conftest import (
     wait_terminal,
     write_yaml,
 )
-from tests.launch.runcheck import ChunkKeeper, check_exactly_once, consumption, log_tails, trainer_steps
+from tests.launch.runcheck import check_exactly_once, consumption, log_tails, trainer_steps
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -143,8 +143,7 @@ def test_submit_runs_trainer_and_explorer_array(slurm_cluster: None, demo_data: 
                                                       slurm={"trainer": {"nodes": 2}}))
     run = submit(cfg)
     trainer_id, explorer_id = job_ids(run)
-    with ChunkKeeper(run, tmp_path / "kept"):
-        meta = wait_done(run, trainer_id)
+    meta = wait_done(run, trainer_id)
     assert meta["step"] == 4
     states = wait_terminal(trainer_id, 120)
     assert states == {trainer_id: "COMPLETED"}, log_tails(run)
@@ -156,7 +155,7 @@ def test_submit_runs_trainer_and_explorer_array(slurm_cluster: None, demo_data: 
     assert "trainer: step 4" in text and "— done" in text
     assert f"{explorer_id}_0" in text and f"{explorer_id}_1" in text and "COMPLETED" in text
     assert "consumed 16" in text
-    check_exactly_once(consumption(run, tmp_path / "kept"), expected_consumed=16)
+    check_exactly_once(consumption(run), expected_consumed=16)
     # One torchrun per virtual node, each with its own log.
     node_logs = [(run / "log" / f"{trainer_id}_{t}_log.out").read_text() for t in (0, 1)]
     assert all("torch.distributed.run --nnodes 2 --nproc-per-node 1" in log for log in node_logs)
@@ -178,20 +177,19 @@ def test_preemption_cancel_and_requeue_lose_nothing(slurm_cluster: None, demo_da
     cfg = write_yaml(tmp_path / "run.yaml", tiny_config(demo_data, runs, "preempt", buffer={"total_steps": total}))
     run = submit(cfg)
     trainer_id, explorer_id = job_ids(run)
-    with ChunkKeeper(run, tmp_path / "kept"):
-        wait_for(lambda: groups_of(run, "explorer") >= 2, RUN_TIMEOUT_S, "both explorers to commit groups")
-        assert run_cmd("scancel", f"{explorer_id}_0").returncode == 0
-        assert run_cmd("scancel", "--signal=USR2", f"{explorer_id}_1").returncode == 0
-        wait_for(lambda: scontrol_field(f"{explorer_id}_1", "Restarts") == "1", 240, "the explorer's requeue",
-                 details=lambda: run_cmd("scontrol", "show", "job", f"{explorer_id}_1").stdout + log_tails(run))
-        wait_step(run, 2, trainer_id)
-        assert run_cmd("scancel", "--signal=USR2", trainer_id).returncode == 0
-        wait_for(lambda: scontrol_field(trainer_id, "Restarts") == "1", 120, "the trainer's requeue after USR2")
-        resumed = wait_for(lambda: resumed_steps(run, trainer_id)[1:], RUN_TIMEOUT_S, "the trainer to resume")[0]
-        wait_step(run, resumed + 1, trainer_id)
-        assert run_cmd("scontrol", "requeue", trainer_id).returncode == 0
-        wait_for(lambda: scontrol_field(trainer_id, "Restarts") == "2", 120, "the external requeue")
-        meta = wait_done(run, trainer_id)
+    wait_for(lambda: groups_of(run, "explorer") >= 2, RUN_TIMEOUT_S, "both explorers to commit groups")
+    assert run_cmd("scancel", f"{explorer_id}_0").returncode == 0
+    assert run_cmd("scancel", "--signal=USR2", f"{explorer_id}_1").returncode == 0
+    wait_for(lambda: scontrol_field(f"{explorer_id}_1", "Restarts") == "1", 240, "the explorer's requeue",
+             details=lambda: run_cmd("scontrol", "show", "job", f"{explorer_id}_1").stdout + log_tails(run))
+    wait_step(run, 2, trainer_id)
+    assert run_cmd("scancel", "--signal=USR2", trainer_id).returncode == 0
+    wait_for(lambda: scontrol_field(trainer_id, "Restarts") == "1", 120, "the trainer's requeue after USR2")
+    resumed = wait_for(lambda: resumed_steps(run, trainer_id)[1:], RUN_TIMEOUT_S, "the trainer to resume")[0]
+    wait_step(run, resumed + 1, trainer_id)
+    assert run_cmd("scontrol", "requeue", trainer_id).returncode == 0
+    wait_for(lambda: scontrol_field(trainer_id, "Restarts") == "2", 120, "the external requeue")
+    meta = wait_done(run, trainer_id)
     assert meta["step"] == total
     assert wait_terminal(trainer_id, 120) == {trainer_id: "COMPLETED"}, log_tails(run)
     assert wait_terminal(explorer_id, 120, n_rows=2) == {f"{explorer_id}_0": "CANCELLED",
@@ -202,7 +200,7 @@ def test_preemption_cancel_and_requeue_lose_nothing(slurm_cluster: None, demo_da
     starts = resumed_steps(run, trainer_id)
     assert len(starts) == 3 and starts[0] == 0 and 0 < starts[1] <= starts[2], starts
     assert sorted(set(trainer_steps(run))) == list(range(1, total + 1))
-    check_exactly_once(consumption(run, tmp_path / "kept"), expected_consumed=4 * total)
+    check_exactly_once(consumption(run), expected_consumed=4 * total)
 
 
 def test_time_limit_warning_requeues_the_trainer(slurm_cluster: None, demo_data: Path, runs: Path,
@@ -254,16 +252,15 @@ def test_hetjob_layout_with_added_explorers(slurm_cluster: None, demo_data: Path
         explorer={"rollout_model": {"engine_num": 1}}, slurm={"layout": "hetjob"}))
     run = submit(cfg)
     (het_id,) = job_ids(run)
-    with ChunkKeeper(run, tmp_path / "kept"):
-        wait_running(het_id)
-        added = rfthpc("add-explorers", "--run-dir", str(run), "--name", "explorer_new", "--array-size", "1")
-        assert added.returncode == 0, added.stderr
-        new_id = job_ids(run)[-1]
-        meta = wait_done(run, het_id)
+    wait_running(het_id)
+    added = rfthpc("add-explorers", "--run-dir", str(run), "--name", "explorer_new", "--array-size", "1")
+    assert added.returncode == 0, added.stderr
+    new_id = job_ids(run)[-1]
+    meta = wait_done(run, het_id)
     assert wait_terminal(het_id, 120, n_rows=2) == {f"{het_id}+0": "COMPLETED", f"{het_id}+1": "COMPLETED"}, \
         log_tails(run)
     assert wait_terminal(new_id, 120) == {f"{new_id}_0": "COMPLETED"}, log_tails(run)
-    taken = consumption(run, tmp_path / "kept")
+    taken = consumption(run)
     check_exactly_once(taken, expected_consumed=4 * meta["step"])
     assert {g.explorer for g in taken.covered} == {"explorer", "explorer_new"}
     text = rfthpc("status", str(run)).stdout
@@ -289,15 +286,14 @@ def test_trainer_and_explorer_templates(slurm_cluster: None, demo_data: Path, ru
     explorer_id = _sbatch("--array=0-1", f"--output={log}/%x-%A_%a.out", str(REPO / "slurm" / "explorer.sbatch"),
                           str(run))
     try:
-        with ChunkKeeper(run, tmp_path / "kept"):
-            wait_done(run, trainer_id)
+        wait_done(run, trainer_id)
         assert wait_terminal(trainer_id, 120) == {trainer_id: "COMPLETED"}, log_tails(run)
         assert set(wait_terminal(explorer_id, 120, n_rows=2).values()) == {"COMPLETED"}, log_tails(run)
     finally:
         cancel(trainer_id, explorer_id)
     text = (log / f"rfthpc-trainer-{trainer_id}.out").read_text()
     assert "2 node(s) x 1 rank(s)" in text and "trainer.sbatch: done" in text
-    check_exactly_once(consumption(run, tmp_path / "kept"), expected_consumed=16)
+    check_exactly_once(consumption(run), expected_consumed=16)
 
 
 def test_hetjob_and_add_explorers_templates(slurm_cluster: None, demo_data: Path, runs: Path,
@@ -311,19 +307,18 @@ def test_hetjob_and_add_explorers_templates(slurm_cluster: None, demo_data: Path
     het_id = _sbatch(f"--output={log}/%x-%j.out", str(REPO / "slurm" / "hetjob.sbatch"), str(run))
     new_id = ""
     try:
-        with ChunkKeeper(run, tmp_path / "kept"):
-            wait_running(het_id)
-            out = rfthpc("add-explorers", "--run-dir", str(run), "--name", "explorer_new", "--dry-run")
-            assert out.returncode == 0, out.stderr
-            new_id = _sbatch("--array=0-0", f"--output={log}/%x-%A_%a.out",
-                             str(REPO / "slurm" / "add_explorers.sbatch"), str(run), "explorer_new")
-            meta = wait_done(run, het_id)
+        wait_running(het_id)
+        out = rfthpc("add-explorers", "--run-dir", str(run), "--name", "explorer_new", "--dry-run")
+        assert out.returncode == 0, out.stderr
+        new_id = _sbatch("--array=0-0", f"--output={log}/%x-%A_%a.out",
+                         str(REPO / "slurm" / "add_explorers.sbatch"), str(run), "explorer_new")
+        meta = wait_done(run, het_id)
         assert wait_terminal(het_id, 120, n_rows=2) == {f"{het_id}+0": "COMPLETED", f"{het_id}+1": "COMPLETED"}, \
             log_tails(run)
         assert wait_terminal(new_id, 120) == {f"{new_id}_0": "COMPLETED"}, log_tails(run)
     finally:
         cancel(het_id, *([new_id] if new_id else []))
-    taken = consumption(run, tmp_path / "kept")
+    taken = consumption(run)
     check_exactly_once(taken, expected_consumed=4 * meta["step"])
     assert {g.explorer for g in taken.covered} == {"explorer", "explorer_new"}
     assert os.stat(run).st_mode & 0o077 == 0

@@ -71,3 +71,17 @@ def test_quarantined_chunks_are_kept(run_dir: Path) -> None:
     reader.mark_checkpointed(reader.state_dict())
     assert collect_garbage(run_dir)["chunks"] == 1
     assert (run_dir / "experiences" / QUARANTINE_DIR / "ex" / first.name).exists()
+
+
+def test_keeping_chunks_still_deletes_dead_writers_temporary_files(run_dir: Path) -> None:
+    w = ChunkWriter(run_dir, "ex", 0, groups_per_chunk=1)
+    for i in range(2):
+        w.add(make_group(f"t{i}"))
+    old_tmp = run_dir / "experiences" / "ex" / f"{TMP_PREFIX}c00009-0123456789abcdef-00000000.h5.elsewhere-7-0badc0de"
+    old_tmp.write_bytes(b"partial")
+    os.utime(old_tmp, (time.time() - 7200, time.time() - 7200))
+    reader = StoreReader(run_dir)
+    reader.take(2, 0, timeout_s=1)
+    reader.mark_checkpointed(reader.state_dict())
+    assert collect_garbage(run_dir, keep_chunks=True) == {"chunks": 0, "chunk_bytes": 0, "tmp_files": 1}
+    assert _chunks(run_dir) == 2

@@ -265,3 +265,31 @@ def test_a_filesystem_error_delays_a_chunk_without_quarantining_it(
     assert "could not be read" in caplog.text and failing["left"] == 0
     assert not (open_store(run_dir) / QUARANTINE_DIR).exists()
     assert reader.metrics()["store/quarantined_chunks"] == 0
+
+
+def test_a_waiting_take_wakes_on_the_commit_doorbell_not_its_poll_interval(run_dir: Path) -> None:
+    """The chunk is committed after the take's first look found nothing; with a poll interval of an
+    hour and a 60 s timeout (simulated time), only the writer's ring can get it to the reader."""
+    reader = StoreReader(run_dir, poll_s=3600.0)
+    now = [0.0]
+    committed: list[bool] = []
+
+    def sleep(s: float) -> None:
+        now[0] += s
+        if not committed:
+            _write(run_dir, "ex", 0, ["t0", "t1"], per_chunk=2)
+            committed.append(True)
+
+    reader.waiter.clock, reader.waiter.sleep = (lambda: now[0]), sleep
+    assert _ids(reader.take(2, 0, timeout_s=60)) == ["t0", "t1"]
+    assert reader.waiter.stats.checks == 2 and now[0] <= reader.waiter.policy.fast_s
+
+
+def test_a_take_that_nothing_reaches_lists_the_store_at_its_poll_interval(run_dir: Path) -> None:
+    reader = StoreReader(run_dir, poll_s=1.0)
+    now = [0.0]
+    reader.waiter.clock = lambda: now[0]
+    reader.waiter.sleep = lambda s: now.__setitem__(0, now[0] + s)
+    with pytest.raises(StoreTimeout):
+        reader.take(1, 0, timeout_s=600)
+    assert reader.waiter.stats.checks <= 600 + 2

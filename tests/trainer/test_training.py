@@ -19,6 +19,7 @@ from rfthpc.fsutil import read_json
 from rfthpc.monitor import read_metrics
 from rfthpc.rundir import RunDir
 from rfthpc.store import ChunkWriter, TaskClaims
+from rfthpc.store.layout import list_chunks
 from rfthpc.trainer.checkpoint import latest_checkpoint, read_meta
 from tests.trainer.conftest import make_run, random_group, rl_config, run_trainer_inprocess, sft_stage, write_groups
 
@@ -61,6 +62,17 @@ def test_rl_run_publishes_checkpoints_and_logs(tmp_path: Path, tiny_model: Path)
                  "staleness/mean", "staleness/max"):
         assert name in records[4], name
     assert records[4]["store/consumed"] == 8.0 and records[4]["staleness/max"] == 3.0
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_checkpoints_delete_consumed_chunks_unless_asked_to_keep_them(tmp_path: Path, tiny_model: Path,
+                                                                      keep: bool) -> None:
+    cfg = rl_config(tiny_model, **{"trainer.save_interval": 1, "filesystem.keep_consumed_chunks": keep})
+    run = make_run(tmp_path / "run", cfg)
+    write_groups(run, 8, per_chunk=2)
+    assert run_trainer_inprocess(run) == 0
+    left = [r for r in list_chunks(run.root / "experiences") if not r.quarantined]
+    assert len(left) == (4 if keep else 0)
 
 
 def test_ppo_trains_a_critic_against_a_reference(tmp_path: Path, tiny_model: Path) -> None:
