@@ -100,19 +100,31 @@ def _python() -> list[str]:
     return [sys.executable, "-m", "rfthpc"]
 
 
-def plan_roles(stages: list[Stage], run: RunDir, trainer_procs: int = 1, explorers: int | None = None) -> list[Role]:
+def available_cores() -> int:
+    """CPUs this process may run on: its affinity mask (what `taskset`, a Slurm allocation or a
+    container allows), not the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def plan_roles(stages: list[Stage], run: RunDir, trainer_procs: int = 1, explorers: int | None = None,
+               cores: int | None = None) -> list[Role]:
     """The processes a run's stages need on this machine: a trainer if any stage trains (mode
     `both` or `train`), explorers if any stage explores (`both` or `explore`).
 
-    Each process gets `OMP_NUM_THREADS = cores // processes` (at least 1) unless the caller set
-    it, so trainer and explorers do not oversubscribe the cores they share.
+    Each process gets `OMP_NUM_THREADS = cores // processes` (at least 1; `cores`: by default
+    `available_cores()`) unless the caller set it, so the roles overlap on cores of their own
+    instead of oversubscribing the ones they share (docs/performance.md).
     """
     modes = {s.config.mode for s in stages}
     cfg = stages[-1].config
     train = bool(modes & {"both", "train"})
     count = (explorers if explorers is not None else (cfg.slurm.explorer.array_size or 1)) \
         if modes & {"both", "explore"} else 0
-    threads = str(max(1, (os.cpu_count() or 1) // max(1, count + (trainer_procs if train else 0))))
+    cores = available_cores() if cores is None else cores
+    threads = str(max(1, cores // max(1, count + (trainer_procs if train else 0))))
     base_env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", threads)}
     roles: list[Role] = []
     if train:

@@ -5,7 +5,9 @@ Charts (written to `<run dir>/monitor/plots/`, each alone and all together in `o
   stages), with the stage boundaries marked;
 - `eval.png`: greedy eval accuracy per policy version, per eval taskset;
 - `staleness.png`: histogram of (trainer version - policy version) over the consumed experience;
-- `throughput.png`: trainer and explorer tokens/s over the run's wall time.
+- `throughput.png`: trainer and explorer tokens/s over the run's wall time;
+- `timeline.png`: what each role did when (computing, generating, waiting for the other,
+  publishing, loading, evaluating; `rfthpc.timeline`): whether the roles overlap, at a glance.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 from rfthpc.errors import UserError
 from rfthpc.monitor import read_metrics
 from rfthpc.rundir import RunDir
+from rfthpc.timeline import role_spans
 
 REWARD_KEY = "critic/score/mean"
 SFT_LOSS_KEY = "actor/sft_loss"
@@ -62,7 +65,7 @@ def collect(run: RunDir) -> dict[str, Any]:
                  for p in sorted(run.monitor.glob("explorer_*.jsonl"))}
     data: dict[str, Any] = {
         "reward": _series(trainer, REWARD_KEY), "sft_loss": _series(trainer, SFT_LOSS_KEY),
-        "stage_starts": _stage_starts(trainer), "eval": {}, "throughput": {}, "staleness": {},
+        "stage_starts": _stage_starts(trainer), "eval": {}, "throughput": {}, "staleness": {}, "timeline": {},
     }
     t0 = min([r["time"] for recs in [trainer, *explorers.values()] for r in recs[:1] if "time" in r], default=0.0)
     for name, recs in explorers.items():
@@ -72,6 +75,8 @@ def collect(run: RunDir) -> dict[str, Any]:
         xs, ys = _series(recs, "rollout/tokens_per_s", x="time")
         if xs:
             data["throughput"][f"explorer {name} (generated)"] = ([x - t0 for x in xs], ys)
+    data["timeline"] = {role: [(sp.start - t0, sp.end - t0, sp.phase) for sp in spans]
+                        for role, spans in role_spans(run).items()}
     xs, ys = _series(trainer, "perf/throughput", x="time")
     if xs:
         data["throughput"]["trainer (trained)"] = ([x - t0 for x in xs], ys)
@@ -151,8 +156,35 @@ def draw_throughput(ax: Any, data: dict[str, Any]) -> None:
     ax.set(title="Throughput", xlabel="seconds since start", ylabel="tokens/s")
 
 
+PHASE_COLOURS = {
+    "computing": "tab:blue", "generating": "tab:blue", "waiting for experience": "lightgrey",
+    "waiting for weights": "lightgrey", "publishing weights": "tab:green", "checkpointing": "tab:orange",
+    "evaluating": "tab:purple",
+}
+
+
+def draw_timeline(ax: Any, data: dict[str, Any]) -> None:
+    """One row per role, one bar per phase over wall time: overlapping blue bars are roles working
+    at once; grey is a role waiting for the other."""
+    roles = list(data["timeline"])
+    for row, role in enumerate(roles):
+        for phase, colour in PHASE_COLOURS.items():
+            bars = [(start, end - start) for start, end, p in data["timeline"][role] if p == phase]
+            if bars:
+                ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=colour, label=phase)
+    if roles:
+        ax.set_yticks(range(len(roles)), roles)
+        handles, labels = ax.get_legend_handles_labels()
+        unique = dict(zip(labels, handles, strict=True))
+        ax.legend(unique.values(), unique.keys(), fontsize=7, loc="upper right", ncol=2)
+    else:
+        _no_data(ax)
+    ax.set(title="Timeline", xlabel="seconds since start")
+
+
 CHARTS: dict[str, Callable[[Any, dict[str, Any]], None]] = {
     "reward": draw_reward, "eval": draw_eval, "staleness": draw_staleness, "throughput": draw_throughput,
+    "timeline": draw_timeline,
 }
 
 
@@ -175,8 +207,11 @@ def plot_run(run_dir: Path) -> list[Path]:
         fig.tight_layout()
         paths.append(_save(fig, out / f"{name}.png"))
         plt.close(fig)
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
-    for ax, draw in zip(axes.flat, CHARTS.values()):
+    # Four charts in a grid, the timeline across the bottom.
+    fig = plt.figure(figsize=(12, 11))
+    grid = fig.add_gridspec(3, 2)
+    axes = [fig.add_subplot(grid[i // 2, i % 2]) for i in range(4)] + [fig.add_subplot(grid[2, :])]
+    for ax, draw in zip(axes, CHARTS.values(), strict=True):
         draw(ax, data)
     fig.suptitle(f"{run.root.parent.name}/{run.root.name}")
     fig.tight_layout()

@@ -18,8 +18,11 @@ from rfthpc.fsutil import is_temporary, read_json
 from rfthpc.launch.jobs import JobRecord, read_jobs
 from rfthpc.launch.slurmcli import first_line, run_slurm
 from rfthpc.rundir import RunDir
+from rfthpc.timeline import role_spans, shares
 
 STATE_TIMEOUT_S = 15.0
+TIME_WINDOW_S = 300.0
+"""How far back `rfthpc status` looks for each role's time shares."""
 
 # Slurm states after which a job does nothing more (REQUEUED, PREEMPTED and SUSPENDED may continue);
 # GONE is rfthpc's own, for a job neither sacct nor squeue knows.
@@ -166,6 +169,7 @@ def collect_status(run_dir: Path, timeout_s: float = STATE_TIMEOUT_S) -> dict[st
         "store": store,
         "store_error": store_error,
         "explorers": explorer_progress(run),
+        "time_shares": {role: shares(spans, TIME_WINDOW_S) for role, spans in role_spans(run).items()},
     }
 
 
@@ -251,4 +255,9 @@ def format_status(d: dict[str, Any]) -> str:
                          "groups/s (all ranks)"], rows)
     else:
         lines.append("explorers: none has reported yet")
+    if d["time_shares"]:
+        lines += ["", f"time, over each role's last {TIME_WINDOW_S / 60:.0f} minutes of records"]
+        for role, share in d["time_shares"].items():
+            ranked = sorted(share.items(), key=lambda kv: -kv[1])
+            lines.append(f"  {role}: " + ", ".join(f"{phase} {100 * f:.0f}%" for phase, f in ranked))
     return "\n".join(lines) + "\n"

@@ -24,6 +24,7 @@ import logging
 import math
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -188,7 +189,9 @@ class Trainer:
         while not finished:
             if st.total_steps is not None and pos.step_in_stage >= st.total_steps:
                 break
+            began = time.perf_counter()
             poll = self._fetch(st, pos)
+            waited = time.perf_counter() - began
             if poll.status == "stop":
                 self._save(st, pos, stage_finished=False)
                 log.warning("stopped by a signal at step %d after a checkpoint; requeue to continue", pos.step)
@@ -206,13 +209,16 @@ class Trainer:
             if metrics is None:
                 continue
             pos.step += 1
-            self._log(metrics, pos.step)
-            if st.is_rl and pos.step_in_stage % st.cfg.synchronizer.sync_interval == 0:
-                self._publish(pos.step, st.cfg)
+            # The step's timeline (docs/performance.md): waiting for experience, computing, publishing
+            # and checkpointing add up to the time since the previous step's record.
+            timeline = {"timing/wait_experience_s": waited, "timing/compute_s": metrics["perf/time_per_step"]}
+            publish = st.is_rl and pos.step_in_stage % st.cfg.synchronizer.sync_interval == 0
+            timeline["timing/publish_s"] = _timed(self._publish, pos.step, st.cfg) if publish else 0.0
             finished = st.total_steps is not None and pos.step_in_stage >= st.total_steps
             interval = st.cfg.trainer.save_interval
-            if finished or (interval > 0 and pos.step % interval == 0):
-                self._save(st, pos, stage_finished=finished)
+            save = finished or (interval > 0 and pos.step % interval == 0)
+            timeline["timing/checkpoint_s"] = _timed(self._save, st, pos, stage_finished=finished) if save else 0.0
+            self._log({**metrics, **timeline}, pos.step)
             self._write_trainer_meta(pos)
         # Rank 0 decides: every rank must take part in a publication (it gathers the weights).
         if st.is_rl and self.env.broadcast_object(weights.read_latest(self.rundir.root) != pos.step):
@@ -486,6 +492,13 @@ class Trainer:
     def _log(self, metrics: dict[str, float], step: int) -> None:
         if self.monitor is not None:
             self.monitor.log(metrics, step)
+
+
+def _timed(fn: Callable[..., object], *args: Any, **kwargs: Any) -> float:
+    """Seconds `fn(*args, **kwargs)` took."""
+    began = time.perf_counter()
+    fn(*args, **kwargs)
+    return time.perf_counter() - began
 
 
 def _plan(samples: list[Sample], indices: list[int], *, world_size: int, token_budget: int | None,

@@ -77,6 +77,21 @@ def test_status_report(run: RunDir) -> None:
     # explorer, rank, state, version, staleness (latest 7 - version), groups, tokens/s, ...
     assert [r[:6] for r in rows] == [["explorer", "0", "exploring", "7", "0", "10"],
                                      ["explorer", "1", "exploring", "5", "2", "11"]]
+    assert "time, over" not in text  # no step recorded yet
+
+
+def test_status_says_what_each_role_spends_its_time_on(run: RunDir) -> None:
+    now = time.time()
+    run.monitor.mkdir(parents=True, exist_ok=True)
+    with open(run.monitor / "trainer.jsonl", "w") as f:
+        f.writelines(json.dumps({"step": k + 1, "time": now - 10 + 3 * k, "timing/wait_experience_s": 1.0,
+                                 "timing/compute_s": 1.5, "timing/publish_s": 0.5, "timing/checkpoint_s": 0.0})
+                     + "\n" for k in range(3))
+    with open(run.monitor / "explorer_explorer_0.jsonl", "w") as f:
+        f.write(json.dumps({"step": 1, "time": now - 2, "rollout/wait_s": 1.0, "rollout/time_s": 3.0}) + "\n")
+    text = format_status(collect_status(run.root, timeout_s=5))
+    assert "  trainer: computing 50%, waiting for experience 33%, publishing weights 17%" in text
+    assert "  explorer rank 0: generating 75%, waiting for weights 25%" in text
 
 
 def test_status_without_slurm_still_reports_the_run(run: RunDir, tmp_path: Path) -> None:

@@ -167,9 +167,11 @@ def test_a_closed_terminal_stops_the_roles_unless_under_nohup(tmp_path: Path, no
         "sys.exit(run_local(RunDir(out), roles + [Announce('explorer_2', ['sleep', '300'], out / '2.log')],\n"
         "                   stop_grace_s=5))\n"
     )
-    ignore_hup = (lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) if nohup else None
+    # Set either way: a test suite itself started under nohup passes SIGHUP ignored to its children.
+    disposition = signal.SIG_IGN if nohup else signal.SIG_DFL
     pids: list[int] = []
-    proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], cwd=REPO, preexec_fn=ignore_hup,
+    proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], cwd=REPO,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, disposition),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
@@ -196,3 +198,27 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_each_role_gets_its_share_of_the_cores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`rfthpc run` splits the cores it may use between its processes (OMP_NUM_THREADS), unless the
+    user set OMP_NUM_THREADS, which every role then keeps."""
+    from rfthpc.config import load_config
+    from rfthpc.local import available_cores, plan_roles
+
+    stages = load_config(rl_only(tmp_path / "run.yaml", "threads"), check_paths=False).stages
+    run = RunDir(tmp_path / "run")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+
+    def threads(**kwargs: int) -> dict[str, str]:
+        return {r.name: r.env["OMP_NUM_THREADS"] for r in plan_roles(stages, run, **kwargs)}
+
+    assert threads(cores=2) == {"trainer": "1", "explorer_0": "1"}
+    assert threads(cores=8, explorers=3) == {"trainer": "2", "explorer_0": "2", "explorer_1": "2", "explorer_2": "2"}
+    # torchrun's workers are processes too: 2 trainer ranks and 2 explorers on 8 cores get 2 threads each.
+    assert threads(cores=8, trainer_procs=2, explorers=2) == {"trainer": "2", "explorer_0": "2", "explorer_1": "2"}
+    assert threads(cores=1, explorers=2) == {"trainer": "1", "explorer_0": "1", "explorer_1": "1"}
+    # By default: the CPUs this process may run on (its affinity, as Slurm or taskset set it).
+    assert available_cores() == len(os.sched_getaffinity(0))
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert set(threads(cores=8).values()) == {"3"}

@@ -16,6 +16,7 @@ from rfthpc.local import Role, progress_line
 from rfthpc.monitor import Monitor
 from rfthpc.plot import collect, plot_run, rolling_mean
 from rfthpc.rundir import RunDir
+from rfthpc.timeline import EXPLORER_PHASES, TRAINER_PHASES, Span, record_spans, shares
 
 
 def _two_stage_run(root: Path) -> RunDir:
@@ -27,10 +28,12 @@ def _two_stage_run(root: Path) -> RunDir:
         trainer.log({"actor/sft_loss": 2.0 / step, "training/stage_index": 0, "perf/throughput": 100.0}, step)
     for step, reward in zip(range(5, 8), (0.2, 0.4, 0.6)):
         trainer.log({"critic/score/mean": reward, "staleness/mean": 1.0, "training/stage_index": 1,
-                     "perf/throughput": 90.0}, step)
+                     "perf/throughput": 90.0, "timing/wait_experience_s": 0.2, "timing/compute_s": 0.5,
+                     "timing/publish_s": 0.1, "timing/checkpoint_s": 0.0}, step)
     explorer = Monitor(run, "explorer_explorer_0", quiet, "p", "n")
     explorer.log({"eval/arith-eval/accuracy": 0.25, "eval/arith-eval/reward_mean": 0.25}, 4)
-    explorer.log({"rollout/reward_mean": 0.3, "rollout/tokens_per_s": 1500.0, "rollout/version": 4}, 1)
+    explorer.log({"rollout/reward_mean": 0.3, "rollout/tokens_per_s": 1500.0, "rollout/version": 4,
+                  "rollout/time_s": 0.4, "rollout/wait_s": 0.1}, 1)
     explorer.log({"eval/arith-eval/accuracy": 0.75}, 7)
     write_json_atomic(run.trainer_meta, {"step": 7, "stage": "rft", "stage_index": 1, "stage_start_step": 4,
                                          "done": True})
@@ -49,11 +52,34 @@ def test_collect_finds_stage_boundary_and_series(tmp_path: Path) -> None:
     assert data["eval"] == {"arith-eval": ([4, 7], [0.25, 0.75])}
     assert set(data["throughput"]) == {"trainer (trained)", "explorer explorer_0 (generated)"}
     assert data["staleness"] == {}  # no experience store in this run directory
+    assert set(data["timeline"]) == {"trainer", "explorer rank 0"}
+    assert [phase for _, _, phase in data["timeline"]["trainer"]] == \
+        ["waiting for experience", "computing", "publishing weights"] * 3
+
+
+def test_timeline_lays_each_records_phases_end_to_end_before_its_time() -> None:
+    record = {"time": 100.0, "timing/wait_experience_s": 2.0, "timing/compute_s": 5.0, "timing/publish_s": 1.0,
+              "timing/checkpoint_s": 0.0}
+    assert record_spans(record, TRAINER_PHASES) == [Span("waiting for experience", 92.0, 94.0),
+                                                    Span("computing", 94.0, 99.0),
+                                                    Span("publishing weights", 99.0, 100.0)]
+    batch = {"time": 50.0, "rollout/wait_s": 0.0, "rollout/time_s": 4.0}
+    assert record_spans(batch, EXPLORER_PHASES) == [Span("generating", 46.0, 50.0)]
+    assert record_spans({"step": 1, "timing/compute_s": 1.0}, TRAINER_PHASES) == []  # no time: no span
+
+
+def test_timeline_shares_cover_the_window_asked_for() -> None:
+    spans = [Span("waiting for weights", 0.0, 6.0), Span("generating", 6.0, 8.0), Span("generating", 8.0, 10.0)]
+    assert shares(spans) == pytest.approx({"waiting for weights": 0.6, "generating": 0.4})
+    # The last 5 s: 1 s of the wait reaches into it.
+    assert shares(spans, window_s=5.0) == pytest.approx({"waiting for weights": 0.2, "generating": 0.8})
+    assert shares([]) == {}
 
 
 def test_plot_writes_every_chart(tmp_path: Path) -> None:
     paths = plot_run(_two_stage_run(tmp_path / "run").root)
-    assert [p.name for p in paths] == ["reward.png", "eval.png", "staleness.png", "throughput.png", "overview.png"]
+    assert [p.name for p in paths] == ["reward.png", "eval.png", "staleness.png", "throughput.png", "timeline.png",
+                                       "overview.png"]
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not [p for p in paths[0].parent.iterdir() if p.name.startswith(".tmp-")]

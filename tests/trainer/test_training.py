@@ -59,9 +59,14 @@ def test_rl_run_publishes_checkpoints_and_logs(tmp_path: Path, tiny_model: Path)
     for name in ("actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/entropy", "actor/grad_norm",
                  "actor/lr", "critic/score/mean", "critic/rewards/mean", "critic/advantages/mean",
                  "response_length/mean", "perf/throughput", "perf/time_per_step", "store/consumed",
-                 "staleness/mean", "staleness/max"):
+                 "staleness/mean", "staleness/max", "timing/wait_experience_s", "timing/compute_s",
+                 "timing/publish_s", "timing/checkpoint_s"):
         assert name in records[4], name
     assert records[4]["store/consumed"] == 8.0 and records[4]["staleness/max"] == 3.0
+    # Every step published (sync_interval 1); steps 2 and 4 also wrote a checkpoint, 1 and 3 did not.
+    assert all(r["timing/publish_s"] > 0 for r in records.values())
+    assert [records[k]["timing/checkpoint_s"] > 0 for k in (1, 2, 3, 4)] == [False, True, False, True]
+    assert records[4]["timing/compute_s"] == records[4]["perf/time_per_step"]
 
 
 @pytest.mark.parametrize("keep", [False, True])

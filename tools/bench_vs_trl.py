@@ -1,0 +1,366 @@
+"""rfthpc against Hugging Face TRL's `GRPOTrainer` on the demo's GRPO stage, side by side.
+
+usage: python tools/bench_vs_trl.py [--steps 150] [--rounds 2] [--small-steps 30] [--no-small]
+                                    [--trl-python PATH] [--dir DIR]
+
+What a user would otherwise run on one machine is TRL's GRPOTrainer: one synchronous process that
+generates with transformers' `generate` and trains in turn. Both systems get the same work:
+
+- the same start: the demo's SFT warm-up stage (configs/tiny-cpu.yaml, its `sft_warmup` stage run
+  once by rfthpc), saved as a Hugging Face model both load;
+- the same data and prompt token ids: the demo's training tasks, rendered with the tokenizer's chat
+  template exactly as rfthpc's explorer renders them (the TRL side checks every prompt's ids);
+- the same reward (rfthpc's `math_reward`, imported by the TRL process) and hyperparameters: 16
+  tasks x 8 samples per step, 16 new tokens at T=1, 8 PPO-clipped updates of 2 tasks per step
+  (clip 0.2, token-mean loss, no KL, group-normalised advantages), lr 3e-4 cosine to 3e-5, fp32;
+- the same evaluation: greedy answers to the held-out test split, scored by `math_reward`, for the
+  SFT start and for each system's final model, by this script (transformers, one code path).
+
+rfthpc runs as `rfthpc run` with the demo's RL stage and its own defaults (one vLLM explorer, one
+trainer, one version of staleness); TRL runs in its own virtual environment (`.venv-trl`, made on
+first use with torch 2.13.0 and trl 1.16.0, or `--trl-python`). Runs alternate A-B-A-B
+(`--rounds`). "wall" is the whole command (start-up, loading, the loop, saving); "loop" is from
+the first rollout's start to the last optimizer step's end (rfthpc: its monitor records; TRL:
+`on_train_begin` to `on_train_end`). Ratios are medians over rounds, rfthpc / TRL (below 1: rfthpc
+is faster). The same comparison runs on the `small` tiny model (~3M parameters, 48 new tokens),
+where a step takes seconds. Last line:
+`FIGURES wall_vs_trl=… loop_vs_trl=… acc=… acc_trl=… acc_sft=… wall_vs_trl_small=… loop_vs_trl_small=…`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+TRL_VERSION = "1.16.0"
+TORCH_VERSION = "2.13.0"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One model to compare on: its name, size, steps and response length."""
+
+    name: str
+    size: str
+    steps: int
+    max_response_tokens: int
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=150, help="GRPO steps on the demo model (the demo's 150)")
+    p.add_argument("--rounds", type=int, default=2, help="A-B rounds per model")
+    p.add_argument("--small-steps", type=int, default=30, help="GRPO steps on the small model")
+    p.add_argument("--no-small", action="store_true", help="skip the small model")
+    p.add_argument("--trl-python", type=Path, default=None, help="a Python with trl installed (default: .venv-trl)")
+    p.add_argument("--dir", type=Path, default=None, help="work directory (default: a temporary one)")
+    p.add_argument("--trl-worker", type=Path, default=None, help=argparse.SUPPRESS)
+    return p.parse_args()
+
+
+# ---- environments ------------------------------------------------------------------------------
+
+def rfthpc_bin() -> Path:
+    """The `rfthpc` command of the Python running this script."""
+    return Path(sys.executable).parent / "rfthpc"
+
+
+def trl_python(given: Path | None) -> Path:
+    """A Python with TRL: `given`, or `.venv-trl` in the repository (made on first use)."""
+    if given is not None:
+        return given
+    venv = ROOT / ".venv-trl"
+    python = venv / "bin" / "python"
+    stamp = venv / f".trl-{TRL_VERSION}"
+    if not stamp.exists():
+        print(f"making {venv} (torch {TORCH_VERSION}, trl {TRL_VERSION}) ...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+        # torch first, as tools/setup_env.sh does: the CPU build, not a CUDA one pulled in by trl.
+        subprocess.run([*pip, f"torch=={TORCH_VERSION}"], check=True)
+        subprocess.run([*pip, f"trl=={TRL_VERSION}"], check=True)
+        stamp.write_text("")
+    return python
+
+
+def run(argv: list[str], log: Path, env: dict[str, str] | None = None) -> float:
+    """Run a command with its output in `log`; return its wall time (raise if it fails)."""
+    start = time.perf_counter()
+    with open(log, "wb") as out:
+        proc = subprocess.run(argv, check=False, stdout=out, stderr=subprocess.STDOUT,
+                              env={**os.environ, **(env or {})}, cwd=ROOT)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(argv[:4])} ... failed (exit {proc.returncode}); see {log}:\n"
+                         + log.read_text(errors="replace")[-3000:])
+    return wall
+
+
+# ---- the shared start: model, data, SFT warm-up, prompts ---------------------------------------
+
+def demo_config() -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "configs" / "tiny-cpu.yaml").read_text())
+
+
+def prepare(work: Path, setting: Setting) -> tuple[Path, Path]:
+    """Demo data, the setting's model after the demo's SFT warm-up, and the prompts file for TRL;
+    returns (SFT model directory, prompts file)."""
+    demo = work / "demo-data"
+    if not (demo / "demo.json").exists():
+        run([str(rfthpc_bin()), "make-demo", "--out", str(demo)], work / "make-demo.log")
+    base = demo / "model"
+    if setting.size != "demo":
+        base = work / f"{setting.name}-init"
+        if not base.exists():
+            run([str(rfthpc_bin()), "tiny-model", "--out", str(base), "--size", setting.size],
+                work / f"{setting.name}-tiny-model.log")
+    sft_model = work / f"{setting.name}-sft"
+    if not (sft_model / "model.safetensors").exists():
+        raw = demo_config()
+        sft_stage = next(s for s in raw.pop("stages") if s["stage_name"] == "sft_warmup")
+        raw.update(name=f"{setting.name}-sft", checkpoint_root_dir=str(work / "runs"),
+                   monitor={"monitor_type": []})
+        raw["model"]["model_path"] = str(base)
+        raw["stages"] = [sft_stage]
+        cfg = write_config(work / f"{setting.name}-sft.yaml", raw, demo)
+        run([str(rfthpc_bin()), "run", "--config", str(cfg)], work / f"{setting.name}-sft.log")
+        run_dir = work / "runs" / raw["project"] / raw["name"]
+        last = max(run_dir.glob("global_step_*"), key=lambda p: int(p.name.rsplit("_", 1)[1]))
+        shutil.copytree(last / "actor" / "huggingface", sft_model)
+        for f in (last / "actor" / "hf_config").iterdir():  # tokenizer and chat template
+            if not (sft_model / f.name).exists():
+                shutil.copy2(f, sft_model / f.name)
+    prompts = work / f"{setting.name}-prompts.jsonl"
+    if not prompts.exists():
+        write_prompts(sft_model, demo / "gsm8k" / "train.jsonl", prompts)
+    return sft_model, prompts
+
+
+def write_config(path: Path, raw: dict[str, Any], demo: Path) -> Path:
+    """Write `raw` with the demo directory's paths filled in."""
+    text = yaml.safe_dump(raw, sort_keys=False).replace("${oc.env:RFTHPC_DEMO_DIR,./demo-data}", str(demo))
+    path.write_text(text)
+    return path
+
+
+def chat(question: str) -> list[dict[str, str]]:
+    """The demo's prompt: the question as the user's message, no system prompt (its `system_prompt: ""`)."""
+    return [{"role": "user", "content": question}]
+
+
+def write_prompts(model: Path, tasks: Path, out: Path) -> None:
+    """The training tasks as TRL reads them, with the token ids rfthpc's explorer renders for each."""
+    from transformers import AutoTokenizer
+
+    from rfthpc.data.tasksets import PromptBuilder
+
+    builder = PromptBuilder(AutoTokenizer.from_pretrained(model))
+    with open(tasks) as f, open(out, "w") as o:
+        for line in f:
+            row = json.loads(line)
+            messages = chat(row["question"])
+            o.write(json.dumps({"prompt": messages, "answer": row["answer"],
+                                "prompt_ids": builder.render(messages)}) + "\n")
+
+
+# ---- rfthpc ------------------------------------------------------------------------------------
+
+def rfthpc_round(work: Path, setting: Setting, sft_model: Path, k: int) -> dict[str, Any]:
+    """`rfthpc run` of the demo's RL stage from the SFT model; wall, loop and the final model."""
+    raw = demo_config()
+    raw.pop("stages")
+    name = f"{setting.name}-rfthpc-{k}"
+    raw.update(name=name, checkpoint_root_dir=str(work / "runs"), monitor={"monitor_type": []})
+    raw["model"].update(model_path=str(sft_model), max_response_tokens=setting.max_response_tokens)
+    raw["buffer"]["total_steps"] = setting.steps
+    # Evaluation is this script's, for both systems alike.
+    raw["buffer"]["explorer_input"].pop("eval_tasksets")
+    raw["explorer"]["eval_on_startup"] = False
+    demo = work / "demo-data"
+    cfg = write_config(work / f"{name}.yaml", raw, demo)
+    wall = run([str(rfthpc_bin()), "run", "--config", str(cfg)], work / f"{name}.log")
+    run_dir = work / "runs" / raw["project"] / name
+    from rfthpc.monitor import read_metrics
+
+    rollouts = [r for f in sorted((run_dir / "monitor").glob("explorer_*.jsonl")) for r in read_metrics(f)
+                if "rollout/time_s" in r]
+    trainer = [r for r in read_metrics(run_dir / "monitor" / "trainer.jsonl") if "perf/time_per_step" in r]
+    begin = min(r["time"] - r["rollout/time_s"] for r in rollouts)
+    loop = max(r["time"] for r in trainer) - begin
+    final = run_dir / f"global_step_{setting.steps}" / "actor" / "huggingface"
+    return {"wall": wall, "loop": loop, "model": final,
+            "train_s": sum(r["perf/time_per_step"] for r in trainer),
+            "wait_experience_s": sum(r.get("timing/wait_experience_s", 0.0) for r in trainer),
+            "generate_s": sum(r["rollout/time_s"] for r in rollouts),
+            "wait_weights_s": sum(r.get("rollout/wait_s", 0.0) for r in rollouts)}
+
+
+# ---- TRL ---------------------------------------------------------------------------------------
+
+def trl_round(work: Path, setting: Setting, sft_model: Path, prompts: Path, python: Path, k: int) -> dict[str, Any]:
+    """TRL's GRPOTrainer on the same start, data and hyperparameters; wall, loop and the final model."""
+    name = f"{setting.name}-trl-{k}"
+    out = work / name
+    spec = {"model": str(sft_model), "prompts": str(prompts), "out": str(out), "steps": setting.steps,
+            "max_response_tokens": setting.max_response_tokens}
+    spec_path = work / f"{name}.json"
+    spec_path.write_text(json.dumps(spec))
+    wall = run([str(python), str(Path(__file__).resolve()), "--trl-worker", str(spec_path)], work / f"{name}.log")
+    timing = json.loads((out / "timing.json").read_text())
+    return {"wall": wall, "loop": timing["loop_s"], "model": out}
+
+
+def trl_worker(spec_path: Path) -> None:
+    """Inside TRL's environment: train with GRPOTrainer as `spec_path` says, save model and loop time."""
+    import dataclasses
+
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    sys.path.insert(0, str(ROOT))
+    from rfthpc.rewards.math_reward import accuracy_reward
+
+    spec = json.loads(spec_path.read_text())
+    rows = [json.loads(line) for line in Path(spec["prompts"]).read_text().splitlines()]
+    tokenizer = AutoTokenizer.from_pretrained(spec["model"])
+    for row in rows:  # byte-identical prompts: TRL renders them with the same template
+        ids = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True,
+                                            return_dict=False)
+        if list(ids) != row["prompt_ids"]:
+            raise SystemExit(f"TRL's prompt ids differ from rfthpc's: {ids} != {row['prompt_ids']}")
+    data = Dataset.from_list([{"prompt": r["prompt"], "answer": r["answer"]} for r in rows])
+
+    def math_reward(completions: list[Any], answer: list[str], **_: Any) -> list[float]:
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        return [accuracy_reward(t, a)["accuracy"] for t, a in zip(texts, answer, strict=True)]
+
+    class LoopTimer(TrainerCallback):
+        def on_train_begin(self, *args: Any, **kwargs: Any) -> None:
+            self.begin = time.perf_counter()
+
+        def on_train_end(self, *args: Any, **kwargs: Any) -> None:
+            self.loop_s = time.perf_counter() - self.begin
+
+    updates = 8  # mini-batches per generation batch, as rfthpc's ppo_mini_batch_size 2 of 16 tasks
+    wanted = {
+        "output_dir": spec["out"], "learning_rate": 3e-4, "lr_scheduler_type": "cosine_with_min_lr",
+        "lr_scheduler_kwargs": {"min_lr_rate": 0.1}, "warmup_steps": 0, "weight_decay": 0.0,
+        "max_grad_norm": 1.0,
+        "per_device_train_batch_size": 16, "gradient_accumulation_steps": 1, "steps_per_generation": updates,
+        "num_generations": 8, "num_iterations": 1, "max_steps": spec["steps"] * updates,
+        "max_completion_length": spec["max_response_tokens"], "temperature": 1.0, "top_p": 1.0,
+        "beta": 0.0, "epsilon": 0.2, "loss_type": "dapo", "scale_rewards": "group",
+        "bf16": False, "fp16": False, "gradient_checkpointing": False, "use_cpu": True,
+        "report_to": "none", "save_strategy": "no", "logging_steps": updates, "disable_tqdm": True, "seed": 0,
+        "dataloader_num_workers": 0, "remove_unused_columns": False, "log_completions": False,
+    }
+    unknown = sorted(set(wanted) - {f.name for f in dataclasses.fields(GRPOConfig)})
+    if unknown:
+        raise SystemExit(f"this TRL's GRPOConfig has no {unknown}: the comparison needs trl=={TRL_VERSION}")
+    args = GRPOConfig(**wanted)
+    model = AutoModelForCausalLM.from_pretrained(spec["model"], dtype="float32")
+    timer = LoopTimer()
+    trainer = GRPOTrainer(model=model, reward_funcs=[math_reward], args=args, train_dataset=data,
+                          processing_class=tokenizer, callbacks=[timer])
+    trainer.train()
+    trainer.save_model(spec["out"])
+    Path(spec["out"], "timing.json").write_text(json.dumps({"loop_s": timer.loop_s}))
+
+
+# ---- evaluation --------------------------------------------------------------------------------
+
+def held_out_accuracy(model_dir: Path, tasks: Path, max_new_tokens: int) -> float:
+    """Greedy accuracy on the test split: rfthpc's prompt ids, transformers' generate, `math_reward`.
+    Prompts of one length are generated together, so no padding can change an answer."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rfthpc.data.tasksets import PromptBuilder
+    from rfthpc.rewards.math_reward import accuracy_reward
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    builder = PromptBuilder(tokenizer)
+    rows = [json.loads(line) for line in tasks.read_text().splitlines()]
+    by_length: dict[int, list[tuple[list[int], str]]] = {}
+    for row in rows:
+        ids = builder.render(chat(row["question"]))
+        by_length.setdefault(len(ids), []).append((ids, row["answer"]))
+    correct = 0
+    with torch.no_grad():
+        for n, items in by_length.items():
+            out = model.generate(torch.tensor([ids for ids, _ in items]), do_sample=False,
+                                 max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id)
+            for seq, (_, answer) in zip(out, items, strict=True):
+                text = tokenizer.decode(seq[n:], skip_special_tokens=True)
+                correct += accuracy_reward(text, answer)["accuracy"]
+    return correct / len(rows)
+
+
+# ---- the comparison ----------------------------------------------------------------------------
+
+def compare(work: Path, setting: Setting, rounds: int, python: Path) -> dict[str, float]:
+    """A-B rounds on one setting; medians and accuracies."""
+    sft_model, prompts = prepare(work, setting)
+    test = work / "demo-data" / "gsm8k" / "test.jsonl"
+    acc_sft = held_out_accuracy(sft_model, test, setting.max_response_tokens)
+    print(f"[{setting.name}] SFT start: held-out accuracy {acc_sft:.3f}", flush=True)
+    ours, theirs = [], []
+    for k in range(rounds):
+        for side in ("trl", "rfthpc"):
+            if side == "trl":
+                r = trl_round(work, setting, sft_model, prompts, python, k)
+                theirs.append(r)
+            else:
+                r = rfthpc_round(work, setting, sft_model, k)
+                ours.append(r)
+            r["acc"] = held_out_accuracy(r["model"], test, setting.max_response_tokens)
+            extra = "".join(f" {key} {r[key]:.1f} s" for key in ("train_s", "wait_experience_s", "generate_s",
+                                                                  "wait_weights_s") if key in r)
+            print(f"[{setting.name}] round {k + 1} {side:6s}: wall {r['wall']:.1f} s, loop {r['loop']:.1f} s, "
+                  f"held-out accuracy {r['acc']:.3f}{extra}", flush=True)
+
+    def med(rs: list[dict[str, Any]], key: str) -> float:
+        return statistics.median(r[key] for r in rs)
+
+    result = {"wall_vs_trl": med(ours, "wall") / med(theirs, "wall"),
+              "loop_vs_trl": med(ours, "loop") / med(theirs, "loop"),
+              "acc": med(ours, "acc"), "acc_trl": med(theirs, "acc"), "acc_sft": acc_sft}
+    print(f"[{setting.name}] rfthpc/TRL: wall {result['wall_vs_trl']:.2f}x, loop {result['loop_vs_trl']:.2f}x; "
+          f"held-out accuracy {acc_sft:.3f} -> rfthpc {result['acc']:.3f}, TRL {result['acc_trl']:.3f}", flush=True)
+    return result
+
+
+def main() -> None:
+    args = parse_args()
+    if args.trl_worker is not None:
+        trl_worker(args.trl_worker)
+        return
+    python = trl_python(args.trl_python)
+    work = args.dir or Path(tempfile.mkdtemp(prefix="bench-vs-trl-"))
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"work directory {work}", flush=True)
+    demo = compare(work, Setting("demo", "demo", args.steps, 16), args.rounds, python)
+    figures = {k: demo[k] for k in ("wall_vs_trl", "loop_vs_trl", "acc", "acc_trl", "acc_sft")}
+    if not args.no_small:
+        small = compare(work, Setting("small", "small", args.small_steps, 48), args.rounds, python)
+        figures.update(wall_vs_trl_small=small["wall_vs_trl"], loop_vs_trl_small=small["loop_vs_trl"])
+    print("FIGURES " + " ".join(f"{k}={v:.3f}" for k, v in figures.items()))
+
+
+if __name__ == "__main__":
+    main()
