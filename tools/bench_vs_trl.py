@@ -18,7 +18,7 @@ generates with transformers' `generate` and trains in turn. Both systems get the
 
 rfthpc runs as `rfthpc run` with the demo's RL stage and its own defaults (one vLLM explorer, one
 trainer, one version of staleness); TRL runs in its own virtual environment (`.venv-trl`, made on
-first use with torch 2.13.0 and trl 1.16.0, or `--trl-python`). Runs alternate A-B-A-B
+first use with torch 2.13.0, trl 1.16.0 and math-verify, or `--trl-python`). Runs alternate A-B-A-B
 (`--rounds`). "wall" is the whole command (start-up, loading, the loop, saving); "loop" is from
 the first rollout's start to the last optimizer step's end (rfthpc: its monitor records; TRL:
 `on_train_begin` to `on_train_end`). Ratios are medians over rounds, rfthpc / TRL (below 1: rfthpc
@@ -84,14 +84,15 @@ def trl_python(given: Path | None) -> Path:
         return given
     venv = ROOT / ".venv-trl"
     python = venv / "bin" / "python"
-    stamp = venv / f".trl-{TRL_VERSION}"
+    stamp = venv / f".trl-{TRL_VERSION}-math-verify"
     if not stamp.exists():
         print(f"making {venv} (torch {TORCH_VERSION}, trl {TRL_VERSION}) ...", flush=True)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
         # torch first, as tools/setup_env.sh does: the CPU build, not a CUDA one pulled in by trl.
         subprocess.run([*pip, f"torch=={TORCH_VERSION}"], check=True)
-        subprocess.run([*pip, f"trl=={TRL_VERSION}"], check=True)
+        # math-verify: rfthpc's math_reward, which the TRL process imports, needs it.
+        subprocess.run([*pip, f"trl=={TRL_VERSION}", "math-verify>=0.7"], check=True)
         stamp.write_text("")
     return python
 
