@@ -1,6 +1,6 @@
 """rfthpc against Hugging Face TRL's `GRPOTrainer` on the demo's GRPO stage, side by side.
 
-usage: python tools/bench_vs_trl.py [--steps 150] [--rounds 2] [--small-steps 30] [--no-small]
+usage: python tools/bench_vs_trl.py [--steps 150] [--rounds 2] [--small-steps 30] [--no-small] [--engine E]
                                     [--trl-python PATH] [--dir DIR]
 
 What a user would otherwise run on one machine is TRL's GRPOTrainer: one synchronous process that
@@ -65,6 +65,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=2, help="A-B rounds per model")
     p.add_argument("--small-steps", type=int, default=30, help="GRPO steps on the small model")
     p.add_argument("--no-small", action="store_true", help="skip the small model")
+    p.add_argument("--engine", choices=("vllm", "transformers"), default=None,
+                   help="rfthpc's rollout engine (default: the demo config's, vllm)")
     p.add_argument("--trl-python", type=Path, default=None, help="a Python with trl installed (default: .venv-trl)")
     p.add_argument("--dir", type=Path, default=None, help="work directory (default: a temporary one)")
     p.add_argument("--trl-worker", type=Path, default=None, help=argparse.SUPPRESS)
@@ -179,11 +181,14 @@ def write_prompts(model: Path, tasks: Path, out: Path) -> None:
 
 # ---- rfthpc ------------------------------------------------------------------------------------
 
-def rfthpc_round(work: Path, setting: Setting, sft_model: Path, k: int) -> dict[str, Any]:
-    """`rfthpc run` of the demo's RL stage from the SFT model; wall, loop and the final model."""
+def rfthpc_round(work: Path, setting: Setting, sft_model: Path, k: int, engine: str | None) -> dict[str, Any]:
+    """`rfthpc run` of the demo's RL stage from the SFT model (with `engine` as its rollout engine,
+    if given); wall, loop and the final model."""
     raw = demo_config()
     raw.pop("stages")
-    name = f"{setting.name}-rfthpc-{k}"
+    if engine is not None:
+        raw["explorer"]["rollout_model"]["engine_type"] = engine
+    name = f"{setting.name}-rfthpc-{engine or 'config'}-{k}"
     raw.update(name=name, checkpoint_root_dir=str(work / "runs"), monitor={"monitor_type": []})
     raw["model"].update(model_path=str(sft_model), max_response_tokens=setting.max_response_tokens)
     raw["buffer"]["total_steps"] = setting.steps
@@ -314,7 +319,7 @@ def held_out_accuracy(model_dir: Path, tasks: Path, max_new_tokens: int) -> floa
 
 # ---- the comparison ----------------------------------------------------------------------------
 
-def compare(work: Path, setting: Setting, rounds: int, python: Path) -> dict[str, float]:
+def compare(work: Path, setting: Setting, rounds: int, python: Path, engine: str | None) -> dict[str, float]:
     """A-B rounds on one setting; medians and accuracies."""
     sft_model, prompts = prepare(work, setting)
     test = work / "demo-data" / "gsm8k" / "test.jsonl"
@@ -327,7 +332,7 @@ def compare(work: Path, setting: Setting, rounds: int, python: Path) -> dict[str
                 r = trl_round(work, setting, sft_model, prompts, python, k)
                 theirs.append(r)
             else:
-                r = rfthpc_round(work, setting, sft_model, k)
+                r = rfthpc_round(work, setting, sft_model, k, engine)
                 ours.append(r)
             r["acc"] = held_out_accuracy(r["model"], test, setting.max_response_tokens)
             extra = "".join(f" {key} {r[key]:.1f} s" for key in ("train_s", "wait_experience_s", "generate_s",
@@ -355,10 +360,10 @@ def main() -> None:
     work = args.dir or Path(tempfile.mkdtemp(prefix="bench-vs-trl-"))
     work.mkdir(parents=True, exist_ok=True)
     print(f"work directory {work}", flush=True)
-    demo = compare(work, Setting("demo", "demo", args.steps, 16), args.rounds, python)
+    demo = compare(work, Setting("demo", "demo", args.steps, 16), args.rounds, python, args.engine)
     figures = {k: demo[k] for k in ("wall_vs_trl", "loop_vs_trl", "acc", "acc_trl", "acc_sft")}
     if not args.no_small:
-        small = compare(work, Setting("small", "small", args.small_steps, 48), args.rounds, python)
+        small = compare(work, Setting("small", "small", args.small_steps, 48), args.rounds, python, args.engine)
         figures.update(wall_vs_trl_small=small["wall_vs_trl"], loop_vs_trl_small=small["loop_vs_trl"])
     print("FIGURES " + " ".join(f"{k}={v:.3f}" for k, v in figures.items()))
 

@@ -34,6 +34,11 @@ class TrainerConfig:
     `buffer.train_batch_size / algorithm.repeat_times` (one update per step)."""
     ppo_epochs: int = 1
     """Passes over each batch."""
+    share_prompt_forward: bool = True
+    """Run each distinct prompt of a micro-batch once and every response on its prompt's keys and
+    values, instead of each response with its own copy of the prompt (a group's n responses share
+    one): same log-probabilities and gradients, far fewer prompt tokens computed. Off with gradient
+    checkpointing (which keeps no keys and values)."""
     enable_gradient_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory."""
     param_offload: bool = False

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -162,13 +162,19 @@ class RequestBatcher:
             return True
         return time.monotonic() - self._pending[0].created >= self.max_wait_s
 
-    def serve(self, timeout_s: float) -> int:
-        """Wait up to `timeout_s` for a batch to be ready, run it; return the number of calls served."""
+    def wake(self) -> None:
+        """Wake a `serve` that waits, so that it checks its `until` again."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def serve(self, timeout_s: float, until: Callable[[], bool] | None = None) -> int:
+        """Wait up to `timeout_s` for a batch to be ready, run it; return the number of calls served.
+        Returns at once, serving nothing, when `until()` holds (checked whenever woken: `wake`)."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
             while not self._ready():
                 left = deadline - time.monotonic()
-                if left <= 0:
+                if left <= 0 or (until is not None and until()):
                     return 0
                 wait = left
                 if self._pending:

@@ -112,8 +112,11 @@ class VLLMEngine:
         """All requests in one `LLM.generate` call, each with its own `SamplingParams`.
 
         vLLM refuses `n > 1` with greedy decoding, so a greedy request (`is_greedy`) for n samples goes
-        in as n prompts (identical results, as greedy decoding is deterministic). A request vLLM refuses
-        (its validation error) is a `RequestRejected`.
+        in as n prompts (identical results, as greedy decoding is deterministic). On CPU an unseeded
+        sampled request goes in as n prompts too: measured on the demo model (16 prompts x 8 samples x
+        16 tokens), 128 prompts of one sample each generate in about 0.7x the time of 16 prompts of
+        n = 8. A seeded request keeps its n (n copies of one seed would draw the same sample n times).
+        A request vLLM refuses (its validation error) is a `RequestRejected`.
         """
         if not requests:
             return []
@@ -122,7 +125,8 @@ class VLLMEngine:
         prompts, params, owner = [], [], []
         try:
             for i, r in enumerate(requests):
-                copies = r.n if is_greedy(r.params.temperature) else 1
+                spread = is_greedy(r.params.temperature) or (self.on_cpu and r.params.seed is None)
+                copies = r.n if spread else 1
                 for _ in range(copies):
                     prompts.append({"prompt_token_ids": list(r.prompt_token_ids)})
                     params.append(self._sampling_params(r.n // copies, r.params))

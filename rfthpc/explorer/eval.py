@@ -2,7 +2,9 @@
 
 Rank 0 of an explorer array evaluates every task of every eval taskset with the policy it holds,
 on start-up (`explorer.eval_on_startup`), whenever the version crosses a multiple of
-`explorer.eval_interval`, and on the final policy once the trainer is done. For each taskset:
+`explorer.eval_interval`, and on the final policy once the trainer is done. While it explores, an
+evaluation due goes into the engine with the next training batch (one generate call for both),
+so it does not hold the training rollouts back. For each taskset:
 
     eval/<taskset>/reward_mean        mean reward over all responses
     eval/<taskset>/<component>        mean of each reward component (math: `accuracy`)
@@ -55,18 +57,29 @@ def eval_metrics(name: str, outcomes: Sequence[TaskOutcome]) -> dict[str, float]
     return out
 
 
-def evaluate(
-    tasksets: Sequence[Taskset], run: Callable[[Sequence], list[TaskOutcome]]
-) -> tuple[dict[str, float], bool]:
-    """Evaluate every taskset with `run` (tasks -> outcomes); return (metrics, complete).
+def eval_tasks(tasksets: Sequence[Taskset]) -> list:
+    """Every task of every eval taskset, in order (one batch: they generate together)."""
+    return [task for ts in tasksets for task in ts.tasks]
+
+
+def outcome_metrics(tasksets: Sequence[Taskset], outcomes: Sequence[TaskOutcome]) -> tuple[dict[str, float], bool]:
+    """Metrics of `outcomes`, the outcomes of `eval_tasks(tasksets)`; (metrics, complete).
 
     `complete` is False when the run was cancelled (a stop request): the metrics are then partial
     and should not be logged.
     """
+    if any(o.cancelled for o in outcomes):
+        return {}, False
     metrics: dict[str, float] = {}
+    start = 0
     for ts in tasksets:
-        outcomes = run(ts.tasks)
-        if any(o.cancelled for o in outcomes):
-            return metrics, False
-        metrics.update(eval_metrics(ts.name, outcomes))
+        metrics.update(eval_metrics(ts.name, outcomes[start:start + len(ts.tasks)]))
+        start += len(ts.tasks)
     return metrics, True
+
+
+def evaluate(
+    tasksets: Sequence[Taskset], run: Callable[[Sequence], list[TaskOutcome]]
+) -> tuple[dict[str, float], bool]:
+    """Evaluate every taskset with `run` (tasks -> outcomes), all tasks in one run; (metrics, complete)."""
+    return outcome_metrics(tasksets, run(eval_tasks(tasksets)))

@@ -390,10 +390,12 @@ class Explorer:
             source.claims.release(claims)
             raise
         version = self.follower.version
+        # An evaluation due rides along: its tasks generate in the same engine calls as the batch's.
+        extra = evaluation.eval_tasks(evals) if self._eval_due(cfg, evals) else []
         began = time.perf_counter()
         with ClaimsHeartbeat(self.claim_sets, cfg.filesystem.lease_s / 4):
             try:
-                outcomes = run_tasks([source.taskset.tasks[c.index] for c in claims], self.ctx, self.batcher,
+                outcomes = run_tasks([source.taskset.tasks[c.index] for c in claims] + extra, self.ctx, self.batcher,
                                      _rollout_policy(cfg), self.stop, tick=self._tick)
             except EngineFailed:
                 # The tasks are not at fault: released, not completed, so no refill replaces them and
@@ -401,6 +403,7 @@ class Explorer:
                 source.claims.release(claims)
                 raise
         elapsed = time.perf_counter() - began
+        outcomes, evaluated = outcomes[:len(claims)], outcomes[len(claims):]
         done_now, release, groups = [], [], []
         for claim, step, outcome in zip(claims, steps, outcomes, strict=True):
             if outcome.cancelled:
@@ -437,6 +440,8 @@ class Explorer:
         self._log_batch(outcomes, groups, steps, version, elapsed, wait_s, source.taskset.name)
         if self.stop.requested:
             return "stopped"
+        if extra:
+            self._log_evaluation(evals, evaluated, elapsed)
         return None
 
     def _group(self, outcome: TaskOutcome, claim: Claim, version: int, step: int) -> Group:
@@ -476,31 +481,40 @@ class Explorer:
     # ---- weights, staleness, evaluation --------------------------------------------------------
 
     def _follow(self, cfg: Config, evals: list[setup.Taskset], startup: bool = False) -> bool:
-        """Load newer weights if published; evaluate if due. True if new weights were loaded."""
+        """Load newer weights if published. True if new weights were loaded. On start-up without
+        `eval_on_startup`, the version held counts as evaluated."""
         loaded = self.follower.update()
-        if self.rank != 0 or not evals:
-            return loaded
-        version = self.follower.version
-        last = self.progress["evaluated_version"]
-        if last is None and startup and not cfg.explorer.eval_on_startup:
-            last = version
-            self.progress.update(evaluated_version=version)
-        due = (last is None and startup) or evaluation.eval_due(version, last, cfg.explorer.eval_interval)
-        if due:
-            self._evaluate(cfg, evals)
+        if startup and self._evaluates(evals) and self.progress["evaluated_version"] is None \
+                and not cfg.explorer.eval_on_startup:
+            self.progress.update(evaluated_version=self.follower.version)
         return loaded
 
+    def _evaluates(self, evals: list[setup.Taskset]) -> bool:
+        """Rank 0 of an array with eval tasksets evaluates."""
+        return self.rank == 0 and bool(evals)
+
+    def _eval_due(self, cfg: Config, evals: list[setup.Taskset]) -> bool:
+        """An evaluation of the version held is due (never evaluated, or an eval_interval crossed)."""
+        if not self._evaluates(evals):
+            return False
+        last = self.progress["evaluated_version"]
+        return last is None or evaluation.eval_due(self.follower.version, last, cfg.explorer.eval_interval)
+
     def _evaluate(self, cfg: Config, evals: list[setup.Taskset]) -> None:
-        version = self.follower.version
+        """Evaluate the version held on its own (the final policy, or while no batch is explored)."""
         self._flush()
         policy = _rollout_policy(cfg)
         began = time.perf_counter()
-        metrics, complete = evaluation.evaluate(
-            evals, lambda tasks: run_tasks(tasks, self.ctx, self.batcher, policy, self.stop, tick=self._tick))
+        outcomes = run_tasks(evaluation.eval_tasks(evals), self.ctx, self.batcher, policy, self.stop, tick=self._tick)
+        self._log_evaluation(evals, outcomes, time.perf_counter() - began)
+
+    def _log_evaluation(self, evals: list[setup.Taskset], outcomes: list[TaskOutcome], seconds: float) -> None:
+        metrics, complete = evaluation.outcome_metrics(evals, outcomes)
         if not complete:
             raise _Stopped()
+        version = self.follower.version
         metrics["eval/version"] = version
-        metrics["eval/time_s"] = time.perf_counter() - began
+        metrics["eval/time_s"] = seconds
         assert self.monitor is not None
         self.monitor.log(metrics, step=version, axis="eval/version")
         self.progress.update(evaluated_version=version)
@@ -550,6 +564,8 @@ class Explorer:
                     return "stopped"
                 if self._follow(cfg, evals):
                     deadline = time.monotonic() + cfg.synchronizer.sync_timeout
+                    if self._eval_due(cfg, evals):
+                        self._evaluate(cfg, evals)
                 if time.monotonic() >= deadline:
                     log.warning("no new policy for %.0f s and the trainer is not done; skipping the final evaluation",
                                 cfg.synchronizer.sync_timeout)

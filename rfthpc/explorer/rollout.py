@@ -77,14 +77,27 @@ class _Runners:
         """Start time of the attempt each runner thread is in."""
         self.timed_out: set[int] = set()
         self.fatal: BaseException | None = None
+        self.workers = 0
+        """Runner threads that have not returned yet."""
+
+    def finished(self) -> bool:
+        """True once every runner thread has returned."""
+        with self.lock:
+            return self.workers == 0
 
     def worker(self) -> None:
-        while True:
+        try:
+            while True:
+                with self.lock:
+                    if not self.queue or self.stop.requested or self.fatal is not None:
+                        return
+                    i, task = self.queue.popleft()
+                self.outcomes[i] = self.run_one(task)
+        finally:
             with self.lock:
-                if not self.queue or self.stop.requested or self.fatal is not None:
-                    return
-                i, task = self.queue.popleft()
-            self.outcomes[i] = self.run_one(task)
+                self.workers -= 1
+            # The serving thread may be waiting for calls that will not come: the batch is over.
+            self.batcher.wake()
 
     def run_one(self, task: Task) -> TaskOutcome:
         outcome = TaskOutcome(task, started=time.time())
@@ -183,11 +196,12 @@ def run_tasks(
         threading.Thread(target=runners.worker, name=f"rfthpc-runner-{k}", daemon=True)
         for k in range(min(policy.concurrency, len(tasks)))
     ]
+    runners.workers = len(threads)
     for t in threads:
         t.start()
     cancelled = False
-    while any(t.is_alive() for t in threads):
-        batcher.serve(SERVE_POLL_S)
+    while not runners.finished():
+        batcher.serve(SERVE_POLL_S, until=runners.finished)
         tick()
         runners.expire()
         if not cancelled and (stop.requested or runners.fatal is not None):

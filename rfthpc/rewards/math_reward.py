@@ -21,6 +21,9 @@ _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
 _LEADING_NUMBER = re.compile(
     r"[\s*$(]*([-−]?)\s*\$?\s*(\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+)?|\.\d+)(?=$|[\s.,;:!?)*%$])"
 )
+# A plain decimal number (GSM8K's answers and most responses to them): compared as a number, without
+# math-verify's parser, which costs about 0.5 ms a pair (a batch of 128 responses: 65 ms).
+_PLAIN_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 # math-verify enforces its timeouts with SIGALRM, which only the main thread may use.
 _TIMEOUT_SECONDS = 5
 
@@ -73,7 +76,10 @@ def _as_number(text: str) -> float | None:
 
 
 def answers_equal(predicted: str, gold: str) -> bool:
-    """True if `predicted` and `gold` denote the same value (math-verify, then numeric 1e-6 rel)."""
+    """True if `predicted` and `gold` denote the same value (two plain decimal numbers: numerically,
+    1e-6 rel; else math-verify, then numeric 1e-6 rel)."""
+    if _PLAIN_NUMBER.fullmatch(predicted.strip()) and _PLAIN_NUMBER.fullmatch(gold.strip()):
+        return math.isclose(float(predicted), float(gold), rel_tol=1e-6, abs_tol=1e-9)
     from math_verify import parse, verify
 
     timeout = _TIMEOUT_SECONDS if threading.current_thread() is threading.main_thread() else None

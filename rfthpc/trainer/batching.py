@@ -7,6 +7,14 @@ same number of micro-batches: a rank with fewer samples runs empty micro-batches
 token, zero weight). Micro-batches are formed either by a token budget (`use_dynamic_bsz`: at most
 `max_token_len_per_gpu` tokens each, padding included, packed first-fit longest first) or by a fixed
 count of samples (at most `ppo_micro_batch_size_per_gpu`, samples of similar length together).
+
+Samples of one group share their prompt. With `trainer.share_prompt_forward` a micro-batch whose
+samples repeat a prompt also carries the distinct prompts alone (`SharedPrompts`): the forward pass
+then runs each prompt once, keeps its keys and values, and runs every response on its prompt's,
+instead of running the prompt again with each response. Same log-probabilities and gradients (the
+responses attend to the very keys and values the prompt's tokens produce; the gradient of each
+prompt token sums over its responses), and for GRPO's groups of n responses, about n times fewer
+prompt tokens computed.
 """
 
 from __future__ import annotations
@@ -69,6 +77,8 @@ class BatchPlan:
 
     micro: list[list[list[int]]]
     """micro[rank][k] = indices (into the step's samples) of micro-batch k on that rank."""
+    share_prompts: bool = False
+    """Every micro-batch carries `SharedPrompts` (all or none: every rank must run the same passes)."""
 
     @property
     def n_micro(self) -> int:
@@ -79,7 +89,7 @@ class BatchPlan:
         """The `n_micro` micro-batches `rank` runs, in order, padded on `device` (a rank with no sample
         for one gets the placeholder: FSDP2 needs every rank in every pass)."""
         for indices in self.micro[rank]:
-            yield collate(samples, indices, device)
+            yield collate(samples, indices, device, share_prompts=self.share_prompts)
 
 
 def plan_micro_batches(
@@ -89,13 +99,16 @@ def plan_micro_batches(
     *,
     token_budget: int | None,
     micro_batch_size: int,
+    share_prompts: bool = False,
 ) -> BatchPlan:
     """Split `indices` over ranks and each rank's share into micro-batches.
 
     With `token_budget`, ranks get near-equal token counts and each rank's share is packed into
     micro-batches of at most `token_budget` padded tokens; without it, ranks get near-equal sample
     counts and micro-batches of at most `micro_batch_size` samples, similar lengths together. Ranks
-    with fewer micro-batches than the most split theirs further (or run empty ones).
+    with fewer micro-batches than the most split theirs further (or run empty ones). `share_prompts`:
+    when some prompt repeats among `indices`, every micro-batch runs each of its distinct prompts once
+    (`SharedPrompts`); the plan is the same on every rank, so all of them run the same passes.
     """
     lengths = [samples[i].length if token_budget is not None else 1 for i in indices]
     shares = [[indices[j] for j in part] for part in balanced_split(lengths, world_size)]
@@ -111,7 +124,8 @@ def plan_micro_batches(
         per_rank.append(parts)
     n_micro = max(1, max(len(parts) for parts in per_rank))
     micro = [[sorted(p) for p in _split_to(parts, n_micro)] for parts in per_rank]
-    return BatchPlan(micro)
+    distinct = {samples[i].prompt_ids.astype(np.int64).tobytes() for i in indices}
+    return BatchPlan(micro, share_prompts and len(distinct) < len(indices))
 
 
 def mini_batches(samples: list[Sample], groups_per_update: int | None) -> list[list[int]]:
@@ -124,6 +138,24 @@ def mini_batches(samples: list[Sample], groups_per_update: int | None) -> list[l
     for i, s in enumerate(samples):
         out[s.group // groups_per_update].append(i)
     return [m for m in out if m]
+
+
+@dataclass
+class SharedPrompts:
+    """A micro-batch's distinct prompts, left-padded so that each ends where its responses start."""
+
+    prompt_ids: torch.Tensor
+    """(g, P) the distinct prompts."""
+    prompt_mask: torch.Tensor
+    """(g, P) 1 on real prompt tokens."""
+    prompt_positions: torch.Tensor
+    """(g, P) position of each prompt token (0 at its first real token)."""
+    owner: torch.Tensor
+    """(b,) the row of `prompt_ids` each sample's response continues."""
+    attention_mask: torch.Tensor
+    """(b, P + R) what each response attends to: its prompt's real tokens, then its own."""
+    response_positions: torch.Tensor
+    """(b, R) position of each response token (its prompt's length + j)."""
 
 
 @dataclass
@@ -144,6 +176,8 @@ class MicroBatch:
     """(b, R) bool: response tokens that enter the loss."""
     temperature: torch.Tensor
     """(b,) sampling temperature of each sample."""
+    shared: SharedPrompts | None = None
+    """The distinct prompts, when the samples repeat some and the plan shares them."""
 
     @property
     def is_padding(self) -> bool:
@@ -151,13 +185,20 @@ class MicroBatch:
         return not self.indices
 
 
-def collate(samples: list[Sample], indices: list[int], device: torch.device, pad_id: int = 0) -> MicroBatch:
-    """Pad the samples `indices` into a MicroBatch on `device`; no indices gives a 1-token placeholder."""
+def collate(samples: list[Sample], indices: list[int], device: torch.device, pad_id: int = 0,
+            share_prompts: bool = False) -> MicroBatch:
+    """Pad the samples `indices` into a MicroBatch on `device`; no indices gives a 1-token placeholder.
+    With `share_prompts` it also gets the `SharedPrompts` layout (the placeholder too)."""
     chosen = [samples[i] for i in indices]
     if not chosen:
         one = torch.full((1, 1), pad_id, dtype=torch.long, device=device)
+        shared = None
+        if share_prompts:
+            shared = SharedPrompts(one.clone(), torch.ones_like(one), torch.zeros_like(one),
+                                   torch.zeros(1, dtype=torch.long, device=device), torch.ones((1, 2), dtype=torch.long,
+                                   device=device), torch.ones_like(one))
         return MicroBatch([], one, torch.ones_like(one), torch.zeros_like(one), one.clone(),
-                          torch.zeros((1, 1), dtype=torch.bool, device=device), torch.ones(1, device=device))
+                          torch.zeros((1, 1), dtype=torch.bool, device=device), torch.ones(1, device=device), shared)
     length = max(s.length for s in chosen)
     width = max(1, max(len(s.response_ids) for s in chosen))
     ids = np.full((len(chosen), length), pad_id, dtype=np.int64)
@@ -179,7 +220,30 @@ def collate(samples: list[Sample], indices: list[int], device: torch.device, pad
     def as_t(a: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(a).to(device)
 
-    return MicroBatch(list(indices), as_t(ids), as_t(attn), as_t(pos), as_t(resp), as_t(mask), temps)
+    shared = _shared_prompts(chosen, width, pad_id) if share_prompts else None
+    return MicroBatch(list(indices), as_t(ids), as_t(attn), as_t(pos), as_t(resp), as_t(mask), temps,
+                      None if shared is None else SharedPrompts(*(as_t(a) for a in shared)))
+
+
+def _shared_prompts(chosen: list[Sample], width: int, pad_id: int) -> tuple[np.ndarray, ...]:
+    """The arrays of `SharedPrompts` for `chosen` (responses padded to `width`)."""
+    rows: dict[bytes, int] = {}
+    owner = np.array([rows.setdefault(s.prompt_ids.astype(np.int64).tobytes(), len(rows)) for s in chosen])
+    prompts = [np.frombuffer(key, dtype=np.int64) for key in rows]
+    width_p = max(len(p) for p in prompts)
+    ids = np.full((len(prompts), width_p), pad_id, dtype=np.int64)
+    mask = np.zeros((len(prompts), width_p), dtype=np.int64)
+    for g, p in enumerate(prompts):
+        ids[g, width_p - len(p):] = p
+        mask[g, width_p - len(p):] = 1
+    positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0)
+    own = np.zeros((len(chosen), width), dtype=np.int64)
+    for b, s in enumerate(chosen):
+        own[b, :len(s.response_ids)] = 1
+    attention = np.concatenate([mask[owner], own], axis=1)
+    lengths = mask.sum(axis=1)
+    response_positions = lengths[owner][:, None] + np.arange(width)[None, :]
+    return ids, mask, positions, owner, attention, response_positions
 
 
 def pad_rows(rows: list[np.ndarray | None], width: int, dtype: type = np.float32, fill: float = 0.0) -> np.ndarray:

@@ -25,10 +25,36 @@ from rfthpc.trainer.samples import Sample
 
 def _response_logits(model: nn.Module, mb: MicroBatch) -> torch.Tensor:
     """(b, R, V) float32 logits at the positions predicting each response token, divided by T."""
-    logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False).logits
-    index = mb.positions.unsqueeze(-1).expand(-1, -1, logits.shape[-1])
-    picked = torch.gather(logits, 1, index).float()
-    return picked / mb.temperature.view(-1, 1, 1)
+    if mb.shared is not None and _keeps_cache(model):
+        picked = _shared_prompt_logits(model, mb)
+    else:
+        logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False).logits
+        index = mb.positions.unsqueeze(-1).expand(-1, -1, logits.shape[-1])
+        picked = torch.gather(logits, 1, index)
+    return picked.float() / mb.temperature.view(-1, 1, 1)
+
+
+def _keeps_cache(model: nn.Module) -> bool:
+    """False for a model that drops its keys and values (Hugging Face models under gradient
+    checkpointing, while training): it runs whole sequences."""
+    return not (getattr(model, "is_gradient_checkpointing", False) and model.training)
+
+
+def _shared_prompt_logits(model: nn.Module, mb: MicroBatch) -> torch.Tensor:
+    """The response logits with each distinct prompt run once (`SharedPrompts`): the prompts' pass
+    keeps its keys and values and the logits of each prompt's last token (which predict the first
+    response token); each response then runs on a copy of its prompt's keys and values, whose
+    gradient flows back into the prompt's pass."""
+    sh = mb.shared
+    assert sh is not None
+    out = model(input_ids=sh.prompt_ids, attention_mask=sh.prompt_mask, position_ids=sh.prompt_positions,
+                use_cache=True, logits_to_keep=1)
+    cache = out.past_key_values
+    cache.batch_select_indices(sh.owner)
+    rest = model(input_ids=mb.response_ids, attention_mask=sh.attention_mask, position_ids=sh.response_positions,
+                 past_key_values=cache, use_cache=True).logits
+    first = out.logits[:, -1][sh.owner].unsqueeze(1)
+    return torch.cat([first, rest[:, :-1]], dim=1)
 
 
 def token_logprobs(

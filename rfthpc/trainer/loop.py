@@ -237,7 +237,7 @@ class Trainer:
         planner = functools.partial(
             _plan, world_size=self.env.world_size,
             token_budget=t.max_token_len_per_gpu if t.use_dynamic_bsz else None,
-            micro_batch_size=t.ppo_micro_batch_size_per_gpu,
+            micro_batch_size=t.ppo_micro_batch_size_per_gpu, share_prompts=t.share_prompt_forward,
         )
         optimizer = make_optimizer(self.policy, cfg.algorithm.optimizer)
         n = cfg.buffer.train_batch_size
@@ -260,7 +260,8 @@ class Trainer:
                 raise UserError(rows)
             if total is None:
                 total = max(1, rows * cfg.buffer.total_epochs // n)
-        updater = ShardedUpdater(self.policy, optimizer, self.env, planner, alg.weight, t.grad_clip)
+        updater = ShardedUpdater(self.policy, optimizer, self.env, planner, alg.weight, t.grad_clip,
+                                 lambda model, mb: token_logprobs(model, mb)[0])
         st = _StageState(stage, alg, total, updater, LRSchedule.from_config(cfg.algorithm.optimizer, total))
         st.sft = sft
         if sft is not None:
@@ -319,7 +320,7 @@ class Trainer:
             ckpt.load_model_weights(root / "model", critic)
             ckpt.load_optimizer_state(root / "optim", critic, optimizer)
         schedule = LRSchedule(t.critic_lr, total, -1, t.critic_lr_warmup_steps_ratio, key="trainer.critic")
-        return ShardedUpdater(critic, optimizer, self.env, planner, alg.weight, t.grad_clip), schedule
+        return ShardedUpdater(critic, optimizer, self.env, planner, alg.weight, t.grad_clip, token_values), schedule
 
     def _max_length(self, cfg: Config) -> int | None:
         limits = [getattr(self.policy.config, "max_position_embeddings", None)]
@@ -502,9 +503,9 @@ def _timed(fn: Callable[..., object], *args: Any, **kwargs: Any) -> float:
 
 
 def _plan(samples: list[Sample], indices: list[int], *, world_size: int, token_budget: int | None,
-          micro_batch_size: int):
+          micro_batch_size: int, share_prompts: bool):
     return plan_micro_batches(samples, indices, world_size, token_budget=token_budget,
-                              micro_batch_size=micro_batch_size)
+                              micro_batch_size=micro_batch_size, share_prompts=share_prompts)
 
 
 def _actor_loss(alg: Algorithm, t: StepTensors, model: torch.nn.Module, mb, idx: list[int]):

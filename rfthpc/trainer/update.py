@@ -65,9 +65,13 @@ class ShardedUpdater:
         planner: Callable[[list[Sample], list[int]], BatchPlan],
         weight: Callable[[torch.Tensor], float],
         grad_clip: float,
+        forward: Callable[[nn.Module, MicroBatch], torch.Tensor],
     ) -> None:
-        """`weight(mask)` counts the units a loss aggregates over (Algorithm.weight)."""
+        """`weight(mask)` counts the units a loss aggregates over (Algorithm.weight); `forward(model,
+        mb)` is the pass the loss runs (per-token log-probs or values), which a rank with no sample
+        for a micro-batch runs on the placeholder, so that every rank runs the same passes."""
         self.model = model
+        self.forward = forward
         self.optimizer = optimizer
         self.env = env
         self.planner = planner
@@ -93,8 +97,7 @@ class ShardedUpdater:
                 self.model.set_reshard_after_backward(last)
             if mb.is_padding:
                 # This rank has no sample here, but FSDP2's collectives need its forward and backward.
-                out = self.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
-                (out.sum() * 0.0).backward()
+                (self.forward(self.model, mb).sum() * 0.0).backward()
                 continue
             loss, metrics = micro_loss(self.model, mb, mb.indices)
             w = self.weight(mb.response_mask) / total if total > 0 else 0.0

@@ -207,3 +207,15 @@ def test_reward_config_mistakes_are_config_errors() -> None:
         score_group(format_reward, "format_reward", ["x"], None, {"scale": 2}, {})
     with pytest.raises(ConfigError, match="must accept the keyword arguments response and truth"):
         score_group(lambda text: 1.0, "lam", ["x"], None, {}, {})
+
+
+def test_plain_numbers_are_compared_without_math_verify(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two plain decimal numbers (GSM8K's answers) need no symbolic parser; anything else still uses it."""
+    import math_verify
+
+    calls: list[str] = []
+    real_parse = math_verify.parse
+    monkeypatch.setattr(math_verify, "parse", lambda text, **kw: calls.append(text) or real_parse(text, **kw))
+    assert answers_equal("42", "42.0") and answers_equal(" -3 ", "-3") and not answers_equal("7", "8")
+    assert calls == []
+    assert answers_equal("1/2", "0.5") and calls

@@ -67,8 +67,9 @@ def test_an_evaluation_after_later_rollout_steps_reaches_wandb(tmp_path: Path, t
     publisher.join(timeout=10)
 
     records = metrics(run)
-    assert [(r["step"], "eval/version" in r) for r in records] == [(0, True), (1, False), (2, False), (3, False),
+    # The start-up evaluation (version 0) generates with the first batch and is logged after it.
+    assert [(r["step"], "eval/version" in r) for r in records] == [(1, False), (0, True), (2, False), (3, False),
                                                                    (1, True)]
     rows = history(run / "monitor" / "wandb")
-    assert series(rows) == [(None, 0), (1, None), (2, None), (3, None), (None, 1)]
+    assert series(rows) == [(1, None), (None, 0), (2, None), (3, None), (None, 1)]
     assert rows[-1]["eval/held-out/tasks"] == 2

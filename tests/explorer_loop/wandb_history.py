@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,16 +38,26 @@ def _records(data: bytes) -> Iterator[bytes]:
             parts = b""
 
 
-def history(run_dir: Path) -> list[dict[str, Any]]:
-    """Every history row of the one offline run under `run_dir` (wandb's `dir`), in order."""
+def history(run_dir: Path, timeout_s: float = 120.0) -> list[dict[str, Any]]:
+    """Every history row of the one offline run under `run_dir` (wandb's `dir`), in order.
+
+    `wandb.finish()` can return before wandb's service has written the run's records (seen: a file
+    still holding only its header, complete two seconds later), so this waits, up to `timeout_s`,
+    for the run's closing `exit` record.
+    """
     from wandb.proto import wandb_internal_pb2
 
-    (path,) = Path(run_dir).glob("wandb/offline-run-*/run-*.wandb")
-    rows = []
-    for raw in _records(path.read_bytes()):
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(raw)
-        if record.WhichOneof("record_type") == "history":
-            rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
-                         for item in record.history.item})
-    return rows
+    deadline = time.monotonic() + timeout_s
+    while True:
+        (path,) = Path(run_dir).glob("wandb/offline-run-*/run-*.wandb")
+        records = []
+        for raw in _records(path.read_bytes()):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(raw)
+            records.append(record)
+        if any(r.WhichOneof("record_type") == "exit" for r in records):
+            break
+        assert time.monotonic() < deadline, f"{path} got no exit record within {timeout_s:.0f} s"
+        time.sleep(0.2)
+    return [{item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in r.history.item}
+            for r in records if r.WhichOneof("record_type") == "history"]

@@ -108,6 +108,68 @@ def test_collate_aligns_response_positions() -> None:
     assert pad_rows([np.array([1.0]), None], 2).tolist() == [[1.0, 0.0], [0.0, 0.0]]
 
 
+def test_collate_lays_out_each_distinct_prompt_once() -> None:
+    s = [_sample(3, 2), _sample(3, 1), Sample(np.array([7]), np.array([8, 9, 10]), np.ones(3, bool))]
+    mb = collate(s, [0, 1, 2], torch.device("cpu"), share_prompts=True)
+    sh = mb.shared
+    assert sh is not None
+    # Distinct prompts left-padded, so that each ends where its responses start.
+    assert sh.prompt_ids.tolist() == [[1, 2, 3], [0, 0, 7]] and sh.owner.tolist() == [0, 0, 1]
+    assert sh.prompt_positions.tolist() == [[0, 1, 2], [0, 0, 0]]
+    assert sh.attention_mask.tolist() == [[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1]]
+    assert sh.response_positions.tolist() == [[3, 4, 5], [3, 4, 5], [1, 2, 3]]
+    assert collate(s, [0, 1], torch.device("cpu")).shared is None  # not asked
+    placeholder = collate(s, [], torch.device("cpu"), share_prompts=True)
+    assert placeholder.is_padding and placeholder.shared is not None  # it runs the passes the others run
+    # The plan shares prompts when some repeat among its samples, then in every micro-batch of every rank.
+    plan = plan_micro_batches(s, [0, 1, 2], 2, token_budget=None, micro_batch_size=1, share_prompts=True)
+    assert plan.share_prompts and plan.n_micro == 2
+    assert all(mb.shared is not None for r in (0, 1) for mb in plan.micro_batches(s, r, torch.device("cpu")))
+    assert not plan_micro_batches(s, [0, 2], 1, token_budget=None, micro_batch_size=4, share_prompts=True).share_prompts
+
+
+def _groups_of_samples(vocab: int) -> list[Sample]:
+    """Three groups of 4 responses (lengths 1 to 9) to prompts of 2, 6 and 9 tokens, sampled at T=0.7."""
+    rng = np.random.default_rng(3)
+    out = []
+    for g, p in enumerate((2, 6, 9)):
+        prompt = rng.integers(3, vocab, size=p)
+        for _ in range(4):
+            r = int(rng.integers(1, 10))
+            out.append(Sample(prompt, rng.integers(3, vocab, size=r), rng.random(r) > 0.2, group=g,
+                              temperature=0.7))
+    return out
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_shared_prompt_forward_gives_the_same_logprobs_and_gradients(tiny_model: Path, checkpointing: bool) -> None:
+    """Each prompt run once, its responses on its keys and values: the log-probabilities, entropies
+    and gradients of running every whole sequence (with gradient checkpointing, which keeps no keys
+    and values, the whole sequences run)."""
+    from transformers import AutoModelForCausalLM
+
+    from rfthpc.trainer.forward import token_logprobs
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    samples = _groups_of_samples(model.config.vocab_size)
+    results = []
+    for share in (False, True):
+        mb = collate(samples, list(range(len(samples))), torch.device("cpu"), share_prompts=share)
+        assert (mb.shared is not None) == share
+        model.zero_grad()
+        lp, entropy = token_logprobs(model, mb, with_entropy=True, entropy_grad=True)
+        ((lp + 0.1 * entropy) * mb.response_mask).sum().backward()
+        results.append((lp.detach(), entropy.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (lp_a, ent_a, grad_a), (lp_b, ent_b, grad_b) = results
+    mask = mb.response_mask
+    assert torch.allclose(lp_a[mask], lp_b[mask], atol=1e-5) and torch.allclose(ent_a[mask], ent_b[mask], atol=1e-5)
+    for name, g in grad_a.items():
+        assert torch.allclose(g, grad_b[name], rtol=1e-4, atol=1e-6), name
+
+
 # ---- schedule --------------------------------------------------------------------------------
 
 def test_lr_schedule_warmup_constant_and_cosine() -> None:
