@@ -94,8 +94,12 @@ def store_counts_or_none(run: RunDir) -> int:
 
 def test_ctrl_c_stops_cleanly_and_resume_continues(demo_dir: Path, tmp_path: Path) -> None:
     """Ctrl-C: every role saves its state and `rfthpc run` exits 130; `--resume` finishes the run
-    with nothing lost or repeated."""
-    steps = 8
+    with nothing lost or repeated.
+
+    The run is long enough that the interrupt finds it running: the demo config's steps take ~0.1 s
+    on an idle machine, so 8 steps could end between seeing step 3 and the stop reaching the roles.
+    """
+    steps = 40
     env = env_for(demo_dir, tmp_path / "ckpt")
     config = rl_only(tmp_path / "run.yaml", "interrupt", steps=steps)
     run = RunDir(tmp_path / "ckpt" / "rfthpc-demo" / "interrupt")
