@@ -19,7 +19,7 @@ from typing import Any
 from rfthpc.errors import UserError
 from rfthpc.monitor import read_metrics
 from rfthpc.rundir import RunDir
-from rfthpc.timeline import role_spans
+from rfthpc.timeline import spans_of
 
 REWARD_KEY = "critic/score/mean"
 SFT_LOSS_KEY = "actor/sft_loss"
@@ -76,7 +76,7 @@ def collect(run: RunDir) -> dict[str, Any]:
         if xs:
             data["throughput"][f"explorer {name} (generated)"] = ([x - t0 for x in xs], ys)
     data["timeline"] = {role: [(sp.start - t0, sp.end - t0, sp.phase) for sp in spans]
-                        for role, spans in role_spans(run).items()}
+                        for role, spans in spans_of(trainer, explorers).items()}
     xs, ys = _series(trainer, "perf/throughput", x="time")
     if xs:
         data["throughput"]["trainer (trained)"] = ([x - t0 for x in xs], ys)

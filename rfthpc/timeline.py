@@ -31,8 +31,6 @@ EXPLORER_PHASES = (
 """An explorer batch's phases, in the order they happen."""
 EVAL_PHASES = (("eval/time_s", "evaluating"),)
 """An evaluation's one phase."""
-WAITING = ("waiting for experience", "waiting for weights")
-"""The phases in which a role does nothing but wait for the other."""
 
 
 @dataclass(frozen=True)
@@ -60,15 +58,18 @@ def record_spans(record: dict[str, Any], phases: tuple[tuple[str, str], ...]) ->
 
 def role_spans(run: RunDir) -> dict[str, list[Span]]:
     """Per role ("trainer", "<explorer name> rank <k>"), its spans in time order."""
-    out: dict[str, list[Span]] = {}
-    trainer = read_metrics(run.monitor / "trainer.jsonl")
-    if trainer:
-        out["trainer"] = [s for r in trainer for s in record_spans(r, TRAINER_PHASES)]
-    for path in sorted(run.monitor.glob("explorer_*.jsonl")):
-        spans = [s for r in read_metrics(path) for s in record_spans(r, EXPLORER_PHASES + EVAL_PHASES)]
-        if spans:
-            name, _, rank = path.stem.removeprefix("explorer_").rpartition("_")
-            out[f"{name} rank {rank}" if name else f"explorer {rank}"] = sorted(spans, key=lambda s: s.start)
+    explorers = {p.stem.removeprefix("explorer_"): read_metrics(p) for p in sorted(run.monitor.glob("explorer_*.jsonl"))}
+    return spans_of(read_metrics(run.monitor / "trainer.jsonl"), explorers)
+
+
+def spans_of(trainer: list[dict[str, Any]], explorers: dict[str, list[dict[str, Any]]]) -> dict[str, list[Span]]:
+    """`role_spans` of records already read: the trainer's, and each explorer rank's by its monitor
+    name (`<explorer name>_<rank>`)."""
+    out = {"trainer": [s for r in trainer for s in record_spans(r, TRAINER_PHASES)]}
+    for key, records in explorers.items():
+        name, _, rank = key.rpartition("_")
+        spans = [s for r in records for s in record_spans(r, EXPLORER_PHASES + EVAL_PHASES)]
+        out[f"{name} rank {rank}" if name else f"explorer {rank}"] = sorted(spans, key=lambda s: s.start)
     return {role: spans for role, spans in out.items() if spans}
 
 

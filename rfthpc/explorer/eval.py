@@ -15,7 +15,7 @@ so it does not hold the training rollouts back. For each taskset:
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -77,9 +77,3 @@ def outcome_metrics(tasksets: Sequence[Taskset], outcomes: Sequence[TaskOutcome]
         start += len(ts.tasks)
     return metrics, True
 
-
-def evaluate(
-    tasksets: Sequence[Taskset], run: Callable[[Sequence], list[TaskOutcome]]
-) -> tuple[dict[str, float], bool]:
-    """Evaluate every taskset with `run` (tasks -> outcomes), all tasks in one run; (metrics, complete)."""
-    return outcome_metrics(tasksets, run(eval_tasks(tasksets)))

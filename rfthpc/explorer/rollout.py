@@ -65,7 +65,7 @@ class RolloutPolicy:
 
 class _Runners:
     def __init__(self, tasks: Sequence[Task], ctx: WorkflowContext, batcher: RequestBatcher,
-                 policy: RolloutPolicy, stop: StopRequest) -> None:
+                 policy: RolloutPolicy, stop: StopRequest, workers: int) -> None:
         self.ctx = ctx
         self.batcher = batcher
         self.policy = policy
@@ -77,7 +77,7 @@ class _Runners:
         """Start time of the attempt each runner thread is in."""
         self.timed_out: set[int] = set()
         self.fatal: BaseException | None = None
-        self.workers = 0
+        self.workers = workers
         """Runner threads that have not returned yet."""
 
     def finished(self) -> bool:
@@ -191,12 +191,10 @@ def run_tasks(
     if not tasks:
         return []
     resolve_functions(tasks)
-    runners = _Runners(tasks, ctx, batcher, policy, stop)
-    threads = [
-        threading.Thread(target=runners.worker, name=f"rfthpc-runner-{k}", daemon=True)
-        for k in range(min(policy.concurrency, len(tasks)))
-    ]
-    runners.workers = len(threads)
+    n_threads = min(policy.concurrency, len(tasks))
+    runners = _Runners(tasks, ctx, batcher, policy, stop, n_threads)
+    threads = [threading.Thread(target=runners.worker, name=f"rfthpc-runner-{k}", daemon=True)
+               for k in range(n_threads)]
     for t in threads:
         t.start()
     cancelled = False

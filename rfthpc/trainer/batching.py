@@ -124,8 +124,8 @@ def plan_micro_batches(
         per_rank.append(parts)
     n_micro = max(1, max(len(parts) for parts in per_rank))
     micro = [[sorted(p) for p in _split_to(parts, n_micro)] for parts in per_rank]
-    distinct = {samples[i].prompt_ids.astype(np.int64).tobytes() for i in indices}
-    return BatchPlan(micro, share_prompts and len(distinct) < len(indices))
+    repeats = share_prompts and len({_prompt_key(samples[i]) for i in indices}) < len(indices)
+    return BatchPlan(micro, repeats)
 
 
 def mini_batches(samples: list[Sample], groups_per_update: int | None) -> list[list[int]]:
@@ -225,10 +225,15 @@ def collate(samples: list[Sample], indices: list[int], device: torch.device, pad
                       None if shared is None else SharedPrompts(*(as_t(a) for a in shared)))
 
 
+def _prompt_key(sample: Sample) -> bytes:
+    """The prompt's token ids as bytes (equal prompts, equal keys)."""
+    return sample.prompt_ids.astype(np.int64).tobytes()
+
+
 def _shared_prompts(chosen: list[Sample], width: int, pad_id: int) -> tuple[np.ndarray, ...]:
     """The arrays of `SharedPrompts` for `chosen` (responses padded to `width`)."""
     rows: dict[bytes, int] = {}
-    owner = np.array([rows.setdefault(s.prompt_ids.astype(np.int64).tobytes(), len(rows)) for s in chosen])
+    owner = np.array([rows.setdefault(_prompt_key(s), len(rows)) for s in chosen])
     prompts = [np.frombuffer(key, dtype=np.int64) for key in rows]
     width_p = max(len(p) for p in prompts)
     ids = np.full((len(prompts), width_p), pad_id, dtype=np.int64)
