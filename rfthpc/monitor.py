@@ -14,7 +14,9 @@ records keep each series' step.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import math
 import os
 import sys
@@ -25,6 +27,8 @@ from typing import Any
 from rfthpc.config.monitor import MonitorConfig
 from rfthpc.fsutil import append_line, make_dirs
 from rfthpc.rundir import RunDir
+
+log = logging.getLogger(__name__)
 
 
 def _plain(value: Any) -> Any:
@@ -103,12 +107,15 @@ class Monitor:
         if self._wandb is None:
             return
         data = {k: v for k, v in record.items() if k != "time" and not isinstance(v, str)}
-        if axis is None:
-            self._wandb.log(data, step=step)
-            return
-        data[axis] = data.pop("step")
-        self._declare_axis(data, axis)
-        self._wandb.log(data)
+        try:
+            if axis is None:
+                self._wandb.log(data, step=step)
+                return
+            data[axis] = data.pop("step")
+            self._declare_axis(data, axis)
+            self._wandb.log(data)
+        except Exception as e:  # noqa: BLE001 — a sink that fails is a warning, never the role's end
+            self._drop_wandb("log", e)
 
     def _declare_axis(self, data: dict[str, Any], axis: str) -> None:
         """Tell wandb to chart the metrics of `data` against `axis` (once per metric)."""
@@ -121,10 +128,32 @@ class Monitor:
             self._declared.add(key)
 
     def close(self) -> None:
-        """Finish the wandb run (the jsonl file needs no closing)."""
-        if self._wandb is not None:
+        """Finish the wandb run (the jsonl file needs no closing); a run that cannot finish is a warning."""
+        if self._wandb is None:
+            return
+        try:
             self._wandb.finish()
-            self._wandb = None
+        except Exception as e:  # noqa: BLE001 — a sink that fails is a warning, never the role's end
+            self._drop_wandb("finish", e)
+        self._wandb = None
+
+    def _drop_wandb(self, what: str, error: Exception) -> None:
+        """Stop using wandb after `what` failed, with one warning.
+
+        Slurm signals every process of a step, so on scancel or preemption wandb's service process
+        gets the stop signal too and exits while the role is still stopping cleanly: its calls then
+        fail with a lost connection. The role must still end as a stop (exit 124, state `stopped`),
+        and the jsonl file already holds every record. Tearing wandb down here also marks its
+        connection closed, so its exit hook does not print a traceback at interpreter exit.
+        """
+        log.warning("wandb stopped working (%s: %s: %s), probably because its service process got the "
+                    "job's stop signal; metrics go on to %s", what, type(error).__name__, error, self.path)
+        self._wandb = None
+        import wandb
+
+        # Teardown talks to the same dead service; its failure is the one already reported.
+        with contextlib.suppress(Exception):
+            wandb.teardown()
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from rfthpc.algorithms.kl_control import kl_controller, kl_loss_coef, make_kl_controller
 from rfthpc.algorithms.presets import ALGORITHM_PRESETS, needs_critic, needs_groups, needs_reference
 from rfthpc.algorithms.registry import ADVANTAGE_FNS, ENTROPY_LOSS_FNS, KL_FNS, LOSS_AGG_MODES, POLICY_LOSS_FNS
 
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from rfthpc.algorithms.aggregation import aggregate_loss, aggregation_count, masked_mean
     from rfthpc.algorithms.critic import value_loss
     from rfthpc.algorithms.entropy import entropy_from_logits
-    from rfthpc.algorithms.kl import apply_kl_penalty, kl_loss, make_kl_controller
+    from rfthpc.algorithms.kl import apply_kl_penalty, kl_loss
     from rfthpc.algorithms.policy_loss import PolicyLossInputs
 
 _TORCH_EXPORTS = {
@@ -46,7 +47,6 @@ _TORCH_EXPORTS = {
     "entropy_from_logits": "entropy",
     "apply_kl_penalty": "kl",
     "kl_loss": "kl",
-    "make_kl_controller": "kl",
     "PolicyLossInputs": "policy_loss",
 }
 """Exported names that need torch → the submodule defining them (imported on first access)."""
@@ -73,7 +73,9 @@ __all__ = [
     "aggregation_count",
     "apply_kl_penalty",
     "entropy_from_logits",
+    "kl_controller",
     "kl_loss",
+    "kl_loss_coef",
     "make_kl_controller",
     "masked_mean",
     "needs_critic",

@@ -18,8 +18,8 @@ from collections.abc import Callable
 import torch
 
 from rfthpc.algorithms.aggregation import aggregate_loss
+from rfthpc.algorithms.kl_control import KLController
 from rfthpc.algorithms.registry import KL_FNS
-from rfthpc.errors import ConfigError
 
 KLFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -51,52 +51,6 @@ def kl_k3(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
 def kl_abs(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
     """|log p - log q|."""
     return (log_prob - ref_log_prob).abs()
-
-
-class FixedKLController:
-    """A constant KL coefficient beta = kl_coef."""
-
-    def __init__(self, kl_coef: float) -> None:
-        self.value = kl_coef
-
-    def update(self, current_kl: float, n_steps: int) -> None:
-        """A fixed coefficient ignores the observed KL."""
-
-
-class AdaptiveKLController:
-    """The adaptive KL coefficient of Ziegler et al. 2019 (arXiv:1909.08593), as in veRL.
-
-    After each batch:
-        e     = clip(current_kl / target_kl - 1, -0.2, 0.2)
-        beta <- beta * (1 + e * n_steps / horizon)
-    """
-
-    def __init__(self, kl_coef: float, target_kl: float, horizon: float) -> None:
-        self.value = kl_coef
-        self.target_kl = target_kl
-        self.horizon = horizon
-
-    def update(self, current_kl: float, n_steps: int) -> None:
-        """Move beta towards the value that keeps the KL near target_kl, after n_steps samples."""
-        error = min(max(current_kl / self.target_kl - 1.0, -0.2), 0.2)
-        self.value *= 1.0 + error * n_steps / self.horizon
-
-
-KLController = FixedKLController | AdaptiveKLController
-
-
-def make_kl_controller(
-    *, kl_coef: float = 0.001, adaptive: bool = False, target_kl: float | None = None, horizon: float | None = None
-) -> KLController:
-    """The controller `algorithm.kl_penalty_fn_args` describes (Trinity-RFT's keys and defaults)."""
-    if not adaptive:
-        return FixedKLController(kl_coef)
-    if target_kl is None or horizon is None or target_kl <= 0 or horizon <= 0:
-        raise ConfigError(
-            "algorithm.kl_penalty_fn_args: adaptive KL needs target_kl > 0 and horizon > 0 "
-            f"(got target_kl={target_kl}, horizon={horizon}); set both or set adaptive: false."
-        )
-    return AdaptiveKLController(kl_coef, target_kl, horizon)
 
 
 @torch.no_grad()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 from rfthpc.config import compat
@@ -78,6 +79,30 @@ def _derive_model(cfg: Config) -> None:
     rm.model_path = rm.model_path or m.model_path
     rm.max_model_len = _fill(rm.max_model_len, m.max_model_len)
     rm.enable_thinking = _fill(rm.enable_thinking, m.enable_thinking)
+
+
+def _derive_chat_template(cfg: Config, source: str) -> None:
+    """One chat template for the policy, for every role: the trainer trains on the template the
+    explorers roll out with. Set in `model.custom_chat_template` (the text) and
+    `explorer.rollout_model.chat_template` (the same), from whichever of the three keys is set."""
+    m, rm = cfg.model, cfg.explorer.rollout_model
+    given: dict[str, str] = {}
+    if m.chat_template_path:
+        path = Path(m.chat_template_path).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"{source}: model.chat_template_path: {path} does not exist; give a readable "
+                              "template file")
+        given["model.chat_template_path"] = path.read_text()
+    if m.custom_chat_template:
+        given["model.custom_chat_template"] = m.custom_chat_template
+    if rm.chat_template:
+        given["explorer.rollout_model.chat_template"] = rm.chat_template
+    if len(set(given.values())) > 1:
+        raise ConfigError(
+            f"{source}: {' and '.join(given)} give different chat templates; the policy has one template, "
+            "used by the trainer and the explorers alike: set one of them"
+        )
+    m.custom_chat_template = rm.chat_template = next(iter(given.values()), None)
 
 
 def _derive_steps(cfg: Config, source: str) -> None:
@@ -159,6 +184,7 @@ def finalize(cfg: Config, source: str = "config") -> Config:
     merge_taskset(cfg, source)
     inp = cfg.buffer.explorer_input
     _derive_model(cfg)
+    _derive_chat_template(cfg, source)
     for i, ts in enumerate(inp.tasksets):
         _finish_taskset(cfg, ts, i, is_eval=False)
     for i, ts in enumerate(inp.eval_tasksets):

@@ -40,8 +40,8 @@ class InferenceModelConfig:
     """Passed to the chat template as `enable_thinking` (Qwen3's thinking switch); None: the template's
     default. The rollout model's defaults to `model.enable_thinking`."""
     chat_template: Optional[str] = None
-    """A Jinja chat template replacing the tokenizer's for this model's prompts (rollout model:
-    `model.chat_template_path` wins)."""
+    """A Jinja chat template replacing the tokenizer's for this model's prompts (rollout model: the
+    policy's one template, also trained on; see `model.custom_chat_template`)."""
     max_prompt_tokens: Optional[int] = None
     """Auxiliary models: longest prompt `chat` renders (longer ones are truncated or refused per
     `model.enable_prompt_truncation`). Rollout model: set `model.max_prompt_tokens` instead."""

@@ -34,9 +34,10 @@ class ModelConfig:
     """Default `rollout_args.logprobs`: top alternatives per response token handed to workflows (the
     sampled token's logprob is always kept)."""
     custom_chat_template: Optional[str] = None
-    """A Jinja chat template that replaces the tokenizer's."""
+    """A Jinja chat template that replaces the tokenizer's, for the trainer and the explorers alike."""
     chat_template_path: Optional[str] = None
-    """A file holding the chat template (alternative to `custom_chat_template`)."""
+    """A file holding the chat template (instead of `custom_chat_template` or
+    `explorer.rollout_model.chat_template`; two of them giving different templates is an error)."""
     enable_thinking: Optional[bool] = None
     """Passed as `enable_thinking` to the chat template of the explorer's prompts (Qwen3's thinking
     switch) when set, and of an sft stage's conversations; default of

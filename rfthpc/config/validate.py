@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from rfthpc.config import compat
+from rfthpc.config.buffer import TasksetConfig
 from rfthpc.config.derive import explorer_gpus, explorer_task_gpus, trainer_gpus_per_node
 from rfthpc.config.schema import Config
 from rfthpc.config.typed import Problems
@@ -49,25 +50,30 @@ def _check_function(problems: Problems, key: str, name: str | None, registry: Re
 
 
 def _check_functions(cfg: Config, problems: Problems) -> None:
-    # The registries check built-in names and arguments from the functions' source: validating a
-    # config imports neither torch (the algorithms) nor the explorer's workflow and reward modules.
+    # The registries check built-in algorithm names and arguments from the functions' source:
+    # validating a config does not import torch.
     from rfthpc import algorithms as algos
-    from rfthpc.rewards.registry import REWARDS
-    from rfthpc.workflows.registry import WORKFLOWS
 
     alg = cfg.algorithm
-    # Advantage and policy-loss arguments are keyword arguments of the function, checked by name;
-    # KL and entropy arguments (coefficients) belong to the trainer, so only the name is checked.
+    # Each function's arguments are checked as the trainer binds them: advantage, policy-loss and
+    # entropy arguments are keyword arguments of the function; the KL coefficients go through the
+    # same plain-Python functions the trainer builds them with.
     _check_function(problems, "algorithm.advantage_fn", alg.advantage_fn, algos.ADVANTAGE_FNS, alg.advantage_fn_args)
     _check_function(problems, "algorithm.policy_loss_fn", alg.policy_loss_fn, algos.POLICY_LOSS_FNS,
                     alg.policy_loss_fn_args)
-    for key, name, registry in (
-        ("kl_penalty_fn", alg.kl_penalty_fn, algos.KL_FNS),
-        ("kl_loss_fn", alg.kl_loss_fn, algos.KL_FNS),
-        ("entropy_loss_fn", alg.entropy_loss_fn, algos.ENTROPY_LOSS_FNS),
-    ):
+    _check_function(problems, "algorithm.entropy_loss_fn", alg.entropy_loss_fn or "none", algos.ENTROPY_LOSS_FNS,
+                    alg.entropy_loss_fn_args)
+    for key, name in (("kl_penalty_fn", alg.kl_penalty_fn), ("kl_loss_fn", alg.kl_loss_fn)):
         if name != "none":
-            _check_function(problems, f"algorithm.{key}", name, registry)
+            _check_function(problems, f"algorithm.{key}", name, algos.KL_FNS)
+    coefficients: list[Callable[[], object]] = [lambda: algos.kl_loss_coef(alg.kl_loss_fn_args)]
+    if (alg.kl_penalty_fn or "none") != "none":
+        coefficients.append(lambda: algos.kl_controller(alg.kl_penalty_fn_args))
+    for build_coefficient in coefficients:
+        try:
+            build_coefficient()
+        except ConfigError as e:
+            problems.add(str(e))
     if alg.loss_agg_mode not in algos.LOSS_AGG_MODES:
         problems.add(
             f"algorithm.loss_agg_mode: unknown mode {alg.loss_agg_mode!r}; known: {', '.join(algos.LOSS_AGG_MODES)}"
@@ -87,9 +93,34 @@ def _check_functions(cfg: Config, problems: Problems) -> None:
                 )
     for group, sets in (("tasksets", inp.tasksets), ("eval_tasksets", inp.eval_tasksets)):
         for i, ts in enumerate(sets):
-            key = f"buffer.explorer_input.{group}[{i}]"
-            _check_function(problems, f"{key}.default_workflow_type", ts.default_workflow_type, WORKFLOWS)
-            _check_function(problems, f"{key}.default_reward_fn_type", ts.default_reward_fn_type, REWARDS)
+            _check_workflow(problems, f"buffer.explorer_input.{group}[{i}]", ts)
+
+
+def _check_workflow(problems: Problems, key: str, ts: TasksetConfig) -> None:
+    """The taskset's workflow and reward function exist and get the arguments and columns they need."""
+    from rfthpc.rewards.registry import REWARDS
+    from rfthpc.rewards.scoring import check_reward_args
+    from rfthpc.workflows.base import needs_of
+    from rfthpc.workflows.registry import WORKFLOWS
+
+    before = len(problems.items)
+    _check_function(problems, f"{key}.default_workflow_type", ts.default_workflow_type, WORKFLOWS)
+    _check_function(problems, f"{key}.default_reward_fn_type", ts.default_reward_fn_type, REWARDS)
+    if len(problems.items) > before or not ts.default_workflow_type:
+        return
+    # The workflow is imported (workflows are light; a user's module:function is imported anyway).
+    declared = needs_of(WORKFLOWS.get(ts.default_workflow_type))
+    reward = ts.default_reward_fn_type
+    if declared is not None:
+        for message in declared.problems(ts.default_workflow_type, ts.workflow_args, reward,
+                                         ts.format.response_key is not None):
+            problems.add(f"{key}.{message}")
+        reward = declared.reward(reward)
+    if reward is not None:
+        try:
+            check_reward_args(REWARDS.get(reward), reward, ts.reward_fn_args)
+        except ConfigError as e:
+            problems.add(f"{key}.{e}")
 
 
 def _check_sizes(cfg: Config, problems: Problems) -> None:
@@ -211,10 +242,37 @@ def _check_inputs(cfg: Config, problems: Problems, check_paths: bool) -> None:
             checks += [(f"buffer.explorer_input.{group}[{i}].path", ts.path, "dataset") for i, ts in enumerate(sets)]
     if sft:
         checks.append(("buffer.trainer_input.experience_buffer.path", eb.path, "dataset"))
+    missing = set()
     for key, value, kind in checks:
         msg = _path_problem(key, value, kind)
         if msg:
             problems.add(msg)
+            missing.add(key)
+    _check_columns(cfg, problems, missing)
+
+
+def _check_columns(cfg: Config, problems: Problems, missing: set[str]) -> None:
+    """Every column a `format` key names is in its dataset (read from the header: fast on a large file)."""
+    from rfthpc.data.columns import column_problem, dataset_columns, format_columns
+
+    inp, eb = cfg.buffer.explorer_input, cfg.buffer.trainer_input.experience_buffer
+    sft = cfg.algorithm.algorithm_type == "sft"
+    datasets = []
+    if cfg.mode in ("both", "explore") and not sft:
+        for group, sets in (("tasksets", inp.tasksets), ("eval_tasksets", inp.eval_tasksets)):
+            datasets += [(f"buffer.explorer_input.{group}[{i}]", ts, format_columns(ts.format))
+                         for i, ts in enumerate(sets)]
+    if sft:
+        datasets.append(("buffer.trainer_input.experience_buffer", eb, format_columns(eb.format, sft=True)))
+    for key, ds, required in datasets:
+        if f"{key}.path" in missing or not ds.path:
+            continue
+        columns = dataset_columns(ds.path, ds.subset_name, ds.split)
+        if columns is not None:
+            where = f"{key} ({ds.path}, split {ds.split!r})"
+            problem = column_problem(where, columns, required)
+            if problem:
+                problems.add(problem)
 
 
 def validate(cfg: Config, source: str = "config", check_paths: bool = True) -> None:

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from rfthpc.data.columns import FILE_BUILDERS, column_problem, required_columns
 from rfthpc.errors import ConfigError, UserError
 from rfthpc.workflows.base import SamplingArgs
 
-_FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv", ".arrow": "arrow"}
 _DOWNLOAD_HINT = (
     "compute nodes have no internet, so datasets are read from local paths only; download it first, "
     "e.g. `huggingface-cli download --repo-type dataset openai/gsm8k --local-dir /shared/data/gsm8k`, "
@@ -72,10 +72,10 @@ def _is_saved_to_disk(path: Path) -> bool:
 def _read_file(path: Path, split: str, cache_dir: str | None) -> dict[str, Any]:
     import datasets
 
-    builder = _FILE_BUILDERS.get(path.suffix.lower())
+    builder = FILE_BUILDERS.get(path.suffix.lower())
     if builder is None:
         raise UserError(
-            f"dataset file {path}: unsupported type {path.suffix!r}; use one of {', '.join(_FILE_BUILDERS)}"
+            f"dataset file {path}: unsupported type {path.suffix!r}; use one of {', '.join(FILE_BUILDERS)}"
         )
     return {split: datasets.load_dataset(builder, data_files={split: str(path)}, split=split, cache_dir=cache_dir)}
 
@@ -133,7 +133,7 @@ def read_split(
         splits = _read_file(p, split, cache_dir) if p.is_file() else _read_dir(p, subset_name, split, cache_dir)
     except UserError:
         raise
-    except Exception as e:  # noqa: BLE001 - `datasets` fails on bad or empty files with many types
+    except Exception as e:
         cause = e.__cause__ or e  # DatasetGenerationError wraps the parser's message
         raise UserError(f"cannot read dataset {p}: {type(cause).__name__}: {cause}") from e
     if split not in splits:
@@ -224,13 +224,12 @@ def load_taskset(
     with _progress_bars(enable_progress_bar):
         ds = read_split(path, subset_name, split, cache_dir)
     where = f"taskset {name!r} ({path}, split {split!r})"
-    columns = list(ds.column_names)
     chat = prompt_type == "messages"
-    for option, key in (("messages_key" if chat else "prompt_key", messages_key if chat else prompt_key),
-                        ("response_key", response_key), ("system_prompt_key", system_prompt_key),
-                        ("workflow_key", workflow_key), ("reward_fn_key", reward_fn_key)):
-        if key is not None and key not in columns:
-            raise UserError(f"{where}: format.{option}={key!r} is not a column; the columns are: {', '.join(columns)}")
+    problem = column_problem(where, list(ds.column_names), required_columns(
+        prompt_type=prompt_type, prompt_key=prompt_key, response_key=response_key, messages_key=messages_key,
+        system_prompt_key=system_prompt_key, workflow_key=workflow_key, reward_fn_key=reward_fn_key))
+    if problem:
+        raise UserError(problem)
     tasks = []
     for i, row in enumerate(ds):
         messages = _chat(row[messages_key], messages_key, where, i) if chat else None

@@ -3,12 +3,14 @@
 A step directory counts only once its `STABLE` marker exists; `latest` naming an incomplete
 directory is ignored until the marker appears. Before loading version N the explorer names it in
 its reader file (`weights/.readers/<explorer>-<rank>.json`), so the trainer's clean-up keeps that
-directory while the file is fresh, and it refreshes the file while it uses the version.
+directory while the file is fresh; the explorer's heartbeat thread renews the file while it uses the
+version (`refresh_lease`).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 from rfthpc import weights
@@ -21,16 +23,17 @@ log = logging.getLogger(__name__)
 class WeightFollower:
     """Keeps an engine on the newest complete published policy, and its reader file fresh."""
 
-    def __init__(self, run: RunDir, explorer: str, rank: int, lease_refresh_s: float = 30.0) -> None:
+    def __init__(self, run: RunDir, explorer: str, rank: int) -> None:
         self.run = run
         self.explorer = explorer
         self.rank = rank
         self.engine: PolicyEngine | None = None
         self.version = 0
-        self.lease_refresh_s = lease_refresh_s
         self.last_load_s = 0.0
         self.loads = 0
-        self._lease_written = 0.0
+        self._named: int | None = None
+        """The version the reader file names (the heartbeat thread renews exactly that)."""
+        self._lease_lock = threading.Lock()
         self._ignored: int | None = None
 
     def newest_complete(self) -> int | None:
@@ -68,19 +71,20 @@ class WeightFollower:
 
     def write_lease(self, version: int) -> None:
         """Name `version` in this process's reader file (now)."""
-        weights.record_reader(self.run.root, self.explorer, self.rank, version)
-        self._lease_written = time.monotonic()
+        with self._lease_lock:
+            weights.record_reader(self.run.root, self.explorer, self.rank, version)
+            self._named = version
 
     def refresh_lease(self) -> None:
-        """Rewrite the reader file if it is older than `lease_refresh_s`."""
-        if time.monotonic() - self._lease_written >= self.lease_refresh_s:
-            self.write_lease(self.version)
+        """Rewrite the reader file with the version it names (the heartbeat; nothing before the first name)."""
+        with self._lease_lock:
+            if self._named is not None:
+                weights.record_reader(self.run.root, self.explorer, self.rank, self._named)
 
     def update(self) -> bool:
         """Load the newest complete version if it is newer than the one held; True if loaded."""
         newest = self.newest_complete()
         if newest is None or newest <= self.version:
-            self.refresh_lease()
             return False
         step_dir = self.run.weights_step(newest)
         self.write_lease(newest)
@@ -100,4 +104,6 @@ class WeightFollower:
 
     def close(self) -> None:
         """Drop the reader file: this process needs no published weights any more."""
-        weights.clear_reader(self.run.root, self.explorer, self.rank)
+        with self._lease_lock:
+            self._named = None
+            weights.clear_reader(self.run.root, self.explorer, self.rank)

@@ -1,32 +1,42 @@
-"""Task claims kept alive from a thread while the explorer's loop is blocked in one long call.
+"""The explorer's one heartbeat: a thread that tells the run directory the process is alive.
 
-The loop sends heartbeats between calls into the engine, but a single generation call can outlast
-`filesystem.lease_s` (long responses, a large batch on a slow engine); without a heartbeat the other
-explorers would take the claimed tasks over and explore them a second time.
+Every `period_s` (a quarter of `filesystem.lease_s`), for the explorer's whole life, it renews the
+leases of the task claims the explorer holds (or others take those tasks over), the reader file
+that keeps the trainer from deleting the weights the engine holds, and the progress record (a
+record older than its lease tells `rfthpc status` the process is gone). A thread, not the loop,
+so that a long call into the engine (a weight load, a generation longer than the lease) renews
+nothing late.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 
+from rfthpc.explorer.follow import WeightFollower
+from rfthpc.explorer.meta import Progress
 from rfthpc.store.claims import TaskClaims
 
 log = logging.getLogger(__name__)
 
 
-class ClaimsHeartbeat:
-    """While in use (`with`), a daemon thread sends every claim set's heartbeat each `period_s`."""
+class Heartbeat:
+    """While in use (`with`), a daemon thread renews claims, the weights reader file and progress."""
 
-    def __init__(self, claim_sets: Sequence[TaskClaims], period_s: float) -> None:
-        self.claim_sets = list(claim_sets)
+    def __init__(self, period_s: float, claim_sets: Callable[[], Sequence[TaskClaims]], follower: WeightFollower,
+                 progress: Progress) -> None:
+        """`claim_sets()`: the claim sets the explorer holds now (they change with the stage)."""
         self.period_s = period_s
+        self.claim_sets = claim_sets
+        self.follower = follower
+        self.progress = progress
+        self.beats = 0
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="rfthpc-claims-heartbeat", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="rfthpc-heartbeat", daemon=True)
 
-    def __enter__(self) -> ClaimsHeartbeat:
+    def __enter__(self) -> Heartbeat:
         self._thread.start()
         return self
 
@@ -37,9 +47,18 @@ class ClaimsHeartbeat:
 
     def _run(self) -> None:
         while not self._stop.wait(self.period_s):
-            for claims in self.claim_sets:
-                try:
-                    claims.heartbeat()
-                except Exception as e:  # noqa: BLE001 — the loop's own next heartbeat reports it
-                    log.warning("heartbeat of taskset %s failed (%s); trying again in %.0f s",
-                                claims.taskset, e, self.period_s)
+            self.beat()
+
+    def beat(self) -> None:
+        """Renew everything once; a failed renewal is a warning and is tried again next period."""
+        renewals: list[tuple[str, Callable[[], None]]] = [
+            *((f"the claims of taskset {c.taskset}", c.heartbeat) for c in self.claim_sets()),
+            ("the weights reader file", self.follower.refresh_lease),
+            ("the progress record", self.progress.touch),
+        ]
+        for what, renew in renewals:
+            try:
+                renew()
+            except Exception as e:  # noqa: BLE001 — a shared filesystem hiccup; the next beat retries
+                log.warning("heartbeat: renewing %s failed (%s); trying again in %.0f s", what, e, self.period_s)
+        self.beats += 1

@@ -48,11 +48,11 @@ from rfthpc.errors import EXIT_PREEMPTED, UserError
 from rfthpc.explorer import eval as evaluation
 from rfthpc.explorer import setup
 from rfthpc.explorer.follow import WeightFollower
-from rfthpc.explorer.heartbeat import ClaimsHeartbeat
+from rfthpc.explorer.heartbeat import Heartbeat
 from rfthpc.explorer.meta import Progress
 from rfthpc.explorer.rollout import RolloutPolicy, TaskOutcome, run_tasks
 from rfthpc.explorer.staleness import expected_train_step, required_version, staleness, taskset_offsets
-from rfthpc.fsutil import read_json, set_share_group
+from rfthpc.fsutil import set_share_group
 from rfthpc.handoff import Waiter, WaitPolicy
 from rfthpc.monitor import Monitor
 from rfthpc.rundir import RunDir
@@ -60,6 +60,7 @@ from rfthpc.signals import StopRequest
 from rfthpc.store import ChunkWriter, Claim, Group, TaskClaims
 from rfthpc.store.claims import claims_name
 from rfthpc.store.schema import Experience as StoredExperience
+from rfthpc.trainer.meta import read_trainer_meta
 from rfthpc.workflows.base import WorkflowContext
 
 log = logging.getLogger(__name__)
@@ -80,29 +81,6 @@ class _Stopped(Exception):
     """A stop request arrived while waiting; unwinds to the stage loop."""
 
 
-@dataclass(frozen=True)
-class TrainerView:
-    """What `trainer_meta.json` says (contracts: step, stage, stage_index, stage_start_step, done)."""
-
-    exists: bool
-    stage_index: int = 0
-    stage_start_step: int = 0
-    done: bool = False
-    step: int = 0
-
-    @classmethod
-    def read(cls, run: RunDir) -> TrainerView:
-        """The trainer's state now (a missing or torn file reads as "not started")."""
-        try:
-            meta = read_json(run.trainer_meta)
-        except ValueError:
-            meta = None
-        if not isinstance(meta, dict):
-            return cls(False)
-        return cls(True, int(meta.get("stage_index") or 0), int(meta.get("stage_start_step") or 0),
-                   bool(meta.get("done")), int(meta.get("step") or 0))
-
-
 @dataclass
 class _Source:
     """One training taskset of the stage being explored, with its claims."""
@@ -118,6 +96,12 @@ class _Pending:
 
     claims: TaskClaims
     claim: Claim
+
+
+def _trainer_done(run: RunDir) -> bool:
+    """True once the trainer reported that it finished every stage."""
+    meta = read_trainer_meta(run)
+    return meta is not None and meta.done
 
 
 def _rollout_policy(cfg: Config) -> RolloutPolicy:
@@ -154,9 +138,7 @@ class Explorer:
         self.monitor: Monitor | None = None
         self.pending: list[_Pending] = []
         self.claim_sets: list[TaskClaims] = []
-        self._last_heartbeat = 0.0
-        lease = self.stages[0].config.filesystem.lease_s if self.stages else 300.0
-        self.follower = WeightFollower(self.rundir, name, rank, lease_refresh_s=max(1.0, lease / 4))
+        self.follower = WeightFollower(self.rundir, name, rank)
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
@@ -169,18 +151,20 @@ class Explorer:
         cfg = explore[0][1].config
         set_share_group(cfg.filesystem.share_group)
         self.stop.install()
+        self.progress = Progress(self.rundir, self.name, self.rank, cfg.filesystem.lease_s)
         try:
             # Bad data fails here, before minutes are spent starting an engine.
             self.tasksets = {i: self._load_tasksets(s.config) for i, s in explore}
-            self._start(cfg)
-            return self._run_stages(explore)
+            with Heartbeat(cfg.filesystem.lease_s / 4, lambda: self.claim_sets, self.follower, self.progress):
+                self._start(cfg)
+                return self._run_stages(explore)
         except EngineFailed as e:
             return self._failed(e)
         finally:
             self._shutdown()
 
     def _start(self, cfg: Config) -> None:
-        self.progress = Progress(self.rundir, self.name, self.rank)
+        self.progress.update(state="starting")
         self.waiter = Waiter(WaitPolicy(slow_s=cfg.explorer.weights_poll_interval))
         self.monitor = Monitor(self.rundir, f"explorer_{self.name}_{self.rank}", cfg.monitor, cfg.project, cfg.name,
                                use_wandb=self.rank == 0)
@@ -234,7 +218,7 @@ class Explorer:
             return self._stopped()
         self.progress.update(state="done", version=self.follower.version)
         log.info("explorer %s rank %d: done (%d groups committed)", self.name, self.rank,
-                 self.progress["groups_committed"])
+                 self.progress.record.groups_committed)
         return 0
 
     def _failed(self, error: EngineFailed) -> int:
@@ -256,12 +240,12 @@ class Explorer:
     def _wait_for_stage(self, index: int, cfg: Config) -> int | str:
         """The stage's start step once the trainer is in it; a status if it is past it or stopped."""
         while True:
-            view = TrainerView.read(self.rundir)
-            if view.done:
+            view = read_trainer_meta(self.rundir)
+            if view is not None and view.done:
                 return "trainer_done"
-            if view.exists and view.stage_index > index:
+            if view is not None and view.stage_index > index:
                 return "skipped"
-            if view.exists and view.stage_index == index:
+            if view is not None and view.stage_index == index:
                 return view.stage_start_step
             if index == 0:
                 return 0
@@ -316,10 +300,10 @@ class Explorer:
                 while True:
                     if self.stop.requested:
                         return "stopped"
-                    view = TrainerView.read(self.rundir)
-                    if view.done:
+                    view = read_trainer_meta(self.rundir)
+                    if view is not None and view.done:
                         return "trainer_done"
-                    if view.exists and view.stage_index > index:
+                    if view is not None and view.stage_index > index:
                         return "skipped"
                     claims = source.claims.claim(claim_size, timeout_s=max(5.0, poll), poll_s=poll,
                                                  on_wait=self._idle)
@@ -353,8 +337,8 @@ class Explorer:
             statuses = [s.claims.status() for s in sources]
             if not all(st.finished for st in statuses):
                 return True
-            view = TrainerView.read(self.rundir)
-            if all(st.exhausted for st in statuses) or not view.exists or view.done or view.stage_index != index:
+            view = read_trainer_meta(self.rundir)
+            if all(st.exhausted for st in statuses) or view is None or view.done or view.stage_index != index:
                 return False
             if view.step != step:
                 step, since = view.step, time.monotonic()
@@ -393,15 +377,14 @@ class Explorer:
         # An evaluation due rides along: its tasks generate in the same engine calls as the batch's.
         extra = evaluation.eval_tasks(evals) if self._eval_due(cfg, evals) else []
         began = time.perf_counter()
-        with ClaimsHeartbeat(self.claim_sets, cfg.filesystem.lease_s / 4):
-            try:
-                outcomes = run_tasks([source.taskset.tasks[c.index] for c in claims] + extra, self.ctx, self.batcher,
-                                     _rollout_policy(cfg), self.stop, tick=self._tick)
-            except EngineFailed:
-                # The tasks are not at fault: released, not completed, so no refill replaces them and
-                # another explorer (or this one, requeued) does them.
-                source.claims.release(claims)
-                raise
+        try:
+            outcomes = run_tasks([source.taskset.tasks[c.index] for c in claims] + extra, self.ctx, self.batcher,
+                                 _rollout_policy(cfg), self.stop, tick=self._tick)
+        except EngineFailed:
+            # The tasks are not at fault: released, not completed, so no refill replaces them and
+            # another explorer (or this one, requeued) does them.
+            source.claims.release(claims)
+            raise
         elapsed = time.perf_counter() - began
         outcomes, evaluated = outcomes[:len(claims)], outcomes[len(claims):]
         done_now, release, groups = [], [], []
@@ -417,7 +400,7 @@ class Explorer:
             source.claims.release(release)
         if done_now:
             source.claims.complete(done_now, produced_group=False)
-            self.progress.update(tasks_completed=self.progress["tasks_completed"] + len(done_now))
+            self.progress.add(tasks_completed=len(done_now))
         assert self.writer is not None
         for i, (claim, group) in enumerate(groups):
             before = self.writer.groups_added
@@ -484,7 +467,7 @@ class Explorer:
         """Load newer weights if published. True if new weights were loaded. On start-up without
         `eval_on_startup`, the version held counts as evaluated."""
         loaded = self.follower.update()
-        if startup and self._evaluates(evals) and self.progress["evaluated_version"] is None \
+        if startup and self._evaluates(evals) and self.progress.record.evaluated_version is None \
                 and not cfg.explorer.eval_on_startup:
             self.progress.update(evaluated_version=self.follower.version)
         return loaded
@@ -497,7 +480,7 @@ class Explorer:
         """An evaluation of the version held is due (never evaluated, or an eval_interval crossed)."""
         if not self._evaluates(evals):
             return False
-        last = self.progress["evaluated_version"]
+        last = self.progress.record.evaluated_version
         return last is None or evaluation.eval_due(self.follower.version, last, cfg.explorer.eval_interval)
 
     def _evaluate(self, cfg: Config, evals: list[setup.Taskset]) -> None:
@@ -529,7 +512,7 @@ class Explorer:
 
         def held_or_over() -> str | None:
             """Return "ready" once version `need` is loaded, a status if the wait is over otherwise."""
-            if TrainerView.read(self.rundir).done:
+            if _trainer_done(self.rundir):
                 return "trainer_done"
             if time.monotonic() >= deadline:
                 raise SyncTimeout(
@@ -559,7 +542,7 @@ class Explorer:
             return None
         deadline = time.monotonic() + cfg.synchronizer.sync_timeout
         try:
-            while TrainerView.read(self.rundir).exists and not TrainerView.read(self.rundir).done:
+            while read_trainer_meta(self.rundir) is not None and not _trainer_done(self.rundir):
                 if self.stop.requested:
                     return "stopped"
                 if self._follow(cfg, evals):
@@ -573,7 +556,7 @@ class Explorer:
                 self._tick()
                 time.sleep(cfg.explorer.weights_poll_interval)
             self.follower.update()
-            if self.progress["evaluated_version"] != self.follower.version:
+            if self.progress.record.evaluated_version != self.follower.version:
                 self._evaluate(cfg, evals)
         except _Stopped:
             return "stopped"
@@ -595,25 +578,16 @@ class Explorer:
                 log.warning("%d committed groups belong to tasks another explorer took over (this process "
                             "missed its heartbeats for filesystem.lease_s); they are explored twice and trained once",
                             rejected)
-        self.progress.update(groups_committed=self.progress["groups_committed"] + committed,
-                             tasks_completed=self.progress["tasks_completed"] + committed)
+        self.progress.add(groups_committed=committed, tasks_completed=committed)
 
     def _flush(self) -> None:
         if self.writer is not None:
             self.writer.flush()
             self._complete_committed()
 
-    def _heartbeat(self) -> None:
-        lease = self.stages[0].config.filesystem.lease_s
-        if time.monotonic() - self._last_heartbeat >= lease / 4:
-            for claims in self.claim_sets:
-                claims.heartbeat()
-            self._last_heartbeat = time.monotonic()
-
     def _tick(self) -> None:
-        """Periodic duties while workflows run or the explorer waits: leases, heartbeats, due commits."""
-        self._heartbeat()
-        self.follower.refresh_lease()
+        """Periodic duty while workflows run or the explorer waits: commits that are due (leases are
+        the heartbeat thread's)."""
         if self.writer is not None:
             self.writer.flush_if_due()
             self._complete_committed()
@@ -623,7 +597,6 @@ class Explorer:
         if self.stop.requested:
             raise _Stopped()
         self._flush()
-        self.follower.refresh_lease()
 
     def _log_batch(self, outcomes: list[TaskOutcome], groups: list[tuple[Claim, Group]], steps: list[int],
                    version: int, elapsed: float, wait_s: float, taskset: str) -> None:
@@ -658,7 +631,7 @@ class Explorer:
                 "rollout/finish_length_ratio": float(np.mean(
                     [e.info.get("finish_reason") == "length" for _, g in groups for e in g.experiences])),
             })
-        step = self.progress["steps"] + 1
+        step = self.progress.record.steps + 1
         assert self.monitor is not None
         self.monitor.log(metrics, step=step, axis="rollout/step")
         self.progress.update(steps=step, version=version, tokens_per_s=metrics["rollout/tokens_per_s"],

@@ -62,17 +62,6 @@ def auxiliary_settings(cfg: Config, rank: int) -> dict[str, tuple[str, EngineSet
     return out
 
 
-def chat_template(cfg: Config) -> str | None:
-    """The chat template override of the policy, if the config sets one."""
-    m = cfg.model
-    if m.chat_template_path:
-        path = Path(m.chat_template_path).expanduser()
-        if not path.is_file():
-            raise ConfigError(f"model.chat_template_path: {path} does not exist; give a readable template file")
-        return path.read_text()
-    return cfg.explorer.rollout_model.chat_template or m.custom_chat_template
-
-
 def _tokenizer(model_path: str, template: str | None) -> Any:
     from transformers import AutoTokenizer
 
@@ -85,7 +74,7 @@ def _tokenizer(model_path: str, template: str | None) -> Any:
 def prompt_builder(cfg: Config) -> PromptBuilder:
     """The policy tokenizer (with any chat template override), its thinking switch and the prompt-length policy."""
     return PromptBuilder(
-        _tokenizer(cfg.model.model_path, chat_template(cfg)), cfg.model.max_prompt_tokens,
+        _tokenizer(cfg.model.model_path, cfg.model.custom_chat_template), cfg.model.max_prompt_tokens,
         cfg.model.enable_prompt_truncation, cfg.explorer.rollout_model.enable_thinking,
     )
 

@@ -7,6 +7,9 @@ states "unknown" while the rest of the report (all from the run directory) is st
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,11 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from rfthpc.errors import SlurmError, UserError
-from rfthpc.fsutil import is_temporary, read_json
+from rfthpc.explorer.meta import FINAL_STATES, ExplorerProgress, read_progress
+from rfthpc.fsutil import is_temporary
 from rfthpc.launch.jobs import JobRecord, read_jobs
 from rfthpc.launch.slurmcli import first_line, run_slurm
 from rfthpc.rundir import RunDir
 from rfthpc.timeline import role_spans, shares
+from rfthpc.trainer.meta import TrainerMeta, read_trainer_meta
 
 STATE_TIMEOUT_S = 15.0
 TIME_WINDOW_S = 300.0
@@ -120,25 +125,78 @@ def _read_int(path: Path) -> int | None:
         return None
 
 
-def explorer_progress(run_dir: RunDir) -> dict[str, list[dict[str, Any]]]:
+def explorer_progress(run_dir: RunDir) -> dict[str, list[ExplorerProgress]]:
     """Per explorer name, the progress records of its ranks (`explorer_meta/<name>/<rank>.json`)."""
     root = run_dir.explorer_meta_root
-    out: dict[str, list[dict[str, Any]]] = {}
+    out: dict[str, list[ExplorerProgress]] = {}
     if not root.is_dir():
         return out
     for d in sorted(p for p in root.iterdir() if p.is_dir() and not is_temporary(p.name)):
-        ranks = []
-        for f in d.glob("*.json"):
-            if is_temporary(f.name):
-                continue
-            try:
-                data = read_json(f)
-            except ValueError:
-                continue
-            if isinstance(data, dict):
-                ranks.append(data)
-        out[d.name] = sorted(ranks, key=lambda r: int(r.get("rank", 0)))
+        ranks = [r for f in d.glob("*.json") if not is_temporary(f.name) and (r := read_progress(f)) is not None]
+        out[d.name] = sorted(ranks, key=lambda r: r.rank)
     return out
+
+
+def _process_ended(host: str, pid: int) -> bool:
+    """True if `pid` ran on this host and is gone (another host's processes cannot be looked at)."""
+    if host != socket.gethostname() or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's (a reused pid)
+        return False
+    return False
+
+
+def explorer_task(jobs: Sequence[dict[str, Any]], name: str, rank: int) -> TaskState | None:
+    """The Slurm state of the array task (or hetjob component) that runs explorer `name`'s `rank`."""
+    for job in reversed(jobs):
+        r: JobRecord = job["record"]
+        if name not in r.explorer_names():
+            continue
+        wanted = f"{r.job_id}_{rank}" if r.role == "explorer" else f"{r.job_id}+1"
+        return next((t for t in job["tasks"] if t.job_id == wanted), None)
+    return None
+
+
+def why_gone(progress: ExplorerProgress, task: TaskState | None, now: float) -> str | None:
+    """Why an explorer rank that has not reported its end is not running any more; None if it may be.
+
+    Its Slurm task ended (cancelled, failed, out of time or memory, its node lost), its process on
+    this host is gone (`rfthpc run`), or it missed its heartbeats for a whole lease.
+    """
+    if progress.final:
+        return None
+    if task is not None and task.terminal:
+        return f"job {task.job_id} {task.state}"
+    if _process_ended(progress.host, progress.pid):
+        return f"process {progress.pid} ended"
+    if progress.expired(now):
+        return f"no heartbeat for {progress.age_s(now):.0f} s (lease {progress.lease_s:.0f} s)"
+    return None
+
+
+def trainer_task(jobs: Sequence[dict[str, Any]]) -> TaskState | None:
+    """The Slurm state of the newest job that runs the trainer (a hetjob's component 0)."""
+    for job in reversed(jobs):
+        r: JobRecord = job["record"]
+        if r.runs_trainer():
+            wanted = r.job_id if r.role == "trainer" else f"{r.job_id}+0"
+            return next((t for t in job["tasks"] if t.job_id == wanted), None)
+    return None
+
+
+def trainer_gone(meta: TrainerMeta, task: TaskState | None) -> str | None:
+    """Why a trainer that did not report its end is not running any more; None if it may be."""
+    if meta.state != "training":
+        return None
+    if task is not None and task.terminal:
+        return f"job {task.job_id} {task.state}"
+    if _process_ended(meta.host, meta.pid):
+        return f"process {meta.pid} ended"
+    return None
 
 
 def collect_status(run_dir: Path, timeout_s: float = STATE_TIMEOUT_S) -> dict[str, Any]:
@@ -150,6 +208,7 @@ def collect_status(run_dir: Path, timeout_s: float = STATE_TIMEOUT_S) -> dict[st
         raise UserError(f"{run.root} is not a run directory (no config.yaml, no jobs.jsonl)")
     records = read_jobs(run)
     states, slurm_error = query_states([r.job_id for r in records], timeout_s)
+    meta = read_trainer_meta(run)
     store: dict[str, Any] | None = None
     store_error: str | None = None
     try:
@@ -158,19 +217,34 @@ def collect_status(run_dir: Path, timeout_s: float = STATE_TIMEOUT_S) -> dict[st
         store = inspect_store(run.root)
     except UserError as e:
         store_error = str(e)
-    return {
+    status = {
         "run_dir": str(run.root),
         "time": time.time(),
         "jobs": [{"record": r, "tasks": states.get(r.job_id, [])} for r in records],
         "slurm_error": slurm_error,
-        "trainer": read_json(run.trainer_meta) or {},
+        "trainer": {} if meta is None else dataclasses.asdict(meta),
         "latest_checkpoint": _read_int(run.latest_checkpoint_file),
         "latest_weights": _read_int(run.weights / "latest"),
         "store": store,
         "store_error": store_error,
-        "explorers": explorer_progress(run),
+        "explorers": {name: [dataclasses.asdict(p) for p in ranks] for name, ranks in explorer_progress(run).items()},
         "time_shares": {role: shares(spans, TIME_WINDOW_S) for role, spans in role_spans(run).items()},
     }
+    judge_liveness(status)
+    return status
+
+
+def judge_liveness(status: dict[str, Any]) -> None:
+    """Set `gone` (why it is not running any more, or None) on the trainer and every explorer rank of
+    `status`, from their records and the Slurm states of its jobs."""
+    jobs, now = status["jobs"], status["time"]
+    if status["trainer"]:
+        status["trainer"]["gone"] = trainer_gone(TrainerMeta(**{k: v for k, v in status["trainer"].items()
+                                                                if k != "gone"}), trainer_task(jobs))
+    for name, ranks in status["explorers"].items():
+        for p in ranks:
+            progress = ExplorerProgress(**{k: v for k, v in p.items() if k != "gone"})
+            p["gone"] = why_gone(progress, explorer_task(jobs, name, progress.rank), now)
 
 
 def _fmt(value: Any) -> str:
@@ -215,11 +289,14 @@ def format_status(d: dict[str, Any]) -> str:
     lines.append("")
     t = d["trainer"]
     if t:
-        done = " — done" if t.get("done") else ""
+        if t.get("gone"):
+            end = f" — gone: {t['gone']}"
+        else:
+            end = "" if t.get("state", "training") == "training" else f" — {t['state']}"
         lines.append(
             f"trainer: step {_fmt(t.get('step'))} (stage {_fmt(t.get('stage'))}), published version "
             f"{_fmt(t.get('published_version'))}, checkpoint {_fmt(d['latest_checkpoint'])}, "
-            f"updated {_age(now, t.get('updated'))}{done}"
+            f"updated {_age(now, t.get('updated'))}{end}"
         )
     else:
         lines.append(f"trainer: not started yet (no trainer_meta.json); checkpoint {_fmt(d['latest_checkpoint'])}")
@@ -241,9 +318,12 @@ def format_status(d: dict[str, Any]) -> str:
         ranks = d["explorers"].get(name) or [{}]
         for p in ranks:
             version = p.get("version")
-            stale = latest - int(version) if latest is not None and isinstance(version, int) else None
-            rows.append([name, p.get("rank"), p.get("state"), version, stale, p.get("groups_committed"),
-                         p.get("tokens_per_s"), _age(now, p.get("updated")) if p else "-",
+            # Staleness and speed are figures of a running process; a rank that ended has neither.
+            live = p and not p.get("gone") and p.get("state") not in FINAL_STATES
+            stale = latest - int(version) if live and latest is not None and isinstance(version, int) else None
+            state = f"gone: {p['gone']} (was {p.get('state')})" if p.get("gone") else p.get("state")
+            rows.append([name, p.get("rank"), state, version, stale, p.get("groups_committed"),
+                         p.get("tokens_per_s") if live else None, _age(now, p.get("updated")) if p else "-",
                          s.get("groups_per_s") if p is ranks[0] else None])
     lines.append("")
     if rows:

@@ -18,6 +18,7 @@ modules, in the order a step touches them:
 | `update`      | one optimizer update of a sharded model (policy or critic)                 |
 | `checkpoint`  | resumable sharded checkpoints (`global_step_N/`)                           |
 | `stages`      | which stage and step to run, from the config and the newest checkpoint     |
+| `meta`        | `trainer_meta.json`: the trainer's report (step, stage, state) for others   |
 | `loop`        | the training loop tying it together                                        |
 
 Weight publishing for explorers lives in `rfthpc.weights` (both roles use it).

@@ -34,7 +34,7 @@ import torch
 from rfthpc import weights
 from rfthpc.config import Config, Stage, load_resolved
 from rfthpc.errors import EXIT_PREEMPTED, UserError
-from rfthpc.fsutil import set_share_group, write_json_atomic
+from rfthpc.fsutil import set_share_group
 from rfthpc.rundir import RunDir
 from rfthpc.signals import StopRequest
 from rfthpc.store.claims import claims_name
@@ -45,6 +45,7 @@ from rfthpc.trainer.experience import ExperienceSource, Poll
 from rfthpc.trainer.forward import sharded_forward, token_logprobs, token_values
 from rfthpc.trainer.fsdp import build_sharded_model, compute_dtype, publish_model, vocab_size
 from rfthpc.trainer.losses import Algorithm
+from rfthpc.trainer.meta import TrainerMeta, write_trainer_meta
 from rfthpc.trainer.optim import LRSchedule, make_optimizer, set_lr
 from rfthpc.trainer.rl_batch import StepTensors, build_step_tensors
 from rfthpc.trainer.samples import Sample
@@ -115,15 +116,20 @@ class Trainer:
         self.last_saved: tuple[int, bool] | None = None
         self.policy: torch.nn.Module | None = None
         self.model_path: Path = Path()
+        self.meta: TrainerMeta | None = None
+        """The last report written to trainer_meta.json (rank 0)."""
 
     # ---- entry ---------------------------------------------------------------------------------
 
     def run(self) -> int:
         """Train every remaining stage; return 0 (done), 124 (stopped by a signal) or 1 (failed)."""
         self.stop.install()
+        code = EXIT_FAILED
         try:
-            return self._run()
+            code = self._run()
+            return code
         finally:
+            self._report_end(code)
             self.stop.restore()
             if self.monitor is not None:
                 self.monitor.close()
@@ -247,7 +253,7 @@ class Trainer:
             rows: int | str | None = None
             if self.env.is_main:
                 try:
-                    tokenizer = load_tokenizer(self.model_path, _chat_template(cfg))
+                    tokenizer = load_tokenizer(self.model_path, cfg.model.custom_chat_template)
                     sft = SFTData(cfg.buffer.trainer_input.experience_buffer, tokenizer, self._max_length(cfg),
                                   enable_thinking=cfg.model.enable_thinking)
                     rows = len(sft)
@@ -480,15 +486,17 @@ class Trainer:
     def _write_trainer_meta(self, pos: Position, done: bool = False) -> None:
         if not self.env.is_main:
             return
-        write_json_atomic(self.rundir.trainer_meta, {
-            "step": pos.step,
-            "stage": self.stages[pos.stage_index].name,
-            "stage_index": pos.stage_index,
-            "stage_start_step": pos.stage_start_step,
-            "published_version": weights.read_latest(self.rundir.root),
-            "done": done,
-            "updated": time.time(),
-        })
+        self.meta = write_trainer_meta(self.rundir, TrainerMeta(
+            step=pos.step, stage=self.stages[pos.stage_index].name, stage_index=pos.stage_index,
+            stage_start_step=pos.stage_start_step, published_version=weights.read_latest(self.rundir.root),
+            done=done, state="done" if done else "training"))
+
+    def _report_end(self, code: int) -> None:
+        """Say in trainer_meta.json how this process ended when it did not finish the run."""
+        if self.meta is None or self.meta.done or code == EXIT_DONE:
+            return
+        self.meta = write_trainer_meta(self.rundir, self.meta.with_state(
+            "stopped" if code == EXIT_PREEMPTED else "failed"))
 
     def _log(self, metrics: dict[str, float], step: int) -> None:
         if self.monitor is not None:
@@ -539,15 +547,6 @@ def _mean_metrics(results: list[UpdateResult]) -> dict[str, float]:
         for k, v in r.metrics.items():
             sums[k].append(v)
     return {k: sum(v) / len(v) for k, v in sums.items()}
-
-
-def _chat_template(cfg: Config) -> str | None:
-    m = cfg.model
-    if m.custom_chat_template:
-        return m.custom_chat_template
-    if m.chat_template_path:
-        return Path(m.chat_template_path).expanduser().read_text()
-    return None
 
 
 def _sampling_temperature(cfg: Config) -> float:

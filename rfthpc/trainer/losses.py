@@ -95,17 +95,9 @@ class Algorithm:
         out.kl_penalty_fn = alg.kl_penalty_fn or "none"
         for name in (out.kl_loss_fn, out.kl_penalty_fn):
             algos.KL_FNS.get(name)
-        unknown = set(alg.kl_loss_fn_args) - {"kl_coef"}
-        if unknown:
-            raise ConfigError(f"algorithm.kl_loss_fn_args: {sorted(unknown)} not accepted; accepted: kl_coef")
-        out.kl_loss_coef = float(alg.kl_loss_fn_args.get("kl_coef", 0.001))
+        out.kl_loss_coef = algos.kl_loss_coef(alg.kl_loss_fn_args)
         if out.kl_penalty_fn != "none":
-            try:
-                out.kl_controller = algos.make_kl_controller(**alg.kl_penalty_fn_args)
-            except TypeError as e:
-                raise ConfigError(
-                    f"algorithm.kl_penalty_fn_args: {e}; accepted: kl_coef, adaptive, target_kl, horizon"
-                ) from None
+            out.kl_controller = algos.kl_controller(alg.kl_penalty_fn_args)
         return out
 
     def actor_loss(

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from rfthpc.config.buffer import ExperienceBufferConfig
+from rfthpc.data.columns import column_problem, format_columns
 from rfthpc.errors import UserError
 from rfthpc.trainer.samples import Sample
 
@@ -57,14 +58,9 @@ class SFTData:
         self.eos_id = tokenizer.eos_token_id
         self.consumed = 0
         self.truncated = 0
-        columns = set(self.rows.column_names)
-        f = self.format
-        needed = [f.messages_key] if f.prompt_type == "messages" else [f.prompt_key, f.response_key]
-        missing = [k for k in needed if k not in columns]
-        if missing:
-            keys = "messages_key" if f.prompt_type == "messages" else "prompt_key / response_key"
-            raise UserError(f"{self.where}: column(s) {missing} missing (format.{keys}); the columns are: "
-                            f"{', '.join(sorted(columns))}")
+        problem = column_problem(self.where, list(self.rows.column_names), format_columns(self.format, sft=True))
+        if problem:
+            raise UserError(problem)
 
     def __len__(self) -> int:
         return len(self.rows)

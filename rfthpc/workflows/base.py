@@ -221,3 +221,50 @@ class WorkflowContext:
 
 
 Workflow = Callable[["Task", WorkflowContext], WorkflowResult]
+
+
+@dataclass(frozen=True)
+class WorkflowNeeds:
+    """What a workflow reads from its taskset's config, declared beside it (`needs` decorator), so a
+    mistake is reported by `rfthpc config validate` and at submit, before anything is queued."""
+
+    args: tuple[str, ...] = ()
+    """The `workflow_args` keys it reads."""
+    default_reward: str | None = None
+    """The reward function it uses when the taskset names none (None: the taskset must name one)."""
+    truth: bool = False
+    """It needs reference answers (`format.response_key`)."""
+
+    def problems(self, workflow: str, workflow_args: Mapping[str, Any], reward_fn: str | None,
+                 has_truth: bool) -> list[str]:
+        """What is wrong with a taskset's settings for this workflow, each naming the key and the fix."""
+        out = []
+        unknown = sorted(set(workflow_args) - set(self.args))
+        if unknown:
+            out.append(f"workflow_args: {', '.join(map(repr, unknown))} not used by workflow {workflow!r}; it "
+                       f"takes: {', '.join(self.args) or '(none)'}")
+        if reward_fn is None and self.default_reward is None:
+            out.append(f"default_reward_fn_type: workflow {workflow!r} needs a reward function; name one "
+                       "(e.g. accuracy_reward, format_reward or module:function)")
+        if self.truth and not has_truth:
+            out.append(f"format.response_key: workflow {workflow!r} needs reference answers; name the column "
+                       "that holds them")
+        return out
+
+    def reward(self, reward_fn: str | None) -> str | None:
+        """The reward function a task uses: its own, else this workflow's default."""
+        return reward_fn or self.default_reward
+
+
+def needs(**declared: Any) -> Callable[[Workflow], Workflow]:
+    """Declare a workflow's `WorkflowNeeds` (`@needs(args=("system_prompt",), truth=True)`)."""
+    def mark(fn: Workflow) -> Workflow:
+        fn.needs = WorkflowNeeds(**declared)  # type: ignore[attr-defined]
+        return fn
+    return mark
+
+
+def needs_of(fn: Workflow) -> WorkflowNeeds | None:
+    """What `fn` declared it needs; None for a user workflow that declared nothing (then nothing is checked)."""
+    found = getattr(fn, "needs", None)
+    return found if isinstance(found, WorkflowNeeds) else None

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
+from rfthpc.errors import ConfigError
 from rfthpc.registry import Registry
-from rfthpc.workflows.base import Workflow, WorkflowContext, WorkflowResult
+from rfthpc.workflows.base import Workflow, WorkflowContext, WorkflowResult, needs_of
 
 if TYPE_CHECKING:
     from rfthpc.data.tasksets import Task
@@ -17,5 +19,14 @@ WORKFLOWS: Registry[Workflow] = Registry("workflow", "buffer.explorer_input.defa
 
 
 def run_workflow(task: Task, ctx: WorkflowContext) -> WorkflowResult:
-    """Run the task's own workflow (`default_workflow_type`, or its row's `workflow_key`)."""
-    return WORKFLOWS.get(task.workflow)(task, ctx)
+    """Run the task's own workflow (`default_workflow_type`, or its row's `workflow_key`), after checking
+    the task against what the workflow declared it needs; the task gets the workflow's default reward
+    function if it names none."""
+    fn = WORKFLOWS.get(task.workflow)
+    declared = needs_of(fn)
+    if declared is not None:
+        problems = declared.problems(task.workflow, task.workflow_args, task.reward_fn, task.truth is not None)
+        if problems:
+            raise ConfigError(f"taskset {task.taskset!r}, task {task.task_id}: " + "; ".join(problems))
+        task = dataclasses.replace(task, reward_fn=declared.reward(task.reward_fn))
+    return fn(task, ctx)

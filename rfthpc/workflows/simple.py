@@ -2,23 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
-
 from rfthpc.data.tasksets import Task
-from rfthpc.errors import ConfigError
 from rfthpc.rewards.registry import REWARDS
 from rfthpc.rewards.scoring import score_group
-from rfthpc.workflows.base import Experience, WorkflowContext, WorkflowResult
-
-
-def check_workflow_args(task: Task, allowed: Collection[str]) -> None:
-    """Raise ConfigError naming any `workflow_args` key the task's workflow does not use."""
-    unknown = set(task.workflow_args) - set(allowed)
-    if unknown:
-        raise ConfigError(
-            f"taskset {task.taskset!r}: workflow_args {sorted(unknown)} are not used by {task.workflow!r}; "
-            f"it takes: {', '.join(sorted(allowed)) or '(none)'}"
-        )
+from rfthpc.workflows.base import Experience, WorkflowContext, WorkflowResult, needs
 
 
 def run_single_turn(
@@ -50,12 +37,8 @@ def run_single_turn(
     return WorkflowResult(experiences, info)
 
 
+@needs()
 def simple_workflow(task: Task, ctx: WorkflowContext) -> WorkflowResult:
     """One turn: system prompt (if any) + the task's prompt; reward function chosen by name."""
-    check_workflow_args(task, ())
-    if task.reward_fn is None:
-        raise ConfigError(
-            f"taskset {task.taskset!r}: simple_workflow needs a reward function; "
-            "set default_reward_fn_type (e.g. accuracy_reward, format_reward or module:function)"
-        )
+    assert task.reward_fn is not None, "run_workflow checks the needs first"
     return run_single_turn(task, ctx, task.reward_fn)

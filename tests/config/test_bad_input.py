@@ -231,3 +231,71 @@ def test_one_response_per_task_for_a_group_advantage(tmp_path: Path, base: str, 
            f"{advantage_fn!r} compares the responses to one task" in msg
     assert "algorithm.repeat_times: 1 response" in _error(path, ["--mode", "train"])
     load_config(path, ["--algorithm.advantage_fn", "reinforce"])  # no groups: fine
+
+
+@pytest.mark.parametrize(("section", "message"), [
+    ("algorithm:\n  kl_loss_fn: k3\n  kl_loss_fn_args: {beta: 0.001}\n",
+     "algorithm.kl_loss_fn_args: 'beta' not accepted; accepted: kl_coef"),
+    ("algorithm:\n  kl_penalty_fn: k1\n  kl_penalty_fn_args: {kl_coeff: 0.1}\n",
+     "algorithm.kl_penalty_fn_args: 'kl_coeff' not accepted; accepted: adaptive, horizon, kl_coef, target_kl"),
+    ("algorithm:\n  kl_penalty_fn: k1\n  kl_penalty_fn_args: {adaptive: true}\n",
+     "adaptive KL needs target_kl > 0 and horizon > 0"),
+    ("algorithm:\n  entropy_loss_fn: default\n  entropy_loss_fn_args: {entropy_coeff: 0.01}\n",
+     "entropy_loss_fn_args: 'entropy_coeff' not accepted by entropy"),
+    ("algorithm:\n  policy_loss_fn_args: {clip_ratio: 0.2}\n", "policy_loss_fn_args: 'clip_ratio' not accepted"),
+])
+def test_arguments_of_the_algorithm_functions_are_checked_before_the_queue(
+        tmp_path: Path, base: str, section: str, message: str) -> None:
+    """Each reaches the trainer only after the queue wait; validation reports it first, naming the key."""
+    text = base.replace("algorithm:\n  algorithm_type: grpo\n", section + "  algorithm_type: grpo\n")
+    assert message in _error(write(tmp_path, text))
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (("response_key: answer", "response_key: answer\n      workflow_args: {temperature: 1}"),
+     "tasksets[0].workflow_args: 'temperature' not used by workflow 'math_workflow'; it takes: system_prompt"),
+    (("response_key: answer", "response_key: answer\n      reward_fn_args: {strict: true}"),
+     "tasksets[0].reward_fn_args ['strict'] are not parameters of reward function 'math_reward'"),
+    (("default_workflow_type: math_workflow", "default_workflow_type: simple_workflow"),
+     "tasksets[0].default_reward_fn_type: workflow 'simple_workflow' needs a reward function"),
+    (("prompt_key: question", "prompt_key: problem"),
+     ("tasksets[0] ({data}, split 'train'): format.prompt_key='problem' is not a column; the columns are: "
+      "question, answer")),
+])
+def test_workflow_reward_and_columns_are_checked_before_the_queue(
+        tmp_path: Path, base: str, edit: tuple[str, str], message: str) -> None:
+    msg = _error(write(tmp_path, base.replace(*edit)))
+    assert message.format(data=tmp_path / "data.jsonl") in msg
+
+
+def test_columns_come_from_the_header_of_a_large_parquet(tmp_path: Path, base: str) -> None:
+    """A 200k-row parquet: the schema says prompt_key names no column, without reading the rows."""
+    import time
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = tmp_path / "big"
+    data.mkdir()
+    pq.write_table(pa.table({"q": [f"{i}+1" for i in range(200_000)], "answer": ["#### 1"] * 200_000}),
+                   data / "train.parquet")
+    path = write(tmp_path, base.replace(str(tmp_path / "data.jsonl"), str(data)))
+    began = time.perf_counter()
+    msg = _error(path)
+    assert "format.prompt_key='question' is not a column; the columns are: q, answer" in msg
+    assert not list(data.glob("*.arrow")) and time.perf_counter() - began < 60
+
+
+def test_one_chat_template_for_every_role(tmp_path: Path, base: str) -> None:
+    """The explorer's template is the trainer's too (an SFT warm-up trains on what explorers roll out);
+    two different templates are refused, naming both keys."""
+    template = tmp_path / "t.jinja"
+    template.write_text("{{ messages[0]['content'] }}")
+    text = base + "explorer:\n  rollout_model:\n    chat_template: 'A{{ messages }}'\n"
+    cfg = load_config(write(tmp_path, text)).config
+    assert cfg.model.custom_chat_template == cfg.explorer.rollout_model.chat_template == "A{{ messages }}"
+    both = text.replace("model:\n", f"model:\n  chat_template_path: {template}\n", 1)
+    assert ("model.chat_template_path and explorer.rollout_model.chat_template give different chat templates"
+            in _error(write(tmp_path, both)))
+    same = base.replace("model:\n", f"model:\n  chat_template_path: {template}\n", 1)
+    assert load_config(write(tmp_path, same)).config.explorer.rollout_model.chat_template == template.read_text()

@@ -233,11 +233,12 @@ def test_reply_prefix_is_part_of_the_prompt_not_of_the_response(tiny_model: Path
 
 def test_workflow_config_mistakes_are_config_errors(tiny_model: Path, tokenizer) -> None:
     ctx = _ctx(HFEngine(tiny_model), tokenizer)
-    with pytest.raises(ConfigError, match="simple_workflow needs a reward function"):
+    with pytest.raises(ConfigError, match="default_reward_fn_type: workflow 'simple_workflow' needs a reward function"):
         run_workflow(_task("simple_workflow"), ctx)
-    with pytest.raises(ConfigError, match="math_workflow needs reference answers.*response_key"):
+    with pytest.raises(ConfigError, match="format.response_key: workflow 'math_workflow' needs reference answers"):
         run_workflow(_task(truth=None), ctx)
-    with pytest.raises(ConfigError, match=r"workflow_args \['temperature'\] are not used by 'math_workflow'"):
+    with pytest.raises(ConfigError, match="workflow_args: 'temperature' not used by workflow 'math_workflow'; "
+                                          "it takes: system_prompt"):
         run_workflow(_task(workflow_args={"temperature": 1}), ctx)
     with pytest.raises(ConfigError, match="unknown workflow 'mathflow'"):
         run_workflow(_task("mathflow"), ctx)

@@ -73,3 +73,50 @@ def test_an_evaluation_after_later_rollout_steps_reaches_wandb(tmp_path: Path, t
     rows = history(run / "monitor" / "wandb")
     assert series(rows) == [(1, None), (None, 0), (2, None), (3, None), (None, 1)]
     assert rows[-1]["eval/held-out/tasks"] == 2
+
+
+# Slurm signals every process of a step (its process tracking follows descendants, whatever their
+# session), so wandb's service, started by wandb in a session of its own, gets the stop signal too.
+STEP_SIGNAL = """
+import os, signal, subprocess, sys, time
+from rfthpc.config.monitor import MonitorConfig
+from rfthpc.monitor import Monitor
+from rfthpc.rundir import RunDir
+from rfthpc.signals import StopRequest
+
+stop = StopRequest().install()
+monitor = Monitor(RunDir(sys.argv[1]), "trainer", MonitorConfig(monitor_type=["wandb"], wandb_mode="offline"),
+                  "p", "n")
+monitor.log({"loss": 1.0}, step=1)
+children = subprocess.run(["pgrep", "-P", str(os.getpid())], capture_output=True, text=True).stdout.split()
+assert children, "wandb started no service process"
+for pid in [*map(int, children), os.getpid()]:
+    os.kill(pid, signal.SIGTERM)
+for _ in range(100):
+    if not any(os.path.exists(f"/proc/{pid}/cmdline") and open(f"/proc/{pid}/cmdline").read()
+               for pid in children):
+        break
+    time.sleep(0.05)
+assert stop.requested
+monitor.log({"loss": 0.5}, step=2)
+monitor.close()
+sys.exit(124)
+"""
+
+
+def test_a_stop_signal_that_also_reaches_the_wandb_service_is_still_a_clean_stop(tmp_path: Path) -> None:
+    """scancel or preemption with wandb on: every metric reaches the jsonl file, the role exits with
+    its stop code, and wandb's lost service is one warning, not a traceback (also none at exit)."""
+    import os
+    import subprocess
+    import sys
+
+    # Not this test process's wandb service (an earlier test's wandb.init names it in WANDB_SERVICE).
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
+    out = subprocess.run([sys.executable, "-c", STEP_SIGNAL, str(tmp_path / "run")], capture_output=True,
+                         text=True, timeout=120, env=env, check=False)
+    assert out.returncode == 124, out.stderr
+    assert "Traceback" not in out.stderr, out.stderr
+    assert "wandb stopped working" in out.stderr
+    records = read_metrics(tmp_path / "run" / "monitor" / "trainer.jsonl")
+    assert [(r["step"], r["loss"]) for r in records] == [(1, 1.0), (2, 0.5)]

@@ -1,57 +1,19 @@
 """Checks of a finished run for the end-to-end launch tests: which groups the trainer consumed, each once.
 
 The runs keep their consumed chunks (`filesystem.keep_consumed_chunks`, set by `tiny_config`), so at
-the end the whole store is there and the consumption cursor of the trainer's last checkpoint
-(`experiences/_reader/checkpointed.json`) says which of its groups the trainer took.
+the end `rfthpc.store.audit` reads the whole store against the cursor of the trainer's last
+checkpoint.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
-from rfthpc.fsutil import read_json
-from rfthpc.store.chunks import read_chunk
-from rfthpc.store.layout import list_chunks
-from rfthpc.store.schema import Group
+from rfthpc.store.audit import Consumption, consumption, task_key
 
-
-@dataclass
-class Consumption:
-    """What the trainer took, by its last checkpoint's cursor."""
-
-    covered: list[Group]
-    """Training groups the cursor moved past (trained, or dropped as too stale), in stream order."""
-    pending: list[Group]
-    """Committed groups after the cursor (never taken)."""
-    counters: dict[str, int]
-    """The reader's counters (consumed, dropped_stale, ...)."""
-
-
-def consumption(run_dir: Path) -> Consumption:
-    """Split the store's groups by the cursor of the trainer's newest checkpoint (quarantined chunks
-    are left out: the reader read nothing from them)."""
-    store = Path(run_dir) / "experiences"
-    state = read_json(store / "_reader" / "checkpointed.json")
-    assert isinstance(state, dict), "no checkpointed reader state: the trainer never saved a checkpoint"
-    cursor: dict[str, list[int]] = state["cursor"]
-    covered: list[Group] = []
-    pending: list[Group] = []
-    refs = [r for r in list_chunks(store) if not r.quarantined]
-    for ref in sorted(refs, key=lambda r: (r.stream, r.seq)):
-        seq, done = cursor.get(ref.stream, [0, 0])
-        _, groups = read_chunk(ref.path)
-        taken = len(groups) if ref.seq < seq else (done if ref.seq == seq else 0)
-        covered += [g for g in groups[:taken] if not g.is_eval]
-        pending += [g for g in groups[taken:] if not g.is_eval]
-    return Consumption(covered, pending, {k: int(v) for k, v in state["counters"].items()})
-
-
-def task_key(group: Group) -> tuple[str, str, str]:
-    """A task's identity across tasksets and epochs."""
-    return (str(group.info.get("taskset", "")), str(group.info.get("epoch", "")), group.task_id)
+__all__ = ["Consumption", "check_exactly_once", "consumption", "log_tails", "trainer_steps"]
 
 
 def check_exactly_once(c: Consumption, expected_consumed: int) -> None:

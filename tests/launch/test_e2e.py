@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
 
+from rfthpc.explorer.meta import read_progress
 from rfthpc.fsutil import read_json
 from rfthpc.launch.jobs import read_jobs
 from rfthpc.rundir import RunDir
@@ -168,18 +170,25 @@ def test_submit_runs_trainer_and_explorer_array(slurm_cluster: None, demo_data: 
 def test_preemption_cancel_and_requeue_lose_nothing(slurm_cluster: None, demo_data: Path, runs: Path,
                                                     tmp_path: Path) -> None:
     """scancel of an explorer task and USR2 to the other while they explore; USR2 to the trainer, then
-    `scontrol requeue` of it after it resumed.
+    `scontrol requeue` of it after it resumed; wandb on (offline), as the shipped configs have it.
 
     The run still finishes all its steps; the trainer resumes from its checkpoints; every group it
-    took is a distinct task, taken once.
+    took is a distinct task, taken once. Each stop is clean although Slurm's signal also reaches
+    wandb's service process: no traceback, the cancelled explorer reports `stopped`, and each role's
+    jsonl metrics are whole.
     """
     total = 16
-    cfg = write_yaml(tmp_path / "run.yaml", tiny_config(demo_data, runs, "preempt", buffer={"total_steps": total}))
+    cfg = write_yaml(tmp_path / "run.yaml", tiny_config(demo_data, runs, "preempt", buffer={"total_steps": total},
+                                                      monitor={"monitor_type": ["console", "wandb"],
+                                                               "wandb_mode": "offline"}))
     run = submit(cfg)
     trainer_id, explorer_id = job_ids(run)
     wait_for(lambda: groups_of(run, "explorer") >= 2, RUN_TIMEOUT_S, "both explorers to commit groups")
     assert run_cmd("scancel", f"{explorer_id}_0").returncode == 0
     assert run_cmd("scancel", "--signal=USR2", f"{explorer_id}_1").returncode == 0
+    cancelled = wait_for(lambda: (p := read_progress(run / "explorer_meta" / "explorer" / "0.json")) and p.final and p,
+                         RUN_TIMEOUT_S, "the cancelled explorer's last report", details=lambda: log_tails(run))
+    assert cancelled.state == "stopped", log_tails(run)
     wait_for(lambda: scontrol_field(f"{explorer_id}_1", "Restarts") == "1", 240, "the explorer's requeue",
              details=lambda: run_cmd("scontrol", "show", "job", f"{explorer_id}_1").stdout + log_tails(run))
     wait_step(run, 2, trainer_id)
@@ -201,6 +210,12 @@ def test_preemption_cancel_and_requeue_lose_nothing(slurm_cluster: None, demo_da
     assert len(starts) == 3 and starts[0] == 0 and 0 < starts[1] <= starts[2], starts
     assert sorted(set(trainer_steps(run))) == list(range(1, total + 1))
     check_exactly_once(consumption(run), expected_consumed=4 * total)
+    logs = {path.name: path.read_text(errors="replace") for path in (run / "log").glob("*.out")}
+    assert not [name for name, text in logs.items() if "Traceback" in text], log_tails(run, 80)
+    assert "wandb stopped working" in logs[f"{explorer_id}_0_0_log.out"]
+    assert any((run / "monitor" / "wandb").rglob("run-*.wandb"))
+    status = rfthpc("status", str(run)).stdout
+    assert re.search(r"explorer\s+0\s+stopped\s", status), status
 
 
 def test_time_limit_warning_requeues_the_trainer(slurm_cluster: None, demo_data: Path, runs: Path,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import re
 import shutil
 import time
@@ -15,7 +16,7 @@ from rfthpc.errors import UserError
 from rfthpc.fsutil import write_json_atomic
 from rfthpc.launch.cancel import select_jobs
 from rfthpc.launch.jobs import JobRecord, read_jobs, record_job
-from rfthpc.launch.status import TaskState, collect_status, format_status, query_states
+from rfthpc.launch.status import TaskState, collect_status, format_status, judge_liveness, query_states
 from rfthpc.rundir import RunDir
 from tests.conftest import cancel
 from tests.launch.conftest import rfthpc, run_cmd, wait_terminal
@@ -78,6 +79,50 @@ def test_status_report(run: RunDir) -> None:
     assert [r[:6] for r in rows] == [["explorer", "0", "exploring", "7", "0", "10"],
                                      ["explorer", "1", "exploring", "5", "2", "11"]]
     assert "time, over" not in text  # no step recorded yet
+
+
+def _explorer_rows(text: str) -> list[list[str]]:
+    """The rows of the explorers table (after its header)."""
+    table = text.split("\nexplorers (", 1)[1]
+    return [line.split() for line in table.splitlines() if line.strip().startswith("explorer  ")][1:]
+
+
+def test_status_leaves_ranks_that_are_gone_out_of_the_live_figures(run: RunDir) -> None:
+    """A rank whose Slurm task was cancelled, one whose process on this host ended (`rfthpc run`) and one
+    that missed its heartbeats for a lease show why they are gone, with no staleness or speed; a rank
+    that stopped cleanly shows `stopped`; the trainer of a cancelled job shows it too."""
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    now = time.time()
+    host = __import__("socket").gethostname()
+    records = {0: {"state": "exploring", "updated": now - 1},                      # its job was cancelled
+               1: {"state": "waiting_for_weights", "updated": now - 1, "host": host,
+                   "pid": int(dead.stdout)},                                      # its process ended
+               2: {"state": "exploring", "updated": now - 400, "lease_s": 300},  # silent for a lease
+               3: {"state": "stopped", "updated": now - 50},
+               4: {"state": "exploring", "updated": now - 2, "host": host, "pid": os.getpid()}}
+    for rank, extra in records.items():
+        write_json_atomic(run.root / "explorer_meta" / "explorer" / f"{rank}.json",
+                          {"name": "explorer", "rank": rank, "version": 5, "tokens_per_s": 99.0, **extra})
+    record_job(run, JobRecord("trainer", "11", trainer_nodes=1))
+    record_job(run, JobRecord("explorer", "12", explorer="explorer", array_size=5))
+    status = collect_status(run.root, timeout_s=5)
+    status["jobs"][0]["tasks"] = [TaskState("11", "CANCELLED")]
+    status["jobs"][1]["tasks"] = [TaskState("12_0", "CANCELLED"), *(TaskState(f"12_{k}", "RUNNING")
+                                                                      for k in range(1, 5))]
+    status["slurm_error"] = None
+    judge_liveness(status)
+    text = format_status(status)
+    assert "— gone: job 11 CANCELLED" in text
+    rows = {int(r[1]): " ".join(r[2:]) for r in _explorer_rows(text)}
+    assert rows[0].startswith("gone: job 12_0 CANCELLED (was exploring) 5 - ")
+    assert rows[1].startswith(f"gone: process {int(dead.stdout)} ended (was waiting_for_weights) 5 - ")
+    assert re.match(r"gone: no heartbeat for 40\d s \(lease 300 s\) \(was exploring\) 5 - ", rows[2])
+    assert rows[3].startswith("stopped 5 - ")
+    assert rows[4].startswith("exploring 5 2 ") and "99.00" in rows[4]
 
 
 def test_status_says_what_each_role_spends_its_time_on(run: RunDir) -> None:

@@ -227,3 +227,21 @@ def test_local_executor_runs_the_roles_here(demo_data: Path, tmp_path: Path) -> 
     assert "slurm.executor is 'local': running trainer, explorer_0, explorer_1 here" in out.stdout
     assert "-m rfthpc explore --run-dir" in out.stdout and "--rank 1" in out.stdout
     assert not (tmp_path / "runs" / "launch" / "local" / "slurm").exists()
+
+
+@pytest.mark.parametrize("command", ["submit", "run", "validate"])
+def test_mistakes_the_roles_would_meet_after_the_queue_stop_every_command_first(
+        command: str, demo_data: Path, tmp_path: Path) -> None:
+    """A KL argument the trainer does not take and a prompt column the data lacks: exit 2 naming both
+    keys, no run directory, nothing queued or started (`submit`, `run`, `config validate`)."""
+    raw = tiny_config(demo_data, tmp_path / "runs", "mistakes",
+                      algorithm={"kl_loss_fn": "k3", "kl_loss_fn_args": {"beta": 0.001}})
+    raw["buffer"]["explorer_input"]["taskset"]["format"]["prompt_key"] = "problem"
+    cfg = write_yaml(tmp_path / "run.yaml", raw)
+    args = ["config", "validate", "--config", str(cfg)] if command == "validate" else [command, "--config", str(cfg)]
+    out = rfthpc(*args, timeout=300)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "algorithm.kl_loss_fn_args: 'beta' not accepted; accepted: kl_coef" in out.stderr
+    assert "format.prompt_key='problem' is not a column; the columns are: question, answer" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "runs").exists()

@@ -123,16 +123,16 @@ def test_ctrl_c_stops_cleanly_and_resume_continues(demo_dir: Path, tmp_path: Pat
 
 
 def test_failing_role_stops_the_run_and_shows_its_log(demo_dir: Path, tmp_path: Path) -> None:
-    """An explorer that fails (here: its taskset lacks the answer column) ends the run with exit 1,
-    the trainer is stopped, and the explorer's log tail is printed."""
+    """An explorer that fails (here: its taskset's chat column holds text, which only reading the rows
+    shows) ends the run with exit 1, the trainer is stopped, and the explorer's log tail is printed."""
     env = env_for(demo_dir, tmp_path / "ckpt")
-    config = rl_only(tmp_path / "run.yaml", "failing",
-                     buffer={"explorer_input": {"taskset": {"format": {"response_key": "solution"}}}})
+    config = rl_only(tmp_path / "run.yaml", "failing", buffer={"explorer_input": {"taskset": {"format": {
+        "prompt_type": "messages", "messages_key": "question"}}}})
     started = time.monotonic()
     code, out, err = finish(rfthpc("run", "--config", str(config), env=env), 240)
     assert code == 1, f"exit {code}\n{out[-2000:]}\n{err[-3000:]}"
     assert "explorer_0 failed (exit 2)" in err
-    assert "solution" in err  # the explorer's own error message, from its log tail
+    assert "must be a non-empty list of {role, content} messages" in err  # from the explorer's log tail
     assert time.monotonic() - started < 200
     run = RunDir(tmp_path / "ckpt" / "rfthpc-demo" / "failing")
     assert "=== " in (run.log / "trainer.log").read_text()

@@ -172,12 +172,16 @@ def test_many_explorer_processes_explore_each_task_once_despite_kills(run_dir: P
 def test_claims_stay_held_through_a_call_longer_than_the_lease(run_dir: Path) -> None:
     """The explorer's heartbeat thread keeps its claims while its loop is blocked (one generation call
     longer than lease_s): another explorer gets none of them, as it would without the thread."""
-    from rfthpc.explorer.heartbeat import ClaimsHeartbeat
+    from rfthpc.explorer.follow import WeightFollower
+    from rfthpc.explorer.heartbeat import Heartbeat
+    from rfthpc.explorer.meta import Progress
+    from rfthpc.rundir import RunDir
 
     a = TaskClaims(run_dir, "ts", 2, owner="a", lease_s=0.5)
     b = TaskClaims(run_dir, "ts", 2, owner="b", lease_s=0.5)
     held = a.claim(2)
-    with ClaimsHeartbeat([a], period_s=0.1):
+    run = RunDir(run_dir)
+    with Heartbeat(0.1, lambda: [a], WeightFollower(run, "a", 0), Progress(run, "a", 0, lease_s=0.5)):
         time.sleep(1.5)  # the blocked loop: no heartbeat of its own
         assert b.claim(1, timeout_s=0) == []
     assert a.complete(held) == held

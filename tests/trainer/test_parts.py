@@ -285,7 +285,7 @@ def test_sft_missing_column_is_named(tmp_path: Path, tiny_model: Path) -> None:
 
     path = tmp_path / "qa.jsonl"
     path.write_text(json.dumps({"question": "q", "answer": "a"}) + "\n")
-    with pytest.raises(UserError, match=r"\['prompt', 'response'\] missing.*columns are: answer, question"):
+    with pytest.raises(UserError, match="format.prompt_key='prompt' is not a column; the columns are: question, answer"):
         SFTData(ExperienceBufferConfig(path=str(path)), load_tokenizer(tiny_model), None)
 
 

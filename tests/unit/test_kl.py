@@ -5,14 +5,8 @@ import math
 import pytest
 import torch
 
-from rfthpc.algorithms.kl import (
-    KL_FNS,
-    AdaptiveKLController,
-    FixedKLController,
-    apply_kl_penalty,
-    kl_loss,
-    make_kl_controller,
-)
+from rfthpc.algorithms.kl import KL_FNS, apply_kl_penalty, kl_loss
+from rfthpc.algorithms.kl_control import AdaptiveKLController, FixedKLController, make_kl_controller
 from rfthpc.errors import ConfigError
 
 

@@ -1,0 +1,133 @@
+"""The columns a dataset's `format` keys name, and a dataset's columns read from its header.
+
+Both loaders (tasksets and SFT data) and `rfthpc config validate` use `required_columns` and
+`column_problem`, so a key naming no column is reported the same way before anything is queued
+as when a role loads the data. `dataset_columns` reads only what says which columns there are
+(a parquet or Arrow schema, a CSV header, the first rows of a JSON-lines file, a saved dataset's
+`dataset_info.json`), so checking a large dataset takes milliseconds, not a conversion.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rfthpc.config.buffer import FormatConfig
+
+FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv", ".arrow": "arrow"}
+"""Data file types a dataset may be made of → the `datasets` builder that reads them."""
+JSONL_ROWS = 100
+"""Rows of a JSON-lines file whose keys count as its columns."""
+
+
+def required_columns(*, prompt_type: str, prompt_key: str | None, response_key: str | None, messages_key: str | None,
+                     system_prompt_key: str | None = None, workflow_key: str | None = None,
+                     reward_fn_key: str | None = None) -> list[tuple[str, str]]:
+    """(format option, column) for every column the format keys name (unset optional keys name none)."""
+    chat = prompt_type == "messages"
+    named = [("messages_key" if chat else "prompt_key", messages_key if chat else prompt_key),
+             ("response_key", response_key), ("system_prompt_key", system_prompt_key),
+             ("workflow_key", workflow_key), ("reward_fn_key", reward_fn_key)]
+    return [(option, key) for option, key in named if key]
+
+
+def format_columns(fmt: FormatConfig, sft: bool = False) -> list[tuple[str, str]]:
+    """`required_columns` of a taskset's `format` (the explorer's reading), or with `sft` of an SFT
+    dataset's (the trainer's: the chat, or the prompt and the reply; no per-row workflow or reward)."""
+    if sft:
+        chat = fmt.prompt_type == "messages"
+        return required_columns(prompt_type=fmt.prompt_type, prompt_key=fmt.prompt_key,
+                                response_key=None if chat else fmt.response_key, messages_key=fmt.messages_key)
+    return required_columns(prompt_type=fmt.prompt_type, prompt_key=fmt.prompt_key, response_key=fmt.response_key,
+                            messages_key=fmt.messages_key, system_prompt_key=fmt.system_prompt_key or None,
+                            workflow_key=fmt.workflow_key or None, reward_fn_key=fmt.reward_fn_key or None)
+
+
+def column_problem(where: str, columns: Sequence[str], required: Sequence[tuple[str, str]]) -> str | None:
+    """The message for the first format key that names no column of the dataset; None if all do."""
+    for option, key in required:
+        if key not in columns:
+            return f"{where}: format.{option}={key!r} is not a column; the columns are: {', '.join(columns)}"
+    return None
+
+
+def _file_columns(path: Path) -> list[str] | None:
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return list(pq.read_schema(path).names)
+    if suffix == ".arrow":
+        import pyarrow as pa
+
+        with open(path, "rb") as f:
+            try:
+                return list(pa.ipc.open_stream(f).schema.names)
+            except pa.ArrowInvalid:
+                f.seek(0)
+                return list(pa.ipc.open_file(f).schema.names)
+    if suffix == ".csv":
+        with open(path, newline="") as f:
+            return next(csv.reader(f), [])
+    if suffix == ".jsonl" or (suffix == ".json" and _looks_like_json_lines(path)):
+        keys: dict[str, None] = {}
+        with open(path) as f:
+            for line, _ in zip(f, range(JSONL_ROWS)):
+                if line.strip():
+                    row = json.loads(line)
+                    if isinstance(row, dict):
+                        keys.update(dict.fromkeys(row))
+        return list(keys)
+    return None  # a JSON document: reading its columns means reading all of it
+
+
+def _looks_like_json_lines(path: Path) -> bool:
+    with open(path) as f:
+        first = f.readline().strip()
+    try:
+        return isinstance(json.loads(first), dict)
+    except json.JSONDecodeError:
+        return False
+
+
+def _saved_columns(path: Path, split: str) -> list[str] | None:
+    """Columns of a `save_to_disk` directory (one dataset, or a DatasetDict of splits)."""
+    info = path / split / "dataset_info.json" if (path / "dataset_dict.json").is_file() else path / "dataset_info.json"
+    try:
+        features = json.loads(info.read_text()).get("features")
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return list(features) if isinstance(features, dict) else None
+
+
+def dataset_columns(path: str | Path, subset_name: str | None = None, split: str = "train") -> list[str] | None:
+    """The columns of one split of a local dataset (the layouts `rfthpc.data.tasksets.read_split`
+    reads), from its header; None where that would mean reading the data (a JSON document, a layout
+    `datasets` resolves in ways not worth repeating here): the role that loads it checks then."""
+    p = Path(path).expanduser()
+    try:
+        if p.is_file():
+            return _file_columns(p)
+        if subset_name and (p / subset_name).is_dir():
+            p, subset_name = p / subset_name, None
+        if (p / "dataset_dict.json").is_file() or (p / "state.json").is_file():
+            return _saved_columns(p, split)
+        named = [f for f in sorted(p.glob(f"{split}.*")) if f.suffix.lower() in FILE_BUILDERS]
+        if subset_name is None and named:
+            return _file_columns(named[0])  # `train.jsonl` is the train split
+        return _data_file_columns(p, subset_name, split)
+    except Exception:  # noqa: BLE001 — a header that cannot be read here is read, and reported, by the loader
+        return None
+
+
+def _data_file_columns(path: Path, subset_name: str | None, split: str) -> list[str] | None:
+    """Columns of the first data file `datasets` resolves for the split of a directory of data files."""
+    import datasets
+
+    builder: Any = datasets.load_dataset_builder(str(path), subset_name)
+    files = (builder.config.data_files or {}).get(split)
+    return _file_columns(Path(str(files[0]))) if files else None

@@ -1,0 +1,91 @@
+"""What the trainer took from a store, by its last checkpoint: an audit of a finished run.
+
+For runs that keep their consumed chunks (`filesystem.keep_consumed_chunks`): the whole store is
+still there, and the consumption cursor of the trainer's newest checkpoint
+(`experiences/_reader/checkpointed.json`) says which groups the trainer moved past (trained, or
+dropped as too stale or as a second group of one task) and which it never took. The end-to-end
+tests and `tools/chaos.py` check a run with it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from rfthpc.errors import UserError
+from rfthpc.fsutil import read_json
+from rfthpc.store.chunks import ChunkCorrupt, read_chunk
+from rfthpc.store.layout import list_chunks
+from rfthpc.store.schema import Group
+
+TaskKey = tuple[str, int, int]
+"""A claimed task: (claim set, epoch, task index)."""
+
+
+@dataclass
+class Consumption:
+    """What the trainer took, by its last checkpoint's cursor."""
+
+    covered: list[Group]
+    """Training groups the cursor moved past (trained, or dropped), in stream order."""
+    pending: list[Group]
+    """Committed groups after the cursor (never taken)."""
+    counters: dict[str, int]
+    """The reader's counters (consumed, dropped_stale, dropped_duplicate, ...)."""
+
+    def trained_twice(self) -> int:
+        """Second groups of a task the reader did not drop: the covered repeats of a task beyond what
+        its drops explain (a task explored twice has its second group dropped as a duplicate; one
+        whose first group was dropped as too stale may be covered again). 0 in a correct run."""
+        tasks = Counter(task_key(g) for g in self.covered)
+        extra = sum(n - 1 for key, n in tasks.items() if key is not None)
+        return max(0, extra - self.counters.get("dropped_duplicate", 0) - self.counters.get("dropped_stale", 0))
+
+    def groups_taken_twice(self) -> int:
+        """Groups (by id) the cursor moved past more than once. 0 in a correct run."""
+        return sum(n - 1 for n in Counter(g.group_id for g in self.covered).values())
+
+
+def task_key(group: Group) -> TaskKey | None:
+    """The claimed task a group was made from; None for a group of no claim (an evaluation)."""
+    info = group.info
+    if info.get("claims") is None or info.get("epoch") is None or info.get("index") is None:
+        return None
+    return str(info["claims"]), int(info["epoch"]), int(info["index"])
+
+
+def consumption(run_dir: Path) -> Consumption:
+    """Split the store's readable groups by the cursor of the trainer's newest checkpoint."""
+    store = Path(run_dir) / "experiences"
+    state = read_json(store / "_reader" / "checkpointed.json")
+    if not isinstance(state, dict):
+        raise UserError(f"{store}: no checkpointed reader state; the trainer never saved a checkpoint")
+    cursor: dict[str, list[int]] = state["cursor"]
+    covered: list[Group] = []
+    pending: list[Group] = []
+    for ref in sorted((r for r in list_chunks(store) if not r.quarantined), key=lambda r: (r.stream, r.seq)):
+        seq, done = cursor.get(ref.stream, [0, 0])
+        try:
+            _, groups = read_chunk(ref.path)
+        except ChunkCorrupt:
+            continue  # damaged after the reader passed it; the reader took it whole before
+        taken = len(groups) if ref.seq < seq else (done if ref.seq == seq else 0)
+        covered += [g for g in groups[:taken] if not g.is_eval]
+        pending += [g for g in groups[taken:] if not g.is_eval]
+    return Consumption(covered, pending, {k: int(v) for k, v in state["counters"].items()})
+
+
+def stored_tasks(run_dir: Path) -> set[TaskKey]:
+    """The tasks that have a group in a readable chunk of the store."""
+    store = Path(run_dir) / "experiences"
+    out: set[TaskKey] = set()
+    for ref in list_chunks(store):
+        if ref.quarantined:
+            continue
+        try:
+            _, groups = read_chunk(ref.path)
+        except (ChunkCorrupt, FileNotFoundError):
+            continue
+        out |= {key for g in groups if (key := task_key(g)) is not None}
+    return out
