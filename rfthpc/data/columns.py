@@ -72,7 +72,7 @@ def _file_columns(path: Path) -> list[str] | None:
                 return list(pa.ipc.open_file(f).schema.names)
     if suffix == ".csv":
         with open(path, newline="") as f:
-            return next(csv.reader(f), [])
+            return next(csv.reader(f), None)
     if suffix == ".jsonl" or (suffix == ".json" and _looks_like_json_lines(path)):
         keys: dict[str, None] = {}
         with open(path) as f:
@@ -81,7 +81,7 @@ def _file_columns(path: Path) -> list[str] | None:
                     row = json.loads(line)
                     if isinstance(row, dict):
                         keys.update(dict.fromkeys(row))
-        return list(keys)
+        return list(keys) or None  # no rows: nothing says which columns there will be
     return None  # a JSON document: reading its columns means reading all of it
 
 

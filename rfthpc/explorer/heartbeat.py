@@ -14,6 +14,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from types import TracebackType
+from typing import Self
 
 from rfthpc.explorer.follow import WeightFollower
 from rfthpc.explorer.meta import Progress
@@ -36,7 +37,7 @@ class Heartbeat:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rfthpc-heartbeat", daemon=True)
 
-    def __enter__(self) -> Heartbeat:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 

@@ -29,13 +29,14 @@ an engine failed (`EngineFailed`: committed groups stay, the batch's claims are 
 
 from __future__ import annotations
 
+import enum
 import logging
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -81,6 +82,19 @@ class _Stopped(Exception):
     """A stop request arrived while waiting; unwinds to the stage loop."""
 
 
+class StageEnd(enum.Enum):
+    """How exploring a stage (or a wait inside it) ended: the one vocabulary of the loop."""
+
+    FINISHED = "finished"
+    """Every task of the stage is done (or the trainer needs no more)."""
+    STOPPED = "stopped"
+    """A stop signal: commit, release, exit for requeue."""
+    TRAINER_DONE = "trainer_done"
+    """The trainer finished every stage."""
+    SKIPPED = "skipped"
+    """The trainer is already past this stage."""
+
+
 @dataclass
 class _Source:
     """One training taskset of the stage being explored, with its claims."""
@@ -88,6 +102,28 @@ class _Source:
     taskset: setup.Taskset
     claims: TaskClaims
     offset: int
+
+
+class _Unsettled:
+    """The claims of one batch, as a context: on leaving, however it is left, the claims neither
+    completed nor handed to the writer go back to the pool (the one release path of the loop)."""
+
+    def __init__(self, claim_set: TaskClaims, claims: list[Claim]) -> None:
+        self.claim_set = claim_set
+        self.claims = claims
+        self._open = {c.key: c for c in claims}
+
+    def settle(self, claims: Sequence[Claim]) -> None:
+        """These claims are completed, or their groups are with the writer (completed on commit)."""
+        for c in claims:
+            self._open.pop(c.key, None)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._open:
+            self.claim_set.release(list(self._open.values()))
 
 
 @dataclass
@@ -209,12 +245,12 @@ class Explorer:
         for index, stage in explore:
             status = self._explore_stage(index, stage)
             last = index
-            if status == "stopped":
+            if status is StageEnd.STOPPED:
                 return self._stopped()
-            if status == "trainer_done":
+            if status is StageEnd.TRAINER_DONE:
                 break
         self._flush()
-        if self._final_evaluation(self.stages[last].config, self.tasksets[last][1]) == "stopped":
+        if self._final_evaluation(self.stages[last].config, self.tasksets[last][1]) is StageEnd.STOPPED:
             return self._stopped()
         self.progress.update(state="done", version=self.follower.version)
         log.info("explorer %s rank %d: done (%d groups committed)", self.name, self.rank,
@@ -237,20 +273,20 @@ class Explorer:
 
     # ---- stages --------------------------------------------------------------------------------
 
-    def _wait_for_stage(self, index: int, cfg: Config) -> int | str:
+    def _wait_for_stage(self, index: int, cfg: Config) -> int | StageEnd:
         """The stage's start step once the trainer is in it; a status if it is past it or stopped."""
         while True:
             view = read_trainer_meta(self.rundir)
             if view is not None and view.done:
-                return "trainer_done"
+                return StageEnd.TRAINER_DONE
             if view is not None and view.stage_index > index:
-                return "skipped"
+                return StageEnd.SKIPPED
             if view is not None and view.stage_index == index:
                 return view.stage_start_step
             if index == 0:
                 return 0
             if self.stop.requested:
-                return "stopped"
+                return StageEnd.STOPPED
             self.progress.update(state="waiting_for_stage", stage=index)
             time.sleep(cfg.explorer.weights_poll_interval)
 
@@ -277,10 +313,10 @@ class Explorer:
             sources.append(_Source(ts, claims, offset))
         return sources
 
-    def _explore_stage(self, index: int, stage: Stage) -> str:
+    def _explore_stage(self, index: int, stage: Stage) -> StageEnd:
         cfg = stage.config
         start = self._wait_for_stage(index, cfg)
-        if isinstance(start, str):
+        if isinstance(start, StageEnd):
             return start
         explore_stages = sum(s.config.mode in EXPLORE_MODES for s in self.stages)
         # Several RL stages may read one taskset; each stage then has its own claims.
@@ -299,12 +335,12 @@ class Explorer:
             for source in self._with_refills(cfg, index, sources):
                 while True:
                     if self.stop.requested:
-                        return "stopped"
+                        return StageEnd.STOPPED
                     view = read_trainer_meta(self.rundir)
                     if view is not None and view.done:
-                        return "trainer_done"
+                        return StageEnd.TRAINER_DONE
                     if view is not None and view.stage_index > index:
-                        return "skipped"
+                        return StageEnd.SKIPPED
                     claims = source.claims.claim(claim_size, timeout_s=max(5.0, poll), poll_s=poll,
                                                  on_wait=self._idle)
                     if not claims:
@@ -316,9 +352,9 @@ class Explorer:
                     if status is not None:
                         return status
         except _Stopped:
-            return "stopped"
+            return StageEnd.STOPPED
         self._flush()
-        return "finished"
+        return StageEnd.FINISHED
 
     def _with_refills(self, cfg: Config, index: int, sources: list[_Source]) -> Iterator[_Source]:
         """The stage's sources in order; then again each time the trainer needs tasks replacing groups it lost."""
@@ -355,66 +391,61 @@ class Explorer:
 
     def _explore_batch(
         self, cfg: Config, source: _Source, claims: list[Claim], stage_start: int, evals: list[setup.Taskset]
-    ) -> str | None:
+    ) -> StageEnd | None:
+        with _Unsettled(source.claims, claims) as held:
+            return self._explore_held(cfg, source, held, stage_start, evals)
+
+    def _explore_held(
+        self, cfg: Config, source: _Source, held: _Unsettled, stage_start: int, evals: list[setup.Taskset]
+    ) -> StageEnd | None:
+        """Explore a batch of claims; those it neither completes nor hands to the writer (a stop, a
+        wait that ends, a failed engine, a group the writer refuses) go back to the pool on leaving."""
+        claims = held.claims
         bs = cfg.buffer.batch_size
         steps = [expected_train_step(stage_start, c.position, bs, source.offset) for c in claims]
         need = required_version(max(steps), cfg.synchronizer.max_staleness)
         wait_s = 0.0
-        try:
-            self._follow(cfg, evals)
-            if self.follower.version < need:
-                self._flush()
-                began = time.monotonic()
-                status = self._wait_for_version(need, cfg, evals)
-                if status is not None:
-                    source.claims.release(claims)
-                    return status
-                wait_s = time.monotonic() - began
-        except (_Stopped, SyncTimeout, EngineFailed):  # an evaluation of new weights may hit a failed engine
-            source.claims.release(claims)
-            raise
+        self._follow(cfg, evals)
+        if self.follower.version < need:
+            self._flush()
+            began = time.monotonic()
+            status = self._wait_for_version(need, cfg, evals)
+            if status is not None:
+                return status
+            wait_s = time.monotonic() - began
         version = self.follower.version
         # An evaluation due rides along: its tasks generate in the same engine calls as the batch's.
         extra = evaluation.eval_tasks(evals) if self._eval_due(cfg, evals) else []
         began = time.perf_counter()
-        try:
-            outcomes = run_tasks([source.taskset.tasks[c.index] for c in claims] + extra, self.ctx, self.batcher,
-                                 _rollout_policy(cfg), self.stop, tick=self._tick)
-        except EngineFailed:
-            # The tasks are not at fault: released, not completed, so no refill replaces them and
-            # another explorer (or this one, requeued) does them.
-            source.claims.release(claims)
-            raise
+        # A failed engine raises here: the tasks are not at fault, so they are released, not completed
+        # (no refill replaces them), for another explorer or this one requeued.
+        outcomes = run_tasks([source.taskset.tasks[c.index] for c in claims] + extra, self.ctx, self.batcher,
+                             _rollout_policy(cfg), self.stop, tick=self._tick)
         elapsed = time.perf_counter() - began
         outcomes, evaluated = outcomes[:len(claims)], outcomes[len(claims):]
-        done_now, release, groups = [], [], []
+        empty, groups = [], []
         for claim, step, outcome in zip(claims, steps, outcomes, strict=True):
             if outcome.cancelled:
-                release.append(claim)
-            elif outcome.result is None or not outcome.result.experiences:
-                done_now.append(claim)
+                continue  # released on leaving
+            if outcome.result is None or not outcome.result.experiences:
+                empty.append(claim)
             else:
-                group = self._group(outcome, claim, version, step)
-                groups.append((claim, group))
-        if release:
-            source.claims.release(release)
-        if done_now:
-            source.claims.complete(done_now, produced_group=False)
-            self.progress.add(tasks_completed=len(done_now))
+                groups.append((claim, self._group(outcome, claim, version, step)))
+        if empty:
+            source.claims.complete(empty, produced_group=False)
+            held.settle(empty)
+            self.progress.add(tasks_completed=len(empty))
         assert self.writer is not None
-        for i, (claim, group) in enumerate(groups):
+        for claim, group in groups:
             before = self.writer.groups_added
             try:
                 self.writer.add(group)
-            except BaseException:
-                # A group the writer did not take (bad workflow output) and those after it are not
-                # stored: their tasks go back to the pool instead of counting as done.
-                stored = self.writer.groups_added > before
-                if stored:
+            finally:
+                # A group the writer did not take (bad workflow output) stays unsettled: its task, and
+                # those after it, go back to the pool instead of counting as done.
+                if self.writer.groups_added > before:
                     self.pending.append(_Pending(source.claims, claim))
-                source.claims.release([c for c, _ in groups[i + stored:]])
-                raise
-            self.pending.append(_Pending(source.claims, claim))
+                    held.settle([claim])
             self._complete_committed()
         # Commit the batch now rather than when the chunk fills: the trainer may be waiting for
         # exactly these groups, and holding them while the next batch generates would serialise
@@ -422,7 +453,7 @@ class Explorer:
         self._flush()
         self._log_batch(outcomes, groups, steps, version, elapsed, wait_s, source.taskset.name)
         if self.stop.requested:
-            return "stopped"
+            return StageEnd.STOPPED
         if extra:
             self._log_evaluation(evals, evaluated, elapsed)
         return None
@@ -502,7 +533,7 @@ class Explorer:
         self.monitor.log(metrics, step=version, axis="eval/version")
         self.progress.update(evaluated_version=version)
 
-    def _wait_for_version(self, need: int, cfg: Config, evals: list[setup.Taskset]) -> str | None:
+    def _wait_for_version(self, need: int, cfg: Config, evals: list[setup.Taskset]) -> StageEnd | None:
         """Wait until the policy held is at least `need`; a status if the wait ends otherwise."""
         timeout = cfg.synchronizer.sync_timeout
         deadline = time.monotonic() + timeout
@@ -510,10 +541,10 @@ class Explorer:
                  need, self.follower.version, cfg.synchronizer.max_staleness)
         self.progress.update(state="waiting_for_weights", version=self.follower.version, need_version=need)
 
-        def held_or_over() -> str | None:
-            """Return "ready" once version `need` is loaded, a status if the wait is over otherwise."""
+        def held_or_over() -> StageEnd | bool | None:
+            """True once version `need` is loaded, how the wait ended if it is over otherwise."""
             if _trainer_done(self.rundir):
-                return "trainer_done"
+                return StageEnd.TRAINER_DONE
             if time.monotonic() >= deadline:
                 raise SyncTimeout(
                     f"explorer {self.name} rank {self.rank}: no policy version >= {need} was published within "
@@ -523,20 +554,20 @@ class Explorer:
                 )
             self._tick()
             self._follow(cfg, evals)
-            return "ready" if self.follower.version >= need else None
+            return self.follower.version >= need or None
 
         if self.follower.version < need:
             # Woken by the publication itself (weights/latest replaced), or every weights_poll_interval.
             outcome = self.waiter.wait(held_or_over, [weights.latest_doorbell(self.rundir.root)], None,
                                        stop=lambda: self.stop.requested)
             if outcome is None:
-                return "stopped"
-            if outcome != "ready":
+                return StageEnd.STOPPED
+            if isinstance(outcome, StageEnd):
                 return outcome
         self.progress.update(state="exploring", version=self.follower.version)
         return None
 
-    def _final_evaluation(self, cfg: Config, evals: list[setup.Taskset]) -> str | None:
+    def _final_evaluation(self, cfg: Config, evals: list[setup.Taskset]) -> StageEnd | None:
         """Rank 0: keep evaluating new versions until the trainer is done, then the final policy."""
         if self.rank != 0 or not evals:
             return None
@@ -544,7 +575,7 @@ class Explorer:
         try:
             while read_trainer_meta(self.rundir) is not None and not _trainer_done(self.rundir):
                 if self.stop.requested:
-                    return "stopped"
+                    return StageEnd.STOPPED
                 if self._follow(cfg, evals):
                     deadline = time.monotonic() + cfg.synchronizer.sync_timeout
                     if self._eval_due(cfg, evals):
@@ -559,7 +590,7 @@ class Explorer:
             if self.progress.record.evaluated_version != self.follower.version:
                 self._evaluate(cfg, evals)
         except _Stopped:
-            return "stopped"
+            return StageEnd.STOPPED
         return None
 
     # ---- bookkeeping ---------------------------------------------------------------------------

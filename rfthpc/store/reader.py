@@ -12,7 +12,9 @@ the tasks it has taken, one bitmap of task indices per claim set and epoch (the 
 `group.info` `claims`, `epoch`, `index`), in the same state, and drops a second group of a task
 taken (counted as `dropped_duplicate`): each task is trained once.
 
-Groups dropped as stale are counted per claim set (the explorer's `group.info["claims"]`). For the
+Groups dropped as stale are counted per claim set (the explorer's `group.info["claims"]`), and so
+are the groups of a chunk that had to be quarantined (to the first claim set tracked: an unreadable
+chunk no longer says which tasks they were). For the
 claim sets the trainer consumes (`track_tasksets`) the counts are published in `_reader/losses.json`
 as soon as a take walks past a drop, even one that does not complete a batch: the trainer may be
 waiting for exactly those replacements (`TaskClaims` hands out a fresh task per lost group).
@@ -230,6 +232,11 @@ class StoreReader:
             if ref.quarantined:
                 delta["quarantined_chunks"] += 1
                 delta["quarantined_groups"] += ref.n_groups
+                if self._tracked:
+                    # An unreadable chunk no longer says which tasks its groups were made from; fresh
+                    # tasks of a claim set the trainer consumes replace them, or it would wait at the
+                    # end of the run for groups that never come.
+                    lost[self._tracked[0]] += ref.n_groups
             nxt = self._known[ref.stream].get(ref.seq + 1)
             if nxt is not None:
                 heapq.heappush(heap, (self._order_key(nxt), nxt))
@@ -319,8 +326,9 @@ class StoreReader:
         self._report_losses()
 
     def losses(self) -> dict[str, int]:
-        """Groups dropped as stale per claim set: those consumed past, and those the current wait
-        for a batch has walked past (they are dropped when the batch completes)."""
+        """Groups lost per claim set (dropped as stale, or in a quarantined chunk: counted to the
+        first claim set tracked): those consumed past, and those the current wait for a batch has
+        walked past (they are dropped when the batch completes)."""
         return dict(self._lost + self._lost_pending)
 
     def _report_losses(self) -> None:

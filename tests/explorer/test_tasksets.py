@@ -222,3 +222,31 @@ def test_rollout_args_are_validated() -> None:
 def test_json_dir_file_is_a_list(tmp_path: Path) -> None:
     write_splits(tmp_path, SPLITS, "json")
     assert json.loads((tmp_path / "train.json").read_text()) == SPLITS["train"]
+
+
+def test_columns_are_read_from_the_header_of_every_layout(tmp_path: Path) -> None:
+    """`dataset_columns` (validation before the queue) agrees with what the loader reads, for each
+    layout; a JSON document (columns only by reading it all) is left to the loader."""
+    from rfthpc.data.columns import dataset_columns
+
+    columns = list(SPLITS["train"][0])
+    for fmt in ("jsonl", "parquet"):
+        write_splits(tmp_path / fmt, SPLITS, fmt)  # type: ignore[arg-type]
+        assert dataset_columns(tmp_path / fmt, split="test") == columns
+    write_hf_disk(tmp_path / "saved", SPLITS)
+    assert dataset_columns(tmp_path / "saved", split="train") == columns
+    repo = write_hub_layout(tmp_path / "hub", SPLITS, config="main")
+    assert dataset_columns(repo, "main", "test") == columns
+    csv_file = tmp_path / "x.csv"
+    csv_file.write_text(",".join(columns) + "\n" + ",".join("v" for _ in columns) + "\n")
+    assert dataset_columns(csv_file) == columns
+    import pyarrow as pa
+
+    table = pa.table({c: [r[c] for r in SPLITS["test"]] for c in columns})
+    with pa.OSFile(str(tmp_path / "x.arrow"), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    assert dataset_columns(tmp_path / "x.arrow") == columns
+    assert [t.prompt for t in load_taskset(tmp_path / "x.arrow", name="a", split="train")][:1] == \
+        [SPLITS["test"][0]["question"]]
+    write_json(tmp_path / "doc.json", SPLITS["test"])
+    assert dataset_columns(tmp_path / "doc.json") is None

@@ -36,10 +36,13 @@ def test_missing_dataset_file(tmp_path: Path, tiny_model: Path, questions) -> No
 
 
 def test_missing_prompt_key(tmp_path: Path, tiny_model: Path, questions) -> None:
-    data = write_jsonl(tmp_path / "train.jsonl", questions)
+    """Validation reads the columns before the queue; data replaced after the submit is still
+    reported by the explorer, before an engine starts."""
+    data = write_jsonl(tmp_path / "train.jsonl", [{"problem": q["question"], "answer": q["answer"]} for q in questions])
     ts = taskset("arith", data)
     ts["format"]["prompt_key"] = "problem"
     run = make_run(tmp_path, tiny_model, [ts])
+    write_jsonl(data, questions)
     with pytest.raises(UserError, match=r"format.prompt_key='problem' is not a column.*question, answer"):
         explorer(run).run()
 

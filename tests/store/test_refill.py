@@ -204,3 +204,30 @@ def test_run_ends_cleanly_when_the_data_runs_out(run_dir: Path) -> None:
     assert [s["step"] for s in _steps(run_dir)] == [1, 2, 3, 4, 5]
     status = TaskClaims.read_status(run_dir, "ts")
     assert status is not None and status.issued == 25 and status.exhausted
+
+
+def test_groups_of_an_unreadable_chunk_are_replaced(run_dir: Path) -> None:
+    """A damaged chunk is quarantined and its groups cannot be trained: the claim set the trainer
+    consumes hands out fresh tasks in their place, so the trainer still gets its batches."""
+    claims = TaskClaims(run_dir, "ts", 10, owner="ex/0", max_tasks=4)
+    first = claims.claim(4)
+    _commit(run_dir, first[:2], [0, 0])
+    _commit(run_dir, first[2:], [0, 0])
+    claims.complete(first)
+    from rfthpc.store.chunks import read_chunk
+    from rfthpc.store.layout import list_chunks
+
+    damaged = sorted(r.path for r in list_chunks(run_dir / "experiences"))[1]
+    lost = {g.task_id for g in read_chunk(damaged)[1]}
+    damaged.write_bytes(damaged.read_bytes()[:100])
+    reader = StoreReader(run_dir, max_staleness=1)
+    reader.track_tasksets(["ts"])
+    with pytest.raises(StoreTimeout):
+        reader.take(4, current_version=0, timeout_s=0.5)
+    assert read_losses(run_dir / "experiences") == {"ts": 2}
+    more = claims.claim(4)
+    assert [c.serial for c in more] == [4, 5]
+    _commit(run_dir, more, [0, 0])
+    claims.complete(more)
+    kept = sorted({"t0", "t1", "t2", "t3"} - lost)
+    assert sorted(g.task_id for g in reader.take(4, current_version=0, timeout_s=1)) == [*kept, "t4", "t5"]

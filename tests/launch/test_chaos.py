@@ -1,0 +1,32 @@
+"""tools/chaos.py on the local Slurm cluster: a short soak ends with a complete, audited run."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CHAOS = Path(__file__).parents[2] / "tools" / "chaos.py"
+FIGURES = re.compile(r"^FIGURES faults=(\d+) groups_lost=(\d+) groups_trained_twice=(\d+) run_completed=([01]) "
+                     r"unexplained_quarantined=(\d+) wall_s=(\d+)$")
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_a_short_soak_loses_nothing_and_trains_nothing_twice(slurm_cluster: None, tmp_path: Path) -> None:
+    """40 steps with a fault every 3-6 s from the first step on (the budget is a bound, not the expected
+    time: on a busy machine the run takes longer and sees more faults)."""
+    out = subprocess.run(
+        [sys.executable, str(CHAOS), "--seed", "3", "--steps", "40", "--interval", "3", "6",
+         "--max-minutes", "15", "--dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=1150, check=False,
+    )
+    last = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
+    m = FIGURES.match(last)
+    assert out.returncode == 0 and m, out.stdout[-3000:] + out.stderr[-3000:]
+    faults, lost, twice, completed, unexplained, _ = (int(v) for v in m.groups())
+    assert faults >= 1 and (lost, twice, completed, unexplained) == (0, 0, 1, 0), out.stdout[-3000:]
