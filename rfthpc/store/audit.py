@@ -4,14 +4,19 @@ For runs that keep their consumed chunks (`filesystem.keep_consumed_chunks`): th
 still there, and the consumption cursor of the trainer's newest checkpoint
 (`experiences/_reader/checkpointed.json`) says which groups the trainer moved past (trained, or
 dropped as too stale or as a second group of one task) and which it never took. The end-to-end
-tests and `tools/chaos.py` check a run with it.
+tests and `tools/chaos.py` check a run with it; `rfthpc store export` writes the whole history as
+JSON lines for offline analysis.
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
 
 from rfthpc.errors import UserError
 from rfthpc.fsutil import read_json
@@ -89,3 +94,50 @@ def stored_tasks(run_dir: Path) -> set[TaskKey]:
             continue
         out |= {key for g in groups if (key := task_key(g)) is not None}
     return out
+
+
+def _plain(value: Any) -> Any:
+    """`value` as JSON data (numpy arrays and scalars become lists and numbers)."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def export_groups(run_dir: Path, out: IO[str]) -> dict[str, int]:
+    """Write every readable group of the store to `out`, one JSON object per line, oldest stream
+    position first, with `status`: `taken` (the trainer's newest checkpoint moved past it: trained,
+    or dropped as stale or a duplicate), `pending` (committed, not taken), or `unknown` (no
+    checkpoint yet); `eval` groups are evaluations. Returns the count per status."""
+    try:
+        c = consumption(run_dir)
+        taken = {g.group_id for g in c.covered}
+    except UserError:
+        taken = None
+    counts: Counter[str] = Counter()
+    store = Path(run_dir) / "experiences"
+    for ref in sorted((r for r in list_chunks(store) if not r.quarantined), key=lambda r: (r.stream, r.seq)):
+        try:
+            _, groups = read_chunk(ref.path)
+        except (ChunkCorrupt, FileNotFoundError):
+            continue
+        for g in groups:
+            status = "eval" if g.is_eval else "unknown" if taken is None else \
+                "taken" if g.group_id in taken else "pending"
+            counts[status] += 1
+            record = {
+                "group_id": g.group_id, "task_id": g.task_id, "status": status, "policy_version": g.policy_version,
+                "explorer": g.explorer, "rank": g.rank, "created_at": g.created_at, "finished_at": g.finished_at,
+                "chunk": ref.path.name, "info": _plain(g.info),
+                "experiences": [{"prompt_ids": _plain(e.prompt_ids), "response_ids": _plain(e.response_ids),
+                                 "logprobs": _plain(e.logprobs), "loss_mask": _plain(e.loss_mask),
+                                 "reward": float(e.reward), "token_rewards": _plain(e.token_rewards),
+                                 "info": _plain(e.info)} for e in g.experiences],
+            }
+            out.write(json.dumps(record) + "\n")
+    return dict(counts)

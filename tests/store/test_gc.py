@@ -85,3 +85,31 @@ def test_keeping_chunks_still_deletes_dead_writers_temporary_files(run_dir: Path
     reader.mark_checkpointed(reader.state_dict())
     assert collect_garbage(run_dir, keep_chunks=True) == {"chunks": 0, "chunk_bytes": 0, "tmp_files": 1}
     assert _chunks(run_dir) == 2
+
+
+def test_kept_chunks_export_the_whole_history(run_dir: Path, tmp_path: Path) -> None:
+    """With the consumed chunks kept, `rfthpc store export` writes every group as a JSON line, with
+    what the trainer's checkpoint says of it (taken or pending), its tokens and rewards."""
+    import json
+
+    with ChunkWriter(run_dir, "ex", 0, groups_per_chunk=2) as w:
+        for i in range(5):
+            w.add(make_group(f"t{i}"))
+    out = tmp_path / "history.jsonl"
+    cmd = [sys.executable, "-m", "rfthpc", "store", "export", str(run_dir), "--out", str(out)]
+    before = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert before.returncode == 0 and "exported 5 unknown" in before.stderr, before.stderr
+    reader = StoreReader(run_dir)
+    reader.take(3, 0, timeout_s=1)
+    reader.mark_checkpointed(reader.state_dict())
+    assert collect_garbage(run_dir, keep_chunks=True)["chunks"] == 0
+    after = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert after.returncode == 0 and "exported 2 pending, 3 taken" in after.stderr, after.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["task_id"], r["status"]) for r in rows] == [("t0", "taken"), ("t1", "taken"), ("t2", "taken"),
+                                                          ("t3", "pending"), ("t4", "pending")]
+    first = rows[0]["experiences"][0]
+    assert isinstance(first["response_ids"], list) and isinstance(first["reward"], float)
+    missing = subprocess.run([*cmd[:4], "export", str(tmp_path / "nothing")], capture_output=True, text=True,
+                             timeout=120, check=False)
+    assert missing.returncode == 2, missing.stderr
