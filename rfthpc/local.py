@@ -121,7 +121,7 @@ def plan_roles(stages: list[Stage], run: RunDir, trainer_procs: int = 1, explore
     modes = {s.config.mode for s in stages}
     cfg = stages[-1].config
     train = bool(modes & {"both", "train"})
-    count = (explorers if explorers is not None else (cfg.slurm.explorer.array_size or 1)) \
+    count = (explorers if explorers is not None else cfg.slurm.explorer.array_size) \
         if modes & {"both", "explore"} else 0
     cores = available_cores() if cores is None else cores
     threads = str(max(1, cores // max(1, count + (trainer_procs if train else 0))))

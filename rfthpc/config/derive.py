@@ -77,6 +77,8 @@ def _derive_model(cfg: Config) -> None:
     m.critic_model_path = m.critic_model_path or m.model_path
     rm = cfg.explorer.rollout_model
     rm.model_path = rm.model_path or m.model_path
+    for model in (rm, *cfg.explorer.auxiliary_models):
+        model.dtype = m.dtype if model.dtype == "auto" else model.dtype
     rm.max_model_len = _fill(rm.max_model_len, m.max_model_len)
     rm.enable_thinking = _fill(rm.enable_thinking, m.enable_thinking)
 

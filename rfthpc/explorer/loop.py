@@ -297,7 +297,7 @@ class Explorer:
                 [setup.load(ts, is_eval=True) for ts in inp.eval_tasksets])
 
     def _sources(self, cfg: Config, tasksets: list[setup.Taskset], stage: str | None) -> list[_Source]:
-        sizes = [len(ts.tasks) * (ts.config.total_epochs or 1) for ts in tasksets]
+        sizes = [len(ts.tasks) * ts.config.total_epochs for ts in tasksets]
         max_tasks = None if cfg.buffer.total_steps is None else cfg.buffer.total_steps * cfg.buffer.batch_size
         sources = []
         fs = cfg.filesystem
@@ -306,7 +306,7 @@ class Explorer:
                 continue
             claims = TaskClaims(
                 self.rundir.root, claims_name(ts.name, stage), len(ts.tasks),
-                total_epochs=ts.config.total_epochs or 1, selector=ts.config.task_selector.selector_type,
+                total_epochs=ts.config.total_epochs, selector=ts.config.task_selector.selector_type,
                 seed=ts.config.task_selector.seed, lease_s=fs.lease_s, lock=fs.lock_type, owner=self.owner,
                 max_tasks=limit,
             )
@@ -323,7 +323,7 @@ class Explorer:
         train, evals = self.tasksets[index]
         sources = self._sources(cfg, train, stage.name if explore_stages > 1 else None)
         self.claim_sets = [s.claims for s in sources]
-        array_size = cfg.slurm.explorer.array_size or cfg.explorer.rollout_model.engine_num
+        array_size = cfg.slurm.explorer.array_size
         claim_size = max(1, math.ceil(cfg.buffer.batch_size / max(1, array_size)))
         poll = cfg.filesystem.poll_interval_s
         self.stage_name = stage.name

@@ -30,11 +30,9 @@ def engine_settings(
     cfg: Config, model: InferenceModelConfig, rank: int, model_path: str | None = None
 ) -> EngineSettings:
     """Settings of one engine of array task `rank` (seed + rank); `model_path` overrides the config's."""
-    path = model_path or model.model_path or cfg.model.model_path
-    dtype = model.dtype if model.dtype != "auto" else cfg.model.dtype
     return EngineSettings(
-        model_path=str(path),
-        dtype=dtype,
+        model_path=str(model_path or model.model_path),
+        dtype=model.dtype,
         max_model_len=model.max_model_len,
         seed=model.seed + rank,
         tensor_parallel_size=model.tensor_parallel_size,
@@ -120,14 +118,14 @@ def load(ts: TasksetConfig, is_eval: bool) -> Taskset:
         system_prompt_key=f.system_prompt_key or None,
         reply_prefix=f.reply_prefix,
         chat_template=f.chat_template,
-        workflow=ts.default_workflow_type or "math_workflow",
+        workflow=ts.default_workflow_type,
         reward_fn=ts.default_reward_fn_type,
         workflow_key=f.workflow_key or None,
         reward_fn_key=f.reward_fn_key or None,
         workflow_args=ts.workflow_args,
         reward_fn_args=ts.reward_fn_args,
         rollout_args=SamplingArgs.from_config(ts.rollout_args),
-        repeat_times=ts.repeat_times or 1,
+        repeat_times=ts.repeat_times,
         is_eval=is_eval,
         enable_progress_bar=ts.enable_progress_bar,
     )

@@ -78,7 +78,8 @@ def explorer_plan(cfg: Config, run_dir: RunDir, code_dir: Path | None) -> JobPla
     """The explorer array of `cfg.explorer.name`: `slurm.explorer.array_size` tasks, rank = array index."""
     python = python_of(cfg)
     name = cfg.explorer.name
-    size = int(cfg.slurm.explorer.array_size or cfg.explorer.rollout_model.engine_num)
+    size = cfg.slurm.explorer.array_size
+    assert size is not None, "filled by the config's derivation (rfthpc.config.derive)"
     executor = RunExecutor(run_dir.log, max_num_timeout=cfg.slurm.max_requeues, python=python)
     executor.update_parameters(**executor_parameters(cfg, "explorer", code_dir, name))
     jobs = [RoleJob(str(run_dir.root), "explorer", python, cfg.slurm.max_requeues, explorer=name, rank=k)
@@ -91,7 +92,8 @@ def hetjob_plan(cfg: Config, run_dir: RunDir, code_dir: Path | None) -> JobPlan:
     """Trainer (component 0) and explorers (component 1) in one heterogeneous job."""
     python = python_of(cfg)
     name = cfg.explorer.name
-    size = int(cfg.slurm.explorer.array_size or cfg.explorer.rollout_model.engine_num)
+    size = cfg.slurm.explorer.array_size
+    assert size is not None, "filled by the config's derivation (rfthpc.config.derive)"
     nodes = cfg.slurm.trainer.nodes
     executor = HetjobExecutor(run_dir.log, [hetjob_explorer_parameters(cfg, size)],
                               max_num_timeout=cfg.slurm.max_requeues, python=python)

@@ -71,17 +71,17 @@ class Algorithm:
     @classmethod
     def from_config(cls, alg: AlgorithmConfig) -> Algorithm:
         """Bind the (finalized) `algorithm` section; raises ConfigError on unknown names or arguments."""
-        mode = alg.loss_agg_mode or "token-mean"
+        mode = alg.loss_agg_mode
         if mode not in algos.LOSS_AGG_MODES:
             known = ", ".join(algos.LOSS_AGG_MODES)
             raise ConfigError(f"algorithm.loss_agg_mode: unknown mode {mode!r}; known: {known}")
         if not alg.policy_loss_fn:
             raise ConfigError("algorithm.policy_loss_fn: missing; name a policy loss or an algorithm_type preset")
         policy = algos.POLICY_LOSS_FNS.bind(alg.policy_loss_fn, {**alg.policy_loss_fn_args, "loss_agg_mode": mode})
-        entropy = algos.ENTROPY_LOSS_FNS.bind(alg.entropy_loss_fn or "none",
+        entropy = algos.ENTROPY_LOSS_FNS.bind(alg.entropy_loss_fn,
                                               {**alg.entropy_loss_fn_args, "loss_agg_mode": mode})
         out = cls(alg.algorithm_type, alg.policy_loss_fn, policy, entropy, mode)
-        if (alg.entropy_loss_fn or "none") != "none":
+        if alg.entropy_loss_fn != "none":
             out.entropy_coef = float(alg.entropy_loss_fn_args.get("entropy_coef", 0.0))
         if alg.advantage_fn:
             out.advantage_name = alg.advantage_fn
@@ -91,8 +91,8 @@ class Algorithm:
                 f"algorithm.advantage_fn: missing for policy loss {alg.policy_loss_fn!r}; name one (e.g. grpo) "
                 "or use algorithm_type sft"
             )
-        out.kl_loss_fn = alg.kl_loss_fn or "none"
-        out.kl_penalty_fn = alg.kl_penalty_fn or "none"
+        out.kl_loss_fn = alg.kl_loss_fn
+        out.kl_penalty_fn = alg.kl_penalty_fn
         for name in (out.kl_loss_fn, out.kl_penalty_fn):
             algos.KL_FNS.get(name)
         out.kl_loss_coef = algos.kl_loss_coef(alg.kl_loss_fn_args)

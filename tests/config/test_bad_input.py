@@ -299,3 +299,18 @@ def test_one_chat_template_for_every_role(tmp_path: Path, base: str) -> None:
             in _error(write(tmp_path, both)))
     same = base.replace("model:\n", f"model:\n  chat_template_path: {template}\n", 1)
     assert load_config(write(tmp_path, same)).config.explorer.rollout_model.chat_template == template.read_text()
+
+
+def test_derivation_leaves_nothing_for_the_roles_to_fill(tmp_path: Path, base: str) -> None:
+    """Every value a role reads is set once, here (the roles have no defaults of their own)."""
+    from rfthpc.algorithms.presets import ALGORITHM_PRESETS
+
+    for name in sorted(set(ALGORITHM_PRESETS) - {"sft", "ppo"}):
+        text = base.replace("algorithm_type: grpo", f"algorithm_type: {name}").replace(
+            "  max_response_tokens: 32\n", "  max_response_tokens: 32\n  dtype: float32\n")
+        cfg = load_config(write(tmp_path, text)).config
+        alg, ts = cfg.algorithm, cfg.buffer.explorer_input.tasksets[0]
+        assert None not in (alg.loss_agg_mode, alg.kl_loss_fn, alg.kl_penalty_fn, alg.entropy_loss_fn), name
+        assert (ts.total_epochs, ts.repeat_times, ts.default_workflow_type) == (1, 4, "math_workflow"), name
+        assert cfg.slurm.explorer.array_size == cfg.explorer.rollout_model.engine_num == 1
+        assert cfg.explorer.rollout_model.dtype == "float32"

@@ -90,7 +90,7 @@ def test_add_explorers_script(tmp_path: Path) -> None:
         "slurm": {"explorer": {"partition": "other", "time": "00:45:00", "mem": "1G"}},
     }))
     cfg = merged_explorer_config(loaded.base, new, [], None, None, check_paths=False)
-    plan = explorer_plan(cfg, RUN, CODE)
+    plan = explorer_plan(resolve_stages(cfg)[-1].config, RUN, CODE)
     assert (plan.explorer, plan.array_size) == ("explorer_new", 3)
     _check("add-explorers.sbatch", plan.render())
 
