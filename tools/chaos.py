@@ -46,9 +46,10 @@ import yaml
 
 from rfthpc.explorer.meta import read_progress
 from rfthpc.rundir import RunDir
-from rfthpc.store.audit import consumption, stored_tasks, task_key
+from rfthpc.store.audit import consumption, stored_tasks
 from rfthpc.store.chunks import read_chunk
 from rfthpc.store.layout import list_chunks
+from rfthpc.store.schema import TaskRef
 from rfthpc.trainer.meta import read_trainer_meta
 
 REPO = Path(__file__).resolve().parents[1]
@@ -245,7 +246,7 @@ class Soak:
             _, groups = read_chunk(ref.path)
         except Exception:  # noqa: BLE001 — committed files only; a vanished one is no target
             return False
-        self.truncated[ref.path.name] = {k for g in groups if (k := task_key(g)) is not None}
+        self.truncated[ref.path.name] = {k for g in groups if (k := TaskRef.of(g)) is not None}
         size = ref.path.stat().st_size
         with open(ref.path, "r+b") as f:
             f.truncate(size // 2)

@@ -61,6 +61,7 @@ from rfthpc.signals import StopRequest
 from rfthpc.store import ChunkWriter, Claim, Group, TaskClaims
 from rfthpc.store.claims import claims_name
 from rfthpc.store.schema import Experience as StoredExperience
+from rfthpc.store.schema import TaskRef
 from rfthpc.trainer.meta import read_trainer_meta
 from rfthpc.workflows.base import WorkflowContext
 
@@ -478,7 +479,7 @@ class Explorer:
         ]
         info: dict[str, Any] = {
             **result.info,
-            "taskset": task.taskset, "claims": claim.taskset, "index": claim.index, "epoch": claim.epoch,
+            "taskset": task.taskset, **TaskRef(claim.taskset, claim.epoch, claim.index).info(),
             "serial": claim.serial,
             "stage": self.stage_name, "expected_step": step, "workflow": task.workflow,
             # The trainer divides its logits by this temperature so its logprobs match the stored ones;

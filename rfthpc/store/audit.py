@@ -22,10 +22,7 @@ from rfthpc.errors import UserError
 from rfthpc.fsutil import read_json
 from rfthpc.store.chunks import ChunkCorrupt, read_chunk
 from rfthpc.store.layout import list_chunks
-from rfthpc.store.schema import Group
-
-TaskKey = tuple[str, int, int]
-"""A claimed task: (claim set, epoch, task index)."""
+from rfthpc.store.schema import Group, TaskRef
 
 
 @dataclass
@@ -43,21 +40,13 @@ class Consumption:
         """Second groups of a task the reader did not drop: the covered repeats of a task beyond what
         its drops explain (a task explored twice has its second group dropped as a duplicate; one
         whose first group was dropped as too stale may be covered again). 0 in a correct run."""
-        tasks = Counter(task_key(g) for g in self.covered)
+        tasks = Counter(TaskRef.of(g) for g in self.covered)
         extra = sum(n - 1 for key, n in tasks.items() if key is not None)
         return max(0, extra - self.counters.get("dropped_duplicate", 0) - self.counters.get("dropped_stale", 0))
 
     def groups_taken_twice(self) -> int:
         """Groups (by id) the cursor moved past more than once. 0 in a correct run."""
         return sum(n - 1 for n in Counter(g.group_id for g in self.covered).values())
-
-
-def task_key(group: Group) -> TaskKey | None:
-    """The claimed task a group was made from; None for a group of no claim (an evaluation)."""
-    info = group.info
-    if info.get("claims") is None or info.get("epoch") is None or info.get("index") is None:
-        return None
-    return str(info["claims"]), int(info["epoch"]), int(info["index"])
 
 
 def consumption(run_dir: Path) -> Consumption:
@@ -81,10 +70,10 @@ def consumption(run_dir: Path) -> Consumption:
     return Consumption(covered, pending, {k: int(v) for k, v in state["counters"].items()})
 
 
-def stored_tasks(run_dir: Path) -> set[TaskKey]:
+def stored_tasks(run_dir: Path) -> set[TaskRef]:
     """The tasks that have a group in a readable chunk of the store."""
     store = Path(run_dir) / "experiences"
-    out: set[TaskKey] = set()
+    out: set[TaskRef] = set()
     for ref in list_chunks(store):
         if ref.quarantined:
             continue
@@ -92,7 +81,7 @@ def stored_tasks(run_dir: Path) -> set[TaskKey]:
             _, groups = read_chunk(ref.path)
         except (ChunkCorrupt, FileNotFoundError):
             continue
-        out |= {key for g in groups if (key := task_key(g)) is not None}
+        out |= {key for g in groups if (key := TaskRef.of(g)) is not None}
     return out
 
 

@@ -43,7 +43,7 @@ from rfthpc.store.layout import (
     quarantine,
     write_losses,
 )
-from rfthpc.store.schema import Group
+from rfthpc.store.schema import Group, TaskRef
 
 log = logging.getLogger(__name__)
 
@@ -212,10 +212,10 @@ class StoreReader:
             while pos < len(groups) and len(picked) < n:
                 g = groups[pos]
                 pos += 1
-                task = _task_of(g)
+                task = TaskRef.of(g)
                 if g.is_eval:
                     delta["skipped_eval"] += 1
-                elif task is not None and taken.get(task[0], 0) >> task[1] & 1:
+                elif task is not None and taken.get(_bitmap(task), 0) >> task.index & 1:
                     delta["dropped_duplicate"] += 1
                 elif self.max_staleness is not None and g.staleness(current_version) > self.max_staleness:
                     delta["dropped_stale"] += 1
@@ -224,7 +224,7 @@ class StoreReader:
                 else:
                     picked.append(g)
                     if task is not None:
-                        taken[task[0]] = taken.get(task[0], 0) | 1 << task[1]
+                        taken[_bitmap(task)] = taken.get(_bitmap(task), 0) | 1 << task.index
             if pos < len(groups):
                 cursor[ref.stream] = [ref.seq, pos]
                 continue
@@ -395,9 +395,6 @@ class StoreReader:
         return out
 
 
-def _task_of(group: Group) -> tuple[str, int] | None:
-    """(`<claims>:<epoch>`, task index) of a group an explorer made from a claimed task, else None."""
-    info = group.info
-    if info.get("claims") is None or info.get("epoch") is None or info.get("index") is None:
-        return None
-    return f"{info['claims']}:{int(info['epoch'])}", int(info["index"])
+def _bitmap(task: TaskRef) -> str:
+    """The taken-task bitmap a task's bit lives in: one per claim set and epoch (`<claims>:<epoch>`)."""
+    return f"{task.claims}:{task.epoch}"

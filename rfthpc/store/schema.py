@@ -44,6 +44,29 @@ class Experience:
     """JSON-serialisable extra data (e.g. the reward function's components)."""
 
 
+@dataclass(frozen=True)
+class TaskRef:
+    """The claimed task a group was made from, as the group's `info` carries it (`claims`, `epoch`,
+    `index`): what the reader trains once, and what audits count."""
+
+    claims: str
+    """The claim set (`rfthpc.store.claims.claims_name`)."""
+    epoch: int
+    index: int
+
+    def info(self) -> dict[str, Any]:
+        """The keys the explorer puts in the group's `info`."""
+        return {"claims": self.claims, "epoch": self.epoch, "index": self.index}
+
+    @classmethod
+    def of(cls, group: Group) -> TaskRef | None:
+        """The task `group` was made from; None for a group of no claim (an evaluation)."""
+        info = group.info
+        if info.get("claims") is None or info.get("epoch") is None or info.get("index") is None:
+            return None
+        return cls(str(info["claims"]), int(info["epoch"]), int(info["index"]))
+
+
 @dataclass
 class Group:
     """All `repeat_times` responses to one task: the unit of commit and of read."""

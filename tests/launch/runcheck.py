@@ -11,7 +11,8 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from rfthpc.store.audit import Consumption, consumption, task_key
+from rfthpc.store.audit import Consumption, consumption
+from rfthpc.store.schema import TaskRef
 
 __all__ = ["Consumption", "check_exactly_once", "consumption", "log_tails", "trainer_steps"]
 
@@ -22,7 +23,7 @@ def check_exactly_once(c: Consumption, expected_consumed: int) -> None:
     the reader), and the counts add up to the trainer's steps."""
     ids = Counter(g.group_id for g in c.covered)
     assert not [g for g, n in ids.items() if n > 1], f"groups taken twice: {[g for g, n in ids.items() if n > 1]}"
-    tasks = Counter(task_key(g) for g in c.covered)
+    tasks = Counter(TaskRef.of(g) for g in c.covered)
     extra = sum(n - 1 for n in tasks.values())
     duplicates = c.counters.get("dropped_duplicate", 0)
     # A task may also be covered twice when its first group was dropped as too stale (not trained).
