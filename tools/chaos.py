@@ -17,7 +17,10 @@ can be audited, a short `filesystem.lease_s`), and until the trainer reports `do
 - SIGSTOP of an explorer past its lease (its claims go to the others), SIGCONT later;
 - truncation of a committed chunk file the trainer has not read yet (the reader quarantines it; its
   groups were read first, so the audit knows which they were);
-- `rfthpc add-explorers` of another one-task array.
+- `rfthpc add-explorers` of another one-task array (at most `--max-added`).
+
+The trainer is hit again only after it made two steps since its last fault, so the run ends however
+long a restart takes on a busy machine.
 
 Then it audits the run directory (`rfthpc.store.audit`): every group the trainer took is taken once
 and no task is trained twice; no group is lost (each task an explorer completed with a group has
@@ -55,6 +58,7 @@ from rfthpc.trainer.meta import read_trainer_meta
 REPO = Path(__file__).resolve().parents[1]
 
 LEASE_S = 12.0
+TRAINER_STEPS_BETWEEN_FAULTS = 2
 BATCH = 4
 TERMINAL = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "TIMEOUT"}
 
@@ -158,6 +162,11 @@ class Soak:
     truncated: dict[str, set] = field(default_factory=dict)
     """Chunk file name → the tasks its groups were made from (read before it was truncated)."""
     added: int = 0
+    max_added: int = 3
+    """Explorer arrays added at most (each is another process on the same cores)."""
+    trainer_hit_at: int = -TRAINER_STEPS_BETWEEN_FAULTS
+    """The trainer's step at its last fault: it is hit again only after it made progress, so the run
+    ends however slow a restart is on a busy machine."""
 
     def log(self, kind: str, target: str) -> None:
         t = time.monotonic() - self.started
@@ -192,9 +201,17 @@ class Soak:
         self.log("scancel_explorer", task)
         return True
 
+    def trainer_may_be_hit(self) -> bool:
+        """The trainer made progress since its last fault."""
+        meta = read_trainer_meta(RunDir(self.run))
+        if meta is None or meta.done or meta.step < self.trainer_hit_at + TRAINER_STEPS_BETWEEN_FAULTS:
+            return False
+        self.trainer_hit_at = meta.step
+        return True
+
     def requeue_trainer(self) -> bool:
         tid = self.trainer_id
-        if states([tid]).get(tid) != "RUNNING":
+        if states([tid]).get(tid) != "RUNNING" or not self.trainer_may_be_hit():
             return False
         sh("scontrol", "requeue", tid)
         self.log("requeue_trainer", tid)
@@ -214,7 +231,7 @@ class Soak:
 
     def kill_trainer(self) -> bool:
         meta = read_trainer_meta(RunDir(self.run))
-        if meta is None or meta.done or not alive(meta.pid, "train"):
+        if meta is None or not alive(meta.pid, "train") or not self.trainer_may_be_hit():
             return False
         os.kill(meta.pid, signal.SIGKILL)
         self.later.append((time.monotonic() + 5, "requeue_if_failed", self.trainer_id))
@@ -254,6 +271,8 @@ class Soak:
         return True
 
     def add_explorers(self) -> bool:
+        if self.added >= self.max_added:
+            return False
         self.added += 1
         name = f"extra{self.added}"
         out = rfthpc("add-explorers", "--run-dir", str(self.run), "--name", name, "--array-size", "1")
@@ -316,6 +335,7 @@ def main() -> int:
     ap.add_argument("--interval", type=float, nargs=2, default=(6.0, 12.0), metavar=("MIN", "MAX"),
                     help="seconds between faults (uniform)")
     ap.add_argument("--max-minutes", type=float, default=10.0, help="give up (run_completed=0) after this long")
+    ap.add_argument("--max-added", type=int, default=3, help="explorer arrays added at most")
     ap.add_argument("--dir", type=Path, default=None, help="keep the run here (default: a temporary directory)")
     args = ap.parse_args()
     root = args.dir or Path(tempfile.mkdtemp(prefix="rfthpc-chaos-"))
@@ -326,7 +346,7 @@ def main() -> int:
         print(out.stderr, file=sys.stderr)
         return 1
     run = Path(out.stdout.split("run directory ", 1)[1].splitlines()[0].strip())
-    soak = Soak(run, random.Random(args.seed))
+    soak = Soak(run, random.Random(args.seed), max_added=args.max_added)
     print(f"run directory {run}", flush=True)
     deadline = soak.started + 60 * args.max_minutes
     next_fault: float | None = None  # the faults begin once the run has made its first step
