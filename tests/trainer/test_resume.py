@@ -251,8 +251,9 @@ def test_sigterm_in_the_sft_stage_checkpoints_exits_124_and_resumes_there(tmp_pa
     assert meta["sft_data"] == {"consumed": 3 * stopped}
     trainer_meta = read_json(run.trainer_meta)
     assert trainer_meta["stage"] == "sft_warmup" and trainer_meta["step"] == stopped and not trainer_meta["done"]
+    assert trainer_meta["state"] == "stopped"  # `rfthpc status`: "— stopped", not live
 
     assert run_trainer_inprocess(run) == 0
     _assert_same_training(run, ref, 8)
     done = read_json(run.trainer_meta)
-    assert done["done"] and done["stage"] == "rft" and done["stage_start_step"] == 6 and done["step"] == 8
+    assert done["done"] and done["stage"] == "rft" and done["stage_start_step"] == 6 and done["step"] == 8 and done["state"] == "done"
