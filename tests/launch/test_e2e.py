@@ -211,7 +211,7 @@ def test_preemption_cancel_and_requeue_lose_nothing(slurm_cluster: None, demo_da
     logs = {path.name: path.read_text(errors="replace") for path in (run / "log").glob("*.out")}
     assert not [name for name, text in logs.items() if "Traceback" in text], log_tails(run, 80)
     assert any((run / "monitor" / "wandb").rglob("run-*.wandb"))
-    # The cancelled explorer stopped cleanly, wandb's lost service a warning; or, when the busy machine
+    # The cancelled explorer stopped cleanly; or, when the busy machine
     # kept it from finishing within Slurm's KillWait (5 s on the local cluster), Slurm killed it, and
     # then status must not show its last report as live.
     cancelled = read_progress(run / "explorer_meta" / "explorer" / "0.json")
@@ -220,8 +220,9 @@ def test_preemption_cancel_and_requeue_lose_nothing(slurm_cluster: None, demo_da
     if "task 0: Killed" in first:
         assert re.search(rf"explorer\s+0\s+gone: job {explorer_id}_0 CANCELLED", status), status
     else:
+        # (Whether wandb's service died before the explorer finished its run depends on who got the
+        # signal first: either way the stop is clean. tests/explorer_loop/test_metrics.py kills it first.)
         assert cancelled is not None and cancelled.state == "stopped", first[-3000:]
-        assert "wandb stopped working" in first
         assert re.search(r"explorer\s+0\s+stopped\s", status), status
 
 
