@@ -33,6 +33,7 @@ truncated; the trainer reached `total_steps` and its job ended COMPLETED. The la
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -147,6 +148,12 @@ def alive(pid: int, role: str) -> bool:
     except OSError:
         return False
     return "rfthpc" in cmdline and role in cmdline
+
+
+def resume(pid: int) -> None:
+    """SIGCONT a process the soak stopped (it may have been killed meanwhile)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGCONT)
 
 
 @dataclass
@@ -297,10 +304,7 @@ class Soak:
         due, self.later = [x for x in self.later if x[0] <= now], [x for x in self.later if x[0] > now]
         for _, action, target in due:
             if action == "cont":
-                try:
-                    os.kill(int(target), signal.SIGCONT)
-                except ProcessLookupError:
-                    pass
+                resume(int(target))
             elif action == "requeue" or states([target.split("_")[0]]).get(target) in {"FAILED", "CANCELLED"}:
                 sh("scontrol", "requeue", target)
 
@@ -364,10 +368,7 @@ def main() -> int:
             time.sleep(0.5)
         for _, action, target in soak.later:  # nothing stays stopped
             if action == "cont":
-                try:
-                    os.kill(int(target), signal.SIGCONT)
-                except ProcessLookupError:
-                    pass
+                resume(int(target))
         wall = time.monotonic() - soak.started
         tid = soak.trainer_id
         end = time.monotonic() + 120

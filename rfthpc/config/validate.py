@@ -61,13 +61,13 @@ def _check_functions(cfg: Config, problems: Problems) -> None:
     _check_function(problems, "algorithm.advantage_fn", alg.advantage_fn, algos.ADVANTAGE_FNS, alg.advantage_fn_args)
     _check_function(problems, "algorithm.policy_loss_fn", alg.policy_loss_fn, algos.POLICY_LOSS_FNS,
                     alg.policy_loss_fn_args)
-    _check_function(problems, "algorithm.entropy_loss_fn", alg.entropy_loss_fn or "none", algos.ENTROPY_LOSS_FNS,
+    _check_function(problems, "algorithm.entropy_loss_fn", alg.entropy_loss_fn, algos.ENTROPY_LOSS_FNS,
                     alg.entropy_loss_fn_args)
     for key, name in (("kl_penalty_fn", alg.kl_penalty_fn), ("kl_loss_fn", alg.kl_loss_fn)):
         if name != "none":
             _check_function(problems, f"algorithm.{key}", name, algos.KL_FNS)
     coefficients: list[Callable[[], object]] = [lambda: algos.kl_loss_coef(alg.kl_loss_fn_args)]
-    if (alg.kl_penalty_fn or "none") != "none":
+    if alg.kl_penalty_fn != "none":
         coefficients.append(lambda: algos.kl_controller(alg.kl_penalty_fn_args))
     for build_coefficient in coefficients:
         try:

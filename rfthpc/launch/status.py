@@ -11,7 +11,7 @@ import dataclasses
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -150,14 +150,34 @@ def _process_ended(host: str, pid: int) -> bool:
     return False
 
 
-def explorer_task(jobs: Sequence[dict[str, Any]], name: str, rank: int) -> TaskState | None:
-    """The Slurm state of the array task (or hetjob component) that runs explorer `name`'s `rank`."""
+def _newest_task(jobs: Sequence[dict[str, Any]], runs: Callable[[JobRecord], bool],
+                 task_id: Callable[[JobRecord], str]) -> TaskState | None:
+    """The Slurm state of `task_id(record)` in the newest job record that `runs` the role."""
     for job in reversed(jobs):
         r: JobRecord = job["record"]
-        if name not in r.explorer_names():
-            continue
-        wanted = f"{r.job_id}_{rank}" if r.role == "explorer" else f"{r.job_id}+1"
-        return next((t for t in job["tasks"] if t.job_id == wanted), None)
+        if runs(r):
+            return next((t for t in job["tasks"] if t.job_id == task_id(r)), None)
+    return None
+
+
+def explorer_task(jobs: Sequence[dict[str, Any]], name: str, rank: int) -> TaskState | None:
+    """The Slurm state of the array task (or hetjob component) that runs explorer `name`'s `rank`."""
+    return _newest_task(jobs, lambda r: name in r.explorer_names(),
+                        lambda r: f"{r.job_id}_{rank}" if r.role == "explorer" else f"{r.job_id}+1")
+
+
+def trainer_task(jobs: Sequence[dict[str, Any]]) -> TaskState | None:
+    """The Slurm state of the newest job that runs the trainer (a hetjob's component 0)."""
+    return _newest_task(jobs, JobRecord.runs_trainer,
+                        lambda r: r.job_id if r.role == "trainer" else f"{r.job_id}+0")
+
+
+def _ended(task: TaskState | None, host: str, pid: int) -> str | None:
+    """Why a process that reported no end is gone: its Slurm task ended, or (on this host) the process."""
+    if task is not None and task.terminal:
+        return f"job {task.job_id} {task.state}"
+    if _process_ended(host, pid):
+        return f"process {pid} ended"
     return None
 
 
@@ -169,34 +189,17 @@ def why_gone(progress: ExplorerProgress, task: TaskState | None, now: float) -> 
     """
     if progress.final:
         return None
-    if task is not None and task.terminal:
-        return f"job {task.job_id} {task.state}"
-    if _process_ended(progress.host, progress.pid):
-        return f"process {progress.pid} ended"
+    ended = _ended(task, progress.host, progress.pid)
+    if ended is not None:
+        return ended
     if progress.expired(now):
         return f"no heartbeat for {progress.age_s(now):.0f} s (lease {progress.lease_s:.0f} s)"
     return None
 
 
-def trainer_task(jobs: Sequence[dict[str, Any]]) -> TaskState | None:
-    """The Slurm state of the newest job that runs the trainer (a hetjob's component 0)."""
-    for job in reversed(jobs):
-        r: JobRecord = job["record"]
-        if r.runs_trainer():
-            wanted = r.job_id if r.role == "trainer" else f"{r.job_id}+0"
-            return next((t for t in job["tasks"] if t.job_id == wanted), None)
-    return None
-
-
 def trainer_gone(meta: TrainerMeta, task: TaskState | None) -> str | None:
     """Why a trainer that did not report its end is not running any more; None if it may be."""
-    if meta.state != "training":
-        return None
-    if task is not None and task.terminal:
-        return f"job {task.job_id} {task.state}"
-    if _process_ended(meta.host, meta.pid):
-        return f"process {meta.pid} ended"
-    return None
+    return _ended(task, meta.host, meta.pid) if meta.state == "training" else None
 
 
 def collect_status(run_dir: Path, timeout_s: float = STATE_TIMEOUT_S) -> dict[str, Any]:
@@ -238,13 +241,13 @@ def judge_liveness(status: dict[str, Any]) -> None:
     """Set `gone` (why it is not running any more, or None) on the trainer and every explorer rank of
     `status`, from their records and the Slurm states of its jobs."""
     jobs, now = status["jobs"], status["time"]
-    if status["trainer"]:
-        status["trainer"]["gone"] = trainer_gone(TrainerMeta(**{k: v for k, v in status["trainer"].items()
-                                                                if k != "gone"}), trainer_task(jobs))
+    trainer = TrainerMeta.from_dict(status["trainer"]) if status["trainer"] else None
+    if trainer is not None:
+        status["trainer"]["gone"] = trainer_gone(trainer, trainer_task(jobs))
     for name, ranks in status["explorers"].items():
         for p in ranks:
-            progress = ExplorerProgress(**{k: v for k, v in p.items() if k != "gone"})
-            p["gone"] = why_gone(progress, explorer_task(jobs, name, progress.rank), now)
+            progress = ExplorerProgress.from_dict(p)
+            p["gone"] = None if progress is None else why_gone(progress, explorer_task(jobs, name, progress.rank), now)
 
 
 def _fmt(value: Any) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -21,7 +22,7 @@ import numpy as np
 from rfthpc.errors import UserError
 from rfthpc.fsutil import read_json
 from rfthpc.store.chunks import ChunkCorrupt, read_chunk
-from rfthpc.store.layout import list_chunks
+from rfthpc.store.layout import ChunkRef, list_chunks
 from rfthpc.store.schema import Group, TaskRef
 
 
@@ -49,22 +50,38 @@ class Consumption:
         return sum(n - 1 for n in Counter(g.group_id for g in self.covered).values())
 
 
+def _readable_chunks(store: Path) -> Iterator[tuple[ChunkRef, list[Group]]]:
+    """Each readable chunk of the store with its groups, in stream order (each file read once)."""
+    for ref in sorted((r for r in list_chunks(store) if not r.quarantined), key=lambda r: (r.stream, r.seq)):
+        try:
+            _, groups = read_chunk(ref.path)
+        except (ChunkCorrupt, FileNotFoundError):
+            continue  # damaged or gone after the reader passed it; the reader took it whole before
+        yield ref, groups
+
+
+def _checkpointed(store: Path) -> dict[str, Any] | None:
+    """The reader state of the trainer's newest checkpoint; None before the first one."""
+    state = read_json(store / "_reader" / "checkpointed.json")
+    return state if isinstance(state, dict) else None
+
+
+def _taken(ref: ChunkRef, n_groups: int, cursor: dict[str, list[int]]) -> int:
+    """How many of a chunk's groups the cursor has moved past."""
+    seq, done = cursor.get(ref.stream, [0, 0])
+    return n_groups if ref.seq < seq else (done if ref.seq == seq else 0)
+
+
 def consumption(run_dir: Path) -> Consumption:
     """Split the store's readable groups by the cursor of the trainer's newest checkpoint."""
     store = Path(run_dir) / "experiences"
-    state = read_json(store / "_reader" / "checkpointed.json")
-    if not isinstance(state, dict):
+    state = _checkpointed(store)
+    if state is None:
         raise UserError(f"{store}: no checkpointed reader state; the trainer never saved a checkpoint")
-    cursor: dict[str, list[int]] = state["cursor"]
     covered: list[Group] = []
     pending: list[Group] = []
-    for ref in sorted((r for r in list_chunks(store) if not r.quarantined), key=lambda r: (r.stream, r.seq)):
-        seq, done = cursor.get(ref.stream, [0, 0])
-        try:
-            _, groups = read_chunk(ref.path)
-        except ChunkCorrupt:
-            continue  # damaged after the reader passed it; the reader took it whole before
-        taken = len(groups) if ref.seq < seq else (done if ref.seq == seq else 0)
+    for ref, groups in _readable_chunks(store):
+        taken = _taken(ref, len(groups), state["cursor"])
         covered += [g for g in groups[:taken] if not g.is_eval]
         pending += [g for g in groups[taken:] if not g.is_eval]
     return Consumption(covered, pending, {k: int(v) for k, v in state["counters"].items()})
@@ -72,17 +89,8 @@ def consumption(run_dir: Path) -> Consumption:
 
 def stored_tasks(run_dir: Path) -> set[TaskRef]:
     """The tasks that have a group in a readable chunk of the store."""
-    store = Path(run_dir) / "experiences"
-    out: set[TaskRef] = set()
-    for ref in list_chunks(store):
-        if ref.quarantined:
-            continue
-        try:
-            _, groups = read_chunk(ref.path)
-        except (ChunkCorrupt, FileNotFoundError):
-            continue
-        out |= {key for g in groups if (key := TaskRef.of(g)) is not None}
-    return out
+    return {key for _, groups in _readable_chunks(Path(run_dir) / "experiences") for g in groups
+            if (key := TaskRef.of(g)) is not None}
 
 
 def _plain(value: Any) -> Any:
@@ -103,21 +111,14 @@ def export_groups(run_dir: Path, out: IO[str]) -> dict[str, int]:
     position first, with `status`: `taken` (the trainer's newest checkpoint moved past it: trained,
     or dropped as stale or a duplicate), `pending` (committed, not taken), or `unknown` (no
     checkpoint yet); `eval` groups are evaluations. Returns the count per status."""
-    try:
-        c = consumption(run_dir)
-        taken = {g.group_id for g in c.covered}
-    except UserError:
-        taken = None
-    counts: Counter[str] = Counter()
     store = Path(run_dir) / "experiences"
-    for ref in sorted((r for r in list_chunks(store) if not r.quarantined), key=lambda r: (r.stream, r.seq)):
-        try:
-            _, groups = read_chunk(ref.path)
-        except (ChunkCorrupt, FileNotFoundError):
-            continue
-        for g in groups:
+    state = _checkpointed(store)
+    counts: Counter[str] = Counter()
+    for ref, groups in _readable_chunks(store):
+        taken = None if state is None else _taken(ref, len(groups), state["cursor"])
+        for position, g in enumerate(groups):
             status = "eval" if g.is_eval else "unknown" if taken is None else \
-                "taken" if g.group_id in taken else "pending"
+                "taken" if position < taken else "pending"
             counts[status] += 1
             record = {
                 "group_id": g.group_id, "task_id": g.task_id, "status": status, "policy_version": g.policy_version,

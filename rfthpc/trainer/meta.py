@@ -11,6 +11,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from rfthpc.fsutil import read_json, write_json_atomic
 from rfthpc.rundir import RunDir
@@ -35,6 +36,15 @@ class TrainerMeta:
     pid: int = 0
     updated: float = 0.0
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainerMeta | None:
+        """The report in `data` (keys it does not know are ignored); None if it is not one."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        try:
+            return cls(**{k: v for k, v in data.items() if k in names})
+        except TypeError:
+            return None
+
     def with_state(self, state: str) -> TrainerMeta:
         """The same report in another state (done sets `done`)."""
         return dataclasses.replace(self, state=state, done=self.done or state == "done")
@@ -46,13 +56,7 @@ def read_trainer_meta(run: RunDir) -> TrainerMeta | None:
         data = read_json(run.trainer_meta)
     except ValueError:
         return None
-    if not isinstance(data, dict):
-        return None
-    names = {f.name for f in dataclasses.fields(TrainerMeta)}
-    try:
-        return TrainerMeta(**{k: v for k, v in data.items() if k in names})
-    except TypeError:
-        return None
+    return TrainerMeta.from_dict(data) if isinstance(data, dict) else None
 
 
 def write_trainer_meta(run: RunDir, meta: TrainerMeta) -> TrainerMeta:
