@@ -53,6 +53,7 @@ from rfthpc.rundir import RunDir
 from rfthpc.store.audit import consumption, stored_tasks
 from rfthpc.store.chunks import read_chunk
 from rfthpc.store.layout import list_chunks
+from rfthpc.store.reader_files import ReaderState, read_reader_progress
 from rfthpc.store.schema import TaskRef
 from rfthpc.trainer.meta import read_trainer_meta
 
@@ -257,12 +258,10 @@ class Soak:
 
     def truncate_chunk(self) -> bool:
         store = self.run / "experiences"
-        state = json.loads((store / "_reader" / "progress.json").read_text()) \
-            if (store / "_reader" / "progress.json").exists() else {}
-        cursor = (state.get("state") or {}).get("cursor", {})
+        progress = read_reader_progress(store)
+        state = progress.state if progress is not None else ReaderState()
         # A chunk at least two past the reader's position in its stream: not being read right now.
-        unread = [r for r in list_chunks(store)
-                  if not r.quarantined and r.seq > cursor.get(r.stream, [0, 0])[0] + 1]
+        unread = [r for r in list_chunks(store) if not r.quarantined and r.seq > state.at(r.stream).seq + 1]
         if not unread:
             return False
         ref = self.rng.choice(unread)

@@ -21,11 +21,11 @@ import torch
 
 from rfthpc.convert.formats import StoredTensor, parse_dtype
 from rfthpc.errors import UserError
+from rfthpc.trainer.checkpoint_meta import META_FILE as CHECKPOINT_META
 
 MODEL_DIR = "model"
 METADATA_FILE = ".metadata"
 HF_CONFIG_DIR = "hf_config"
-CHECKPOINT_META = "rfthpc_checkpoint.json"
 
 
 def is_rfthpc_checkpoint(role_dir: Path) -> bool:

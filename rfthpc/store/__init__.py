@@ -1,13 +1,14 @@
 """The experience store: the only channel from explorers to the trainer (docs/store.md).
 
 Explorers write groups with `ChunkWriter` and share their tasksets through `TaskClaims`; the
-trainer takes groups with `StoreReader`, exactly once, and checkpoints its `state_dict()`.
+trainer takes groups with `StoreReader`, exactly once, and checkpoints its `state()` (a `ReaderState`).
 """
 
 from rfthpc.store.claims import Claim, TaskClaims
 from rfthpc.store.gc import collect_garbage
 from rfthpc.store.inspect import format_inspect, inspect_store
 from rfthpc.store.reader import StoreReader, StoreTimeout
+from rfthpc.store.reader_files import ReaderState
 from rfthpc.store.schema import Experience, Group
 from rfthpc.store.writer import ChunkWriter
 
@@ -16,6 +17,7 @@ __all__ = [
     "Claim",
     "Experience",
     "Group",
+    "ReaderState",
     "StoreReader",
     "StoreTimeout",
     "TaskClaims",

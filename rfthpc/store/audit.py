@@ -20,9 +20,9 @@ from typing import IO, Any
 import numpy as np
 
 from rfthpc.errors import UserError
-from rfthpc.fsutil import read_json
 from rfthpc.store.chunks import ChunkCorrupt, read_chunk
 from rfthpc.store.layout import ChunkRef, list_chunks
+from rfthpc.store.reader_files import read_checkpointed
 from rfthpc.store.schema import Group, TaskRef
 
 
@@ -60,31 +60,19 @@ def _readable_chunks(store: Path) -> Iterator[tuple[ChunkRef, list[Group]]]:
         yield ref, groups
 
 
-def _checkpointed(store: Path) -> dict[str, Any] | None:
-    """The reader state of the trainer's newest checkpoint; None before the first one."""
-    state = read_json(store / "_reader" / "checkpointed.json")
-    return state if isinstance(state, dict) else None
-
-
-def _taken(ref: ChunkRef, n_groups: int, cursor: dict[str, list[int]]) -> int:
-    """How many of a chunk's groups the cursor has moved past."""
-    seq, done = cursor.get(ref.stream, [0, 0])
-    return n_groups if ref.seq < seq else (done if ref.seq == seq else 0)
-
-
 def consumption(run_dir: Path) -> Consumption:
     """Split the store's readable groups by the cursor of the trainer's newest checkpoint."""
     store = Path(run_dir) / "experiences"
-    state = _checkpointed(store)
+    state = read_checkpointed(store)
     if state is None:
         raise UserError(f"{store}: no checkpointed reader state; the trainer never saved a checkpoint")
     covered: list[Group] = []
     pending: list[Group] = []
     for ref, groups in _readable_chunks(store):
-        taken = _taken(ref, len(groups), state["cursor"])
+        taken = state.at(ref.stream).taken(ref.seq, len(groups))
         covered += [g for g in groups[:taken] if not g.is_eval]
         pending += [g for g in groups[taken:] if not g.is_eval]
-    return Consumption(covered, pending, {k: int(v) for k, v in state["counters"].items()})
+    return Consumption(covered, pending, dict(state.counters))
 
 
 def stored_tasks(run_dir: Path) -> set[TaskRef]:
@@ -112,10 +100,10 @@ def export_groups(run_dir: Path, out: IO[str]) -> dict[str, int]:
     or dropped as stale or a duplicate), `pending` (committed, not taken), or `unknown` (no
     checkpoint yet); `eval` groups are evaluations. Returns the count per status."""
     store = Path(run_dir) / "experiences"
-    state = _checkpointed(store)
+    state = read_checkpointed(store)
     counts: Counter[str] = Counter()
     for ref, groups in _readable_chunks(store):
-        taken = None if state is None else _taken(ref, len(groups), state["cursor"])
+        taken = None if state is None else state.at(ref.stream).taken(ref.seq, len(groups))
         for position, g in enumerate(groups):
             status = "eval" if g.is_eval else "unknown" if taken is None else \
                 "taken" if position < taken else "pending"

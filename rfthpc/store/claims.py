@@ -49,7 +49,7 @@ from rfthpc.errors import ConfigError, UserError
 from rfthpc.fsutil import atomic_path, make_dirs, read_json
 from rfthpc.locks import DEFAULT_LOCK_KIND, LockKind, make_lock
 from rfthpc.rundir import RunDir
-from rfthpc.store.layout import read_losses
+from rfthpc.store.reader_files import read_losses
 from rfthpc.store.schema import check_name
 
 log = logging.getLogger(__name__)

@@ -19,11 +19,11 @@ import re
 import socket
 import time
 from pathlib import Path
-from typing import Any
 
-from rfthpc.fsutil import TMP_PREFIX, read_json
+from rfthpc.fsutil import TMP_PREFIX
 from rfthpc.locks import process_gone
-from rfthpc.store.layout import CHECKPOINTED_FILE, QUARANTINE_DIR, READER_DIR, explorer_dirs, list_chunks, open_store
+from rfthpc.store.layout import QUARANTINE_DIR, READER_DIR, explorer_dirs, list_chunks, open_store
+from rfthpc.store.reader_files import Cursor, ReaderState, read_checkpointed
 
 _TMP_RE = re.compile(r"^" + re.escape(TMP_PREFIX) + r".+?\.(?:h5|json|txt)\.(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]{8}$")
 
@@ -40,22 +40,22 @@ def _tmp_is_stale(path: Path, now: float, tmp_max_age_s: float) -> bool:
 
 def collect_garbage(
     run_dir: Path,
-    consumed_state: dict[str, Any] | None = None,
+    consumed_state: ReaderState | None = None,
     tmp_max_age_s: float = 3600.0,
     keep_chunks: bool = False,
 ) -> dict[str, int]:
     """Delete consumed chunks and stale temporary files; return counts of what was removed.
 
-    `consumed_state`: a reader `state_dict()` from a complete checkpoint; by default the one the
+    `consumed_state`: a reader `state()` from a complete checkpoint; by default the one the
     trainer last recorded with `StoreReader.mark_checkpointed` (none recorded: no chunk is deleted).
     `keep_chunks`: delete only temporary files (`filesystem.keep_consumed_chunks`).
     """
     store = open_store(run_dir)
-    state = consumed_state if consumed_state is not None else read_json(store / READER_DIR / CHECKPOINTED_FILE)
-    cursor: dict[str, list[int]] = state["cursor"] if state else {}
+    state = consumed_state if consumed_state is not None else read_checkpointed(store)
+    cursor = state.cursor if state is not None else {}
     removed = {"chunks": 0, "chunk_bytes": 0, "tmp_files": 0}
     for ref in list_chunks(store):
-        if keep_chunks or ref.quarantined or ref.seq >= cursor.get(ref.stream, [0, 0])[0]:
+        if keep_chunks or ref.quarantined or ref.seq >= cursor.get(ref.stream, Cursor()).seq:
             continue
         with contextlib.suppress(FileNotFoundError):
             size = ref.path.stat().st_size

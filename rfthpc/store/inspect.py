@@ -14,11 +14,12 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from rfthpc.fsutil import is_temporary, read_json
+from rfthpc.fsutil import is_temporary
 from rfthpc.rundir import RunDir
 from rfthpc.store.chunks import ChunkCorrupt, read_chunk_attrs
 from rfthpc.store.claims import TaskClaims
-from rfthpc.store.layout import PROGRESS_FILE, READER_DIR, explorer_dirs, list_chunks, open_store
+from rfthpc.store.layout import explorer_dirs, list_chunks, open_store
+from rfthpc.store.reader_files import ReaderState, read_reader_progress
 
 
 def _hist(counter: Counter[int]) -> dict[str, int]:
@@ -35,11 +36,10 @@ def inspect_store(run_dir: Path, rate_window_s: float = 300.0) -> dict[str, Any]
     """
     store = open_store(run_dir)
     now = time.time()
-    progress = read_json(store / READER_DIR / PROGRESS_FILE) or {}
-    state = progress.get("state") or {}
-    cursor: dict[str, list[int]] = state.get("cursor", {})
-    counters: dict[str, int] = state.get("counters", {})
-    current_version = progress.get("current_version")
+    progress = read_reader_progress(store)
+    state = progress.state if progress is not None else ReaderState()
+    counters = state.counters
+    current_version = progress.current_version if progress is not None else None
 
     per_explorer: dict[str, dict[str, Any]] = defaultdict(
         lambda: {"ranks": set(), "streams": set(), "chunks": 0, "groups": 0, "recent_groups": 0,
@@ -64,7 +64,7 @@ def inspect_store(run_dir: Path, rate_window_s: float = 300.0) -> dict[str, Any]
         e["last_commit"] = t if e["last_commit"] is None else max(e["last_commit"], t)
         if now - t <= rate_window_s:
             e["recent_groups"] += ref.n_groups
-        seq, done = cursor.get(ref.stream, [0, 0])
+        seq, done = state.at(ref.stream)
         if ref.seq < seq:
             continue
         skip = done if ref.seq == seq else 0
@@ -139,12 +139,12 @@ def inspect_store(run_dir: Path, rate_window_s: float = 300.0) -> dict[str, Any]
         },
         "trainer": {
             "current_version": current_version,
-            "last_take_age_s": now - progress["time"] if "time" in progress else None,
+            "last_take_age_s": now - progress.time if progress is not None else None,
         },
         "explorers": explorers,
         "policy_version_hist_pending": _hist(pending_versions),
         "staleness_hist_pending": _hist(pending_staleness),
-        "staleness_hist_consumed": state.get("staleness_hist", {}),
+        "staleness_hist_consumed": _hist(Counter(state.staleness_hist)),
         "tasksets": tasksets,
     }
 

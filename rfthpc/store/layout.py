@@ -7,6 +7,7 @@
     experiences/_reader/progress.json                the trainer's consumption state and counters (live)
     experiences/_reader/checkpointed.json            the consumption state of its last complete checkpoint
     experiences/_reader/losses.json                  groups it lost per claim set it consumes (for refills)
+                                                     (the three `_reader` files: rfthpc.store.reader_files)
     experiences/_doorbell                            replaced after every committed chunk: the trainer's
                                                      cheap signal that something arrived (rfthpc.handoff)
 
@@ -34,11 +35,7 @@ STORE_FORMAT = "rfthpc-experience-store"
 STORE_VERSION = 1
 QUARANTINE_DIR = "_quarantine"
 READER_DIR = "_reader"
-PROGRESS_FILE = "progress.json"
-CHECKPOINTED_FILE = "checkpointed.json"
-LOSSES_FILE = "losses.json"
 DOORBELL_FILE = "_doorbell"
-LOSSES_FORMAT = 1
 
 _CHUNK_RE = re.compile(
     r"^c(?P<rank>\d+)-(?P<token>[0-9a-f]{16})-(?P<seq>\d+)-(?P<commit_ns>\d+)-(?P<n>\d+)\.h5$"
@@ -197,21 +194,3 @@ def quarantine(store: Path, ref: ChunkRef, reason: str) -> Path:
         os.replace(ref.path, dest)
     log.error("quarantined experience chunk %s -> %s: %s", ref.path, dest, reason)
     return dest
-
-
-def read_losses(store: Path) -> dict[str, int] | None:
-    """{claim set: groups lost} the trainer reports for the claim sets it consumes (`StoreReader.
-    track_tasksets`), or None when no trainer reports (no file, or an unreadable one)."""
-    try:
-        data = read_json(store / READER_DIR / LOSSES_FILE)
-    except ValueError:
-        return None
-    if not isinstance(data, dict) or data.get("format") != LOSSES_FORMAT or not isinstance(data.get("lost"), dict):
-        return None
-    return {str(k): int(v) for k, v in data["lost"].items()}
-
-
-def write_losses(store: Path, lost: dict[str, int]) -> None:
-    """Publish the groups lost per claim set (the trainer's reader is the only writer)."""
-    make_dirs(store / READER_DIR)
-    write_json_atomic(store / READER_DIR / LOSSES_FILE, {"format": LOSSES_FORMAT, "lost": dict(sorted(lost.items()))})

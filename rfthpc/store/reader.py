@@ -3,7 +3,7 @@
 Consumption state is one cursor per stream (writer process): `(seq, done)` = every group of chunks
 before `seq` and the first `done` groups of chunk `seq` are consumed. Streams commit chunks in
 sequence order, so this small state names exactly the consumed groups; it is JSON, goes into the
-trainer's checkpoint (`state_dict`), and a restarted trainer that loads it neither loses nor repeats
+trainer's checkpoint (`state`, a `ReaderState`), and a restarted trainer that loads it neither loses nor repeats
 a group. A `take` is a transaction: the cursors move only when a full batch is returned.
 
 A task's group can be committed twice: an explorer that commits it and is killed (or outlives its
@@ -27,29 +27,23 @@ import logging
 import time
 from collections import Counter, deque
 from pathlib import Path
-from typing import Any
 
-from rfthpc.fsutil import make_dirs, write_json_atomic
 from rfthpc.handoff import Waiter, WaitPolicy
 from rfthpc.store.chunks import ChunkCorrupt, read_chunk
-from rfthpc.store.layout import (
-    CHECKPOINTED_FILE,
-    PROGRESS_FILE,
-    READER_DIR,
-    ChunkRef,
-    experience_doorbell,
-    list_chunks,
-    open_store,
-    quarantine,
+from rfthpc.store.layout import ChunkRef, experience_doorbell, list_chunks, open_store, quarantine
+from rfthpc.store.reader_files import (
+    COUNTERS,
+    Cursor,
+    ReaderProgress,
+    ReaderState,
+    write_checkpointed,
     write_losses,
+    write_reader_progress,
 )
 from rfthpc.store.schema import Group, TaskRef
 
 log = logging.getLogger(__name__)
 
-STATE_FORMAT = 1
-_COUNTERS = ("consumed", "dropped_stale", "dropped_duplicate", "skipped_eval", "quarantined_chunks",
-             "quarantined_groups")
 _STALL_WARN_S = 60.0
 _PROGRESS_EVERY_S = 1.0
 
@@ -71,7 +65,7 @@ class StoreReader:
         self.max_staleness = max_staleness
         self.doorbell = experience_doorbell(self.store)
         self.waiter = Waiter(WaitPolicy(slow_s=poll_s))
-        self._cursor: dict[str, list[int]] = {}
+        self._cursor: dict[str, Cursor] = {}
         self._counters: Counter[str] = Counter()
         self._staleness_hist: Counter[int] = Counter()
         self._version_hist: Counter[int] = Counter()
@@ -103,7 +97,7 @@ class StoreReader:
         for ref in list_chunks(self.store):
             key = (ref.stream, ref.seq)
             listed.add(key)
-            if ref.seq < self._cursor.get(ref.stream, [0, 0])[0]:
+            if ref.seq < self._cursor.get(ref.stream, Cursor()).seq:
                 continue
             chunks = self._known.setdefault(ref.stream, {})
             old = chunks.get(ref.seq)
@@ -121,7 +115,7 @@ class StoreReader:
         or GC after the trainer was restored from an older checkpoint than the last one)."""
         now = time.monotonic()
         for stream, chunks in self._known.items():
-            seq = self._cursor.get(stream, [0, 0])[0]
+            seq = self._cursor.get(stream, Cursor()).seq
             key = (stream, seq)
             if seq in chunks and key not in listed and key not in self._cache:
                 del chunks[seq]  # vanished: forget it so the stall check below sees the gap
@@ -183,20 +177,20 @@ class StoreReader:
 
     def _select(
         self, n: int, current_version: int
-    ) -> tuple[list[Group], dict[str, list[int]], Counter[str], Counter[str], dict[str, int]]:
+    ) -> tuple[list[Group], dict[str, Cursor], Counter[str], Counter[str], dict[str, int]]:
         """Walk the unconsumed groups in commit order on a copy of the cursors.
 
         Returns the groups picked (at most n), the cursors after them, the counter changes, the
         stale drops per claim set and the taken-task bitmaps with the picked tasks added; nothing in
         `self` moves (the caller commits a full batch).
         """
-        cursor = {s: list(c) for s, c in self._cursor.items()}
+        cursor = dict(self._cursor)
         taken = dict(self._taken)
         delta: Counter[str] = Counter()
         lost: Counter[str] = Counter()
         heap = []
         for stream, chunks in self._known.items():
-            ref = chunks.get(cursor.get(stream, [0, 0])[0])
+            ref = chunks.get(cursor.get(stream, Cursor()).seq)
             if ref is not None:
                 heap.append((self._order_key(ref), ref))
         heapq.heapify(heap)
@@ -207,7 +201,7 @@ class StoreReader:
             if loaded is None:
                 continue
             ref, groups = loaded
-            seq, done = cursor.setdefault(ref.stream, [0, 0])
+            seq, done = cursor.get(ref.stream, Cursor())
             pos = done if seq == ref.seq else 0
             while pos < len(groups) and len(picked) < n:
                 g = groups[pos]
@@ -226,9 +220,9 @@ class StoreReader:
                     if task is not None:
                         taken[_bitmap(task)] = taken.get(_bitmap(task), 0) | 1 << task.index
             if pos < len(groups):
-                cursor[ref.stream] = [ref.seq, pos]
+                cursor[ref.stream] = Cursor(ref.seq, pos)
                 continue
-            cursor[ref.stream] = [ref.seq + 1, 0]
+            cursor[ref.stream] = Cursor(ref.seq + 1, 0)
             if ref.quarantined:
                 delta["quarantined_chunks"] += 1
                 delta["quarantined_groups"] += ref.n_groups
@@ -276,7 +270,7 @@ class StoreReader:
     def _commit(
         self,
         picked: list[Group],
-        cursor: dict[str, list[int]],
+        cursor: dict[str, Cursor],
         taken: dict[str, int],
         delta: Counter[str],
         current_version: int,
@@ -292,7 +286,7 @@ class StoreReader:
         self._staleness_hist.update(staleness)
         self._version_hist.update(g.policy_version for g in picked)
         for stream, chunks in self._known.items():
-            seq = cursor.get(stream, [0, 0])[0]
+            seq = cursor.get(stream, Cursor()).seq
             for s in [s for s in chunks if s < seq]:
                 del chunks[s]
                 self._cache.pop((stream, s), None)
@@ -303,17 +297,13 @@ class StoreReader:
             "batch_staleness_max": float(max(staleness)),
             "current_version": current_version,
         }
-        # For `rfthpc store inspect`; not the durable state (that is the checkpoint's state_dict).
+        # For `rfthpc store inspect`; not the durable state (that is the checkpoint's `state()`).
         if time.monotonic() - self._progress_written >= _PROGRESS_EVERY_S:
             self._write_progress()
 
     def _write_progress(self) -> None:
-        make_dirs(self.store / READER_DIR)
-        write_json_atomic(
-            self.store / READER_DIR / PROGRESS_FILE,
-            {"time": time.time(), "current_version": self._last.get("current_version"),
-             "state": self.state_dict(), "metrics": self.metrics()},
-        )
+        write_reader_progress(self.store, ReaderProgress(time.time(), self._last.get("current_version"), self.state(),
+                                                  self.metrics()))
         self._progress_written = time.monotonic()
 
     # ---- losses --------------------------------------------------------------------------------
@@ -342,51 +332,47 @@ class StoreReader:
 
     # ---- state ---------------------------------------------------------------------------------
 
-    def state_dict(self) -> dict[str, Any]:
-        """The consumption state (JSON-able): save it in the trainer checkpoint."""
-        return {
-            "format": STATE_FORMAT,
-            "cursor": {s: list(c) for s, c in sorted(self._cursor.items())},
-            "counters": {k: int(self._counters[k]) for k in _COUNTERS},
-            "lost": dict(sorted(self._lost.items())),
-            "taken": {k: format(v, "x") for k, v in sorted(self._taken.items())},
-            "staleness_hist": {str(k): v for k, v in sorted(self._staleness_hist.items())},
-            "version_hist": {str(k): v for k, v in sorted(self._version_hist.items())},
-        }
+    def state(self) -> ReaderState:
+        """The consumption state: save it in the trainer checkpoint."""
+        return ReaderState(
+            cursor=dict(sorted(self._cursor.items())),
+            counters={k: int(self._counters[k]) for k in COUNTERS},
+            lost=dict(sorted(self._lost.items())),
+            taken=dict(self._taken),
+            staleness_hist=dict(self._staleness_hist),
+            version_hist=dict(self._version_hist),
+        )
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from a `state_dict()` (from the checkpoint the trainer resumes)."""
-        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-            raise ValueError(f"not an experience-store reader state (format {STATE_FORMAT}): {str(state)[:200]}")
-        self._cursor = {s: [int(c[0]), int(c[1])] for s, c in state["cursor"].items()}
-        self._counters = Counter({k: int(v) for k, v in state["counters"].items()})
-        self._staleness_hist = Counter({int(k): v for k, v in state["staleness_hist"].items()})
-        self._version_hist = Counter({int(k): v for k, v in state["version_hist"].items()})
-        self._lost = Counter({k: int(v) for k, v in state.get("lost", {}).items()})
-        self._taken = {k: int(v, 16) for k, v in state.get("taken", {}).items()}
+    def load_state(self, state: ReaderState) -> None:
+        """Resume from a `state()` (from the checkpoint the trainer resumes)."""
+        self._cursor = dict(state.cursor)
+        self._counters = Counter(state.counters)
+        self._staleness_hist = Counter(state.staleness_hist)
+        self._version_hist = Counter(state.version_hist)
+        self._lost = Counter(state.lost)
+        self._taken = dict(state.taken)
         self._lost_pending = Counter()
         self._report_losses()
         self._known.clear()
         self._cache.clear()
         self._seen_at.clear()
 
-    def mark_checkpointed(self, state: dict[str, Any]) -> None:
+    def mark_checkpointed(self, state: ReaderState) -> None:
         """Record `state` as the one in the newest complete trainer checkpoint.
 
         Garbage collection deletes only chunks consumed according to this state, so a trainer
         that resumes from that checkpoint still finds every group it has not consumed.
         """
-        make_dirs(self.store / READER_DIR)
-        write_json_atomic(self.store / READER_DIR / CHECKPOINTED_FILE, state)
+        write_checkpointed(self.store, state)
         self._write_progress()
 
     def metrics(self) -> dict[str, float]:
         """Counters since the run started (restored from checkpoints) and figures of the last take."""
         pending = 0
         for stream, chunks in self._known.items():
-            seq, done = self._cursor.get(stream, [0, 0])
+            seq, done = self._cursor.get(stream, Cursor())
             pending += sum(r.n_groups for r in chunks.values() if not r.quarantined) - (done if seq in chunks else 0)
-        out = {f"store/{k}": float(self._counters[k]) for k in _COUNTERS}
+        out = {f"store/{k}": float(self._counters[k]) for k in COUNTERS}
         out["store/pending"] = float(pending)
         if self.visible_latencies:
             lat = sorted(self.visible_latencies)

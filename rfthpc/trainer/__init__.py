@@ -17,6 +17,7 @@ modules, in the order a step touches them:
 | `optim`       | AdamW and the warm-up / cosine learning-rate schedule                      |
 | `update`      | one optimizer update of a sharded model (policy or critic)                 |
 | `checkpoint`  | resumable sharded checkpoints (`global_step_N/`)                           |
+| `checkpoint_meta` | a checkpoint's record (`CheckpointMeta`: stage, reader state, SFT position) |
 | `stages`      | which stage and step to run, from the config and the newest checkpoint     |
 | `meta`        | `trainer_meta.json`: the trainer's report (step, stage, state) for others   |
 | `loop`        | the training loop tying it together                                        |

@@ -26,7 +26,6 @@ import random
 import re
 import shutil
 import socket
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,16 +42,15 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from rfthpc.fsutil import TMP_PREFIX, fsync_dir, make_dirs, read_json, write_json_atomic, write_text_atomic
+from rfthpc.fsutil import TMP_PREFIX, fsync_dir, make_dirs, write_text_atomic
 from rfthpc.rundir import RunDir
+from rfthpc.trainer.checkpoint_meta import META_FILE, CheckpointMeta, write_checkpoint_meta
 from rfthpc.trainer.dist import DistEnv
 from rfthpc.trainer.fsdp import drain, gathered
 from rfthpc.weights import copy_config_files, write_hf_dir
 
 log = logging.getLogger(__name__)
 
-META_FILE = "rfthpc_checkpoint.json"
-META_FORMAT = 1
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
 # A checkpoint moved aside while the same step is saved again (`<tag>` names the saving process).
 _MOVED_ASIDE = re.compile(re.escape(TMP_PREFIX) + r"old-global_step_(\d+)-(.+)")
@@ -89,14 +87,6 @@ def latest_checkpoint(run_dir: Path) -> int | None:
     return max(complete) if complete else None
 
 
-def read_meta(run_dir: Path, step: int) -> dict[str, Any]:
-    """The `rfthpc_checkpoint.json` of checkpoint `step`."""
-    meta = read_json(RunDir(run_dir).checkpoint(step) / "actor" / META_FILE)
-    if not isinstance(meta, dict) or meta.get("format") != META_FORMAT:
-        raise ValueError(f"{RunDir(run_dir).checkpoint(step)} is not an rfthpc checkpoint of format {META_FORMAT}")
-    return meta
-
-
 def _rng_state() -> dict[str, Any]:
     np_state = np.random.get_state()
     state: dict[str, Any] = {
@@ -131,18 +121,18 @@ def _write_fsynced(path: Path, obj: Any) -> None:
 
 def save_checkpoint(
     run_dir: Path,
-    step: int,
     env: DistEnv,
     parts: list[Part],
-    meta: dict[str, Any],
+    meta: CheckpointMeta,
     save_hf: bool = False,
     hf_dtype: torch.dtype | None = None,
 ) -> Path:
-    """Write checkpoint `step` (all ranks call this) and make it the latest; return its directory.
+    """Write checkpoint `meta.step` (all ranks call this) and make it the latest; return its directory.
 
-    `meta` (JSON-able, rank 0's counts) goes to `<part>/rfthpc_checkpoint.json`. An existing
+    `meta` (rank 0's) goes to `<part>/rfthpc_checkpoint.json`. An existing
     `global_step_<step>` is replaced (the same step saved again, e.g. marking its stage finished).
     """
+    step = meta.step
     run = RunDir(run_dir)
     tag = env.broadcast_object(f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     tmp = run.root / f"{TMP_PREFIX}global_step_{step}-{tag}"
@@ -169,9 +159,9 @@ def save_checkpoint(
                     os.fsync(f.fileno())
     if env.is_main:
         # Written last in each part (the actor's decides completeness): `rfthpc convert` reads the dtype.
-        record = {**meta, "format": META_FORMAT, "step": step, "world_size": env.world_size, "time": time.time()}
+        record = meta.written(env.world_size)
         for part in sorted(parts, key=lambda p: p.name == "actor"):
-            write_json_atomic(tmp / part.name / META_FILE, {**record, "role": part.name})
+            write_checkpoint_meta(tmp / part.name, record)
     env.barrier()
     final = run.checkpoint(step)
     if env.is_main:

@@ -40,6 +40,7 @@ from rfthpc.signals import StopRequest
 from rfthpc.store.claims import claims_name
 from rfthpc.trainer import checkpoint as ckpt
 from rfthpc.trainer.batching import mini_batches, plan_micro_batches
+from rfthpc.trainer.checkpoint_meta import CheckpointMeta, read_checkpoint_meta
 from rfthpc.trainer.dist import DistEnv, init_distributed
 from rfthpc.trainer.experience import ExperienceSource, Poll
 from rfthpc.trainer.forward import sharded_forward, token_logprobs, token_values
@@ -50,7 +51,7 @@ from rfthpc.trainer.optim import LRSchedule, make_optimizer, set_lr
 from rfthpc.trainer.rl_batch import StepTensors, build_step_tensors
 from rfthpc.trainer.samples import Sample
 from rfthpc.trainer.sft_data import SFTData, load_tokenizer
-from rfthpc.trainer.stages import Position, resume_position
+from rfthpc.trainer.stages import Position, next_trainable, resume_position
 from rfthpc.trainer.update import MicroLoss, ShardedUpdater, UpdateResult
 
 log = logging.getLogger(__name__)
@@ -139,10 +140,9 @@ class Trainer:
         pos = resume_position(self.stages, meta)
         if pos is None:
             if meta is not None:
-                self._write_trainer_meta(Position(int(meta["stage_index"]), int(meta["stage_start_step"]),
-                                                  int(meta["step"])), done=True)
+                self._write_trainer_meta(Position(meta.stage_index, meta.stage_start_step, meta.step), done=True)
             return EXIT_DONE
-        self.last_saved = (meta["step"], bool(meta.get("stage_finished"))) if meta else None
+        self.last_saved = (meta.step, meta.stage_finished) if meta else None
         first = self.stages[pos.stage_index].config
         if self.env.is_main:
             from rfthpc.monitor import Monitor
@@ -150,40 +150,39 @@ class Trainer:
 
             self.monitor = Monitor(self.rundir, "trainer", first.monitor, first.project, first.name)
             self.reader = StoreReader(self.rundir.root, poll_s=min(0.5, first.filesystem.poll_interval_s))
-            if meta and meta.get("reader"):
-                self.reader.load_state_dict(meta["reader"])
+            if meta and meta.reader is not None:
+                self.reader.load_state(meta.reader)
         self.model_path = Path(first.model.model_path).expanduser()
         t = first.trainer
         self.policy = build_sharded_model(self.model_path, self.env, dtype=first.model.dtype,
                                           gradient_checkpointing=t.enable_gradient_checkpointing,
                                           cpu_offload=t.param_offload or t.optimizer_offload)
         if meta:
-            ckpt.load_model_weights(self.rundir.checkpoint(meta["step"]) / "actor" / "model", self.policy)
-            ckpt.restore_rng(self.rundir.root, meta["step"], self.env)
-            self.nan_batches = int(meta.get("counters", {}).get("nan_skipped_batches", 0))
+            ckpt.load_model_weights(self.rundir.checkpoint(meta.step) / "actor" / "model", self.policy)
+            ckpt.restore_rng(self.rundir.root, meta.step, self.env)
+            self.nan_batches = meta.nan_skipped_batches
         while pos is not None:
-            mid_stage = meta if meta and not meta.get("stage_finished") and meta["stage_index"] == pos.stage_index \
-                else None
+            mid_stage = meta if meta and not meta.stage_finished and meta.stage_index == pos.stage_index else None
             code, pos = self._run_stage(pos, mid_stage)
             if code != EXIT_DONE:
                 return code
             meta = None
         return EXIT_DONE
 
-    def _resume_meta(self) -> dict[str, Any] | None:
-        def newest() -> dict[str, Any] | None:
+    def _resume_meta(self) -> CheckpointMeta | None:
+        def newest() -> CheckpointMeta | None:
             ckpt.remove_temporary(self.rundir.root)
             step = ckpt.latest_checkpoint(self.rundir.root)
             if step is not None and not self.base.continue_from_checkpoint:
                 log.warning("continue_from_checkpoint is false: starting over, ignoring checkpoint %d", step)
                 step = None
-            return ckpt.read_meta(self.rundir.root, step) if step is not None else None
+            return read_checkpoint_meta(self.rundir.root, step) if step is not None else None
 
         return self.env.on_main(newest)
 
     # ---- stages --------------------------------------------------------------------------------
 
-    def _run_stage(self, pos: Position, meta: dict[str, Any] | None) -> tuple[int, Position | None]:
+    def _run_stage(self, pos: Position, meta: CheckpointMeta | None) -> tuple[int, Position | None]:
         """Run the stage at `pos` (from checkpoint `meta` if resuming inside it); return the exit
         code and the next position (None: no stage left)."""
         st = self._setup_stage(self.stages[pos.stage_index], pos, meta)
@@ -230,13 +229,13 @@ class Trainer:
         if st.is_rl and self.env.broadcast_object(weights.read_latest(self.rundir.root) != pos.step):
             self._publish(pos.step, st.cfg)
         self._save(st, pos, stage_finished=True)
-        nxt = resume_position(self.stages, {"stage_index": pos.stage_index, "stage": st.stage.name,
-                                            "step": pos.step, "stage_finished": True})
+        following = next_trainable(self.stages, pos.stage_index + 1)
+        nxt = None if following is None else Position(following, pos.step, pos.step)
         if nxt is None:
             self._write_trainer_meta(pos, done=True)
         return EXIT_DONE, nxt
 
-    def _setup_stage(self, stage: Stage, pos: Position, meta: dict[str, Any] | None) -> _StageState:
+    def _setup_stage(self, stage: Stage, pos: Position, meta: CheckpointMeta | None) -> _StageState:
         cfg = stage.config
         alg = Algorithm.from_config(cfg.algorithm)
         t = cfg.trainer
@@ -259,8 +258,8 @@ class Trainer:
                     rows = len(sft)
                 except UserError as e:
                     rows = str(e)
-                if meta and meta.get("sft_data") and sft is not None:
-                    sft.load_state_dict(meta["sft_data"])
+                if meta and meta.sft_data and sft is not None:
+                    sft.load_state_dict(meta.sft_data)
             rows = self.env.broadcast_object(rows)
             if isinstance(rows, str):
                 raise UserError(rows)
@@ -288,9 +287,9 @@ class Trainer:
         if alg.use_critic:
             st.critic, st.critic_schedule = self._critic(cfg, alg, planner, total, meta)
         if meta:
-            ckpt.load_optimizer_state(self.rundir.checkpoint(meta["step"]) / "actor" / "optim", self.policy, optimizer)
-            if alg.kl_controller is not None and meta.get("kl_controller") is not None:
-                alg.kl_controller.value = float(meta["kl_controller"])
+            ckpt.load_optimizer_state(self.rundir.checkpoint(meta.step) / "actor" / "optim", self.policy, optimizer)
+            if alg.kl_controller is not None and meta.kl_controller is not None:
+                alg.kl_controller.value = meta.kl_controller
         return st
 
     def _claim_sets(self, stage: Stage) -> list[str]:
@@ -315,14 +314,14 @@ class Trainer:
         return ref
 
     def _critic(self, cfg: Config, alg: Algorithm, planner, total: int | None,
-                meta: dict[str, Any] | None) -> tuple[ShardedUpdater, LRSchedule]:
+                meta: CheckpointMeta | None) -> tuple[ShardedUpdater, LRSchedule]:
         t = cfg.trainer
         critic = build_sharded_model(Path(cfg.model.critic_model_path).expanduser(), self.env, kind="value",
                                      dtype=cfg.model.dtype, gradient_checkpointing=t.enable_gradient_checkpointing,
                                      cpu_offload=t.param_offload or t.optimizer_offload)
         optimizer = make_optimizer(critic, cfg.algorithm.optimizer, lr=t.critic_lr)
         if meta:
-            root = self.rundir.checkpoint(meta["step"]) / "critic"
+            root = self.rundir.checkpoint(meta.step) / "critic"
             ckpt.load_model_weights(root / "model", critic)
             ckpt.load_optimizer_state(root / "optim", critic, optimizer)
         schedule = LRSchedule(t.critic_lr, total, -1, t.critic_lr_warmup_steps_ratio, key="trainer.critic")
@@ -458,27 +457,23 @@ class Trainer:
         if st.critic is not None:
             parts.append(ckpt.Part("critic", st.critic.model, st.critic.optimizer,
                                    Path(st.cfg.model.critic_model_path).expanduser()))
-        meta = {
-            "stage": st.stage.name,
-            "stage_index": pos.stage_index,
-            "stage_start_step": pos.stage_start_step,
-            "stage_finished": stage_finished,
-            "dtype": str(compute_dtype(st.cfg.model.dtype, self.env.device)).removeprefix("torch."),
-            "scheduler": {"step_in_stage": pos.step_in_stage},
-            "reader": self.reader.state_dict() if self.reader is not None else None,
-            "sft_data": st.sft.state_dict() if st.sft is not None else None,
-            "kl_controller": st.algorithm.kl_controller.value if st.algorithm.kl_controller is not None else None,
-            "counters": {"nan_skipped_batches": self.nan_batches},
-            "published_version": weights.read_latest(self.rundir.root),
-        }
+        meta = CheckpointMeta(
+            step=pos.step, stage=st.stage.name, stage_index=pos.stage_index, stage_start_step=pos.stage_start_step,
+            stage_finished=stage_finished,
+            dtype=str(compute_dtype(st.cfg.model.dtype, self.env.device)).removeprefix("torch."),
+            reader=self.reader.state() if self.reader is not None else None,
+            sft_data=st.sft.state_dict() if st.sft is not None else None,
+            kl_controller=st.algorithm.kl_controller.value if st.algorithm.kl_controller is not None else None,
+            nan_skipped_batches=self.nan_batches, published_version=weights.read_latest(self.rundir.root),
+        )
         hf = st.cfg.trainer.save_hf_checkpoint
         last = stage_finished and pos.stage_index == len(self.stages) - 1
         save_hf = hf == "always" or (hf == "last" and last)
-        ckpt.save_checkpoint(self.rundir.root, pos.step, self.env, parts, meta, save_hf=save_hf,
+        ckpt.save_checkpoint(self.rundir.root, self.env, parts, meta, save_hf=save_hf,
                              hf_dtype=compute_dtype(st.cfg.model.dtype, self.env.device))
         self.last_saved = (pos.step, stage_finished)
         if self.env.is_main:
-            self.reader.mark_checkpointed(meta["reader"])
+            self.reader.mark_checkpointed(meta.reader)
             collect_garbage(self.rundir.root, keep_chunks=st.cfg.filesystem.keep_consumed_chunks)
             protect = {pos.stage_start_step} if st.reference is not None else set()
             ckpt.remove_old_checkpoints(self.rundir.root, st.cfg.trainer.max_checkpoints_to_keep, protect)

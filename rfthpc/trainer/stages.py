@@ -10,10 +10,10 @@ passed over. A checkpoint records the stage it belongs to and whether that stage
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from rfthpc.config import Stage
 from rfthpc.errors import UserError
+from rfthpc.trainer.checkpoint_meta import CheckpointMeta
 
 
 @dataclass
@@ -46,22 +46,20 @@ def next_trainable(stages: list[Stage], index: int) -> int | None:
     return None
 
 
-def resume_position(stages: list[Stage], meta: dict[str, Any] | None) -> Position | None:
+def resume_position(stages: list[Stage], meta: CheckpointMeta | None) -> Position | None:
     """Where to start: the first trainable stage at step 0 without a checkpoint, else after the
     checkpoint `meta` (the next stage if the checkpoint's stage had finished). None: all done."""
     if meta is None:
         first = next_trainable(stages, 0)
         return None if first is None else Position(first, 0, 0)
-    index, name = int(meta["stage_index"]), meta["stage"]
-    if index >= len(stages) or stages[index].name != name:
+    if meta.stage_index >= len(stages) or stages[meta.stage_index].name != meta.stage:
         names = ", ".join(s.name for s in stages)
         raise UserError(
-            f"the newest checkpoint (step {meta['step']}) belongs to stage {name!r} (number {index}), but the "
-            f"run's config has the stages: {names}. The stages of a run cannot change once it has started; "
+            f"the newest checkpoint (step {meta.step}) belongs to stage {meta.stage!r} (number {meta.stage_index}), "
+            f"but the run's config has the stages: {names}. The stages of a run cannot change once it has started; "
             "restore the original `stages:` or start a new run (another `name`)"
         )
-    step = int(meta["step"])
-    if meta.get("stage_finished"):
-        nxt = next_trainable(stages, index + 1)
-        return None if nxt is None else Position(nxt, step, step)
-    return Position(index, int(meta["stage_start_step"]), step)
+    if meta.stage_finished:
+        nxt = next_trainable(stages, meta.stage_index + 1)
+        return None if nxt is None else Position(nxt, meta.step, meta.step)
+    return Position(meta.stage_index, meta.stage_start_step, meta.step)

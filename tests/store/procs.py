@@ -28,6 +28,7 @@ import numpy as np
 from rfthpc.fsutil import append_line, read_json, write_json_atomic, write_text_atomic
 from rfthpc.store.claims import TaskClaims
 from rfthpc.store.reader import StoreReader, StoreTimeout
+from rfthpc.store.reader_files import ReaderState
 from rfthpc.store.schema import Experience, Group
 from rfthpc.store.writer import ChunkWriter
 
@@ -90,7 +91,7 @@ def reader(run_dir: str, log_file: str, ckpt_file: str, done_flag: str, batch: s
     saved = read_json(ckpt)
     lines = log.read_text().splitlines(keepends=True) if log.exists() else []
     if saved is not None:
-        r.load_state_dict(saved["state"])
+        r.load_state(ReaderState.from_dict(saved["state"]))
         lines = lines[: saved["n_lines"]]
     else:
         lines = []
@@ -112,8 +113,8 @@ def reader(run_dir: str, log_file: str, ckpt_file: str, done_flag: str, batch: s
         n_lines += 1
         takes += 1
         if takes % 3 == 0:
-            write_json_atomic(ckpt, {"state": r.state_dict(), "n_lines": n_lines})
-    write_json_atomic(ckpt, {"state": r.state_dict(), "n_lines": n_lines})
+            write_json_atomic(ckpt, {"state": r.state().to_dict(), "n_lines": n_lines})
+    write_json_atomic(ckpt, {"state": r.state().to_dict(), "n_lines": n_lines})
 
 
 def claimer(run_dir: str, owner: str, n_tasks: str, epochs: str, lease_s: str, lock: str, out_file: str) -> None:

@@ -29,6 +29,7 @@ import numpy as np
 from rfthpc.fsutil import append_line, read_json, write_json_atomic, write_text_atomic
 from rfthpc.store.claims import Claim, TaskClaims
 from rfthpc.store.reader import StoreReader, StoreTimeout
+from rfthpc.store.reader_files import ReaderState
 from rfthpc.store.schema import Experience, Group
 from rfthpc.store.writer import ChunkWriter
 
@@ -95,7 +96,7 @@ def trainer(run_dir: str, settings: str) -> None:
     saved = read_json(ckpt)
     step, lines = 0, []
     if saved is not None:
-        reader.load_state_dict(saved["state"])
+        reader.load_state(ReaderState.from_dict(saved["state"]))
         step = saved["step"]
         lines = log.read_text().splitlines(keepends=True)[:step]
     write_text_atomic(log, "".join(lines))
@@ -118,9 +119,9 @@ def trainer(run_dir: str, settings: str) -> None:
         append_line(log, json.dumps({"step": step, "groups": [
             [g.group_id, g.info["epoch"], g.info["index"], g.policy_version] for g in groups]}))
         if step % 2 == 0:
-            write_json_atomic(ckpt, {"state": reader.state_dict(), "step": step})
+            write_json_atomic(ckpt, {"state": reader.state().to_dict(), "step": step})
         write_json_atomic(run / "version.json", {"version": step, "step": step})
-    write_json_atomic(run / "done.json", {"state": reader.state_dict()})
+    write_json_atomic(run / "done.json", {"state": reader.state().to_dict()})
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ def test_only_chunks_consumed_at_the_checkpoint_are_deleted(run_dir: Path) -> No
     reader = StoreReader(run_dir)
     assert collect_garbage(run_dir)["chunks"] == 0  # no checkpoint recorded yet
     reader.take(3, 0, timeout_s=1)
-    checkpointed = reader.state_dict()  # chunk 0 consumed, chunk 1 half consumed
+    checkpointed = reader.state()  # chunk 0 consumed, chunk 1 half consumed
     reader.mark_checkpointed(checkpointed)
     reader.take(3, 0, timeout_s=1)  # the live trainer is ahead of its checkpoint
     removed = collect_garbage(run_dir)
@@ -37,9 +37,9 @@ def test_only_chunks_consumed_at_the_checkpoint_are_deleted(run_dir: Path) -> No
     assert _chunks(run_dir) == 3
     # A trainer resumed from the checkpoint still finds everything it has not consumed.
     resumed = StoreReader(run_dir)
-    resumed.load_state_dict(checkpointed)
+    resumed.load_state(checkpointed)
     assert [g.task_id for g in resumed.take(5, 0, timeout_s=1)] == [f"t{i}" for i in range(3, 8)]
-    assert collect_garbage(run_dir, consumed_state=resumed.state_dict())["chunks"] == 3
+    assert collect_garbage(run_dir, consumed_state=resumed.state())["chunks"] == 3
 
 
 def test_temporary_files_of_dead_or_long_gone_writers_are_deleted(run_dir: Path) -> None:
@@ -68,7 +68,7 @@ def test_quarantined_chunks_are_kept(run_dir: Path) -> None:
     first.write_bytes(b"garbage")
     reader = StoreReader(run_dir)
     reader.take(1, 0, timeout_s=1)
-    reader.mark_checkpointed(reader.state_dict())
+    reader.mark_checkpointed(reader.state())
     assert collect_garbage(run_dir)["chunks"] == 1
     assert (run_dir / "experiences" / QUARANTINE_DIR / "ex" / first.name).exists()
 
@@ -82,7 +82,7 @@ def test_keeping_chunks_still_deletes_dead_writers_temporary_files(run_dir: Path
     os.utime(old_tmp, (time.time() - 7200, time.time() - 7200))
     reader = StoreReader(run_dir)
     reader.take(2, 0, timeout_s=1)
-    reader.mark_checkpointed(reader.state_dict())
+    reader.mark_checkpointed(reader.state())
     assert collect_garbage(run_dir, keep_chunks=True) == {"chunks": 0, "chunk_bytes": 0, "tmp_files": 1}
     assert _chunks(run_dir) == 2
 
@@ -101,7 +101,7 @@ def test_kept_chunks_export_the_whole_history(run_dir: Path, tmp_path: Path) -> 
     assert before.returncode == 0 and "exported 5 unknown" in before.stderr, before.stderr
     reader = StoreReader(run_dir)
     reader.take(3, 0, timeout_s=1)
-    reader.mark_checkpointed(reader.state_dict())
+    reader.mark_checkpointed(reader.state())
     assert collect_garbage(run_dir, keep_chunks=True)["chunks"] == 0
     after = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     assert after.returncode == 0 and "exported 2 pending, 3 taken" in after.stderr, after.stderr

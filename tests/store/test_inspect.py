@@ -28,7 +28,7 @@ def test_counts_rates_and_histograms(run_dir: Path) -> None:
     reader = StoreReader(run_dir, max_staleness=1)
     # trainer at version 2: versions 0 are stale (staleness 2); a1, a1 consumed; a2 ...
     reader.take(3, current_version=2, timeout_s=1)
-    reader.mark_checkpointed(reader.state_dict())  # writes the progress file now
+    reader.mark_checkpointed(reader.state())  # writes the progress file now
 
     d = inspect_store(run_dir)
     c = d["counts"]

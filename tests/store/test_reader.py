@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import stat
@@ -15,6 +16,7 @@ from rfthpc.errors import UserError
 from rfthpc.store.claims import TaskClaims
 from rfthpc.store.layout import QUARANTINE_DIR, list_chunks, open_store
 from rfthpc.store.reader import StoreReader, StoreTimeout
+from rfthpc.store.reader_files import Cursor, ReaderState, read_checkpointed, write_checkpointed
 from rfthpc.store.writer import ChunkWriter
 
 from .groups import make_group
@@ -46,14 +48,35 @@ def test_groups_come_in_commit_order_across_explorers(run_dir: Path) -> None:
     assert _ids(reader.take(12, current_version=0, timeout_s=1)) == order
 
 
-def test_state_dict_resumes_exactly_where_the_checkpoint_was(run_dir: Path) -> None:
+def test_a_damaged_reader_state_is_an_error_and_a_damaged_checkpointed_file_reads_as_none(run_dir: Path) -> None:
+    with pytest.raises(ValueError, match="malformed experience-store reader state"):
+        ReaderState.from_dict({"format": 1, "cursor": {"ex/0-ab": [3]}, "counters": {}, "staleness_hist": {},
+                               "version_hist": {}})
+    with pytest.raises(ValueError, match="not an experience-store reader state"):
+        ReaderState.from_dict({"format": 2})
+    store = open_store(run_dir, create=True)
+    assert read_checkpointed(store) is None
+    state = ReaderState(cursor={"ex/0-ab": Cursor(2, 1)}, counters={"consumed": 9})
+    write_checkpointed(store, state)
+    assert read_checkpointed(store) == ReaderState(cursor={"ex/0-ab": Cursor(2, 1)},
+                                                   counters={"consumed": 9, "dropped_stale": 0,
+                                                             "dropped_duplicate": 0, "skipped_eval": 0,
+                                                             "quarantined_chunks": 0, "quarantined_groups": 0})
+    assert [Cursor(2, 1).taken(seq, 4) for seq in (1, 2, 3)] == [4, 1, 0]
+    (store / "_reader" / "checkpointed.json").write_text('{"format": 1, "cursor": ')
+    assert read_checkpointed(store) is None
+
+
+def test_state_resumes_exactly_where_the_checkpoint_was(run_dir: Path) -> None:
     _write(run_dir, "ex", 0, [f"t{i}" for i in range(10)], per_chunk=4)
     reader = StoreReader(run_dir)
     assert _ids(reader.take(3, 0, timeout_s=1)) == ["t0", "t1", "t2"]
-    saved = reader.state_dict()
+    # Through its JSON form, as a checkpoint keeps it.
+    saved = ReaderState.from_dict(json.loads(json.dumps(reader.state().to_dict())))
+    assert saved == reader.state() and saved.at("nowhere") == (0, 0)
     assert _ids(reader.take(3, 0, timeout_s=1)) == ["t3", "t4", "t5"]
     resumed = StoreReader(run_dir)
-    resumed.load_state_dict(saved)
+    resumed.load_state(saved)
     assert _ids(resumed.take(7, 0, timeout_s=1)) == [f"t{i}" for i in range(3, 10)]
     with pytest.raises(StoreTimeout):
         resumed.take(1, 0, timeout_s=0.2)
@@ -128,7 +151,7 @@ def test_corrupt_chunk_is_quarantined_and_the_rest_keeps_working(
     data = bad.read_bytes()
     bad.write_bytes(data[: len(data) // 3])
     reader = StoreReader(run_dir)
-    before = reader.state_dict()
+    before = reader.state()
     with caplog.at_level(logging.ERROR):
         got = _ids(reader.take(5, 0, timeout_s=1))
     assert sorted(got) == ["o0", "t0", "t1", "t4", "t5"]
@@ -141,7 +164,7 @@ def test_corrupt_chunk_is_quarantined_and_the_rest_keeps_working(
     assert m["store/quarantined_chunks"] == 1 and m["store/quarantined_groups"] == 2
     # A reader restored from before the quarantine skips the moved chunk instead of waiting for it.
     again = StoreReader(run_dir)
-    again.load_state_dict(before)
+    again.load_state(before)
     assert sorted(_ids(again.take(5, 0, timeout_s=1))) == ["o0", "t0", "t1", "t4", "t5"]
 
 
@@ -232,7 +255,7 @@ def test_a_task_committed_twice_is_trained_once(run_dir: Path) -> None:
     reader = StoreReader(run_dir)
     assert _ids(reader.take(1, 0, timeout_s=1)) == ["ts/0"]
     resumed = StoreReader(run_dir)
-    resumed.load_state_dict(reader.state_dict())
+    resumed.load_state(reader.state())
     assert sorted(_ids(resumed.take(2, 0, timeout_s=1))) == ["ts/1", "ts/2"]
     with pytest.raises(StoreTimeout):
         resumed.take(1, 0, timeout_s=0.3)

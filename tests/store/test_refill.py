@@ -16,7 +16,7 @@ import pytest
 
 from rfthpc.fsutil import read_json
 from rfthpc.store import ChunkWriter, StoreReader, StoreTimeout, TaskClaims
-from rfthpc.store.layout import read_losses
+from rfthpc.store.reader_files import read_losses
 
 from .groups import make_group
 
@@ -56,7 +56,7 @@ def test_drops_reported_by_the_trainer_raise_the_budget(run_dir: Path, caplog: p
     _commit(run_dir, more, [3, 3])
     claims.complete(more)
     assert [g.task_id for g in reader.take(4, current_version=3, timeout_s=1)] == ["t2", "t3", "t4", "t5"]
-    assert reader.metrics()["store/dropped_stale"] == 2 and reader.state_dict()["lost"] == {"ts": 2}
+    assert reader.metrics()["store/dropped_stale"] == 2 and reader.state().lost == {"ts": 2}
     assert claims.finished and claims.status().issued == 6
 
 
@@ -91,14 +91,14 @@ def test_refill_never_shrinks_and_stops_at_the_last_epoch(run_dir: Path) -> None
     claims.complete(got)
     reader = StoreReader(run_dir, max_staleness=0)
     reader.track_tasksets(["ts"])
-    before = reader.state_dict()
+    before = reader.state()
     with pytest.raises(StoreTimeout):
         reader.take(4, current_version=1, timeout_s=0.2)  # all four are stale
     assert claims.status().refill == 4 and not claims.finished
     (last,) = claims.claim(4)  # one task is left in the only epoch
     claims.complete([last])
     # A trainer resumed from a checkpoint taken before the drops reports none for a while.
-    reader.load_state_dict(before)
+    reader.load_state(before)
     assert read_losses(run_dir / "experiences") == {"ts": 0}
     status = TaskClaims.read_status(run_dir, "ts")
     assert status is not None and status.refill == 4 and status.issued == 5

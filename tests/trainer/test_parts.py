@@ -7,6 +7,7 @@ import json
 import math
 import os
 import signal
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +30,7 @@ from rfthpc.trainer.batching import (
     pad_rows,
     plan_micro_batches,
 )
+from rfthpc.trainer.checkpoint_meta import CheckpointMeta
 from rfthpc.trainer.losses import Algorithm
 from rfthpc.trainer.optim import LRSchedule
 from rfthpc.trainer.samples import Sample, check_group, samples_from_groups
@@ -298,12 +300,13 @@ def _stages(*modes: str) -> list[Stage]:
 def test_resume_position_walks_the_stages() -> None:
     stages = _stages("explore", "train", "both")
     assert resume_position(stages, None) == Position(1, 0, 0)
-    mid = {"stage_index": 1, "stage": "s1", "step": 7, "stage_start_step": 0, "stage_finished": False}
+    mid = CheckpointMeta(step=7, stage="s1", stage_index=1, stage_start_step=0, stage_finished=False,
+                         dtype="float32")
     assert resume_position(stages, mid) == Position(1, 0, 7)
-    assert resume_position(stages, {**mid, "stage_finished": True}) == Position(2, 7, 7)
-    assert resume_position(stages, {**mid, "stage_index": 2, "stage": "s2", "stage_finished": True}) is None
+    assert resume_position(stages, replace(mid, stage_finished=True)) == Position(2, 7, 7)
+    assert resume_position(stages, replace(mid, stage_index=2, stage="s2", stage_finished=True)) is None
     with pytest.raises(UserError, match="stages of a run cannot change"):
-        resume_position(stages, {**mid, "stage": "renamed"})
+        resume_position(stages, replace(mid, stage="renamed"))
 
 
 def test_stop_request_records_sigterm_and_sigusr2() -> None:

@@ -16,7 +16,8 @@ from rfthpc.fsutil import read_json
 from rfthpc.monitor import read_metrics
 from rfthpc.rundir import RunDir
 from rfthpc.store import TaskClaims
-from rfthpc.trainer.checkpoint import latest_checkpoint, read_meta
+from rfthpc.trainer.checkpoint import latest_checkpoint
+from rfthpc.trainer.checkpoint_meta import read_checkpoint_meta
 from tests.trainer.conftest import ROOT
 
 pytestmark = pytest.mark.slow
@@ -69,11 +70,11 @@ def test_dropped_groups_are_replaced_and_the_run_reaches_total_steps(tmp_path: P
 
     meta = read_json(run.trainer_meta)
     assert meta["done"] and meta["step"] == STEPS
-    reader = read_meta(run.root, latest_checkpoint(run.root))["reader"]
+    reader = read_checkpoint_meta(run.root, latest_checkpoint(run.root)).reader
     # Both groups of the straggler's claim (tasks 0 and 1) were dropped, and the explorers explored
     # two fresh tasks in their place, so all steps had a full batch.
-    assert reader["counters"]["dropped_stale"] == 2 and reader["lost"] == {"arith": 2}
-    assert reader["counters"]["consumed"] == STEPS * BATCH
+    assert reader.counters["dropped_stale"] == 2 and reader.lost == {"arith": 2}
+    assert reader.counters["consumed"] == STEPS * BATCH
     status = TaskClaims.read_status(run.root, "arith")
     assert status is not None and status.refill == 2 and status.issued == STEPS * BATCH + 2
     assert status.completed == status.issued and status.finished and not status.exhausted

@@ -27,7 +27,8 @@ from rfthpc.fsutil import read_json
 from rfthpc.monitor import read_metrics
 from rfthpc.rundir import RunDir
 from rfthpc.store.claims import TaskClaims
-from rfthpc.trainer.checkpoint import META_FILE, latest_checkpoint, read_meta, remove_temporary
+from rfthpc.trainer.checkpoint import latest_checkpoint, remove_temporary
+from rfthpc.trainer.checkpoint_meta import META_FILE, read_checkpoint_meta
 from tests.trainer.conftest import (
     ROOT,
     make_run,
@@ -117,11 +118,11 @@ def test_sigkill_during_a_checkpoint_write_keeps_the_previous_one(tmp_path: Path
     # The previous checkpoint is complete and is the one a restart uses.
     assert latest_checkpoint(run.root) == 2
     assert (run.latest_checkpoint_file.read_text().strip()) == "2"
-    assert read_meta(run.root, 2)["reader"]["counters"]["consumed"] == 4
+    assert read_checkpoint_meta(run.root, 2).reader.counters["consumed"] == 4
     assert run_trainer_inprocess(run) == 0
     assert not [n for n in os.listdir(run.root) if n.startswith(".tmp-")]
     _assert_same_training(run, reference, STEPS)
-    assert read_meta(run.root, STEPS)["reader"]["counters"]["consumed"] == 12
+    assert read_checkpoint_meta(run.root, STEPS).reader.counters["consumed"] == 12
 
 
 # A trainer that kills itself (SIGKILL) right after moving a checkpoint aside to save the same step
@@ -155,13 +156,13 @@ def test_sigkill_while_a_step_is_saved_again_keeps_that_step(tmp_path: Path, tin
                               stderr=subprocess.STDOUT, env=trainer_env(), cwd=ROOT, timeout=300)
     assert proc.returncode == -signal.SIGKILL
     names = os.listdir(run.root)
-    assert "global_step_2" not in names and not read_meta(run.root, 1)["stage_finished"]
+    assert "global_step_2" not in names and not read_checkpoint_meta(run.root, 1).stage_finished
     assert sorted(n.rsplit("-", 3)[0] for n in names if n.startswith(".tmp-")) == [
         ".tmp-global_step_2", ".tmp-old-global_step_2"]
     assert run_trainer_inprocess(run) == 0
     assert not [n for n in os.listdir(run.root) if n.startswith(".tmp-")]
-    meta = read_meta(run.root, 2)
-    assert meta["stage_finished"] and meta["reader"]["counters"]["consumed"] == 4
+    meta = read_checkpoint_meta(run.root, 2)
+    assert meta.stage_finished and meta.reader.counters["consumed"] == 4
     assert read_json(run.trainer_meta)["done"]
     assert [r["step"] for r in read_metrics(run.monitor / "trainer.jsonl") if "actor/lr" in r] == [1, 2]
 
@@ -219,7 +220,7 @@ def test_sigkill_then_resume_trains_every_group_once_with_the_same_losses(tmp_pa
     # Step 3 was trained before the kill and again after it, from the checkpoint of step 2.
     assert [r["step"] for r in read_metrics(run.monitor / "trainer.jsonl") if "actor/lr" in r] == [1, 2, 3, 3, 4, 5, 6]
     _assert_same_training(run, reference, STEPS)
-    counters = read_meta(run.root, STEPS)["reader"]["counters"]
+    counters = read_checkpoint_meta(run.root, STEPS).reader.counters
     assert counters["consumed"] == 12 and counters["dropped_stale"] == 0
 
 
@@ -246,9 +247,9 @@ def test_sigterm_in_the_sft_stage_checkpoints_exits_124_and_resumes_there(tmp_pa
         proc.kill()
         proc.wait()
     stopped = latest_checkpoint(run.root)
-    meta = read_meta(run.root, stopped)
-    assert meta["stage"] == "sft_warmup" and not meta["stage_finished"] and 1 <= stopped < 6
-    assert meta["sft_data"] == {"consumed": 3 * stopped}
+    meta = read_checkpoint_meta(run.root, stopped)
+    assert meta.stage == "sft_warmup" and not meta.stage_finished and 1 <= stopped < 6
+    assert meta.sft_data == {"consumed": 3 * stopped}
     trainer_meta = read_json(run.trainer_meta)
     assert trainer_meta["stage"] == "sft_warmup" and trainer_meta["step"] == stopped and not trainer_meta["done"]
     assert trainer_meta["state"] == "stopped"  # `rfthpc status`: "— stopped", not live

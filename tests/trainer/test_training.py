@@ -20,7 +20,8 @@ from rfthpc.monitor import read_metrics
 from rfthpc.rundir import RunDir
 from rfthpc.store import ChunkWriter, TaskClaims
 from rfthpc.store.layout import list_chunks
-from rfthpc.trainer.checkpoint import latest_checkpoint, read_meta
+from rfthpc.trainer.checkpoint import latest_checkpoint
+from rfthpc.trainer.checkpoint_meta import read_checkpoint_meta
 from tests.trainer.conftest import make_run, random_group, rl_config, run_trainer_inprocess, sft_stage, write_groups
 
 
@@ -45,8 +46,8 @@ def test_rl_run_publishes_checkpoints_and_logs(tmp_path: Path, tiny_model: Path)
             "huggingface"} <= set(os.listdir(actor))
     assert (actor / "hf_config" / "config.json").is_file() and (actor / "hf_config" / "tokenizer.json").is_file()
     torch.load(actor / "extra_state_world_size_1_rank_0.pt", weights_only=True)
-    ckpt = read_meta(run.root, 4)
-    assert ckpt["stage_finished"] and ckpt["reader"]["counters"]["consumed"] == 8
+    ckpt = read_checkpoint_meta(run.root, 4)
+    assert ckpt.stage_finished and ckpt.reader.counters["consumed"] == 8
     # The merged HF copy of the last checkpoint is the published policy of that step.
     merged = weights.step_dir(run.root, 4) / "model.safetensors"
     from safetensors.torch import load_file
@@ -133,7 +134,7 @@ def test_nan_loss_abandons_the_batch_and_publishes_nothing(tmp_path: Path, tiny_
     trained = [r for r in records if "actor/lr" in r]
     assert [r["step"] for r in trained] == [1, 2] and all(np.isfinite(r["actor/pg_loss"]) for r in trained)
     # Three batches read, two steps trained, and only steps 0, 1, 2 ever published.
-    assert read_meta(run.root, 2)["reader"]["counters"]["consumed"] == 6
+    assert read_checkpoint_meta(run.root, 2).reader.counters["consumed"] == 6
     assert weights.published_steps(run.root) == [0, 1, 2]
     state = weights.step_dir(run.root, 2) / "model.safetensors"
     from safetensors.torch import load_file
@@ -195,8 +196,8 @@ def test_sft_then_rft_counts_steps_globally(tmp_path: Path, tiny_model: Path) ->
     assert all("actor/pg_loss" in records[s] for s in (4, 5))
     # The RL stage began by publishing the SFT result as version 3.
     assert weights.published_steps(run.root)[0] == 3
-    sft_end = read_meta(run.root, 3)
-    assert sft_end["stage"] == "sft_warmup" and sft_end["stage_finished"] and sft_end["sft_data"] == {"consumed": 12}
+    sft_end = read_checkpoint_meta(run.root, 3)
+    assert sft_end.stage == "sft_warmup" and sft_end.stage_finished and sft_end.sft_data == {"consumed": 12}
     meta = read_json(run.trainer_meta)
     assert meta["done"] and meta["stage"] == "rft" and meta["stage_start_step"] == 3 and meta["step"] == 5
 
@@ -212,7 +213,7 @@ def test_the_stage_ends_when_the_explorers_tasks_are_done(tmp_path: Path, tiny_m
     assert run_trainer_inprocess(run) == 0
     assert sorted(_records(run)) == [1, 2]
     assert read_json(run.trainer_meta)["done"]
-    assert read_meta(run.root, 2)["reader"]["counters"]["consumed"] == 4
+    assert read_checkpoint_meta(run.root, 2).reader.counters["consumed"] == 4
 
 
 def test_the_stage_ends_cleanly_when_stale_groups_cannot_be_replaced(tmp_path: Path, tiny_model: Path,
@@ -237,7 +238,7 @@ def test_the_stage_ends_cleanly_when_stale_groups_cannot_be_replaced(tmp_path: P
            "epoch(s); 1 group(s) left, fewer than a batch of 2" in caplog.text
     meta = read_json(run.trainer_meta)
     assert meta["done"] and meta["step"] == 2
-    reader = read_meta(run.root, 2)["reader"]
-    assert reader["counters"]["dropped_stale"] == 1 and reader["lost"] == {"math": 1}
+    reader = read_checkpoint_meta(run.root, 2).reader
+    assert reader.counters["dropped_stale"] == 1 and reader.lost == {"math": 1}
     status = TaskClaims.read_status(run.root, "math")
     assert status is not None and status.exhausted and status.refill == 1
