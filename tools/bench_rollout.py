@@ -77,6 +77,7 @@ def run_explorer(engine, work: Path, model: Path, records: list[dict[str, str]],
     import yaml
 
     from rfthpc.config import load_config, load_resolved
+    from rfthpc.config.settings import explorer_settings
     from rfthpc.explorer.loop import Explorer
     from rfthpc.rundir import prepare_run_dir
     from rfthpc.store.chunks import read_chunk
@@ -105,7 +106,8 @@ def run_explorer(engine, work: Path, model: Path, records: list[dict[str, str]],
         ready.append(time.perf_counter())
         return engine
 
-    explorer = Explorer(run, "explorer", 0, load_resolved(run / "config.yaml").stages, engine_factory=same_engine)
+    settings = explorer_settings(load_resolved(run / "config.yaml").stages)
+    explorer = Explorer(run, "explorer", 0, settings, engine_factory=same_engine)
     code = explorer.run()
     elapsed = time.perf_counter() - ready[0]
     if code != 0:

@@ -26,6 +26,7 @@ def default_rank() -> int:
 
 def _run(args: argparse.Namespace, overrides: list[str]) -> int:
     from rfthpc.config import load_resolved
+    from rfthpc.config.settings import explorer_settings
     from rfthpc.explorer.loop import Explorer
 
     run = RunDir(args.run_dir)
@@ -45,7 +46,7 @@ def _run(args: argparse.Namespace, overrides: list[str]) -> int:
     # math-verify warns on every call made outside the main thread (workflows run in runner
     # threads, where its SIGALRM timeouts cannot work); once per response drowns the log.
     logging.getLogger("math_verify").setLevel(logging.ERROR)
-    return Explorer(run.root, name, rank, loaded.stages).run()
+    return Explorer(run.root, name, rank, explorer_settings(loaded.stages)).run()
 
 
 def register(sub: argparse._SubParsersAction) -> None:

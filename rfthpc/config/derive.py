@@ -79,6 +79,9 @@ def _derive_model(cfg: Config) -> None:
     rm.model_path = rm.model_path or m.model_path
     for model in (rm, *cfg.explorer.auxiliary_models):
         model.dtype = m.dtype if model.dtype == "auto" else model.dtype
+    for i, aux in enumerate(cfg.explorer.auxiliary_models):
+        # Trinity-RFT's workflows take auxiliary models by position; here they are addressed by name.
+        aux.name = aux.name or f"auxiliary_{i}"
     rm.max_model_len = _fill(rm.max_model_len, m.max_model_len)
     rm.enable_thinking = _fill(rm.enable_thinking, m.enable_thinking)
 

@@ -12,7 +12,7 @@ class InferenceModelConfig:
 
     name: str = ""
     """Auxiliary models: the name by which workflows and reward functions address it
-    (`ctx.auxiliary[name]`); not used for the rollout model."""
+    (`ctx.auxiliary[name]`; unnamed: `auxiliary_<i>`, its position); not used for the rollout model."""
     model_path: Optional[str] = None
     """Model directory of an auxiliary model; the rollout model always starts from `model.model_path`
     (leave it unset there)."""

@@ -19,6 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 from rfthpc.config import compat
 from rfthpc.config.derive import Stage, deep_merge, idle_gpus_note, merge_taskset, resolve_stages
 from rfthpc.config.schema import Config
+from rfthpc.config.settings import explorer_settings, trainer_settings
 from rfthpc.config.typed import Problems, build, to_dict
 from rfthpc.config.validate import validate
 from rfthpc.errors import ConfigError
@@ -145,6 +146,12 @@ def load_config(
     for stage in stages:
         where = f"{path}, stage {stage.name!r}" if cfg.stages else str(path)
         validate(stage.config, source=where, check_paths=check_paths)
+    try:
+        # What the roles will read, resolved now: a mistake only these find is found before the queue.
+        trainer_settings(stages)
+        explorer_settings(stages)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
     notes += [note for note in {idle_gpus_note(stage.config): None for stage in stages} if note]
     return LoadedConfig(cfg, stages[-1].config, stages, notes, str(path))
 

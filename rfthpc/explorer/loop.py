@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -41,7 +40,7 @@ from typing import Any, Self
 import numpy as np
 
 from rfthpc import weights
-from rfthpc.config import Config, Stage
+from rfthpc.config.settings import POLICY_ENGINE, ExplorerSettings, ExplorerStageSettings
 from rfthpc.engines.base import EngineSettings, EngineType, PolicyEngine, is_greedy, make_engine
 from rfthpc.engines.batching import EngineFailed, RequestBatcher
 from rfthpc.engines.gpus import build_engines, process_gpus
@@ -59,7 +58,6 @@ from rfthpc.monitor import Monitor
 from rfthpc.rundir import RunDir
 from rfthpc.signals import StopRequest
 from rfthpc.store import ChunkWriter, Claim, Group, TaskClaims
-from rfthpc.store.claims import claims_name
 from rfthpc.store.schema import Experience as StoredExperience
 from rfthpc.store.schema import TaskRef
 from rfthpc.trainer.meta import read_trainer_meta
@@ -67,7 +65,6 @@ from rfthpc.workflows.base import WorkflowContext
 
 log = logging.getLogger(__name__)
 
-EXPLORE_MODES = ("both", "explore")
 
 EngineFactory = Callable[[EngineType, EngineSettings], PolicyEngine]
 
@@ -141,10 +138,9 @@ def _trainer_done(run: RunDir) -> bool:
     return meta is not None and meta.done
 
 
-def _rollout_policy(cfg: Config) -> RolloutPolicy:
-    ex = cfg.explorer
-    return RolloutPolicy(concurrency=ex.runner_per_model, max_timeout_s=ex.max_timeout,
-                         retries=ex.max_retry_times, retry_interval_s=ex.max_retry_interval)
+def _rollout_policy(settings: ExplorerSettings) -> RolloutPolicy:
+    return RolloutPolicy(concurrency=settings.runner_per_model, max_timeout_s=settings.max_timeout,
+                         retries=settings.max_retry_times, retry_interval_s=settings.max_retry_interval)
 
 
 class Explorer:
@@ -155,16 +151,17 @@ class Explorer:
         run_dir: Path,
         name: str,
         rank: int,
-        stages: Sequence[Stage],
+        settings: ExplorerSettings,
         engine_factory: EngineFactory = make_engine,
     ) -> None:
-        """`stages` are the run's resolved stages (`load_resolved(config).stages`)."""
+        """`settings`: the run's (`explorer_settings(load_resolved(config).stages)`)."""
         if rank < 0:
             raise UserError(f"explorer rank {rank}: use an array task index >= 0")
         self.rundir = RunDir(run_dir)
         self.name = name
         self.rank = rank
-        self.stages = list(stages)
+        self.settings = settings
+        self.stages = settings.stages
         self.owner = f"{name}/{rank}"
         self.stage_name = ""
         self.tasksets: dict[int, tuple[list[setup.Taskset], list[setup.Taskset]]] = {}
@@ -181,48 +178,51 @@ class Explorer:
 
     def run(self) -> int:
         """Explore until done; return the exit code (0 done, 124 stopped by a signal, 1 an engine failed)."""
-        explore = [(i, s) for i, s in enumerate(self.stages) if s.config.mode in EXPLORE_MODES]
+        explore = [s for s in self.stages if s.explores]
         if not explore:
             log.info("no stage has mode both or explore: nothing to explore")
             return 0
-        cfg = explore[0][1].config
-        set_share_group(cfg.filesystem.share_group)
+        settings = self.settings
+        set_share_group(settings.share_group)
         self.stop.install()
-        self.progress = Progress(self.rundir, self.name, self.rank, cfg.filesystem.lease_s)
+        self.progress = Progress(self.rundir, self.name, self.rank, settings.lease_s)
         try:
             # Bad data fails here, before minutes are spent starting an engine.
-            self.tasksets = {i: self._load_tasksets(s.config) for i, s in explore}
-            with Heartbeat(cfg.filesystem.lease_s / 4, lambda: self.claim_sets, self.follower, self.progress):
-                self._start(cfg)
+            self.tasksets = {s.index: self._load_tasksets(s) for s in explore}
+            with Heartbeat(settings.lease_s / 4, lambda: self.claim_sets, self.follower, self.progress):
+                self._start()
                 return self._run_stages(explore)
         except EngineFailed as e:
             return self._failed(e)
         finally:
             self._shutdown()
 
-    def _start(self, cfg: Config) -> None:
+    def _start(self) -> None:
+        settings = self.settings
         self.progress.update(state="starting")
-        self.waiter = Waiter(WaitPolicy(slow_s=cfg.explorer.weights_poll_interval))
-        self.monitor = Monitor(self.rundir, f"explorer_{self.name}_{self.rank}", cfg.monitor, cfg.project, cfg.name,
+        self.waiter = Waiter(WaitPolicy(slow_s=settings.weights_poll_interval))
+        self.monitor = Monitor(self.rundir, f"explorer_{self.name}_{self.rank}", settings.monitor, settings.project,
+                               settings.name,
                                use_wandb=self.rank == 0)
-        buf = cfg.buffer.trainer_input.experience_buffer
-        self.writer = ChunkWriter(self.rundir.root, self.name, self.rank, buf.groups_per_chunk, buf.max_chunk_delay)
+        self.writer = ChunkWriter(self.rundir.root, self.name, self.rank, settings.groups_per_chunk,
+                                  settings.max_chunk_delay)
         # The tokenizer and chat template are checked before minutes go into starting an engine.
-        prompts = setup.prompt_builder(cfg)
-        version, path = self.follower.start_point(cfg.model.model_path)
-        rm = cfg.explorer.rollout_model
+        rm = settings.rollout_model
+        prompts = setup.prompt_builder(settings, rm)
+        version, path = self.follower.start_point(rm.model_path)
         log.info("explorer %s rank %d: starting %s engine on %s (policy version %d)",
                  self.name, self.rank, rm.engine_type, path, version)
-        plan = {setup.POLICY_ENGINE: (rm.engine_type, setup.engine_settings(cfg, rm, self.rank, path)),
-                **setup.auxiliary_settings(cfg, self.rank)}
+        plan = {POLICY_ENGINE: (rm.engine_type, setup.engine_settings(settings, rm, self.rank, path)),
+                **{aux.name: (aux.engine_type, setup.engine_settings(settings, aux, self.rank))
+                   for aux in settings.auxiliary_models}}
         build_engines(plan, self.engine_factory, process_gpus(), self.engines)
-        self.follower.attach(self.engines[setup.POLICY_ENGINE], version)
+        self.follower.attach(self.engines[POLICY_ENGINE], version)
         self.batcher = RequestBatcher(self.engines)
         self.ctx = WorkflowContext(
-            engine=self.batcher.client(setup.POLICY_ENGINE),
+            engine=self.batcher.client(POLICY_ENGINE),
             prompts=prompts,
-            auxiliary={aux.name: setup.auxiliary_model(cfg, aux, self.batcher.client(aux.name))
-                       for aux in cfg.explorer.auxiliary_models},
+            auxiliary={aux.name: setup.auxiliary_model(settings, aux, self.batcher.client(aux.name))
+                       for aux in settings.auxiliary_models},
         )
         self.progress.update(state="started", version=version)
 
@@ -241,17 +241,17 @@ class Explorer:
         self.engines.clear()
         self.stop.restore()
 
-    def _run_stages(self, explore: list[tuple[int, Stage]]) -> int:
-        last = explore[0][0]
-        for index, stage in explore:
-            status = self._explore_stage(index, stage)
-            last = index
+    def _run_stages(self, explore: list[ExplorerStageSettings]) -> int:
+        last = explore[0].index
+        for stage in explore:
+            status = self._explore_stage(stage)
+            last = stage.index
             if status is StageEnd.STOPPED:
                 return self._stopped()
             if status is StageEnd.TRAINER_DONE:
                 break
         self._flush()
-        if self._final_evaluation(self.stages[last].config, self.tasksets[last][1]) is StageEnd.STOPPED:
+        if self._final_evaluation(self.stages[last], self.tasksets[last][1]) is StageEnd.STOPPED:
             return self._stopped()
         self.progress.update(state="done", version=self.follower.version)
         log.info("explorer %s rank %d: done (%d groups committed)", self.name, self.rank,
@@ -274,7 +274,7 @@ class Explorer:
 
     # ---- stages --------------------------------------------------------------------------------
 
-    def _wait_for_stage(self, index: int, cfg: Config) -> int | StageEnd:
+    def _wait_for_stage(self, index: int) -> int | StageEnd:
         """The stage's start step once the trainer is in it; a status if it is past it or stopped."""
         while True:
             view = read_trainer_meta(self.rundir)
@@ -289,51 +289,47 @@ class Explorer:
             if self.stop.requested:
                 return StageEnd.STOPPED
             self.progress.update(state="waiting_for_stage", stage=index)
-            time.sleep(cfg.explorer.weights_poll_interval)
+            time.sleep(self.settings.weights_poll_interval)
 
     @staticmethod
-    def _load_tasksets(cfg: Config) -> tuple[list[setup.Taskset], list[setup.Taskset]]:
-        inp = cfg.buffer.explorer_input
-        return ([setup.load(ts, is_eval=False) for ts in inp.tasksets],
-                [setup.load(ts, is_eval=True) for ts in inp.eval_tasksets])
+    def _load_tasksets(stage: ExplorerStageSettings) -> tuple[list[setup.Taskset], list[setup.Taskset]]:
+        return ([setup.load(ts, is_eval=False) for ts in stage.tasksets],
+                [setup.load(ts, is_eval=True) for ts in stage.eval_tasksets])
 
-    def _sources(self, cfg: Config, tasksets: list[setup.Taskset], stage: str | None) -> list[_Source]:
+    def _sources(self, stage: ExplorerStageSettings, tasksets: list[setup.Taskset]) -> list[_Source]:
         sizes = [len(ts.tasks) * ts.config.total_epochs for ts in tasksets]
-        max_tasks = None if cfg.buffer.total_steps is None else cfg.buffer.total_steps * cfg.buffer.batch_size
         sources = []
-        fs = cfg.filesystem
-        for ts, (offset, limit) in zip(tasksets, taskset_offsets(sizes, max_tasks), strict=True):
+        settings = self.settings
+        for ts, name, (offset, limit) in zip(tasksets, stage.claim_sets, taskset_offsets(sizes, stage.max_tasks),
+                                             strict=True):
             if limit == 0:
                 continue
             claims = TaskClaims(
-                self.rundir.root, claims_name(ts.name, stage), len(ts.tasks),
+                self.rundir.root, name, len(ts.tasks),
                 total_epochs=ts.config.total_epochs, selector=ts.config.task_selector.selector_type,
-                seed=ts.config.task_selector.seed, lease_s=fs.lease_s, lock=fs.lock_type, owner=self.owner,
-                max_tasks=limit,
+                seed=ts.config.task_selector.seed, lease_s=settings.lease_s, lock=settings.lock_type,
+                owner=self.owner, max_tasks=limit,
             )
             sources.append(_Source(ts, claims, offset))
         return sources
 
-    def _explore_stage(self, index: int, stage: Stage) -> StageEnd:
-        cfg = stage.config
-        start = self._wait_for_stage(index, cfg)
+    def _explore_stage(self, stage: ExplorerStageSettings) -> StageEnd:
+        index = stage.index
+        start = self._wait_for_stage(index)
         if isinstance(start, StageEnd):
             return start
-        explore_stages = sum(s.config.mode in EXPLORE_MODES for s in self.stages)
-        # Several RL stages may read one taskset; each stage then has its own claims.
         train, evals = self.tasksets[index]
-        sources = self._sources(cfg, train, stage.name if explore_stages > 1 else None)
+        sources = self._sources(stage, train)
         self.claim_sets = [s.claims for s in sources]
-        array_size = cfg.slurm.explorer.array_size
-        claim_size = max(1, math.ceil(cfg.buffer.batch_size / max(1, array_size)))
-        poll = cfg.filesystem.poll_interval_s
+        claim_size = stage.claim_size
+        poll = self.settings.poll_interval_s
         self.stage_name = stage.name
         self.progress.update(state="exploring", stage=index, stage_name=stage.name)
         log.info("explorer %s rank %d: exploring stage %r (starts after trainer step %d), %d tasks per claim",
                  self.name, self.rank, stage.name, start, claim_size)
         try:
-            self._follow(cfg, evals, startup=True)
-            for source in self._with_refills(cfg, index, sources):
+            self._follow(stage, evals, startup=True)
+            for source in self._with_refills(stage, sources):
                 while True:
                     if self.stop.requested:
                         return StageEnd.STOPPED
@@ -349,7 +345,7 @@ class Explorer:
                         if source.claims.finished:
                             break
                         continue
-                    status = self._explore_batch(cfg, source, claims, start, evals)
+                    status = self._explore_batch(stage, source, claims, start, evals)
                     if status is not None:
                         return status
         except _Stopped:
@@ -357,13 +353,13 @@ class Explorer:
         self._flush()
         return StageEnd.FINISHED
 
-    def _with_refills(self, cfg: Config, index: int, sources: list[_Source]) -> Iterator[_Source]:
+    def _with_refills(self, stage: ExplorerStageSettings, sources: list[_Source]) -> Iterator[_Source]:
         """The stage's sources in order; then again each time the trainer needs tasks replacing groups it lost."""
         yield from sources
-        while self._await_refill(cfg, index, sources):
+        while self._await_refill(stage, sources):
             yield from sources
 
-    def _await_refill(self, cfg: Config, index: int, sources: list[_Source]) -> bool:
+    def _await_refill(self, stage: ExplorerStageSettings, sources: list[_Source]) -> bool:
         """All tasks of the stage are done. While the trainer is still in the stage it may drop stale
         groups, and the claims then hand out fresh tasks in their place: wait for that. True when
         there are tasks to claim again; False when the stage is over for this explorer (the trainer
@@ -375,53 +371,55 @@ class Explorer:
             if not all(st.finished for st in statuses):
                 return True
             view = read_trainer_meta(self.rundir)
-            if all(st.exhausted for st in statuses) or view is None or view.done or view.stage_index != index:
+            if all(st.exhausted for st in statuses) or view is None or view.done or view.stage_index != stage.index:
                 return False
             if view.step != step:
                 step, since = view.step, time.monotonic()
                 self.progress.update(state="waiting_for_trainer")
-            elif time.monotonic() - since > cfg.synchronizer.sync_timeout:
+            elif time.monotonic() - since > stage.sync_timeout:
                 log.warning("explorer %s rank %d: every task is done and the trainer made no step for %.0f s "
                             "(synchronizer.sync_timeout); leaving stage %r", self.name, self.rank,
-                            cfg.synchronizer.sync_timeout, self.stage_name)
+                            stage.sync_timeout, self.stage_name)
                 return False
             self._idle()
-            time.sleep(cfg.filesystem.poll_interval_s)
+            time.sleep(self.settings.poll_interval_s)
 
     # ---- one batch -----------------------------------------------------------------------------
 
     def _explore_batch(
-        self, cfg: Config, source: _Source, claims: list[Claim], stage_start: int, evals: list[setup.Taskset]
+        self, stage: ExplorerStageSettings, source: _Source, claims: list[Claim], stage_start: int,
+        evals: list[setup.Taskset],
     ) -> StageEnd | None:
         with _Unsettled(source.claims, claims) as held:
-            return self._explore_held(cfg, source, held, stage_start, evals)
+            return self._explore_held(stage, source, held, stage_start, evals)
 
     def _explore_held(
-        self, cfg: Config, source: _Source, held: _Unsettled, stage_start: int, evals: list[setup.Taskset]
+        self, stage: ExplorerStageSettings, source: _Source, held: _Unsettled, stage_start: int,
+        evals: list[setup.Taskset],
     ) -> StageEnd | None:
         """Explore a batch of claims; those it neither completes nor hands to the writer (a stop, a
         wait that ends, a failed engine, a group the writer refuses) go back to the pool on leaving."""
         claims = held.claims
-        bs = cfg.buffer.batch_size
+        bs = stage.batch_size
         steps = [expected_train_step(stage_start, c.position, bs, source.offset) for c in claims]
-        need = required_version(max(steps), cfg.synchronizer.max_staleness)
+        need = required_version(max(steps), stage.max_staleness)
         wait_s = 0.0
-        self._follow(cfg, evals)
+        self._follow(stage, evals)
         if self.follower.version < need:
             self._flush()
             began = time.monotonic()
-            status = self._wait_for_version(need, cfg, evals)
+            status = self._wait_for_version(need, stage, evals)
             if status is not None:
                 return status
             wait_s = time.monotonic() - began
         version = self.follower.version
         # An evaluation due rides along: its tasks generate in the same engine calls as the batch's.
-        extra = evaluation.eval_tasks(evals) if self._eval_due(cfg, evals) else []
+        extra = evaluation.eval_tasks(evals) if self._eval_due(stage, evals) else []
         began = time.perf_counter()
         # A failed engine raises here: the tasks are not at fault, so they are released, not completed
         # (no refill replaces them), for another explorer or this one requeued.
         outcomes = run_tasks([source.taskset.tasks[c.index] for c in claims] + extra, self.ctx, self.batcher,
-                             _rollout_policy(cfg), self.stop, tick=self._tick)
+                             _rollout_policy(self.settings), self.stop, tick=self._tick)
         elapsed = time.perf_counter() - began
         outcomes, evaluated = outcomes[:len(claims)], outcomes[len(claims):]
         empty, groups = [], []
@@ -495,12 +493,12 @@ class Explorer:
 
     # ---- weights, staleness, evaluation --------------------------------------------------------
 
-    def _follow(self, cfg: Config, evals: list[setup.Taskset], startup: bool = False) -> bool:
+    def _follow(self, stage: ExplorerStageSettings, evals: list[setup.Taskset], startup: bool = False) -> bool:
         """Load newer weights if published. True if new weights were loaded. On start-up without
         `eval_on_startup`, the version held counts as evaluated."""
         loaded = self.follower.update()
         if startup and self._evaluates(evals) and self.progress.record.evaluated_version is None \
-                and not cfg.explorer.eval_on_startup:
+                and not stage.eval_on_startup:
             self.progress.update(evaluated_version=self.follower.version)
         return loaded
 
@@ -508,17 +506,17 @@ class Explorer:
         """Rank 0 of an array with eval tasksets evaluates."""
         return self.rank == 0 and bool(evals)
 
-    def _eval_due(self, cfg: Config, evals: list[setup.Taskset]) -> bool:
+    def _eval_due(self, stage: ExplorerStageSettings, evals: list[setup.Taskset]) -> bool:
         """An evaluation of the version held is due (never evaluated, or an eval_interval crossed)."""
         if not self._evaluates(evals):
             return False
         last = self.progress.record.evaluated_version
-        return last is None or evaluation.eval_due(self.follower.version, last, cfg.explorer.eval_interval)
+        return last is None or evaluation.eval_due(self.follower.version, last, stage.eval_interval)
 
-    def _evaluate(self, cfg: Config, evals: list[setup.Taskset]) -> None:
+    def _evaluate(self, evals: list[setup.Taskset]) -> None:
         """Evaluate the version held on its own (the final policy, or while no batch is explored)."""
         self._flush()
-        policy = _rollout_policy(cfg)
+        policy = _rollout_policy(self.settings)
         began = time.perf_counter()
         outcomes = run_tasks(evaluation.eval_tasks(evals), self.ctx, self.batcher, policy, self.stop, tick=self._tick)
         self._log_evaluation(evals, outcomes, time.perf_counter() - began)
@@ -534,12 +532,12 @@ class Explorer:
         self.monitor.log(metrics, step=version, axis="eval/version")
         self.progress.update(evaluated_version=version)
 
-    def _wait_for_version(self, need: int, cfg: Config, evals: list[setup.Taskset]) -> StageEnd | None:
+    def _wait_for_version(self, need: int, stage: ExplorerStageSettings, evals: list[setup.Taskset]) -> StageEnd | None:
         """Wait until the policy held is at least `need`; a status if the wait ends otherwise."""
-        timeout = cfg.synchronizer.sync_timeout
+        timeout = stage.sync_timeout
         deadline = time.monotonic() + timeout
         log.info("waiting for policy version >= %d (holding %d) to stay within max_staleness=%d",
-                 need, self.follower.version, cfg.synchronizer.max_staleness)
+                 need, self.follower.version, stage.max_staleness)
         self.progress.update(state="waiting_for_weights", version=self.follower.version, need_version=need)
 
         def held_or_over() -> StageEnd | bool | None:
@@ -554,7 +552,7 @@ class Explorer:
                     "sync_offset to let explorers run further ahead"
                 )
             self._tick()
-            self._follow(cfg, evals)
+            self._follow(stage, evals)
             return self.follower.version >= need or None
 
         if self.follower.version < need:
@@ -568,28 +566,28 @@ class Explorer:
         self.progress.update(state="exploring", version=self.follower.version)
         return None
 
-    def _final_evaluation(self, cfg: Config, evals: list[setup.Taskset]) -> StageEnd | None:
+    def _final_evaluation(self, stage: ExplorerStageSettings, evals: list[setup.Taskset]) -> StageEnd | None:
         """Rank 0: keep evaluating new versions until the trainer is done, then the final policy."""
         if self.rank != 0 or not evals:
             return None
-        deadline = time.monotonic() + cfg.synchronizer.sync_timeout
+        deadline = time.monotonic() + stage.sync_timeout
         try:
             while read_trainer_meta(self.rundir) is not None and not _trainer_done(self.rundir):
                 if self.stop.requested:
                     return StageEnd.STOPPED
-                if self._follow(cfg, evals):
-                    deadline = time.monotonic() + cfg.synchronizer.sync_timeout
-                    if self._eval_due(cfg, evals):
-                        self._evaluate(cfg, evals)
+                if self._follow(stage, evals):
+                    deadline = time.monotonic() + stage.sync_timeout
+                    if self._eval_due(stage, evals):
+                        self._evaluate(evals)
                 if time.monotonic() >= deadline:
                     log.warning("no new policy for %.0f s and the trainer is not done; skipping the final evaluation",
-                                cfg.synchronizer.sync_timeout)
+                                stage.sync_timeout)
                     return None
                 self._tick()
-                time.sleep(cfg.explorer.weights_poll_interval)
+                time.sleep(self.settings.weights_poll_interval)
             self.follower.update()
             if self.progress.record.evaluated_version != self.follower.version:
-                self._evaluate(cfg, evals)
+                self._evaluate(evals)
         except _Stopped:
             return StageEnd.STOPPED
         return None

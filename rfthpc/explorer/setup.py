@@ -1,11 +1,10 @@
 """From a stage's config to what the explorer runs: engine settings, tasksets, prompt builder.
 
-Config keys read here: `model.*` (path, token budgets, prompt truncation, chat template,
-enable_thinking, min_response_tokens), `explorer.rollout_model.*` / `explorer.auxiliary_models[*]`
-(engine; chat template, enable_thinking and token limits of prompts), and
-`buffer.explorer_input.tasksets` / `eval_tasksets` (data, format, rollout_args, repeat_times,
-workflow, reward). Keys rfthpc accepts but cannot honour are rejected when the config is
-validated (`rfthpc.config.compat.unsupported_values`).
+The explorer's settings (`rfthpc.config.settings.ExplorerSettings`: engines, chat templates, token
+limits, prompt truncation) become engine settings and prompt builders here, and a stage's finalized
+tasksets (data, format, rollout_args, repeat_times, workflow, reward) become Tasks. Keys rfthpc
+accepts but cannot honour are rejected when the config is validated
+(`rfthpc.config.compat.unsupported_values`).
 """
 
 from __future__ import annotations
@@ -14,22 +13,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rfthpc.config import Config
 from rfthpc.config.buffer import TasksetConfig
-from rfthpc.config.explorer import InferenceModelConfig
+from rfthpc.config.settings import ExplorerSettings, InferenceModelSettings
 from rfthpc.data.tasksets import PromptBuilder, Task, load_taskset
 from rfthpc.engines.base import EngineSettings
 from rfthpc.errors import ConfigError
 from rfthpc.workflows.base import AuxiliaryModel, RolloutEngine, SamplingArgs
 
-POLICY_ENGINE = "policy"
-"""The batcher's name of the rollout engine (auxiliary engines go by their `name`)."""
-
 
 def engine_settings(
-    cfg: Config, model: InferenceModelConfig, rank: int, model_path: str | None = None
+    settings: ExplorerSettings, model: InferenceModelSettings, rank: int, model_path: str | None = None
 ) -> EngineSettings:
-    """Settings of one engine of array task `rank` (seed + rank); `model_path` overrides the config's."""
+    """Settings of one engine of array task `rank` (seed + rank); `model_path` overrides the model's
+    (the policy restarts from the newest published weights)."""
     return EngineSettings(
         model_path=str(model_path or model.model_path),
         dtype=model.dtype,
@@ -41,23 +37,8 @@ def engine_settings(
         enable_prefix_caching=model.enable_prefix_caching,
         enable_chunked_prefill=model.enable_chunked_prefill,
         cpu_kvcache_space_gb=model.cpu_kvcache_space_gb,
-        min_response_tokens=cfg.model.min_response_tokens,
+        min_response_tokens=settings.min_response_tokens,
     )
-
-
-def auxiliary_settings(cfg: Config, rank: int) -> dict[str, tuple[str, EngineSettings]]:
-    """`{name: (engine_type, settings)}` of `explorer.auxiliary_models` (e.g. an LLM judge)."""
-    out: dict[str, tuple[str, EngineSettings]] = {}
-    for i, aux in enumerate(cfg.explorer.auxiliary_models):
-        if not aux.name or aux.name == POLICY_ENGINE or aux.name in out:
-            raise ConfigError(
-                f"explorer.auxiliary_models[{i}].name={aux.name!r}: give each auxiliary model a unique "
-                f"name other than {POLICY_ENGINE!r}; workflows address it by that name"
-            )
-        if not aux.model_path:
-            raise ConfigError(f"explorer.auxiliary_models[{i}].model_path: missing; give a local model directory")
-        out[aux.name] = (aux.engine_type, engine_settings(cfg, aux, rank, aux.model_path))
-    return out
 
 
 def _tokenizer(model_path: str, template: str | None) -> Any:
@@ -69,21 +50,16 @@ def _tokenizer(model_path: str, template: str | None) -> Any:
     return tokenizer
 
 
-def prompt_builder(cfg: Config) -> PromptBuilder:
-    """The policy tokenizer (with any chat template override), its thinking switch and the prompt-length policy."""
-    return PromptBuilder(
-        _tokenizer(cfg.model.model_path, cfg.model.custom_chat_template), cfg.model.max_prompt_tokens,
-        cfg.model.enable_prompt_truncation, cfg.explorer.rollout_model.enable_thinking,
-    )
+def prompt_builder(settings: ExplorerSettings, model: InferenceModelSettings) -> PromptBuilder:
+    """`model`'s tokenizer (with its chat template), thinking switch and prompt-length policy."""
+    return PromptBuilder(_tokenizer(model.model_path, model.chat_template), model.max_prompt_tokens,
+                         settings.enable_prompt_truncation, model.enable_thinking)
 
 
-def auxiliary_model(cfg: Config, aux: InferenceModelConfig, engine: RolloutEngine) -> AuxiliaryModel:
+def auxiliary_model(settings: ExplorerSettings, aux: InferenceModelSettings, engine: RolloutEngine) -> AuxiliaryModel:
     """What workflows see of auxiliary model `aux` served by `engine`: its own tokenizer, chat template,
     thinking switch and token limits (`max_prompt_tokens`, `max_response_tokens`)."""
-    assert aux.model_path is not None, "auxiliary_settings checks the path first"
-    prompts = PromptBuilder(_tokenizer(aux.model_path, aux.chat_template), aux.max_prompt_tokens,
-                            cfg.model.enable_prompt_truncation, aux.enable_thinking)
-    return AuxiliaryModel(aux.name, engine, prompts, aux.max_response_tokens)
+    return AuxiliaryModel(aux.name, engine, prompt_builder(settings, aux), aux.max_response_tokens)
 
 
 @dataclass

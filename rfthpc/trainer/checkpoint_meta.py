@@ -72,14 +72,13 @@ class CheckpointMeta:
         if not isinstance(data, dict) or data.get("format") != META_FORMAT:
             raise ValueError(f"{where} is not an rfthpc checkpoint of format {META_FORMAT}")
         try:
-            kl = data.get("kl_controller")
-            published = data.get("published_version")
+            kl, published, sft = data.get("kl_controller"), data.get("published_version"), data.get("sft_data")
             return cls(
                 step=int(data["step"]), stage=str(data["stage"]), stage_index=int(data["stage_index"]),
                 stage_start_step=int(data["stage_start_step"]), stage_finished=bool(data["stage_finished"]),
                 dtype=str(data["dtype"]),
                 reader=None if data.get("reader") is None else ReaderState.from_dict(data["reader"]),
-                sft_data=None if data.get("sft_data") is None else {str(k): int(v) for k, v in data["sft_data"].items()},
+                sft_data=None if sft is None else {str(k): int(v) for k, v in sft.items()},
                 kl_controller=None if kl is None else float(kl),
                 nan_skipped_batches=int((data.get("counters") or {}).get("nan_skipped_batches", 0)),
                 published_version=None if published is None else int(published),

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -32,12 +31,12 @@ from typing import Any
 import torch
 
 from rfthpc import weights
-from rfthpc.config import Config, Stage, load_resolved
+from rfthpc.config import load_resolved
+from rfthpc.config.settings import TrainerSettings, TrainerStageSettings, trainer_settings
 from rfthpc.errors import EXIT_PREEMPTED, UserError
 from rfthpc.fsutil import set_share_group
 from rfthpc.rundir import RunDir
 from rfthpc.signals import StopRequest
-from rfthpc.store.claims import claims_name
 from rfthpc.trainer import checkpoint as ckpt
 from rfthpc.trainer.batching import mini_batches, plan_micro_batches
 from rfthpc.trainer.checkpoint_meta import CheckpointMeta, read_checkpoint_meta
@@ -76,7 +75,7 @@ class _SFTSource:
 class _StageState:
     """What one stage needs while it runs."""
 
-    stage: Stage
+    stage: TrainerStageSettings
     algorithm: Algorithm
     total_steps: int | None
     actor: ShardedUpdater
@@ -86,10 +85,6 @@ class _StageState:
     critic_schedule: LRSchedule | None = None
     source: Any = None
     sft: SFTData | None = None
-
-    @property
-    def cfg(self) -> Config:
-        return self.stage.config
 
     @property
     def is_rl(self) -> bool:
@@ -105,10 +100,9 @@ class Trainer:
         if not self.rundir.config.is_file():
             raise UserError(f"{self.rundir.root} has no {self.rundir.config.name}; pass the run directory that "
                             "`rfthpc submit` or `rfthpc run` created (--run-dir)")
-        loaded = load_resolved(self.rundir.config)
-        self.base = loaded.base
-        self.stages = loaded.stages
-        set_share_group(self.base.filesystem.share_group)
+        self.settings: TrainerSettings = trainer_settings(load_resolved(self.rundir.config).stages)
+        self.stages = self.settings.stages
+        set_share_group(self.settings.share_group)
         self.stop = StopRequest("the trainer will checkpoint and stop after the current step")
         self.monitor = None
         self.reader = None
@@ -116,7 +110,6 @@ class Trainer:
         self.nan_consecutive = 0
         self.last_saved: tuple[int, bool] | None = None
         self.policy: torch.nn.Module | None = None
-        self.model_path: Path = Path()
         self.meta: TrainerMeta | None = None
         """The last report written to trainer_meta.json (rank 0)."""
 
@@ -143,20 +136,18 @@ class Trainer:
                 self._write_trainer_meta(Position(meta.stage_index, meta.stage_start_step, meta.step), done=True)
             return EXIT_DONE
         self.last_saved = (meta.step, meta.stage_finished) if meta else None
-        first = self.stages[pos.stage_index].config
+        run = self.settings
         if self.env.is_main:
             from rfthpc.monitor import Monitor
             from rfthpc.store import StoreReader
 
-            self.monitor = Monitor(self.rundir, "trainer", first.monitor, first.project, first.name)
-            self.reader = StoreReader(self.rundir.root, poll_s=min(0.5, first.filesystem.poll_interval_s))
+            self.monitor = Monitor(self.rundir, "trainer", run.monitor, run.project, run.name)
+            self.reader = StoreReader(self.rundir.root, poll_s=min(0.5, run.poll_interval_s))
             if meta and meta.reader is not None:
                 self.reader.load_state(meta.reader)
-        self.model_path = Path(first.model.model_path).expanduser()
-        t = first.trainer
-        self.policy = build_sharded_model(self.model_path, self.env, dtype=first.model.dtype,
-                                          gradient_checkpointing=t.enable_gradient_checkpointing,
-                                          cpu_offload=t.param_offload or t.optimizer_offload)
+        self.policy = build_sharded_model(run.model_path, self.env, dtype=run.dtype,
+                                          gradient_checkpointing=run.gradient_checkpointing,
+                                          cpu_offload=run.cpu_offload)
         if meta:
             ckpt.load_model_weights(self.rundir.checkpoint(meta.step) / "actor" / "model", self.policy)
             ckpt.restore_rng(self.rundir.root, meta.step, self.env)
@@ -173,7 +164,7 @@ class Trainer:
         def newest() -> CheckpointMeta | None:
             ckpt.remove_temporary(self.rundir.root)
             step = ckpt.latest_checkpoint(self.rundir.root)
-            if step is not None and not self.base.continue_from_checkpoint:
+            if step is not None and not self.settings.continue_from_checkpoint:
                 log.warning("continue_from_checkpoint is false: starting over, ignoring checkpoint %d", step)
                 step = None
             return read_checkpoint_meta(self.rundir.root, step) if step is not None else None
@@ -188,7 +179,7 @@ class Trainer:
         st = self._setup_stage(self.stages[pos.stage_index], pos, meta)
         log.info("stage %r (%s) from global step %d", st.stage.name, st.algorithm.algorithm_type, pos.step)
         if st.is_rl and pos.step == pos.stage_start_step:
-            self._publish(pos.step, st.cfg)
+            self._publish(pos.step, st.stage)
         self._write_trainer_meta(pos)
         finished = False
         while not finished:
@@ -217,17 +208,17 @@ class Trainer:
             # The step's timeline (docs/performance.md): waiting for experience, computing, publishing
             # and checkpointing add up to the time since the previous step's record.
             timeline = {"timing/wait_experience_s": waited, "timing/compute_s": metrics["perf/time_per_step"]}
-            publish = st.is_rl and pos.step_in_stage % st.cfg.synchronizer.sync_interval == 0
-            timeline["timing/publish_s"] = _timed(self._publish, pos.step, st.cfg) if publish else 0.0
+            publish = st.is_rl and pos.step_in_stage % st.stage.sync_interval == 0
+            timeline["timing/publish_s"] = _timed(self._publish, pos.step, st.stage) if publish else 0.0
             finished = st.total_steps is not None and pos.step_in_stage >= st.total_steps
-            interval = st.cfg.trainer.save_interval
+            interval = st.stage.save_interval
             save = finished or (interval > 0 and pos.step % interval == 0)
             timeline["timing/checkpoint_s"] = _timed(self._save, st, pos, stage_finished=finished) if save else 0.0
             self._log({**metrics, **timeline}, pos.step)
             self._write_trainer_meta(pos)
         # Rank 0 decides: every rank must take part in a publication (it gathers the weights).
         if st.is_rl and self.env.broadcast_object(weights.read_latest(self.rundir.root) != pos.step):
-            self._publish(pos.step, st.cfg)
+            self._publish(pos.step, st.stage)
         self._save(st, pos, stage_finished=True)
         following = next_trainable(self.stages, pos.stage_index + 1)
         nxt = None if following is None else Position(following, pos.step, pos.step)
@@ -235,26 +226,23 @@ class Trainer:
             self._write_trainer_meta(pos, done=True)
         return EXIT_DONE, nxt
 
-    def _setup_stage(self, stage: Stage, pos: Position, meta: CheckpointMeta | None) -> _StageState:
-        cfg = stage.config
-        alg = Algorithm.from_config(cfg.algorithm)
-        t = cfg.trainer
+    def _setup_stage(self, stage: TrainerStageSettings, pos: Position, meta: CheckpointMeta | None) -> _StageState:
+        alg = Algorithm.from_settings(stage.algorithm)
         planner = functools.partial(
-            _plan, world_size=self.env.world_size,
-            token_budget=t.max_token_len_per_gpu if t.use_dynamic_bsz else None,
-            micro_batch_size=t.ppo_micro_batch_size_per_gpu, share_prompts=t.share_prompt_forward,
+            _plan, world_size=self.env.world_size, token_budget=stage.token_budget,
+            micro_batch_size=stage.ppo_micro_batch_size_per_gpu, share_prompts=stage.share_prompt_forward,
         )
-        optimizer = make_optimizer(self.policy, cfg.algorithm.optimizer)
-        n = cfg.buffer.train_batch_size
+        optimizer = make_optimizer(self.policy, stage.algorithm.optimizer)
+        n = stage.train_batch_size
         sft = None
-        total = cfg.buffer.total_steps
+        total = stage.total_steps
         if alg.is_sft:
             rows: int | str | None = None
             if self.env.is_main:
                 try:
-                    tokenizer = load_tokenizer(self.model_path, cfg.model.custom_chat_template)
-                    sft = SFTData(cfg.buffer.trainer_input.experience_buffer, tokenizer, self._max_length(cfg),
-                                  enable_thinking=cfg.model.enable_thinking)
+                    tokenizer = load_tokenizer(self.settings.model_path, stage.chat_template)
+                    sft = SFTData(stage.sft_data, tokenizer, self._max_length(stage),
+                                  enable_thinking=stage.enable_thinking)
                     rows = len(sft)
                 except UserError as e:
                     rows = str(e)
@@ -264,44 +252,36 @@ class Trainer:
             if isinstance(rows, str):
                 raise UserError(rows)
             if total is None:
-                total = max(1, rows * cfg.buffer.total_epochs // n)
-        updater = ShardedUpdater(self.policy, optimizer, self.env, planner, alg.weight, t.grad_clip,
+                total = max(1, rows * stage.total_epochs // n)
+        updater = ShardedUpdater(self.policy, optimizer, self.env, planner, alg.weight, stage.grad_clip,
                                  lambda model, mb: token_logprobs(model, mb)[0])
-        st = _StageState(stage, alg, total, updater, LRSchedule.from_config(cfg.algorithm.optimizer, total))
+        st = _StageState(stage, alg, total, updater, LRSchedule.from_settings(stage.algorithm.optimizer, total))
         st.sft = sft
         if sft is not None:
             st.source = _SFTSource(sft, n)
         if st.is_rl and self.env.is_main:
-            self.reader.max_staleness = cfg.synchronizer.max_staleness
-            eb = cfg.buffer.trainer_input.experience_buffer
+            self.reader.max_staleness = stage.max_staleness
+            poll_s = self.settings.poll_interval_s
             st.source = ExperienceSource(
-                self.rundir.root, self.reader, max(1, n // cfg.algorithm.repeat_times),
-                self._claim_sets(stage),
-                vocab_size=vocab_size(self.policy), max_length=self._max_length(cfg),
-                temperature=_sampling_temperature(cfg), timeout_s=eb.max_read_timeout,
-                poll_s=max(1.0, 2 * cfg.filesystem.poll_interval_s),
-                grace_s=eb.max_chunk_delay + 2 * cfg.filesystem.poll_interval_s,
+                self.rundir.root, self.reader, stage.groups_per_step, list(stage.claim_sets),
+                vocab_size=vocab_size(self.policy), max_length=self._max_length(stage),
+                temperature=stage.sampling_temperature, timeout_s=stage.read_timeout_s,
+                poll_s=max(1.0, 2 * poll_s), grace_s=stage.chunk_delay_s + 2 * poll_s,
             )
         if alg.use_reference:
-            st.reference = self._reference_model(cfg, pos)
+            st.reference = self._reference_model(pos)
         if alg.use_critic:
-            st.critic, st.critic_schedule = self._critic(cfg, alg, planner, total, meta)
+            st.critic, st.critic_schedule = self._critic(stage, alg, planner, total, meta)
         if meta:
             ckpt.load_optimizer_state(self.rundir.checkpoint(meta.step) / "actor" / "optim", self.policy, optimizer)
             if alg.kl_controller is not None and meta.kl_controller is not None:
                 alg.kl_controller.value = meta.kl_controller
         return st
 
-    def _claim_sets(self, stage: Stage) -> list[str]:
-        """The `TaskClaims` names of the stage's tasksets, as its explorers name them."""
-        several = sum(s.config.mode != "train" for s in self.stages) > 1
-        return [claims_name(ts.name, stage.name if several else None)
-                for ts in stage.config.buffer.explorer_input.tasksets]
-
-    def _reference_model(self, cfg: Config, pos: Position) -> torch.nn.Module:
+    def _reference_model(self, pos: Position) -> torch.nn.Module:
         """The frozen policy as it was when the stage began: the initial model for a first stage,
         else the checkpoint written at the end of the previous stage (kept while this stage runs)."""
-        ref = build_sharded_model(self.model_path, self.env, dtype=cfg.model.dtype, trainable=False)
+        ref = build_sharded_model(self.settings.model_path, self.env, dtype=self.settings.dtype, trainable=False)
         if pos.stage_start_step > 0:
             source = self.rundir.checkpoint(pos.stage_start_step) / "actor" / "model"
             if not source.is_dir():
@@ -313,24 +293,21 @@ class Trainer:
             ckpt.load_model_weights(source, ref)
         return ref
 
-    def _critic(self, cfg: Config, alg: Algorithm, planner, total: int | None,
+    def _critic(self, stage: TrainerStageSettings, alg: Algorithm, planner, total: int | None,
                 meta: CheckpointMeta | None) -> tuple[ShardedUpdater, LRSchedule]:
-        t = cfg.trainer
-        critic = build_sharded_model(Path(cfg.model.critic_model_path).expanduser(), self.env, kind="value",
-                                     dtype=cfg.model.dtype, gradient_checkpointing=t.enable_gradient_checkpointing,
-                                     cpu_offload=t.param_offload or t.optimizer_offload)
-        optimizer = make_optimizer(critic, cfg.algorithm.optimizer, lr=t.critic_lr)
+        run = self.settings
+        critic = build_sharded_model(run.critic_model_path, self.env, kind="value", dtype=run.dtype,
+                                     gradient_checkpointing=run.gradient_checkpointing, cpu_offload=run.cpu_offload)
+        optimizer = make_optimizer(critic, stage.algorithm.optimizer, lr=stage.critic_lr)
         if meta:
             root = self.rundir.checkpoint(meta.step) / "critic"
             ckpt.load_model_weights(root / "model", critic)
             ckpt.load_optimizer_state(root / "optim", critic, optimizer)
-        schedule = LRSchedule(t.critic_lr, total, -1, t.critic_lr_warmup_steps_ratio, key="trainer.critic")
-        return ShardedUpdater(critic, optimizer, self.env, planner, alg.weight, t.grad_clip, token_values), schedule
+        schedule = LRSchedule(stage.critic_lr, total, -1, stage.critic_lr_warmup_steps_ratio, key="trainer.critic")
+        return ShardedUpdater(critic, optimizer, self.env, planner, alg.weight, stage.grad_clip, token_values), schedule
 
-    def _max_length(self, cfg: Config) -> int | None:
-        limits = [getattr(self.policy.config, "max_position_embeddings", None)]
-        if cfg.trainer.use_dynamic_bsz:
-            limits.append(cfg.trainer.max_token_len_per_gpu)
+    def _max_length(self, stage: TrainerStageSettings) -> int | None:
+        limits = [getattr(self.policy.config, "max_position_embeddings", None), stage.token_budget]
         limits = [x for x in limits if x]
         return min(limits) if limits else None
 
@@ -365,21 +342,21 @@ class Trainer:
     def _train_step(self, st: _StageState, pos: Position, samples: list[Sample]) -> dict[str, float] | None:
         """Train on one batch; return its metrics, or None if it was abandoned (NaN/inf)."""
         start = time.perf_counter()
-        alg, cfg = st.algorithm, st.cfg
+        alg, stage = st.algorithm, st.stage
         planner = st.actor.planner
         ref = old = values = None
         if st.reference is not None:
             ref = sharded_forward(lambda mb: token_logprobs(st.reference, mb)[0], samples, self.env, planner)
         # SFT: one update per step; RL: one per `ppo_mini_batch_size` groups, `ppo_epochs` times.
-        minis = [list(range(len(samples)))] if alg.is_sft else mini_batches(samples, cfg.trainer.ppo_mini_batch_size)
-        epochs = 1 if alg.is_sft else cfg.trainer.ppo_epochs
+        minis = [list(range(len(samples)))] if alg.is_sft else mini_batches(samples, stage.ppo_mini_batch_size)
+        epochs = 1 if alg.is_sft else stage.ppo_epochs
         if alg.recompute_old_logprob and len(minis) * epochs > 1:
             old = sharded_forward(lambda mb: token_logprobs(self.policy, mb)[0], samples, self.env, planner)
         if st.critic is not None:
             values = sharded_forward(lambda mb: token_values(st.critic.model, mb), samples, self.env, planner)
         tensors, metrics = build_step_tensors(samples, alg, ref=ref, old=old, values=values,
-                                              max_prompt_tokens=cfg.model.max_prompt_tokens,
-                                              max_response_tokens=cfg.model.max_response_tokens)
+                                              max_prompt_tokens=stage.max_prompt_tokens,
+                                              max_response_tokens=stage.max_response_tokens)
         k = pos.step_in_stage
         results: list[UpdateResult] = []
         batches = minis * epochs  # every epoch runs the same mini-batches in the same order
@@ -389,10 +366,10 @@ class Trainer:
                                  functools.partial(_critic_loss, alg, tensors), results):
                 return None
             metrics["critic/lr"] = st.critic_schedule(k)
-        if st.critic is None or k >= cfg.trainer.critic_warmup:
+        if st.critic is None or k >= stage.critic_warmup:
             # As veRL's actor scheduler, the actor's steps count from its first update: the critic's
             # warm-up steps do not use up the actor's learning-rate warm-up.
-            lr = st.schedule(k - (cfg.trainer.critic_warmup if st.critic is not None else 0))
+            lr = st.schedule(k - (stage.critic_warmup if st.critic is not None else 0))
             set_lr(st.actor.optimizer, lr)
             if not self._updates(pos, st.actor, "actor", batches, samples, tensors.mask,
                                  functools.partial(_actor_loss, alg, tensors), results):
@@ -433,14 +410,15 @@ class Trainer:
 
     # ---- outputs -------------------------------------------------------------------------------
 
-    def _publish(self, step: int, cfg: Config) -> None:
+    def _publish(self, step: int, stage: TrainerStageSettings) -> None:
         """Publish the policy as `weights/step_<step>` (all ranks gather; rank 0 writes)."""
         start = time.perf_counter()
-        publish_model(self.policy, self.env, self.rundir.root, step, self.model_path,
-                      compute_dtype(cfg.model.dtype, self.env.device))
+        run = self.settings
+        publish_model(self.policy, self.env, self.rundir.root, step, run.model_path,
+                      compute_dtype(run.dtype, self.env.device))
         if self.env.is_main:
-            removed = weights.collect_published(self.rundir.root, cfg.synchronizer.keep_published,
-                                                cfg.filesystem.lease_s)
+            removed = weights.collect_published(self.rundir.root, stage.keep_published,
+                                                run.lease_s)
             log.info("published weights/step_%d in %.2f s%s", step, time.perf_counter() - start,
                      f"; removed steps {removed}" if removed else "")
 
@@ -453,30 +431,30 @@ class Trainer:
             return
         from rfthpc.store import collect_garbage
 
-        parts = [ckpt.Part("actor", self.policy, st.actor.optimizer, self.model_path)]
+        run = self.settings
+        parts = [ckpt.Part("actor", self.policy, st.actor.optimizer, run.model_path)]
         if st.critic is not None:
-            parts.append(ckpt.Part("critic", st.critic.model, st.critic.optimizer,
-                                   Path(st.cfg.model.critic_model_path).expanduser()))
+            parts.append(ckpt.Part("critic", st.critic.model, st.critic.optimizer, run.critic_model_path))
         meta = CheckpointMeta(
             step=pos.step, stage=st.stage.name, stage_index=pos.stage_index, stage_start_step=pos.stage_start_step,
             stage_finished=stage_finished,
-            dtype=str(compute_dtype(st.cfg.model.dtype, self.env.device)).removeprefix("torch."),
+            dtype=str(compute_dtype(run.dtype, self.env.device)).removeprefix("torch."),
             reader=self.reader.state() if self.reader is not None else None,
             sft_data=st.sft.state_dict() if st.sft is not None else None,
             kl_controller=st.algorithm.kl_controller.value if st.algorithm.kl_controller is not None else None,
             nan_skipped_batches=self.nan_batches, published_version=weights.read_latest(self.rundir.root),
         )
-        hf = st.cfg.trainer.save_hf_checkpoint
+        hf = st.stage.save_hf_checkpoint
         last = stage_finished and pos.stage_index == len(self.stages) - 1
         save_hf = hf == "always" or (hf == "last" and last)
         ckpt.save_checkpoint(self.rundir.root, self.env, parts, meta, save_hf=save_hf,
-                             hf_dtype=compute_dtype(st.cfg.model.dtype, self.env.device))
+                             hf_dtype=compute_dtype(run.dtype, self.env.device))
         self.last_saved = (pos.step, stage_finished)
         if self.env.is_main:
             self.reader.mark_checkpointed(meta.reader)
-            collect_garbage(self.rundir.root, keep_chunks=st.cfg.filesystem.keep_consumed_chunks)
+            collect_garbage(self.rundir.root, keep_chunks=run.keep_consumed_chunks)
             protect = {pos.stage_start_step} if st.reference is not None else set()
-            ckpt.remove_old_checkpoints(self.rundir.root, st.cfg.trainer.max_checkpoints_to_keep, protect)
+            ckpt.remove_old_checkpoints(self.rundir.root, st.stage.max_checkpoints_to_keep, protect)
 
     def _write_trainer_meta(self, pos: Position, done: bool = False) -> None:
         if not self.env.is_main:
@@ -542,13 +520,6 @@ def _mean_metrics(results: list[UpdateResult]) -> dict[str, float]:
         for k, v in r.metrics.items():
             sums[k].append(v)
     return {k: sum(v) / len(v) for k, v in sums.items()}
-
-
-def _sampling_temperature(cfg: Config) -> float:
-    """The temperature explorers sample at: the tasksets' if they agree, else `model.temperature`."""
-    temps = {ts.rollout_args.temperature for ts in cfg.buffer.explorer_input.tasksets}
-    t = temps.pop() if len(temps) == 1 else cfg.model.temperature
-    return t if t and t > 0 and math.isfinite(t) else 1.0
 
 
 def run_trainer(run_dir: Path) -> int:

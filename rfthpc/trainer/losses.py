@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from rfthpc import algorithms as algos
-from rfthpc.config.algorithm import AlgorithmConfig
+from rfthpc.config.settings import AlgorithmSettings
 from rfthpc.errors import ConfigError
 
 RECOMPUTE_OLD_LOGPROB = frozenset({"ppo"})
@@ -69,8 +69,8 @@ class Algorithm:
         return self.policy_loss_name in RECOMPUTE_OLD_LOGPROB
 
     @classmethod
-    def from_config(cls, alg: AlgorithmConfig) -> Algorithm:
-        """Bind the (finalized) `algorithm` section; raises ConfigError on unknown names or arguments."""
+    def from_settings(cls, alg: AlgorithmSettings) -> Algorithm:
+        """Bind a stage's algorithm; raises ConfigError on unknown names or arguments."""
         mode = alg.loss_agg_mode
         if mode not in algos.LOSS_AGG_MODES:
             known = ", ".join(algos.LOSS_AGG_MODES)

@@ -17,18 +17,16 @@ import math
 import torch
 from torch import nn
 
-from rfthpc.config.algorithm import OptimizerConfig
+from rfthpc.config.settings import OptimizerSettings
 from rfthpc.errors import ConfigError
 
 
-def make_optimizer(model: nn.Module, cfg: OptimizerConfig, lr: float | None = None) -> torch.optim.AdamW:
+def make_optimizer(model: nn.Module, cfg: OptimizerSettings, lr: float | None = None) -> torch.optim.AdamW:
     """AdamW over the trainable parameters (`lr` overrides `cfg.lr`, e.g. the critic's)."""
-    if len(cfg.betas) != 2:
-        raise ConfigError(f"algorithm.optimizer.betas: {cfg.betas} must hold two numbers, e.g. [0.9, 0.999]")
     params = [p for p in model.parameters() if p.requires_grad]
     # The fused kernel (CPU and GPU, DTensor shards included) is ~5x faster than the multi-tensor
     # one on CPU (0.04 s vs 0.19 s a step for 30M parameters); CPU's default loops over tensors.
-    return torch.optim.AdamW(params, lr=cfg.lr if lr is None else lr, betas=(cfg.betas[0], cfg.betas[1]),
+    return torch.optim.AdamW(params, lr=cfg.lr if lr is None else lr, betas=cfg.betas,
                              eps=cfg.eps, weight_decay=cfg.weight_decay, fused=True)
 
 
@@ -55,7 +53,7 @@ class LRSchedule:
         self.min_ratio = min_lr_ratio
 
     @classmethod
-    def from_config(cls, cfg: OptimizerConfig, total_steps: int | None) -> LRSchedule:
+    def from_settings(cls, cfg: OptimizerSettings, total_steps: int | None) -> LRSchedule:
         """The schedule of `algorithm.optimizer` over a stage of `total_steps` steps."""
         return cls(cfg.lr, total_steps, cfg.lr_warmup_steps, cfg.lr_warmup_steps_ratio, cfg.warmup_style,
                    cfg.min_lr_ratio)

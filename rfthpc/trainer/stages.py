@@ -9,9 +9,10 @@ passed over. A checkpoint records the stage it belongs to and whether that stage
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rfthpc.config import Stage
+from rfthpc.config.settings import TrainerStageSettings
 from rfthpc.errors import UserError
 from rfthpc.trainer.checkpoint_meta import CheckpointMeta
 
@@ -33,20 +34,15 @@ class Position:
         return self.step - self.stage_start_step
 
 
-def trains(stage: Stage) -> bool:
-    """True if the trainer has work in `stage` (its mode is not explore)."""
-    return stage.config.mode != "explore"
-
-
-def next_trainable(stages: list[Stage], index: int) -> int | None:
+def next_trainable(stages: Sequence[TrainerStageSettings], index: int) -> int | None:
     """The first stage at or after `index` that the trainer runs, or None if there is none."""
     for i in range(index, len(stages)):
-        if trains(stages[i]):
+        if stages[i].trains:
             return i
     return None
 
 
-def resume_position(stages: list[Stage], meta: CheckpointMeta | None) -> Position | None:
+def resume_position(stages: Sequence[TrainerStageSettings], meta: CheckpointMeta | None) -> Position | None:
     """Where to start: the first trainable stage at step 0 without a checkpoint, else after the
     checkpoint `meta` (the next stage if the checkpoint's stage had finished). None: all done."""
     if meta is None:

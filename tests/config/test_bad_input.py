@@ -108,6 +108,19 @@ def test_auxiliary_engines_count_per_explorer(tmp_path: Path, base: str) -> None
     assert "(explorer.rollout_model.engine_num = 1); remove it or set 1" in msg
 
 
+def test_auxiliary_model_names_are_checked_before_the_queue(tmp_path: Path, base: str) -> None:
+    """Workflows address auxiliary models by name: a duplicate or `policy` one is refused when the
+    config is loaded (it used to be found by the explorer, after the queue); an unnamed one (Trinity-RFT
+    addresses them by position) is named by its position."""
+    model = base.split("model_path: ", 1)[1].split("\n", 1)[0]
+    cases = ((["judge", "judge"], "'judge'"), (["policy"], "'policy'"), (["", "auxiliary_0"], "'auxiliary_0'"))
+    for names, bad in cases:
+        models = "".join(f"    - name: '{n}'\n      model_path: {model}\n" for n in names)
+        config = base.replace("gpu_per_node: 2", "gpu_per_node: 4") + f"explorer:\n  auxiliary_models:\n{models}"
+        msg = _error(write(tmp_path, config))
+        assert f"explorer.auxiliary_models[{len(names) - 1}].name={bad}: give each auxiliary model a unique name" in msg
+
+
 def test_explorers_leaving_no_gpu_for_the_trainer(tmp_path: Path, base: str) -> None:
     msg = _error(write(tmp_path, base + "explorer:\n  rollout_model:\n    engine_num: 2\n"))
     assert "leave none for the trainer" in msg

@@ -55,6 +55,7 @@ def test_verl_ppo_example_maps_trainer_config(local_paths: Path) -> None:
     assert cfg.model.critic_model_path.endswith("Qwen2-7B-Instruct")
     assert len(cfg.buffer.explorer_input.tasksets) == 2
     assert cfg.explorer.auxiliary_models[0].engine_num == 2
+    assert cfg.explorer.auxiliary_models[0].name == "auxiliary_0"  # unnamed in Trinity-RFT's file
     assert cfg.monitor.monitor_type == ["wandb"]
     assert cfg.synchronizer.max_staleness == 4
 

@@ -4,6 +4,7 @@ the command line, a stage), and a stage's single taskset overrides the run's."""
 from __future__ import annotations
 
 import shutil
+from dataclasses import FrozenInstanceError
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import yaml
 
 from rfthpc.config import dump_yaml, load_config
 from rfthpc.config.load import load_resolved
+from rfthpc.config.settings import trainer_settings
 from rfthpc.errors import ConfigError
 from tests.config.conftest import write
 from tests.config.test_bad_input import base  # noqa: F401  (fixture)
@@ -79,6 +81,35 @@ stages:
     bad = stages + "            bogus_key: 3\n"
     with pytest.raises(ConfigError, match=r"stage 'second'.*trainer.trainer_config.actor_rollout_ref.actor.bogus_key"):
         load_config(write(tmp_path, base + bad))
+
+
+def test_the_trainer_reads_each_stages_own_values_and_one_policy_through_the_stages(
+    tmp_path: Path, base: str  # noqa: F811
+) -> None:
+    stages = """
+stages:
+  - stage_name: warmup
+    algorithm:
+      optimizer:
+        lr: 2.0e-5
+  - stage_name: rl
+    synchronizer:
+      sync_interval: 2
+"""
+    loaded = load_config(write(tmp_path, base + stages))
+    warmup, rl = trainer_settings(loaded.stages).stages
+    assert (warmup.name, rl.name) == ("warmup", "rl")
+    assert warmup.algorithm.optimizer.lr == pytest.approx(2e-5)
+    assert rl.algorithm.optimizer.lr != warmup.algorithm.optimizer.lr
+    assert (warmup.sync_interval, rl.sync_interval) == (1, 2) and rl.max_staleness == 1
+    assert warmup.claim_sets == ("warmup.t",) and rl.claim_sets == ("rl.t",)  # both explore: a claim set each
+    with pytest.raises(FrozenInstanceError):
+        rl.sync_interval = 3  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        rl.algorithm.kl_loss_fn_args["kl_coef"] = 1.0  # type: ignore[index]
+    changed = stages + "    model:\n      dtype: float16\n"
+    with pytest.raises(ConfigError, match=r"stage 'rl': model.dtype 'float16' differs from stage 'warmup'.*one policy"):
+        load_config(write(tmp_path, base + changed))
 
 
 def test_a_stages_single_taskset_overrides_the_runs(tmp_path: Path, base: str) -> None:  # noqa: F811

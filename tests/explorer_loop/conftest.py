@@ -91,10 +91,11 @@ def explorer(run_dir: Path, rank: int = 0, engine_factory=None):
     """An in-process explorer of the run (its resolved config, as `rfthpc explore` reads it); its engines
     from `engine_factory` if given."""
     from rfthpc.config import load_resolved
+    from rfthpc.config.settings import explorer_settings
     from rfthpc.engines import make_engine
     from rfthpc.explorer.loop import Explorer
 
-    return Explorer(run_dir, "explorer", rank, load_resolved(run_dir / "config.yaml").stages,
+    return Explorer(run_dir, "explorer", rank, explorer_settings(load_resolved(run_dir / "config.yaml").stages),
                     engine_factory=engine_factory or make_engine)
 
 

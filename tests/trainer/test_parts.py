@@ -14,11 +14,13 @@ import numpy as np
 import pytest
 import torch
 
-from rfthpc.config import Stage
+from rfthpc.config import resolve_stages
 from rfthpc.config.algorithm import AlgorithmConfig
 from rfthpc.config.buffer import ExperienceBufferConfig
 from rfthpc.config.derive import finalize
-from rfthpc.config.schema import Config
+from rfthpc.config.model import ModelConfig
+from rfthpc.config.schema import Config, StageConfig
+from rfthpc.config.settings import AlgorithmSettings, TrainerStageSettings, trainer_settings
 from rfthpc.errors import ConfigError, UserError
 from rfthpc.signals import StopRequest
 from rfthpc.store import Experience, Group
@@ -293,8 +295,10 @@ def test_sft_missing_column_is_named(tmp_path: Path, tiny_model: Path) -> None:
 
 # ---- stages, signals, algorithm --------------------------------------------------------------
 
-def _stages(*modes: str) -> list[Stage]:
-    return [Stage(f"s{i}", Config(mode=m)) for i, m in enumerate(modes)]
+def _stages(*modes: str) -> tuple[TrainerStageSettings, ...]:
+    cfg = Config(model=ModelConfig(model_path="model"),
+                 stages=[StageConfig(stage_name=f"s{i}", mode=m) for i, m in enumerate(modes)])
+    return trainer_settings(resolve_stages(cfg)).stages
 
 
 def test_resume_position_walks_the_stages() -> None:
@@ -321,24 +325,24 @@ def test_stop_request_records_sigterm_and_sigusr2() -> None:
 
 
 def test_algorithm_binding_follows_the_preset() -> None:
-    grpo = Algorithm.from_config(finalize(Config(algorithm=AlgorithmConfig(algorithm_type="grpo"))).algorithm)
+    grpo = Algorithm.from_settings(AlgorithmSettings.of(finalize(Config(algorithm=AlgorithmConfig(algorithm_type="grpo"))).algorithm))
     assert grpo.use_reference and not grpo.use_critic and grpo.recompute_old_logprob
-    ppo = Algorithm.from_config(finalize(Config(algorithm=AlgorithmConfig(algorithm_type="ppo"))).algorithm)
+    ppo = Algorithm.from_settings(AlgorithmSettings.of(finalize(Config(algorithm=AlgorithmConfig(algorithm_type="ppo"))).algorithm))
     assert ppo.use_critic
-    tis = Algorithm.from_config(finalize(Config(algorithm=AlgorithmConfig(algorithm_type="tis"))).algorithm)
+    tis = Algorithm.from_settings(AlgorithmSettings.of(finalize(Config(algorithm=AlgorithmConfig(algorithm_type="tis"))).algorithm))
     assert not tis.recompute_old_logprob
-    sft = Algorithm.from_config(finalize(Config(algorithm=AlgorithmConfig(algorithm_type="sft"))).algorithm)
+    sft = Algorithm.from_settings(AlgorithmSettings.of(finalize(Config(algorithm=AlgorithmConfig(algorithm_type="sft"))).algorithm))
     assert sft.is_sft and not sft.use_reference
     bad = finalize(Config(algorithm=AlgorithmConfig(algorithm_type="grpo", kl_loss_fn_args={"beta": 1})))
     with pytest.raises(ConfigError, match="kl_loss_fn_args"):
-        Algorithm.from_config(bad.algorithm)
+        Algorithm.from_settings(AlgorithmSettings.of(bad.algorithm))
 
 
 def test_micro_batch_weights_sum_to_the_batch_loss() -> None:
     """Weighting micro-batch losses by count(mb)/count(batch) gives the whole-batch loss (any agg mode)."""
     for mode in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"):
-        alg = Algorithm.from_config(finalize(Config(algorithm=AlgorithmConfig(algorithm_type="grpo",
-                                                                               loss_agg_mode=mode))).algorithm)
+        alg = Algorithm.from_settings(AlgorithmSettings.of(finalize(Config(algorithm=AlgorithmConfig(algorithm_type="grpo",
+                                                                               loss_agg_mode=mode))).algorithm))
         torch.manual_seed(0)
         lp = torch.randn(5, 4)
         mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0]], dtype=torch.bool)
@@ -403,7 +407,7 @@ def test_rows_without_token_rewards_keep_their_outcome_reward_in_a_mixed_batch()
     from rfthpc.trainer.rl_batch import build_step_tensors
     from rfthpc.trainer.samples import Sample
 
-    grpo = Algorithm.from_config(finalize(Config(algorithm=AlgorithmConfig(algorithm_type="grpo"))).algorithm)
+    grpo = Algorithm.from_settings(AlgorithmSettings.of(finalize(Config(algorithm=AlgorithmConfig(algorithm_type="grpo"))).algorithm))
 
     def sample(reward: float, group: int, token_rewards: list[float] | None = None) -> Sample:
         return Sample(prompt_ids=np.array([1]), response_ids=np.array([2, 3]), loss_mask=np.ones(2, dtype=bool),
@@ -423,7 +427,7 @@ def test_a_critic_batch_reports_verls_explained_variance() -> None:
     from rfthpc.trainer.rl_batch import build_step_tensors
     from rfthpc.trainer.samples import Sample
 
-    ppo = Algorithm.from_config(finalize(Config(algorithm=AlgorithmConfig(algorithm_type="ppo"))).algorithm)
+    ppo = Algorithm.from_settings(AlgorithmSettings.of(finalize(Config(algorithm=AlgorithmConfig(algorithm_type="ppo"))).algorithm))
     samples = [Sample(prompt_ids=np.array([1]), response_ids=np.array([2, 3]), loss_mask=np.ones(2, dtype=bool),
                       reward=r, behaviour_logprobs=np.zeros(2, dtype=np.float32)) for r in (1.0, 0.0)]
     values = [np.array([0.5, 0.8], dtype=np.float32), np.array([0.1, 0.2], dtype=np.float32)]
@@ -439,7 +443,7 @@ def test_length_clip_ratios_are_the_share_of_samples_at_the_models_limits() -> N
     from rfthpc.trainer.rl_batch import build_step_tensors
     from rfthpc.trainer.samples import Sample
 
-    grpo = Algorithm.from_config(finalize(Config(algorithm=AlgorithmConfig(algorithm_type="grpo"))).algorithm)
+    grpo = Algorithm.from_settings(AlgorithmSettings.of(finalize(Config(algorithm=AlgorithmConfig(algorithm_type="grpo"))).algorithm))
     samples = [Sample(prompt_ids=np.arange(p), response_ids=np.arange(r), loss_mask=np.ones(r, dtype=bool),
                       reward=float(r), behaviour_logprobs=np.zeros(r, dtype=np.float32))
                for p, r in ((4, 8), (6, 3), (2, 8), (6, 1))]

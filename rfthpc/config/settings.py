@@ -1,0 +1,384 @@
+"""Per-role settings: what a role reads of the run's config, resolved once, frozen, with nothing left
+to fill in.
+
+A `Config` serves every layer from the raw YAML to the finalized stage, so its fields may be None
+("derive later") and any holder may change it. Roles read these instead: built from the finalized
+stages by the functions below, every value is the one the config layer decided (a role that
+re-derived one could disagree with another role), and a role cannot change them.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from rfthpc.config.algorithm import AlgorithmConfig, OptimizerConfig
+from rfthpc.config.buffer import ExperienceBufferConfig, TasksetConfig
+from rfthpc.config.derive import Stage
+from rfthpc.config.explorer import InferenceModelConfig
+from rfthpc.config.monitor import MonitorConfig
+from rfthpc.config.schema import Config
+from rfthpc.errors import ConfigError
+from rfthpc.store.claims import claims_name
+
+
+def _frozen(args: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(args))
+
+
+def _required(value: Any, key: str) -> Any:
+    """`value`, which finalizing the config has set; a None here means the config was not finalized."""
+    if value is None:
+        raise ConfigError(f"{key}: not set after the config was resolved; set it in the config")
+    return value
+
+
+@dataclass(frozen=True)
+class OptimizerSettings:
+    """AdamW and its learning-rate schedule (`algorithm.optimizer`)."""
+
+    lr: float
+    betas: tuple[float, float]
+    eps: float
+    weight_decay: float
+    lr_warmup_steps: int
+    lr_warmup_steps_ratio: float
+    warmup_style: str
+    min_lr_ratio: float
+
+    @classmethod
+    def of(cls, opt: OptimizerConfig) -> OptimizerSettings:
+        if len(opt.betas) != 2:
+            raise ConfigError(f"algorithm.optimizer.betas: {opt.betas} must hold two numbers, e.g. [0.9, 0.999]")
+        return cls(float(opt.lr), (float(opt.betas[0]), float(opt.betas[1])), float(opt.eps),
+                   float(opt.weight_decay), int(opt.lr_warmup_steps), float(opt.lr_warmup_steps_ratio),
+                   opt.warmup_style, float(opt.min_lr_ratio))
+
+
+@dataclass(frozen=True)
+class AlgorithmSettings:
+    """The algorithm of a stage, every function named (the preset applied) with its arguments."""
+
+    algorithm_type: str
+    repeat_times: int
+    advantage_fn: str | None
+    """None only for SFT."""
+    advantage_fn_args: Mapping[str, Any]
+    policy_loss_fn: str
+    policy_loss_fn_args: Mapping[str, Any]
+    kl_penalty_fn: str
+    kl_penalty_fn_args: Mapping[str, Any]
+    kl_loss_fn: str
+    kl_loss_fn_args: Mapping[str, Any]
+    entropy_loss_fn: str
+    entropy_loss_fn_args: Mapping[str, Any]
+    loss_agg_mode: str
+    optimizer: OptimizerSettings
+
+    @classmethod
+    def of(cls, alg: AlgorithmConfig) -> AlgorithmSettings:
+        policy_loss = _required(alg.policy_loss_fn, "algorithm.policy_loss_fn")
+        return cls(
+            algorithm_type=alg.algorithm_type,
+            repeat_times=int(_required(alg.repeat_times, "algorithm.repeat_times")),
+            advantage_fn=alg.advantage_fn or None,
+            advantage_fn_args=_frozen(alg.advantage_fn_args),
+            policy_loss_fn=policy_loss,
+            policy_loss_fn_args=_frozen(alg.policy_loss_fn_args),
+            kl_penalty_fn=_required(alg.kl_penalty_fn, "algorithm.kl_penalty_fn"),
+            kl_penalty_fn_args=_frozen(alg.kl_penalty_fn_args),
+            kl_loss_fn=_required(alg.kl_loss_fn, "algorithm.kl_loss_fn"),
+            kl_loss_fn_args=_frozen(alg.kl_loss_fn_args),
+            entropy_loss_fn=_required(alg.entropy_loss_fn, "algorithm.entropy_loss_fn"),
+            entropy_loss_fn_args=_frozen(alg.entropy_loss_fn_args),
+            loss_agg_mode=_required(alg.loss_agg_mode, "algorithm.loss_agg_mode"),
+            optimizer=OptimizerSettings.of(alg.optimizer),
+        )
+
+
+@dataclass(frozen=True)
+class TrainerStageSettings:
+    """What the trainer reads of one stage."""
+
+    name: str
+    index: int
+    trains: bool
+    """Whether the trainer has work in the stage (its mode is not explore)."""
+    algorithm: AlgorithmSettings
+    chat_template: str | None
+    """The policy's one chat template (None: the tokenizer's own); the explorers roll out with it."""
+    enable_thinking: bool | None
+    max_prompt_tokens: int | None
+    max_response_tokens: int | None
+    sampling_temperature: float
+    """The temperature the explorers sample at (the tasksets' if they agree, else `model.temperature`):
+    the trainer's log-probabilities are taken at it."""
+    train_batch_size: int
+    """Experiences per step (`buffer.train_batch_size`)."""
+    groups_per_step: int
+    """Groups per step: `train_batch_size` / `repeat_times`."""
+    total_steps: int | None
+    """Steps of the stage; None: until the data runs out."""
+    total_epochs: int
+    ppo_mini_batch_size: int
+    ppo_epochs: int
+    ppo_micro_batch_size_per_gpu: int
+    share_prompt_forward: bool
+    token_budget: int | None
+    """Tokens per micro-batch per GPU when batches are sized by tokens (`use_dynamic_bsz`), else None."""
+    grad_clip: float
+    critic_lr: float
+    critic_lr_warmup_steps_ratio: float
+    critic_warmup: int
+    save_interval: int
+    save_hf_checkpoint: str
+    max_checkpoints_to_keep: int | None
+    sync_interval: int
+    max_staleness: int
+    keep_published: int
+    read_timeout_s: float
+    """`buffer.trainer_input.experience_buffer.max_read_timeout`."""
+    chunk_delay_s: float
+    """`buffer.trainer_input.experience_buffer.max_chunk_delay`."""
+    sft_data: ExperienceBufferConfig
+    """The SFT dataset (SFT stages); a copy the trainer owns."""
+    claim_sets: tuple[str, ...]
+    """The `TaskClaims` names of the stage's tasksets, as its explorers name them."""
+
+    @property
+    def is_sft(self) -> bool:
+        return self.algorithm.policy_loss_fn == "sft"
+
+
+@dataclass(frozen=True)
+class TrainerSettings:
+    """What the trainer reads of the run: settings of the whole run, then one entry per stage."""
+
+    model_path: Path
+    critic_model_path: Path
+    dtype: str
+    gradient_checkpointing: bool
+    cpu_offload: bool
+    continue_from_checkpoint: bool
+    share_group: str | None
+    lease_s: float
+    poll_interval_s: float
+    keep_consumed_chunks: bool
+    project: str
+    name: str
+    monitor: MonitorConfig
+    stages: tuple[TrainerStageSettings, ...]
+
+
+def _sampling_temperature(cfg: Config) -> float:
+    temps = {ts.rollout_args.temperature for ts in cfg.buffer.explorer_input.tasksets}
+    t = temps.pop() if len(temps) == 1 else cfg.model.temperature
+    return float(t) if t and t > 0 and math.isfinite(t) else 1.0
+
+
+def stage_claim_sets(stages: list[Stage]) -> list[tuple[str, ...]]:
+    """Per stage, the claim sets of its training tasksets: `<taskset>`, or `<stage>.<taskset>` when
+    several stages explore (each has its own claims then). Explorers and trainer use these names."""
+    several = sum(s.config.mode != "train" for s in stages) > 1
+    return [tuple(claims_name(ts.name, s.name if several else None) for ts in s.config.buffer.explorer_input.tasksets)
+            for s in stages]
+
+
+def _trainer_stage(index: int, stage: Stage, claim_sets: tuple[str, ...]) -> TrainerStageSettings:
+    cfg = stage.config
+    alg, t, b, m = cfg.algorithm, cfg.trainer, cfg.buffer, cfg.model
+    algorithm = AlgorithmSettings.of(alg)
+    train_batch = int(_required(b.train_batch_size, "buffer.train_batch_size"))
+    eb = b.trainer_input.experience_buffer
+    return TrainerStageSettings(
+        name=stage.name, index=index, trains=cfg.mode != "explore", algorithm=algorithm,
+        chat_template=m.custom_chat_template, enable_thinking=m.enable_thinking, max_prompt_tokens=m.max_prompt_tokens,
+        max_response_tokens=m.max_response_tokens, sampling_temperature=_sampling_temperature(cfg),
+        train_batch_size=train_batch, groups_per_step=max(1, train_batch // algorithm.repeat_times),
+        total_steps=b.total_steps, total_epochs=b.total_epochs,
+        ppo_mini_batch_size=int(_required(t.ppo_mini_batch_size, "trainer.ppo_mini_batch_size")),
+        ppo_epochs=t.ppo_epochs, ppo_micro_batch_size_per_gpu=t.ppo_micro_batch_size_per_gpu,
+        share_prompt_forward=t.share_prompt_forward,
+        token_budget=t.max_token_len_per_gpu if t.use_dynamic_bsz else None,
+        grad_clip=t.grad_clip, critic_lr=t.critic_lr, critic_lr_warmup_steps_ratio=t.critic_lr_warmup_steps_ratio,
+        critic_warmup=t.critic_warmup, save_interval=t.save_interval, save_hf_checkpoint=t.save_hf_checkpoint,
+        max_checkpoints_to_keep=t.max_checkpoints_to_keep, sync_interval=cfg.synchronizer.sync_interval,
+        max_staleness=int(_required(cfg.synchronizer.max_staleness, "synchronizer.max_staleness")),
+        keep_published=cfg.synchronizer.keep_published, read_timeout_s=eb.max_read_timeout,
+        chunk_delay_s=eb.max_chunk_delay, sft_data=copy.deepcopy(eb), claim_sets=claim_sets,
+    )
+
+
+def trainer_settings(stages: list[Stage]) -> TrainerSettings:
+    """The trainer's settings of a run with these (finalized) stages. The model and the run-wide
+    values come from the first stage the trainer runs (they cannot change between stages)."""
+    trained = [s for s in stages if s.config.mode != "explore"] or stages[:1]
+    first = trained[0].config
+    for stage in trained[1:]:
+        for key in ("model_path", "critic_model_path", "dtype"):
+            if getattr(stage.config.model, key) != getattr(first.model, key):
+                raise ConfigError(
+                    f"stage {stage.name!r}: model.{key} {getattr(stage.config.model, key)!r} differs from stage "
+                    f"{trained[0].name!r}'s {getattr(first.model, key)!r}; one policy is trained through the "
+                    f"stages: set model.{key} for the whole run, not per stage"
+                )
+    m, t, fs = first.model, first.trainer, first.filesystem
+    return TrainerSettings(
+        model_path=Path(_required(m.model_path, "model.model_path")).expanduser(),
+        critic_model_path=Path(_required(m.critic_model_path, "model.critic_model_path")).expanduser(),
+        dtype=m.dtype, gradient_checkpointing=t.enable_gradient_checkpointing,
+        cpu_offload=t.param_offload or t.optimizer_offload,
+        continue_from_checkpoint=first.continue_from_checkpoint, share_group=fs.share_group, lease_s=fs.lease_s,
+        poll_interval_s=fs.poll_interval_s, keep_consumed_chunks=fs.keep_consumed_chunks,
+        project=first.project, name=first.name, monitor=copy.deepcopy(first.monitor),
+        stages=tuple(_trainer_stage(i, s, c) for i, (s, c) in enumerate(zip(stages, stage_claim_sets(stages),
+                                                                             strict=True))),
+    )
+
+
+POLICY_ENGINE = "policy"
+"""The name of the rollout engine among an explorer's engines (auxiliary engines go by their `name`)."""
+
+
+@dataclass(frozen=True)
+class InferenceModelSettings:
+    """One model an explorer serves: the rollout model (`POLICY_ENGINE`) or an auxiliary one."""
+
+    name: str
+    engine_type: str
+    model_path: str
+    dtype: str
+    max_model_len: int | None
+    seed: int
+    """Sampling seed of array task 0; task `rank` samples with `seed + rank`."""
+    tensor_parallel_size: int
+    gpu_memory_utilization: float
+    enforce_eager: bool
+    enable_prefix_caching: bool
+    enable_chunked_prefill: bool
+    cpu_kvcache_space_gb: int
+    chat_template: str | None
+    """None: the tokenizer's own."""
+    enable_thinking: bool | None
+    max_prompt_tokens: int | None
+    max_response_tokens: int | None
+
+
+@dataclass(frozen=True)
+class ExplorerStageSettings:
+    """What an explorer reads of one stage."""
+
+    name: str
+    index: int
+    explores: bool
+    """Whether explorers have work in the stage (its mode is both or explore)."""
+    tasksets: tuple[TasksetConfig, ...]
+    """Training tasksets, finalized (copies the explorer owns)."""
+    claim_sets: tuple[str, ...]
+    """The `TaskClaims` name of each training taskset (the trainer names them alike)."""
+    eval_tasksets: tuple[TasksetConfig, ...]
+    batch_size: int
+    """Tasks per trainer step (`buffer.batch_size`)."""
+    max_tasks: int | None
+    """Tasks the stage's steps consume (`total_steps` x `batch_size`); None: every task of its epochs."""
+    claim_size: int
+    """Tasks one explorer claims at a time: its share of a batch (`batch_size` / array size)."""
+    max_staleness: int
+    sync_timeout: float
+    eval_interval: int
+    eval_on_startup: bool
+
+
+@dataclass(frozen=True)
+class ExplorerSettings:
+    """What an explorer reads of the run: its engines and run-wide values, then one entry per stage."""
+
+    rollout_model: InferenceModelSettings
+    auxiliary_models: tuple[InferenceModelSettings, ...]
+    min_response_tokens: int
+    enable_prompt_truncation: bool
+    runner_per_model: int
+    max_timeout: float
+    max_retry_times: int
+    max_retry_interval: float
+    weights_poll_interval: float
+    groups_per_chunk: int
+    max_chunk_delay: float
+    lease_s: float
+    poll_interval_s: float
+    lock_type: str
+    share_group: str | None
+    project: str
+    name: str
+    monitor: MonitorConfig
+    stages: tuple[ExplorerStageSettings, ...]
+
+
+def _inference_model(key: str, name: str, model: InferenceModelConfig) -> InferenceModelSettings:
+    return InferenceModelSettings(
+        name=name, engine_type=model.engine_type, model_path=str(_required(model.model_path, f"{key}.model_path")),
+        dtype=model.dtype, max_model_len=model.max_model_len, seed=model.seed,
+        tensor_parallel_size=model.tensor_parallel_size, gpu_memory_utilization=model.gpu_memory_utilization,
+        enforce_eager=model.enforce_eager, enable_prefix_caching=model.enable_prefix_caching,
+        enable_chunked_prefill=model.enable_chunked_prefill, cpu_kvcache_space_gb=model.cpu_kvcache_space_gb,
+        chat_template=model.chat_template, enable_thinking=model.enable_thinking,
+        max_prompt_tokens=model.max_prompt_tokens, max_response_tokens=model.max_response_tokens,
+    )
+
+
+def _auxiliary_models(cfg: Config) -> tuple[InferenceModelSettings, ...]:
+    out: dict[str, InferenceModelSettings] = {}
+    for i, aux in enumerate(cfg.explorer.auxiliary_models):
+        key = f"explorer.auxiliary_models[{i}]"
+        if not aux.name or aux.name == POLICY_ENGINE or aux.name in out:
+            raise ConfigError(
+                f"{key}.name={aux.name!r}: give each auxiliary model a unique name other than {POLICY_ENGINE!r}; "
+                "workflows address it by that name"
+            )
+        if not aux.model_path:
+            raise ConfigError(f"{key}.model_path: missing; give a local model directory")
+        out[aux.name] = _inference_model(key, aux.name, aux)
+    return tuple(out.values())
+
+
+def _explorer_stage(index: int, stage: Stage, claim_sets: tuple[str, ...]) -> ExplorerStageSettings:
+    cfg = stage.config
+    b, ex, sync = cfg.buffer, cfg.explorer, cfg.synchronizer
+    array_size = max(1, int(_required(cfg.slurm.explorer.array_size, "slurm.explorer.array_size")))
+    return ExplorerStageSettings(
+        name=stage.name, index=index, explores=cfg.mode in ("both", "explore"),
+        tasksets=tuple(copy.deepcopy(b.explorer_input.tasksets)), claim_sets=claim_sets,
+        eval_tasksets=tuple(copy.deepcopy(b.explorer_input.eval_tasksets)), batch_size=b.batch_size,
+        max_tasks=None if b.total_steps is None else b.total_steps * b.batch_size,
+        claim_size=max(1, math.ceil(b.batch_size / array_size)),
+        max_staleness=int(_required(sync.max_staleness, "synchronizer.max_staleness")),
+        sync_timeout=sync.sync_timeout, eval_interval=ex.eval_interval, eval_on_startup=ex.eval_on_startup,
+    )
+
+
+def explorer_settings(stages: list[Stage]) -> ExplorerSettings:
+    """An explorer's settings of a run with these (finalized) stages. Engines and run-wide values come
+    from the first stage that explores: the engines start once and serve every stage."""
+    explored = [s for s in stages if s.config.mode in ("both", "explore")] or stages[:1]
+    first = explored[0].config
+    ex, fs, buf = first.explorer, first.filesystem, first.buffer.trainer_input.experience_buffer
+    return ExplorerSettings(
+        # The policy's token limits are the model's (validation refuses rollout_model values that differ).
+        rollout_model=replace(_inference_model("explorer.rollout_model", POLICY_ENGINE, ex.rollout_model),
+                              max_prompt_tokens=first.model.max_prompt_tokens,
+                              max_response_tokens=first.model.max_response_tokens),
+        auxiliary_models=_auxiliary_models(first), min_response_tokens=first.model.min_response_tokens,
+        enable_prompt_truncation=first.model.enable_prompt_truncation, runner_per_model=ex.runner_per_model,
+        max_timeout=ex.max_timeout, max_retry_times=ex.max_retry_times, max_retry_interval=ex.max_retry_interval,
+        weights_poll_interval=ex.weights_poll_interval, groups_per_chunk=buf.groups_per_chunk,
+        max_chunk_delay=buf.max_chunk_delay, lease_s=fs.lease_s, poll_interval_s=fs.poll_interval_s,
+        lock_type=fs.lock_type, share_group=fs.share_group, project=first.project, name=first.name,
+        monitor=copy.deepcopy(first.monitor),
+        stages=tuple(_explorer_stage(i, s, c) for i, (s, c) in enumerate(zip(stages, stage_claim_sets(stages),
+                                                                              strict=True))),
+    )
