@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO
 
 from rfthpc.config import Stage
+from rfthpc.config.schema import explores, trains
 from rfthpc.errors import EXIT_PREEMPTED
 from rfthpc.fsutil import make_dirs, read_json
 from rfthpc.launch.torchrun import SHUTDOWN_TIMEOUT_VAR, torchrun_env
@@ -118,11 +119,10 @@ def plan_roles(stages: list[Stage], run: RunDir, trainer_procs: int = 1, explore
     `available_cores()`) unless the caller set it, so the roles overlap on cores of their own
     instead of oversubscribing the ones they share (docs/performance.md).
     """
-    modes = {s.config.mode for s in stages}
     cfg = stages[-1].config
-    train = bool(modes & {"both", "train"})
+    train = any(trains(s.config.mode) for s in stages)
     count = (explorers if explorers is not None else cfg.slurm.explorer.array_size) \
-        if modes & {"both", "explore"} else 0
+        if any(explores(s.config.mode) for s in stages) else 0
     cores = available_cores() if cores is None else cores
     threads = str(max(1, cores // max(1, count + (trainer_procs if train else 0))))
     base_env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", threads)}

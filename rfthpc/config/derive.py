@@ -9,7 +9,7 @@ from typing import Any
 
 from rfthpc.config import compat
 from rfthpc.config.buffer import TasksetConfig
-from rfthpc.config.schema import STAGE_SECTIONS, Config
+from rfthpc.config.schema import STAGE_SECTIONS, Config, explores, trains
 from rfthpc.config.typed import Problems, build, to_dict
 from rfthpc.errors import ConfigError
 
@@ -136,14 +136,14 @@ def explorer_task_gpus(cfg: Config) -> int:
 
 def explorer_gpus(cfg: Config) -> int:
     """GPUs the explorer side uses: `rollout_model.engine_num` explorers of `explorer_task_gpus` each."""
-    if cfg.mode == "train":
+    if not explores(cfg.mode):
         return 0
     return cfg.explorer.rollout_model.engine_num * explorer_task_gpus(cfg)
 
 
 def trainer_gpus_per_node(cfg: Config) -> int:
     """GPUs per trainer node: what the cluster has left after the explorers (Trinity-RFT's rule)."""
-    if cfg.mode == "explore":
+    if not trains(cfg.mode):
         return 0
     total = cfg.cluster.node_num * cfg.cluster.gpu_per_node
     left = total - explorer_gpus(cfg)

@@ -16,6 +16,16 @@ from rfthpc.config.trainer import TrainerConfig
 
 Mode = Literal["both", "explore", "train"]
 
+
+def trains(mode: str) -> bool:
+    """Whether the trainer has work in a run or stage of this mode."""
+    return mode in ("both", "train")
+
+
+def explores(mode: str) -> bool:
+    """Whether explorers have work in a run or stage of this mode."""
+    return mode in ("both", "explore")
+
 # Sections a stage may override; a stage holds partial dicts checked against these sections.
 STAGE_SECTIONS = ("algorithm", "buffer", "explorer", "trainer", "synchronizer", "model")
 

@@ -22,7 +22,7 @@ from rfthpc.config.buffer import ExperienceBufferConfig, TasksetConfig
 from rfthpc.config.derive import Stage
 from rfthpc.config.explorer import InferenceModelConfig
 from rfthpc.config.monitor import MonitorConfig
-from rfthpc.config.schema import Config
+from rfthpc.config.schema import Config, explores, trains
 from rfthpc.errors import ConfigError
 from rfthpc.store.claims import claims_name
 
@@ -184,7 +184,7 @@ def _sampling_temperature(cfg: Config) -> float:
 def stage_claim_sets(stages: list[Stage]) -> list[tuple[str, ...]]:
     """Per stage, the claim sets of its training tasksets: `<taskset>`, or `<stage>.<taskset>` when
     several stages explore (each has its own claims then). Explorers and trainer use these names."""
-    several = sum(s.config.mode != "train" for s in stages) > 1
+    several = sum(explores(s.config.mode) for s in stages) > 1
     return [tuple(claims_name(ts.name, s.name if several else None) for ts in s.config.buffer.explorer_input.tasksets)
             for s in stages]
 
@@ -196,7 +196,7 @@ def _trainer_stage(index: int, stage: Stage, claim_sets: tuple[str, ...]) -> Tra
     train_batch = int(_required(b.train_batch_size, "buffer.train_batch_size"))
     eb = b.trainer_input.experience_buffer
     return TrainerStageSettings(
-        name=stage.name, index=index, trains=cfg.mode != "explore", algorithm=algorithm,
+        name=stage.name, index=index, trains=trains(cfg.mode), algorithm=algorithm,
         chat_template=m.custom_chat_template, enable_thinking=m.enable_thinking, max_prompt_tokens=m.max_prompt_tokens,
         max_response_tokens=m.max_response_tokens, sampling_temperature=_sampling_temperature(cfg),
         train_batch_size=train_batch, groups_per_step=max(1, train_batch // algorithm.repeat_times),
@@ -217,7 +217,7 @@ def _trainer_stage(index: int, stage: Stage, claim_sets: tuple[str, ...]) -> Tra
 def trainer_settings(stages: list[Stage]) -> TrainerSettings:
     """The trainer's settings of a run with these (finalized) stages. The model and the run-wide
     values come from the first stage the trainer runs (they cannot change between stages)."""
-    trained = [s for s in stages if s.config.mode != "explore"] or stages[:1]
+    trained = [s for s in stages if trains(s.config.mode)] or stages[:1]
     first = trained[0].config
     for stage in trained[1:]:
         for key in ("model_path", "critic_model_path", "dtype"):
@@ -351,7 +351,7 @@ def _explorer_stage(index: int, stage: Stage, claim_sets: tuple[str, ...]) -> Ex
     b, ex, sync = cfg.buffer, cfg.explorer, cfg.synchronizer
     array_size = max(1, int(_required(cfg.slurm.explorer.array_size, "slurm.explorer.array_size")))
     return ExplorerStageSettings(
-        name=stage.name, index=index, explores=cfg.mode in ("both", "explore"),
+        name=stage.name, index=index, explores=explores(cfg.mode),
         tasksets=tuple(copy.deepcopy(b.explorer_input.tasksets)), claim_sets=claim_sets,
         eval_tasksets=tuple(copy.deepcopy(b.explorer_input.eval_tasksets)), batch_size=b.batch_size,
         max_tasks=None if b.total_steps is None else b.total_steps * b.batch_size,
@@ -364,7 +364,7 @@ def _explorer_stage(index: int, stage: Stage, claim_sets: tuple[str, ...]) -> Ex
 def explorer_settings(stages: list[Stage]) -> ExplorerSettings:
     """An explorer's settings of a run with these (finalized) stages. Engines and run-wide values come
     from the first stage that explores: the engines start once and serve every stage."""
-    explored = [s for s in stages if s.config.mode in ("both", "explore")] or stages[:1]
+    explored = [s for s in stages if explores(s.config.mode)] or stages[:1]
     first = explored[0].config
     ex, fs, buf = first.explorer, first.filesystem, first.buffer.trainer_input.experience_buffer
     return ExplorerSettings(

@@ -10,7 +10,7 @@ from typing import Any
 from rfthpc.config import compat
 from rfthpc.config.buffer import TasksetConfig
 from rfthpc.config.derive import explorer_gpus, explorer_task_gpus, trainer_gpus_per_node
-from rfthpc.config.schema import Config
+from rfthpc.config.schema import Config, explores
 from rfthpc.config.typed import Problems
 from rfthpc.errors import ConfigError
 from rfthpc.registry import Registry
@@ -201,7 +201,7 @@ def _check_gpus(cfg: Config, problems: Problems) -> None:
             "lower explorer.rollout_model.engine_num or add GPUs (cluster.gpu_per_node / node_num)"
         )
     given = cfg.slurm.explorer.gpus_per_node
-    if cfg.mode != "train" and given is not None and 0 <= given < per_task:
+    if explores(cfg.mode) and given is not None and 0 <= given < per_task:
         problems.add(
             f"slurm.explorer.gpus_per_node: {given}, but an explorer runs its rollout engine "
             f"(tensor_parallel_size {rm.tensor_parallel_size}) and one engine of each auxiliary model: {per_task} "
@@ -218,7 +218,7 @@ def _check_gpus(cfg: Config, problems: Problems) -> None:
 def _check_inputs(cfg: Config, problems: Problems, check_paths: bool) -> None:
     inp = cfg.buffer.explorer_input
     sft = cfg.algorithm.algorithm_type == "sft"
-    if cfg.mode in ("both", "explore") and not sft and not inp.tasksets:
+    if explores(cfg.mode) and not sft and not inp.tasksets:
         problems.add("buffer.explorer_input.taskset: missing; explorers need at least one training taskset")
     eb = cfg.buffer.trainer_input.experience_buffer
     if sft and not eb.path:
@@ -237,7 +237,7 @@ def _check_inputs(cfg: Config, problems: Problems, check_paths: bool) -> None:
         checks.append(("model.critic_model_path", cfg.model.critic_model_path, "model"))
     for i, aux in enumerate(cfg.explorer.auxiliary_models):
         checks.append((f"explorer.auxiliary_models[{i}].model_path", aux.model_path, "model"))
-    if cfg.mode in ("both", "explore") and not sft:
+    if explores(cfg.mode) and not sft:
         for group, sets in (("tasksets", inp.tasksets), ("eval_tasksets", inp.eval_tasksets)):
             checks += [(f"buffer.explorer_input.{group}[{i}].path", ts.path, "dataset") for i, ts in enumerate(sets)]
     if sft:
@@ -258,7 +258,7 @@ def _check_columns(cfg: Config, problems: Problems, missing: set[str]) -> None:
     inp, eb = cfg.buffer.explorer_input, cfg.buffer.trainer_input.experience_buffer
     sft = cfg.algorithm.algorithm_type == "sft"
     datasets = []
-    if cfg.mode in ("both", "explore") and not sft:
+    if explores(cfg.mode) and not sft:
         for group, sets in (("tasksets", inp.tasksets), ("eval_tasksets", inp.eval_tasksets)):
             datasets += [(f"buffer.explorer_input.{group}[{i}]", ts, format_columns(ts.format))
                          for i, ts in enumerate(sets)]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from submitit.core.utils import FailedJobError
 
-from rfthpc.config.schema import Config
+from rfthpc.config.schema import Config, explores, trains
 from rfthpc.fsutil import write_text_atomic
 from rfthpc.launch.executors import RunExecutor
 from rfthpc.launch.hetjob import HetjobExecutor
@@ -55,7 +55,7 @@ class JobPlan:
 
 def roles_of(stage_modes: Sequence[str]) -> tuple[bool, bool]:
     """(needs a trainer, needs explorers) for a run whose stages have these modes."""
-    return any(m in ("both", "train") for m in stage_modes), any(m in ("both", "explore") for m in stage_modes)
+    return any(map(trains, stage_modes)), any(map(explores, stage_modes))
 
 
 def python_of(cfg: Config) -> str:
