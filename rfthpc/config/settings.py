@@ -106,7 +106,6 @@ class TrainerStageSettings:
     """What the trainer reads of one stage."""
 
     name: str
-    index: int
     trains: bool
     """Whether the trainer has work in the stage (its mode is not explore)."""
     algorithm: AlgorithmSettings
@@ -189,14 +188,14 @@ def stage_claim_sets(stages: list[Stage]) -> list[tuple[str, ...]]:
             for s in stages]
 
 
-def _trainer_stage(index: int, stage: Stage, claim_sets: tuple[str, ...]) -> TrainerStageSettings:
+def _trainer_stage(stage: Stage, claim_sets: tuple[str, ...]) -> TrainerStageSettings:
     cfg = stage.config
     alg, t, b, m = cfg.algorithm, cfg.trainer, cfg.buffer, cfg.model
     algorithm = AlgorithmSettings.of(alg)
     train_batch = int(_required(b.train_batch_size, "buffer.train_batch_size"))
     eb = b.trainer_input.experience_buffer
     return TrainerStageSettings(
-        name=stage.name, index=index, trains=trains(cfg.mode), algorithm=algorithm,
+        name=stage.name, trains=trains(cfg.mode), algorithm=algorithm,
         chat_template=m.custom_chat_template, enable_thinking=m.enable_thinking, max_prompt_tokens=m.max_prompt_tokens,
         max_response_tokens=m.max_response_tokens, sampling_temperature=_sampling_temperature(cfg),
         train_batch_size=train_batch, groups_per_step=max(1, train_batch // algorithm.repeat_times),
@@ -236,8 +235,7 @@ def trainer_settings(stages: list[Stage]) -> TrainerSettings:
         continue_from_checkpoint=first.continue_from_checkpoint, share_group=fs.share_group, lease_s=fs.lease_s,
         poll_interval_s=fs.poll_interval_s, keep_consumed_chunks=fs.keep_consumed_chunks,
         project=first.project, name=first.name, monitor=copy.deepcopy(first.monitor),
-        stages=tuple(_trainer_stage(i, s, c) for i, (s, c) in enumerate(zip(stages, stage_claim_sets(stages),
-                                                                             strict=True))),
+        stages=tuple(_trainer_stage(s, c) for s, c in zip(stages, stage_claim_sets(stages), strict=True)),
     )
 
 
