@@ -24,7 +24,6 @@ from rfthpc.config.explorer import InferenceModelConfig
 from rfthpc.config.monitor import MonitorConfig
 from rfthpc.config.schema import Config, explores, trains
 from rfthpc.errors import ConfigError
-from rfthpc.store.claims import claims_name
 
 
 def _frozen(args: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -178,6 +177,12 @@ def _sampling_temperature(cfg: Config) -> float:
     temps = {ts.rollout_args.temperature for ts in cfg.buffer.explorer_input.tasksets}
     t = temps.pop() if len(temps) == 1 else cfg.model.temperature
     return float(t) if t and t > 0 and math.isfinite(t) else 1.0
+
+
+def claims_name(taskset: str, stage: str | None = None) -> str:
+    """The claim set of `taskset`: its name, or `<stage>.<taskset>` when several stages explore (each
+    stage then has its own claims on a taskset they share)."""
+    return taskset if stage is None else f"{stage}.{taskset}"
 
 
 def stage_claim_sets(stages: list[Stage]) -> list[tuple[str, ...]]:

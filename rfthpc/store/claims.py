@@ -84,12 +84,6 @@ class Claim:
         return f"{self.epoch}:{self.index}"
 
 
-def claims_name(taskset: str, stage: str | None = None) -> str:
-    """The claim set of `taskset`: its name, or `<stage>.<taskset>` when several stages explore (each
-    stage then has its own claims on a taskset they share). Explorer and trainer name it alike."""
-    return taskset if stage is None else f"{stage}.{taskset}"
-
-
 @dataclass(frozen=True)
 class ClaimsStatus:
     """What a claim set's state says, read without its lock (the file is replaced atomically)."""

@@ -50,7 +50,7 @@ class TaskRef:
     `index`): what the reader trains once, and what audits count."""
 
     claims: str
-    """The claim set (`rfthpc.store.claims.claims_name`)."""
+    """The claim set (`rfthpc.config.settings.claims_name`)."""
     epoch: int
     index: int
 
