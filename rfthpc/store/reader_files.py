@@ -11,10 +11,10 @@ None (nothing recorded yet), never as an error: readers run while the trainer wr
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from rfthpc.fsutil import make_dirs, read_json, write_json_atomic
 from rfthpc.store.layout import READER_DIR
@@ -27,6 +27,7 @@ LOSSES_FORMAT = 1
 COUNTERS = ("consumed", "dropped_stale", "dropped_duplicate", "skipped_eval", "quarantined_chunks",
             "quarantined_groups")
 """The reader's counters; every committed group ends in one of them or is still pending."""
+T = TypeVar("T")
 
 
 class Cursor(NamedTuple):
@@ -123,13 +124,18 @@ def _read(path: Path) -> Any:
         return None
 
 
-def read_checkpointed(store: Path) -> ReaderState | None:
-    """The reader state of the trainer's newest complete checkpoint; None before the first one."""
-    data = _read(store / READER_DIR / CHECKPOINTED_FILE)
+def _read_record(path: Path, parse: Callable[[Any], T]) -> T | None:
+    """`parse` of the JSON file at `path`; None when it is missing or unreadable."""
+    data = _read(path)
     try:
-        return None if data is None else ReaderState.from_dict(data)
+        return None if data is None else parse(data)
     except ValueError:
         return None
+
+
+def read_checkpointed(store: Path) -> ReaderState | None:
+    """The reader state of the trainer's newest complete checkpoint; None before the first one."""
+    return _read_record(store / READER_DIR / CHECKPOINTED_FILE, ReaderState.from_dict)
 
 
 def write_checkpointed(store: Path, state: ReaderState) -> None:
@@ -140,11 +146,7 @@ def write_checkpointed(store: Path, state: ReaderState) -> None:
 
 def read_reader_progress(store: Path) -> ReaderProgress | None:
     """The reader's last live report; None when no trainer has taken a batch yet."""
-    data = _read(store / READER_DIR / PROGRESS_FILE)
-    try:
-        return None if data is None else ReaderProgress.from_dict(data)
-    except ValueError:
-        return None
+    return _read_record(store / READER_DIR / PROGRESS_FILE, ReaderProgress.from_dict)
 
 
 def write_reader_progress(store: Path, progress: ReaderProgress) -> None:
