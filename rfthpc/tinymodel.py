@@ -77,9 +77,11 @@ SIZES: dict[str, ModelShape] = {
     # ~30M parameters: where vLLM's CPU engine overtakes transformers' generate (rollout benchmark).
     "bench30m": ModelShape(512, 10, 8, 2, 1536, 2048),
     "demo": ModelShape(128, 2, 4, 2, 384, 512),  # ~0.46M: the CPU demo (learns one-step sums in minutes)
+    # ~103M parameters: Qwen2-shaped (12 layers, hidden 768, GQA), for the weight hand-off benchmark.
+    "bench100m": ModelShape(768, 12, 12, 2, 3072, 2048),
 }
 
-Size = Literal["tiny", "small", "bench30m", "demo"]
+Size = Literal["tiny", "small", "bench30m", "demo", "bench100m"]
 
 
 def tokenizer_corpus(n_problems: int = 1000) -> list[str]:

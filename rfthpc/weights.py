@@ -1,20 +1,20 @@
 """Published policies: how the trainer hands weights to explorers through the run directory.
 
-    weights/step_<N>/                  a complete Hugging Face model directory (config.json,
-                                       generation_config.json, model*.safetensors [+ index],
-                                       tokenizer files, chat template) and a `STABLE` marker
-    weights/latest                     text: N of the newest complete step (replaced atomically)
-    weights/.readers/<explorer>-<rank>.json   {"version": N, "time": unix time} of each explorer
+    weights/step_<N>/                  a full snapshot: a complete Hugging Face model directory
+                                       (config.json, generation_config.json, model*.safetensors
+                                       [+ index], tokenizer files, chat template), the CRC-32 of
+                                       every tensor (`rfthpc_checksums.json`) and a `STABLE` marker
+    weights/delta_<N>.rfd              version N as the XOR of version B's bits (`rfthpc.weight_delta`)
+    weights/latest                     text: N of the newest published version (replaced atomically)
+    weights/.readers/<explorer>-<rank>.json   what each explorer is reading (`ReaderLease`)
 
-Publishing (trainer rank 0): write everything into `weights/.tmp-step_<N>-<tag>/`, fsync every
-file, write `STABLE` last, rename the directory to `step_<N>`, then replace `latest`. A reader
-accepts a step directory only if `STABLE` exists, so it never loads a partial policy.
+A version has a full snapshot, a delta, or both; every K-th is full (`rfthpc.weight_publisher`),
+and `rfthpc.weight_chain` finds how to rebuild any version and removes what nobody needs.
 
-Removal (`collect_published`): a step directory is deleted only if it is not among the
-`keep` newest, not `latest`, and not named by a reader file fresher than the lease. Its `STABLE`
-marker goes first, so a reader that lists it meanwhile skips it rather than loading half a
-directory; the reader files are read again after that (a reader names a step before it checks
-`STABLE`), and a step named there meanwhile gets its marker back and stays. Version 0 is the
+Publishing a snapshot (trainer rank 0): write everything into `weights/.tmp-step_<N>-<tag>/`,
+fsync every file, write `STABLE` last, rename the directory to `step_<N>`; a delta file is written
+under a temporary name, fsynced and renamed. `latest` is replaced after both. A reader accepts a
+step directory only if `STABLE` exists, so it never loads a partial policy. Version 0 is the
 initial model (`model.model_path`) until the trainer publishes.
 """
 
@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import shutil
 import socket
+import subprocess
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -42,7 +44,11 @@ if TYPE_CHECKING:
 
     from rfthpc.convert.writer import TensorEntry
 
+log = logging.getLogger(__name__)
+
 STABLE = "STABLE"
+CHECKSUMS = "rfthpc_checksums.json"
+"""CRC-32 of every tensor of a full snapshot, and the version's checksum."""
 LATEST = "latest"
 READERS = ".readers"
 MAX_SHARD_BYTES = 5 * 1024**3
@@ -52,13 +58,27 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgp
 """Files that hold weights; everything else at the top of a model directory is configuration."""
 
 _STEP_RE = re.compile(r"^step_(\d+)$")
-_TMP_RE = re.compile(r"^" + re.escape(TMP_PREFIX) + r"step_\d+-(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]{8}$")
+_DELTA_RE = re.compile(r"^delta_(\d+)\.rfd$")
+TMP_RE = re.compile(r"^" + re.escape(TMP_PREFIX) + r"(step|delta)_\d+-(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]{8}(\.rfd)?$")
+"""Temporary names of snapshots and deltas being written (the publisher's host and pid in them)."""
 _TMP_MAX_AGE_S = 3600.0
 
 
 def step_dir(run_dir: Path, step: int) -> Path:
     """Directory of the policy published after trainer step `step`."""
     return RunDir(run_dir).weights_step(step)
+
+
+def delta_file(run_dir: Path, version: int) -> Path:
+    """The delta file of version `version`."""
+    return RunDir(run_dir).weights / f"delta_{version}.rfd"
+
+
+def temporary_path(run_dir: Path, final_name: str, suffix: str = "") -> Path:
+    """A private temporary name under weights/ for a snapshot or delta being written (host and pid
+    in it, so clean-up knows when its writer is gone)."""
+    tag = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    return RunDir(run_dir).weights / f"{TMP_PREFIX}{final_name}-{tag}{suffix}"
 
 
 def is_complete(path: Path) -> bool:
@@ -80,17 +100,29 @@ def read_latest(run_dir: Path) -> int | None:
 
 
 def published_steps(run_dir: Path) -> list[int]:
-    """Steps with a complete directory under weights/, ascending."""
+    """Versions with a complete full snapshot under weights/, ascending."""
+    return sorted(published_versions(run_dir)[0])
+
+
+def published_versions(run_dir: Path) -> tuple[set[int], set[int]]:
+    """(versions with a complete full snapshot, versions with a delta file), from one listing."""
+    weights = RunDir(run_dir).weights
     try:
-        names = os.listdir(RunDir(run_dir).weights)
+        names = os.listdir(weights)
     except FileNotFoundError:
-        return []
-    steps = []
+        return set(), set()
+    full, deltas = set(), set()
     for name in names:
-        m = _STEP_RE.match(name)
-        if m and is_complete(RunDir(run_dir).weights / name):
-            steps.append(int(m[1]))
-    return sorted(steps)
+        if (m := _STEP_RE.match(name)) and is_complete(weights / name):
+            full.add(int(m[1]))
+        elif m := _DELTA_RE.match(name):
+            deltas.add(int(m[1]))
+    return full, deltas
+
+
+def is_published(run_dir: Path, version: int) -> bool:
+    """True if version `version` has a complete full snapshot or a delta file."""
+    return is_complete(step_dir(run_dir, version)) or delta_file(run_dir, version).is_file()
 
 
 def is_weight_file(name: str) -> bool:
@@ -105,7 +137,7 @@ def copy_config_files(src: Path, dst: Path) -> list[str]:
     copied = []
     for entry in sorted(os.scandir(src), key=lambda e: e.name):
         name = entry.name
-        if entry.is_file() and not name.startswith(".") and not is_weight_file(name) and name != STABLE:
+        if entry.is_file() and not name.startswith(".") and not is_weight_file(name) and name not in (STABLE, CHECKSUMS):
             shutil.copyfile(entry.path, Path(dst) / name)
             copied.append(name)
     return copied
@@ -175,6 +207,87 @@ def write_hf_dir(
         _fsync_file(out / name)
 
 
+def write_checksums(path: Path, version: int, crcs: Mapping[str, int]) -> None:
+    """Record the CRC-32 of every tensor of full snapshot `path` (not yet STABLE) and fsync it."""
+    from rfthpc.weight_delta import version_checksum
+
+    (path / CHECKSUMS).write_text(json.dumps({"version": version, "checksum": version_checksum(crcs),
+                                              "tensors": dict(crcs)}, sort_keys=True) + "\n")
+    _fsync_file(path / CHECKSUMS)
+
+
+def read_checksums(path: Path) -> dict[str, int] | None:
+    """The recorded CRC-32 of every tensor of full snapshot `path`; None if it records none (a
+    snapshot of an older rfthpc, or the initial model)."""
+    try:
+        data = read_json(Path(path) / CHECKSUMS)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("tensors"), dict):
+        return None
+    return {str(k): int(v) for k, v in data["tensors"].items()}
+
+
+def write_snapshot(
+    run_dir: Path,
+    step: int,
+    weights: Mapping[str, torch.Tensor] | TensorStream,
+    config_dir: Path,
+    dtype: torch.dtype | None = None,
+    max_shard_bytes: int = MAX_SHARD_BYTES,
+    on_tensor: Callable[[str, torch.Tensor, int], None] | None = None,
+    stripe_count: int = 0,
+) -> Path:
+    """Write `weights` as the full snapshot `weights/step_<step>` (STABLE last); `latest` is not touched.
+
+    Every tensor is cast to its stored dtype, checksummed and handed to `on_tensor(name, tensor,
+    crc)` before it is written (the delta publisher reads the same pass). `stripe_count` > 0 sets
+    the Lustre stripe count of the new directory (`set_stripe`).
+    """
+    from rfthpc.weight_delta import tensor_crc
+
+    run = RunDir(run_dir)
+    final = step_dir(run.root, step)
+    make_dirs(run.weights)
+    tmp = temporary_path(run.root, f"step_{step}")
+    stream = weights if isinstance(weights, TensorStream) else TensorStream.of(weights, dtype)
+    crcs: dict[str, int] = {}
+    stored = {e.name: e.dtype for e in stream.entries}
+
+    def checked() -> Iterator[tuple[str, torch.Tensor]]:
+        for name, tensor in stream.tensors:
+            tensor = tensor.to(stored[name]).contiguous()
+            crcs[name] = tensor_crc(tensor)
+            if on_tensor is not None:
+                on_tensor(name, tensor, crcs[name])
+            yield name, tensor
+
+    try:
+        make_dirs(tmp)
+        set_stripe(tmp, stripe_count)
+        write_hf_dir(tmp, TensorStream(stream.entries, checked()), config_dir, dtype, max_shard_bytes)
+        write_checksums(tmp, step, crcs)
+        (tmp / STABLE).write_text(f"{step}\n")
+        _fsync_file(tmp / STABLE)
+        fsync_dir(tmp)
+        if final.exists():
+            # A directory without STABLE is a leftover of a deleter that died; readers skip it.
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        fsync_dir(run.weights)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def point_latest(run_dir: Path, version: int) -> None:
+    """Make `latest` name `version` if it is newer than the version it names (it never goes back)."""
+    latest = read_latest(run_dir)
+    if latest is None or version > latest:
+        write_text_atomic(RunDir(run_dir).weights / LATEST, f"{version}\n")
+
+
 def publish(
     run_dir: Path,
     step: int,
@@ -183,49 +296,63 @@ def publish(
     dtype: torch.dtype | None = None,
     max_shard_bytes: int = MAX_SHARD_BYTES,
 ) -> Path:
-    """Publish `weights` as `weights/step_<step>` and point `latest` at it (if it is the newest).
+    """Publish `weights` as the full snapshot `weights/step_<step>` and point `latest` at it (if newest).
 
-    A step that is already published is left as it is (and a stream is not read): explorers may be
-    loading it, and the experience tagged with this version came from those weights (a resumed
+    A version that is already published is left as it is (and a stream is not read): explorers may
+    be loading it, and the experience tagged with this version came from those weights (a resumed
     trainer re-trains steps it had published before it stopped).
     """
-    run = RunDir(run_dir)
-    final = step_dir(run.root, step)
-    if not is_complete(final):
-        make_dirs(run.weights)
-        tmp = run.weights / f"{TMP_PREFIX}step_{step}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        try:
-            write_hf_dir(tmp, weights, config_dir, dtype, max_shard_bytes)
-            (tmp / STABLE).write_text(f"{step}\n")
-            _fsync_file(tmp / STABLE)
-            fsync_dir(tmp)
-            if final.exists():
-                # A directory without STABLE is a leftover of a deleter that died; readers skip it.
-                shutil.rmtree(final)
-            os.rename(tmp, final)
-            fsync_dir(run.weights)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-    latest = read_latest(run.root)
-    if latest is None or step > latest:
-        write_text_atomic(run.weights / LATEST, f"{step}\n")
-    return final
+    if not is_published(run_dir, step):
+        write_snapshot(run_dir, step, weights, config_dir, dtype, max_shard_bytes)
+    point_latest(run_dir, step)
+    return step_dir(run_dir, step)
+
+
+_stripe_warned = False
+
+
+def set_stripe(path: Path, count: int) -> None:
+    """On Lustre, give `path` (a new directory, or a file not yet written) `count` stripes, so large
+    weight files spread over that many storage targets; nothing when `count` is 0 or `lfs` is not
+    installed. A failure is logged once and the write goes on with the default layout."""
+    global _stripe_warned
+    lfs = shutil.which("lfs") if count > 0 else None
+    if lfs is None:
+        return
+    result = subprocess.run([lfs, "setstripe", "-c", str(count), str(path)], capture_output=True, text=True,
+                            check=False)
+    if result.returncode != 0 and not _stripe_warned:
+        _stripe_warned = True
+        log.warning("lfs setstripe -c %d %s failed (%s); weight files keep the directory's default layout",
+                    count, path, result.stderr.strip() or f"exit {result.returncode}")
+
+
+@dataclass(frozen=True)
+class ReaderLease:
+    """What one explorer process needs of weights/ (its reader file, refreshed while fresh).
+
+    `version`: the version it is loading or holds; `held`: the version whose bits it keeps locally
+    and continues from with deltas (None: it rebuilds from a full snapshot), so every delta after
+    `held` is kept for it.
+    """
+
+    version: int
+    held: int | None
+    time: float
 
 
 def reader_file(run_dir: Path, explorer: str, rank: int) -> Path:
-    """Where explorer `explorer` rank `rank` records the version it is loading or using."""
+    """Where explorer `explorer` rank `rank` records what it reads."""
     return RunDir(run_dir).weights / READERS / f"{explorer}-{rank}.json"
 
 
-def record_reader(run_dir: Path, explorer: str, rank: int, version: int) -> None:
-    """Record (and refresh, well within `filesystem.lease_s`) that this explorer needs `version`.
-
-    Call it before loading `weights/step_<version>`, and keep refreshing it while using it.
-    """
+def record_reader(run_dir: Path, explorer: str, rank: int, version: int, held: int | None = None) -> None:
+    """Record (and refresh, well within `filesystem.lease_s`) that this explorer needs `version`
+    (and the deltas after `held`). Call it before reading the files, and keep refreshing it."""
     path = reader_file(run_dir, explorer, rank)
     make_dirs(path.parent)
-    write_json_atomic(path, {"version": int(version), "time": time.time()})
+    write_json_atomic(path, {"version": int(version), "held": None if held is None else int(held),
+                             "time": time.time()})
 
 
 def clear_reader(run_dir: Path, explorer: str, rank: int) -> None:
@@ -234,73 +361,38 @@ def clear_reader(run_dir: Path, explorer: str, rank: int) -> None:
         os.unlink(reader_file(run_dir, explorer, rank))
 
 
-def live_reader_versions(run_dir: Path, lease_s: float, now: float | None = None) -> set[int]:
-    """Versions named by reader files refreshed within the last `lease_s` seconds."""
+def live_readers(run_dir: Path, lease_s: float, now: float | None = None) -> list[ReaderLease]:
+    """The reader files refreshed within the last `lease_s` seconds."""
     now = time.time() if now is None else now
     d = RunDir(run_dir).weights / READERS
     try:
         names = os.listdir(d)
     except FileNotFoundError:
-        return set()
-    versions = set()
+        return []
+    leases = []
     for name in names:
         if not name.endswith(".json") or name.startswith(TMP_PREFIX):
             continue
         try:
             info = read_json(d / name)
-        except ValueError:
+            lease = ReaderLease(int(info["version"]), None if info.get("held") is None else int(info["held"]),
+                                float(info.get("time", 0)))
+        except (ValueError, KeyError, TypeError):
             continue
-        if isinstance(info, dict) and now - float(info.get("time", 0)) <= lease_s and "version" in info:
-            versions.add(int(info["version"]))
-    return versions
+        if now - lease.time <= lease_s:
+            leases.append(lease)
+    return leases
 
 
-def _tmp_is_stale(path: Path, now: float) -> bool:
+def tmp_is_stale(path: Path, now: float) -> bool:
+    """True for a temporary snapshot or delta whose writer is gone (same host, process gone) or
+    that is older than an hour."""
     from rfthpc.locks import process_gone
 
-    m = _TMP_RE.match(path.name)
+    m = TMP_RE.match(path.name)
     if m is not None and m["host"] == socket.gethostname() and process_gone(int(m["pid"])):
         return True
     try:
         return now - path.stat().st_mtime > _TMP_MAX_AGE_S
     except FileNotFoundError:
         return False
-
-
-def collect_published(run_dir: Path, keep: int, lease_s: float, now: float | None = None) -> list[int]:
-    """Delete published steps no explorer can still need (see the module docstring); return them.
-
-    Also removes temporary directories of publishers that died (same host and process gone, or
-    older than an hour).
-    """
-    run = RunDir(run_dir)
-    now = time.time() if now is None else now
-    steps = published_steps(run.root)
-    protected = set(steps[-keep:]) if keep > 0 else set()
-    latest = read_latest(run.root)
-    if latest is not None:
-        protected.add(latest)
-    protected |= live_reader_versions(run.root, lease_s, now)
-    doomed = [step for step in steps if step not in protected]
-    for step in doomed:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(step_dir(run.root, step) / STABLE)
-    # An explorer that named a step in its reader file after the look above, and saw its STABLE
-    # before it went, may be loading it now: look again once no newcomer can see the marker.
-    late = live_reader_versions(run.root, lease_s, time.time())
-    removed = []
-    for step in doomed:
-        path = step_dir(run.root, step)
-        if step in late:
-            write_text_atomic(path / STABLE, f"{step}\n")
-            continue
-        shutil.rmtree(path, ignore_errors=True)
-        removed.append(step)
-    try:
-        names = os.listdir(run.weights)
-    except FileNotFoundError:
-        names = []
-    for name in names:
-        if name.startswith(f"{TMP_PREFIX}step_") and _tmp_is_stale(run.weights / name, now):
-            shutil.rmtree(run.weights / name, ignore_errors=True)
-    return removed

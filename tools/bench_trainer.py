@@ -197,9 +197,11 @@ def bench_weights(model_dir: Path, work: Path, args: Args) -> tuple[list[float],
     explorer process's engine. Returns the publish, load and copy seconds and a published step."""
     import torch
 
+    from rfthpc import weights
     from rfthpc.rundir import RunDir
     from rfthpc.trainer.dist import init_distributed
     from rfthpc.trainer.fsdp import build_sharded_model, publish_model
+    from rfthpc.weight_publisher import Publisher
 
     ctx = mp.get_context("spawn")
     conn, child = ctx.Pipe()
@@ -213,11 +215,14 @@ def bench_weights(model_dir: Path, work: Path, args: Args) -> tuple[list[float],
     publish, load, copy = [], [], []
     try:
         model = build_sharded_model(model_dir, env)
+        # Full snapshots every time: this figure is the bytes' cost (tools/bench_weights.py measures deltas).
+        publisher = Publisher(run.root, model_dir, torch.float32, delta="off")
         for i in range(args.repeats):
             # The three in a row, round after round: load from other processes moves them alike.
             time.sleep(0.5)
             start = time.perf_counter()
-            step = publish_model(model, env, run.root, 100 + i, model_dir, torch.float32)
+            publish_model(model, env, run.root, 100 + i, publisher)
+            step = weights.step_dir(run.root, 100 + i)
             publish.append(time.perf_counter() - start)
             copy.append(copy_dir(step, work / f"copy{i}"))
             if args.vllm:

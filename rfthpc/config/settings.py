@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal
 
 from rfthpc.config.algorithm import AlgorithmConfig, OptimizerConfig
 from rfthpc.config.buffer import ExperienceBufferConfig, TasksetConfig
@@ -167,6 +167,9 @@ class TrainerSettings:
     lease_s: float
     poll_interval_s: float
     keep_consumed_chunks: bool
+    weight_deltas: Literal["auto", "on", "off"]
+    full_snapshot_interval: int
+    weight_stripe_count: int
     project: str
     name: str
     monitor: MonitorConfig
@@ -239,6 +242,8 @@ def trainer_settings(stages: list[Stage]) -> TrainerSettings:
         cpu_offload=t.param_offload or t.optimizer_offload,
         continue_from_checkpoint=first.continue_from_checkpoint, share_group=fs.share_group, lease_s=fs.lease_s,
         poll_interval_s=fs.poll_interval_s, keep_consumed_chunks=fs.keep_consumed_chunks,
+        weight_deltas=first.synchronizer.weight_deltas,
+        full_snapshot_interval=first.synchronizer.full_snapshot_interval, weight_stripe_count=fs.weight_stripe_count,
         project=first.project, name=first.name, monitor=copy.deepcopy(first.monitor),
         stages=tuple(_trainer_stage(s, c) for s, c in zip(stages, stage_claim_sets(stages), strict=True)),
     )
@@ -316,6 +321,7 @@ class ExplorerSettings:
     poll_interval_s: float
     lock_type: str
     share_group: str | None
+    staging_dir: str
     project: str
     name: str
     monitor: MonitorConfig
@@ -380,7 +386,7 @@ def explorer_settings(stages: list[Stage]) -> ExplorerSettings:
         max_timeout=ex.max_timeout, max_retry_times=ex.max_retry_times, max_retry_interval=ex.max_retry_interval,
         weights_poll_interval=ex.weights_poll_interval, groups_per_chunk=buf.groups_per_chunk,
         max_chunk_delay=buf.max_chunk_delay, lease_s=fs.lease_s, poll_interval_s=fs.poll_interval_s,
-        lock_type=fs.lock_type, share_group=fs.share_group, project=first.project, name=first.name,
+        lock_type=fs.lock_type, share_group=fs.share_group, staging_dir=fs.staging_dir, project=first.project, name=first.name,
         monitor=copy.deepcopy(first.monitor),
         stages=tuple(_explorer_stage(i, s, c) for i, (s, c) in enumerate(zip(stages, stage_claim_sets(stages),
                                                                               strict=True))),

@@ -83,3 +83,11 @@ class FilesystemConfig:
     """Keep experience chunks after the trainer consumed them (by default each checkpoint deletes them):
     a record of every group trained on, for auditing or offline analysis; the store then grows by the
     whole run's experience. `rfthpc store gc` still deletes them when asked."""
+    weight_stripe_count: int = 0
+    """Lustre stripe count of published weight files (`lfs setstripe -c`), so one large snapshot spreads
+    over that many storage targets; 0 keeps the directory's default layout (and on filesystems without
+    `lfs` nothing is done). -1 stripes over every target."""
+    staging_dir: str = ""
+    """Node-local directory where explorers stage the next policy version before loading it (one
+    model copy per explorer process, two while the next is prefetched); empty: /dev/shm (memory)
+    where it exists, else the temporary directory."""

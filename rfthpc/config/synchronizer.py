@@ -26,3 +26,10 @@ class SynchronizerConfig:
     keep_published: int = 3
     """Published policies kept besides those a live explorer may still be loading (at least 2: an
     explorer may be loading the one before the newest)."""
+    weight_deltas: Literal["auto", "on", "off"] = "auto"
+    """Publish each version as a compressed XOR delta against the previous one (explorers read only
+    deltas): auto does for 16-bit weights (bf16 on GPUs), where an RL step changes a few percent of
+    the bit patterns; float32 deltas save little. off: every version is a full snapshot."""
+    full_snapshot_interval: int = 10
+    """With deltas, every this many versions is also written as a full Hugging Face snapshot (for
+    explorers that start late or are requeued, for fallback and for `rfthpc weights materialize`)."""

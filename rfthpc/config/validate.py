@@ -144,6 +144,12 @@ def _check_sizes(cfg: Config, problems: Problems) -> None:
         problems.add(f"synchronizer.keep_published: {sync.keep_published} must be >= 2: an explorer may have "
                      "chosen the previous policy just before the newest was published, and load it while the "
                      "trainer cleans up")
+    if sync.full_snapshot_interval < 1:
+        problems.add(f"synchronizer.full_snapshot_interval: {sync.full_snapshot_interval} must be >= 1 "
+                     "(1: every version is a full snapshot)")
+    if cfg.filesystem.weight_stripe_count < -1:
+        problems.add(f"filesystem.weight_stripe_count: {cfg.filesystem.weight_stripe_count}: use 0 (default layout), "
+                     "a stripe count, or -1 (every storage target)")
     if m.max_response_tokens is None:
         problems.add("model.max_response_tokens: missing; set it (and model.max_model_len or model.max_prompt_tokens)")
     elif m.max_model_len is None:

@@ -39,7 +39,6 @@ from typing import Any, Self
 
 import numpy as np
 
-from rfthpc import weights
 from rfthpc.config.settings import POLICY_ENGINE, ExplorerSettings, ExplorerStageSettings
 from rfthpc.engines.base import EngineSettings, EngineType, PolicyEngine, is_greedy, make_engine
 from rfthpc.engines.batching import EngineFailed, RequestBatcher
@@ -172,7 +171,8 @@ class Explorer:
         self.monitor: Monitor | None = None
         self.pending: list[_Pending] = []
         self.claim_sets: list[TaskClaims] = []
-        self.follower = WeightFollower(self.rundir, name, rank)
+        self.follower = WeightFollower(self.rundir, name, rank, Path(settings.staging_dir) if settings.staging_dir
+                                       else None, poll_s=settings.weights_poll_interval)
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
@@ -497,10 +497,22 @@ class Explorer:
         """Load newer weights if published. True if new weights were loaded. On start-up without
         `eval_on_startup`, the version held counts as evaluated."""
         loaded = self.follower.update()
+        if loaded:
+            w = self.follower.stats
+            self.progress.update(weight_stall_s=round(w.stall_s, 4), weight_load_s=round(w.load_s, 3),
+                                 weight_read_mb=round(w.bytes_read / 1e6, 2),
+                                 weight_checksum_failures=w.checksum_failures)
         if startup and self._evaluates(evals) and self.progress.record.evaluated_version is None \
                 and not stage.eval_on_startup:
             self.progress.update(evaluated_version=self.follower.version)
         return loaded
+
+    def _weight_metrics(self) -> dict[str, float]:
+        """The cost of the last policy update (see `WeightStats`)."""
+        w = self.follower.stats
+        return {"rollout/weight_load_s": w.load_s, "rollout/weight_stall_s": w.stall_s,
+                "rollout/weight_read_mb": w.bytes_read / 1e6, "rollout/weight_from_full": float(w.from_full),
+                "rollout/weight_checksum_failures": float(w.checksum_failures)}
 
     def _evaluates(self, evals: list[setup.Taskset]) -> bool:
         """Rank 0 of an array with eval tasksets evaluates."""
@@ -557,7 +569,7 @@ class Explorer:
 
         if self.follower.version < need:
             # Woken by the publication itself (weights/latest replaced), or every weights_poll_interval.
-            outcome = self.waiter.wait(held_or_over, [weights.latest_doorbell(self.rundir.root)], None,
+            outcome = self.waiter.wait(held_or_over, self.follower.doorbells(), None,
                                        stop=lambda: self.stop.requested)
             if outcome is None:
                 return StageEnd.STOPPED
@@ -651,7 +663,7 @@ class Explorer:
             "rollout/tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
             "rollout/time_s": elapsed,
             "rollout/wait_s": wait_s,
-            "rollout/weight_load_s": self.follower.last_load_s,
+            **self._weight_metrics(),
         }
         if rewards.size:
             metrics.update({

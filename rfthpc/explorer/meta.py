@@ -45,6 +45,14 @@ class ExplorerProgress:
     groups_committed: int = 0
     tasks_completed: int = 0
     tokens_per_s: float | None = None
+    weight_stall_s: float | None = None
+    """Seconds the last policy update stopped exploration (its in-place load from staging)."""
+    weight_load_s: float | None = None
+    """Seconds the last policy update took to read, rebuild and stage in the background."""
+    weight_read_mb: float | None = None
+    """Megabytes of the run directory read for the last policy update (deltas, or a full snapshot)."""
+    weight_checksum_failures: int = 0
+    """Published files that failed their checksums (each fell back to a full snapshot)."""
     evaluated_version: int | None = None
     error: str | None = None
     host: str = ""

@@ -326,7 +326,8 @@ def format_status(d: dict[str, Any]) -> str:
             stale = latest - int(version) if live and latest is not None and isinstance(version, int) else None
             state = f"gone: {p['gone']} (was {p.get('state')})" if p.get("gone") else p.get("state")
             rows.append([name, p.get("rank"), state, version, stale, p.get("groups_committed"),
-                         p.get("tokens_per_s") if live else None, _age(now, p.get("updated")) if p else "-",
+                         p.get("tokens_per_s") if live else None, p.get("weight_stall_s"), p.get("weight_load_s"),
+                         p.get("weight_read_mb"), _age(now, p.get("updated")) if p else "-",
                          s.get("groups_per_s") if p is ranks[0] else None])
     lines.append("")
     if rows:
@@ -334,8 +335,8 @@ def format_status(d: dict[str, Any]) -> str:
             lines.append("explorers (no policy published yet: staleness unknown)")
         else:
             lines.append(f"explorers (staleness = latest published version {latest} - version in use)")
-        lines += _table(["explorer", "rank", "state", "version", "staleness", "groups", "tokens/s", "updated",
-                         "groups/s (all ranks)"], rows)
+        lines += _table(["explorer", "rank", "state", "version", "staleness", "groups", "tokens/s", "sync stall s",
+                         "sync load s", "sync MB read", "updated", "groups/s (all ranks)"], rows)
     else:
         lines.append("explorers: none has reported yet")
     if d["time_shares"]:

@@ -24,6 +24,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, Offlo
 
 from rfthpc.errors import UserError
 from rfthpc.trainer.dist import DistEnv
+from rfthpc.weight_publisher import Publication, Publisher
 from rfthpc.weights import TensorStream
 
 ModelKind = Literal["causal_lm", "value"]
@@ -194,16 +195,19 @@ def vocab_size(model: nn.Module) -> int:
     return int(model.get_input_embeddings().num_embeddings)
 
 
-def publish_model(model: nn.Module, env: DistEnv, run_dir: Path, step: int, config_dir: Path,
-                  dtype: torch.dtype) -> Path | None:
-    """Publish the sharded `model` as `weights/step_<step>` in `dtype` (all ranks gather, rank 0 writes);
-    return the step directory on rank 0, None elsewhere. An already published step is kept."""
+def publish_model(model: nn.Module, env: DistEnv, run_dir: Path, step: int, publisher: Publisher | None
+                  ) -> Publication | None:
+    """Publish the sharded `model` as version `step` (all ranks gather; rank 0's `publisher` writes a
+    full snapshot or a delta); what was written on rank 0, None elsewhere or if the version was
+    published already (its files are kept)."""
     from rfthpc import weights
 
-    exists = env.broadcast_object(weights.is_complete(weights.step_dir(run_dir, step)) if env.is_main else None)
-    stream = gathered(model, env, dtype)
+    exists = env.broadcast_object(weights.is_published(run_dir, step) if env.is_main else None)
+    assert publisher is not None or not env.is_main, "rank 0 publishes"
+    stream = gathered(model, env, publisher.dtype if publisher is not None else torch.float32)
     if env.is_main:
-        return weights.publish(run_dir, step, stream, config_dir, dtype)
+        assert publisher is not None
+        return publisher.publish(step, stream)
     if not exists:
         drain(stream)
     return None

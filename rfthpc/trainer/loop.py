@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from rfthpc import weights
+from rfthpc import weight_chain, weights
 from rfthpc.config import load_resolved
 from rfthpc.config.settings import TrainerSettings, TrainerStageSettings, trainer_settings
 from rfthpc.errors import EXIT_PREEMPTED, UserError
@@ -52,6 +52,7 @@ from rfthpc.trainer.samples import Sample
 from rfthpc.trainer.sft_data import SFTData, load_tokenizer
 from rfthpc.trainer.stages import Position, next_trainable, resume_position
 from rfthpc.trainer.update import MicroLoss, ShardedUpdater, UpdateResult
+from rfthpc.weight_publisher import Publication, Publisher
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +111,10 @@ class Trainer:
         self.nan_consecutive = 0
         self.last_saved: tuple[int, bool] | None = None
         self.policy: torch.nn.Module | None = None
+        self.publisher: Publisher | None = None
+        """Rank 0's weight publisher (it keeps the last published bits for the next delta)."""
+        self.publication: Publication | None = None
+        """What the last publication wrote (rank 0)."""
         self.meta: TrainerMeta | None = None
         """The last report written to trainer_meta.json (rank 0)."""
 
@@ -210,6 +215,9 @@ class Trainer:
             timeline = {"timing/wait_experience_s": waited, "timing/compute_s": metrics["perf/time_per_step"]}
             publish = st.is_rl and pos.step_in_stage % st.stage.sync_interval == 0
             timeline["timing/publish_s"] = _timed(self._publish, pos.step, st.stage) if publish else 0.0
+            if publish and self.publication is not None:
+                timeline["publish/full_mb"] = self.publication.full_bytes / 1e6
+                timeline["publish/delta_mb"] = self.publication.delta_bytes / 1e6
             finished = st.total_steps is not None and pos.step_in_stage >= st.total_steps
             interval = st.stage.save_interval
             save = finished or (interval > 0 and pos.step % interval == 0)
@@ -411,16 +419,21 @@ class Trainer:
     # ---- outputs -------------------------------------------------------------------------------
 
     def _publish(self, step: int, stage: TrainerStageSettings) -> None:
-        """Publish the policy as `weights/step_<step>` (all ranks gather; rank 0 writes)."""
+        """Publish the policy as version `step` (all ranks gather; rank 0 writes a full snapshot or a delta)."""
         start = time.perf_counter()
         run = self.settings
-        publish_model(self.policy, self.env, self.rundir.root, step, run.model_path,
-                      compute_dtype(run.dtype, self.env.device))
+        if self.env.is_main and self.publisher is None:
+            self.publisher = Publisher(self.rundir.root, run.model_path, compute_dtype(run.dtype, self.env.device),
+                                       run.weight_deltas, run.full_snapshot_interval, run.weight_stripe_count)
+        self.publication = publish_model(self.policy, self.env, self.rundir.root, step, self.publisher)
         if self.env.is_main:
-            removed = weights.collect_published(self.rundir.root, stage.keep_published,
-                                                run.lease_s)
-            log.info("published weights/step_%d in %.2f s%s", step, time.perf_counter() - start,
-                     f"; removed steps {removed}" if removed else "")
+            removed = weight_chain.collect_published(self.rundir.root, stage.keep_published, run.lease_s)
+            p = self.publication
+            log.info("published policy version %d in %.2f s (%s)%s", step, time.perf_counter() - start,
+                     "already published" if p is None else ", ".join(
+                         f"{what} {size / 1e6:.1f} MB" for what, size in (("full", p.full_bytes),
+                                                                          ("delta", p.delta_bytes)) if size),
+                     f"; removed versions {removed}" if removed else "")
 
     def _save(self, st: _StageState, pos: Position, stage_finished: bool) -> None:
         """Write checkpoint `pos.step` (all ranks), then let the store and old checkpoints be collected.

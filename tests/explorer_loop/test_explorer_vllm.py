@@ -154,7 +154,7 @@ def test_follows_published_weights_in_lock_step(tmp_path: Path, tiny_model: Path
         (run / "weights" / "latest").write_text("1\n")
         time.sleep(3)
         seen["while_incomplete"] = (progress(run).get("state"), progress(run).get("version"),
-                                    weights.live_reader_versions(run, lease_s=60))
+                                    {lease.version for lease in weights.live_readers(run, lease_s=60)})
         seen["step_dir"] = weights.publish(run, 1, new, config_dir=tiny_model)
 
     publisher = threading.Thread(target=trainer, daemon=True)

@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rfthpc import weights
+from rfthpc import weight_chain, weights
 from rfthpc.fsutil import write_json_atomic
 from rfthpc.rundir import RunDir
 from tests.trainer.conftest import ROOT, trainer_env
@@ -85,11 +85,11 @@ def test_collection_keeps_latest_newest_and_what_live_explorers_use(run: RunDir,
     now = time.time()
     weights.record_reader(run.root, "ex", 0, 1)                       # a live explorer on version 1
     write_json_atomic(weights.reader_file(run.root, "ex", 1), {"version": 2, "time": now - 1000})  # a dead one
-    removed = weights.collect_published(run.root, keep=2, lease_s=300)
+    removed = weight_chain.collect_published(run.root, keep=2, lease_s=300)
     assert sorted(removed) == [0, 2, 3]
     assert weights.published_steps(run.root) == [1, 4, 5]
     weights.clear_reader(run.root, "ex", 0)
-    assert weights.collect_published(run.root, keep=1, lease_s=300) == [1, 4]
+    assert weight_chain.collect_published(run.root, keep=1, lease_s=300) == [1, 4]
     assert weights.published_steps(run.root) == [5] and weights.read_latest(run.root) == 5
 
 
@@ -101,18 +101,18 @@ def test_a_step_an_explorer_names_during_collection_is_kept(run: RunDir, tiny_mo
     state = _model_state(tiny_model)
     for step in range(4):
         weights.publish(run.root, step, state, tiny_model)
-    first_look = weights.live_reader_versions
+    first_look = weights.live_readers
     looks = []
 
     def explorer_names_step_1_meanwhile(*args, **kwargs):
-        versions = first_look(*args, **kwargs)
+        leases = first_look(*args, **kwargs)
         if not looks:
             weights.record_reader(run.root, "ex", 0, 1)
-        looks.append(versions)
-        return versions
+        looks.append({lease.version for lease in leases})
+        return leases
 
-    monkeypatch.setattr(weights, "live_reader_versions", explorer_names_step_1_meanwhile)
-    assert weights.collect_published(run.root, keep=2, lease_s=300) == [0]
+    monkeypatch.setattr(weights, "live_readers", explorer_names_step_1_meanwhile)
+    assert weight_chain.collect_published(run.root, keep=2, lease_s=300) == [0]
     assert looks == [set(), {1}]
     assert weights.published_steps(run.root) == [1, 2, 3] and weights.is_complete(weights.step_dir(run.root, 1))
 
@@ -132,7 +132,7 @@ def test_an_explorer_starting_while_its_step_is_removed_takes_the_newer_one(run:
     def trainer_moves_on_meanwhile(version: int) -> None:
         if not names:
             weights.publish(run.root, 2, state, tiny_model)
-            weights.collect_published(run.root, keep=0, lease_s=300)
+            weight_chain.collect_published(run.root, keep=0, lease_s=300)
         names.append(version)
         name_version(version)
 
@@ -156,7 +156,7 @@ def test_a_publisher_killed_mid_write_leaves_no_policy(run: RunDir, tiny_model: 
     weights.publish(run.root, 0, _model_state(tiny_model), tiny_model)
     script = textwrap.dedent(f"""
         import torch
-        from rfthpc import weights
+        from rfthpc import weight_chain, weights
         state = {{f"w{{i}}": torch.full((1024, 1024), float(i)) for i in range(64)}}
         print("ready", flush=True)
         weights.publish({str(run.root)!r}, 1, state, {str(tiny_model)!r}, max_shard_bytes=8 * 1024 * 1024)
@@ -172,7 +172,7 @@ def test_a_publisher_killed_mid_write_leaves_no_policy(run: RunDir, tiny_model: 
     leftovers = [n for n in os.listdir(run.weights) if n.startswith(".tmp-step_1")]
     assert leftovers, "killed before or after the write: cannot show a partial write"
     assert weights.published_steps(run.root) == [0] and weights.read_latest(run.root) == 0
-    weights.collect_published(run.root, keep=3, lease_s=300)
+    weight_chain.collect_published(run.root, keep=3, lease_s=300)
     assert not [n for n in os.listdir(run.weights) if n.startswith(".tmp-")]
 
 

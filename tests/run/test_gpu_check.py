@@ -1,0 +1,27 @@
+"""tools/gpu_check.sh, the check run on GPU machines, runs its whole path on CPU too."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow
+
+
+def test_gpu_check_runs_on_cpu() -> None:
+    """Trainer steps (FSDP2, one rank), full and delta publishing, rollouts with prefetched weights,
+    a checkpoint conversion and a materialized version, then the FIGURES line."""
+    result = subprocess.run(["bash", str(REPO / "tools" / "gpu_check.sh")], cwd=REPO, capture_output=True, text=True, check=False,
+                            timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    last = result.stdout.strip().splitlines()[-1]
+    assert last.startswith("FIGURES "), result.stdout[-2000:]
+    figures = dict(item.split("=", 1) for item in last.split()[1:])
+    assert figures["device"] == "cpu" and figures["dtype"] == "float32"
+    assert int(figures["deltas"]) >= 2 and int(figures["full_snapshots"]) >= 1
+    for key in ("step_time_s", "train_tokens_per_s", "rollout_tokens_per_s", "weight_stall_s", "convert_s"):
+        assert float(figures[key]) > 0, (key, last)

@@ -1,0 +1,115 @@
+"""The GPU check: rfthpc's trainer, publisher, explorer and converter on this machine's accelerator.
+
+Makes the demo's model and data offline (`rfthpc make-demo`), then runs `rfthpc run` on a short
+GRPO config: trainer steps with FSDP2 on one rank (bf16 compute on CUDA, float32 on CPU), weights
+published as full snapshots and deltas (`synchronizer.weight_deltas: on`, a full snapshot every 2
+versions), rollouts with the transformers engine on the same device, a checkpoint; then converts
+the checkpoint (`rfthpc convert`) and rebuilds the last policy version (`rfthpc weights
+materialize`). Every step must succeed; the figures come from the run's metrics.
+
+Last line: `FIGURES device=… dtype=… step_time_s=… train_tokens_per_s=… rollout_tokens_per_s=…
+deltas=… full_snapshots=… weight_stall_s=… convert_s=…`.
+
+Usage: `bash tools/gpu_check.sh [--wheels DIR]` (or this script with the project importable).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+STEPS = 4
+
+
+def config(demo: Path, root: Path, device: str) -> dict:
+    """A short GRPO run on the demo task: every part of a real run, minutes on a CPU."""
+    arith = {"path": str(demo / "gsm8k"), "format": {"prompt_key": "question", "response_key": "answer"}}
+    return {
+        "project": "gpu-check", "name": "check", "checkpoint_root_dir": str(root), "mode": "both",
+        "algorithm": {"algorithm_type": "grpo", "repeat_times": 4, "kl_loss_fn": "none",
+                      "optimizer": {"lr": 1e-5}},
+        "model": {"model_path": str(demo / "model"), "max_prompt_tokens": 48, "max_response_tokens": 16,
+                  "dtype": "auto"},
+        "cluster": {"node_num": 1, "gpu_per_node": 1 if device == "cuda" else 0},
+        "buffer": {"total_steps": STEPS, "batch_size": 4, "explorer_input": {
+            "system_prompt": "",
+            "taskset": {"name": "arith", "split": "train", **arith, "rollout_args": {"temperature": 1.0}},
+            "eval_tasksets": [{"name": "arith-eval", "split": "test", **arith, "rollout_args": {"temperature": 0.0}}],
+            "default_workflow_type": "math_workflow"}},
+        "explorer": {"eval_interval": STEPS, "runner_per_model": 8,
+                     "rollout_model": {"engine_type": "transformers", "engine_num": 1, "dtype": "auto"}},
+        "synchronizer": {"sync_interval": 1, "sync_offset": 1, "weight_deltas": "on", "full_snapshot_interval": 2},
+        "trainer": {"save_interval": 2, "save_hf_checkpoint": "never", "ppo_mini_batch_size": 4},
+        "monitor": {"monitor_type": ["console"]},
+    }
+
+
+def _rfthpc(*args: str) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "rfthpc", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        sys.stderr.write(result.stdout[-4000:] + result.stderr[-8000:])
+        raise SystemExit(f"gpu_check: `rfthpc {' '.join(args)}` failed with exit code {result.returncode}")
+    return result
+
+
+def _records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def main() -> int:
+    """Run the check; print the figures."""
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = "bfloat16" if device == "cuda" else "float32"
+    print(f"gpu_check: torch {torch.__version__}, device {device}"
+          + (f" ({torch.cuda.get_device_name(0)})" if device == "cuda" else " (no GPU: the CPU path)"), flush=True)
+    with tempfile.TemporaryDirectory(prefix="rfthpc-gpu-check-") as tmp:
+        work = Path(tmp)
+        _rfthpc("make-demo", "--out", str(work / "demo"))
+        cfg = work / "check.yaml"
+        cfg.write_text(yaml.safe_dump(config(work / "demo", work / "runs", device)))
+        _rfthpc("run", "--config", str(cfg))
+        run = work / "runs" / "gpu-check" / "check"
+        trainer = [r for r in _records(run / "monitor" / "trainer.jsonl") if "perf/time_per_step" in r]
+        explorer = [r for f in sorted((run / "monitor").glob("explorer_*.jsonl")) for r in _records(f)
+                    if "rollout/tokens_per_s" in r]
+        if len(trainer) < STEPS or not explorer:
+            raise SystemExit(f"gpu_check: {len(trainer)} trainer steps and {len(explorer)} rollout batches recorded; "
+                             f"expected {STEPS} and some (see {run}/logs)")
+        listing = json.loads(_rfthpc("weights", "list", str(run), "--json").stdout)
+        deltas = sum(r["delta_mb"] is not None for r in listing)
+        full = sum(r["full_mb"] is not None for r in listing)
+        if not deltas:
+            raise SystemExit("gpu_check: no delta was published")
+        start = time.perf_counter()
+        _rfthpc("convert", "--checkpoint-dir", str(run), "--no-progress")
+        convert_s = time.perf_counter() - start
+        if not list(run.glob("global_step_*/actor/huggingface/*.safetensors")):
+            raise SystemExit("gpu_check: rfthpc convert wrote no Hugging Face weights")
+        _rfthpc("weights", "materialize", str(run), "--version", str(STEPS), "--out", str(work / "final"))
+        # The first step pays for warm-up (CUDA kernels, allocator): the median of the rest.
+        steps = [r["perf/time_per_step"] for r in trainer[1:]]
+        figures = {
+            "device": device, "dtype": dtype,
+            "step_time_s": statistics.median(steps),
+            "train_tokens_per_s": statistics.median(r["perf/throughput"] for r in trainer[1:]),
+            "rollout_tokens_per_s": statistics.median(r["rollout/tokens_per_s"] for r in explorer),
+            "deltas": deltas, "full_snapshots": full,
+            "weight_stall_s": max(r.get("rollout/weight_stall_s", 0.0) for r in explorer),
+            "convert_s": convert_s,
+        }
+    print("FIGURES " + " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in figures.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
