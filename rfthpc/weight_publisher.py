@@ -1,7 +1,8 @@
 """The trainer's side of weight hand-off: a full snapshot every K versions, deltas in between.
 
 The publisher keeps the bits of the version it published last (in the published dtype, in CPU
-memory of trainer rank 0: one model copy, 15 GB for a 7B model in bf16). Each new version is
+memory of trainer rank 0: one model copy, 15 GB for a 7B model in bf16; while a version is
+published, each old tensor is let go once its delta is written). Each new version is
 written as a delta against it (`rfthpc.weight_delta`) and, every `full_every` versions, also as a
 full snapshot, in the same pass over the gathered tensors. The first version after a start (or
 after a version that was already published, as a resumed trainer meets them) is a full snapshot:
@@ -94,7 +95,9 @@ class Publisher:
         def keep(name: str, tensor: torch.Tensor, crc: int) -> None:
             if delta is not None:
                 assert base is not None
-                delta.add(name, base[name], tensor, crc, self._crcs[name])
+                # The writer holds the base tensor until its frame is written; dropping it here keeps
+                # rank 0 at about one model copy rather than two.
+                delta.add(name, base.pop(name), tensor, crc, self._crcs[name])
             if self.deltas:
                 new_bits[name] = tensor
             new_crcs[name] = crc

@@ -326,16 +326,21 @@ def format_status(d: dict[str, Any]) -> str:
             stale = latest - int(version) if live and latest is not None and isinstance(version, int) else None
             state = f"gone: {p['gone']} (was {p.get('state')})" if p.get("gone") else p.get("state")
             rows.append([name, p.get("rank"), state, version, stale, p.get("groups_committed"),
-                         p.get("tokens_per_s") if live else None, p.get("weight_stall_s"), p.get("weight_load_s"),
+                         p.get("tokens_per_s") if live else None,
+                         None if p.get("weight_stall_s") is None else 1000 * p["weight_stall_s"], p.get("weight_load_s"),
                          p.get("weight_read_mb"), _age(now, p.get("updated")) if p else "-",
                          s.get("groups_per_s") if p is ranks[0] else None])
+    failures = sum(int(p.get("weight_checksum_failures") or 0) for ranks in d["explorers"].values() for p in ranks)
+    if failures:
+        lines.append(f"weights: {failures} published file(s) failed their checksums in explorers and were skipped "
+                     "(each explorer's log names them; they rebuilt from a full snapshot)")
     lines.append("")
     if rows:
         if latest is None:
             lines.append("explorers (no policy published yet: staleness unknown)")
         else:
             lines.append(f"explorers (staleness = latest published version {latest} - version in use)")
-        lines += _table(["explorer", "rank", "state", "version", "staleness", "groups", "tokens/s", "sync stall s",
+        lines += _table(["explorer", "rank", "state", "version", "staleness", "groups", "tokens/s", "sync stall ms",
                          "sync load s", "sync MB read", "updated", "groups/s (all ranks)"], rows)
     else:
         lines.append("explorers: none has reported yet")

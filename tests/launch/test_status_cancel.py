@@ -35,7 +35,8 @@ def run(tmp_path: Path) -> RunDir:
     for rank, version in ((0, 7), (1, 5)):
         write_json_atomic(rd.root / "explorer_meta" / "explorer" / f"{rank}.json", {
             "name": "explorer", "rank": rank, "state": "exploring", "version": version, "groups_committed": 10 + rank,
-            "tokens_per_s": 123.4, "updated": now - 1})
+            "tokens_per_s": 123.4, "weight_stall_s": 0.031, "weight_load_s": 0.52, "weight_read_mb": 6.0,
+            "weight_checksum_failures": rank, "updated": now - 1})
     return rd
 
 
@@ -75,9 +76,12 @@ def test_status_report(run: RunDir) -> None:
     assert "trainer  11   RUNNING  00:05:00  n1" in text
     assert re.search(r"trainer: step 7 \(stage rft\), published version 7, checkpoint 6, updated \d+ s ago", text)
     rows = [line.split() for line in text.splitlines() if line.strip().startswith("explorer  ")][1:]
-    # explorer, rank, state, version, staleness (latest 7 - version), groups, tokens/s, ...
-    assert [r[:6] for r in rows] == [["explorer", "0", "exploring", "7", "0", "10"],
-                                     ["explorer", "1", "exploring", "5", "2", "11"]]
+    # explorer, rank, state, version, staleness (latest 7 - version), groups, tokens/s, sync stall ms, sync load s,
+    # sync MB read, ...
+    assert [r[:10] for r in rows] == [
+        ["explorer", "0", "exploring", "7", "0", "10", "123.40", "31.00", "0.52", "6.00"],
+        ["explorer", "1", "exploring", "5", "2", "11", "123.40", "31.00", "0.52", "6.00"]]
+    assert "weights: 1 published file(s) failed their checksums" in text
     assert "time, over" not in text  # no step recorded yet
 
 
