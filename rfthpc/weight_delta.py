@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Self, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, Self
 
 from rfthpc.fsutil import apply_mode
 
@@ -144,11 +144,11 @@ class DeltaWriter:
         self._f: BinaryIO = open(tmp, "wb")  # noqa: SIM115 - closed by commit/abort
         self._f.write(MAGIC)
         self._offset = len(MAGIC)
-        self._pool = ThreadPoolExecutor(max_workers=threads or min(8, os.cpu_count() or 1),
-                                        thread_name_prefix="rfthpc-delta")
+        workers = threads or min(8, os.cpu_count() or 1)
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rfthpc-delta")
         self._pending: deque[tuple[str, torch.Tensor, int, int, Future[bytes]]] = deque()
         self._entries: list[DeltaTensor] = []
-        self._max_pending = 2 * self._pool._max_workers
+        self._max_pending = 2 * workers
 
     def add(self, name: str, base: torch.Tensor, new: torch.Tensor, crc: int, base_crc: int) -> None:
         """Queue the delta of tensor `name` (CRC-32s of `new` and `base` given by the caller)."""

@@ -123,3 +123,20 @@ def run_trainer_inprocess(run: RunDir) -> int:
     from rfthpc.trainer.loop import run_trainer
 
     return run_trainer(run.root)
+
+
+def kill_while_writing(script: str, weights_dir: Path, prefix: str, timeout_s: float = 120) -> list[str]:
+    """Run `script` (it prints "ready" just before it writes), SIGKILL it once a temporary name
+    starting with `prefix` appears in `weights_dir`; return those leftovers."""
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-c", script], env=trainer_env(), cwd=ROOT, stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+    deadline = time.monotonic() + timeout_s
+    while not any(n.startswith(prefix) for n in os.listdir(weights_dir)):
+        assert time.monotonic() < deadline and proc.poll() is None, f"the publisher never started writing {prefix}"
+        time.sleep(0.001)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return [n for n in os.listdir(weights_dir) if n.startswith(prefix)]

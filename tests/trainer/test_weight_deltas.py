@@ -7,6 +7,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from rfthpc.explorer.follow import WeightFollower
 from rfthpc.rundir import RunDir
 from rfthpc.weight_delta import DeltaCorrupt, read_footer
 from rfthpc.weight_publisher import Publisher, deltas_pay
-from tests.trainer.conftest import ROOT, trainer_env
+from tests.trainer.conftest import ROOT, kill_while_writing, trainer_env
 
 
 @pytest.fixture
@@ -277,16 +278,7 @@ for t in state.values():
 print("ready", flush=True)
 p.publish(2, weights.TensorStream.of(state, torch.bfloat16))
 """
-    proc = subprocess.Popen([sys.executable, "-c", script], env=trainer_env(), cwd=ROOT, stdout=subprocess.PIPE)
-    assert proc.stdout.readline().strip() == b"ready"
-    import time
-
-    deadline = time.monotonic() + 120
-    while not any(n.startswith(".tmp-delta_2") for n in os.listdir(run.weights)):
-        assert time.monotonic() < deadline and proc.poll() is None, "the publisher never started the delta"
-        time.sleep(0.001)
-    os.kill(proc.pid, 9)
-    proc.wait()
+    assert kill_while_writing(script, run.weights, ".tmp-delta_2")
     assert weights.read_latest(run.root) == 1 and weights.published_versions(run.root) == ({1}, set())
     weight_chain.collect_published(run.root, keep=3, lease_s=300)
     assert not [n for n in os.listdir(run.weights) if n.startswith(".tmp-")]
@@ -319,8 +311,6 @@ def test_the_background_prefetcher_stages_each_new_version_while_the_explorer_wo
         run: RunDir, tiny_model: Path, tmp_path: Path) -> None:
     """The prefetch thread notices `latest` change and stages the version; the explorer's `update`
     only copies it in (nothing is loaded before the explorer asks)."""
-    import time
-
     truth = _publish_versions(run, tiny_model, range(1, 3), full_every=10)
     follower = WeightFollower(run, "ex", 0, staging_root=tmp_path / "staging", poll_s=0.2)
     version, path = follower.start_point(str(tiny_model))

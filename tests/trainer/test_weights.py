@@ -4,9 +4,6 @@ explorer can still need them."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -18,7 +15,7 @@ from safetensors.torch import load_file
 from rfthpc import weight_chain, weights
 from rfthpc.fsutil import write_json_atomic
 from rfthpc.rundir import RunDir
-from tests.trainer.conftest import ROOT, trainer_env
+from tests.trainer.conftest import kill_while_writing
 
 
 @pytest.fixture
@@ -156,20 +153,12 @@ def test_a_publisher_killed_mid_write_leaves_no_policy(run: RunDir, tiny_model: 
     weights.publish(run.root, 0, _model_state(tiny_model), tiny_model)
     script = textwrap.dedent(f"""
         import torch
-        from rfthpc import weight_chain, weights
+        from rfthpc import weights
         state = {{f"w{{i}}": torch.full((1024, 1024), float(i)) for i in range(64)}}
         print("ready", flush=True)
         weights.publish({str(run.root)!r}, 1, state, {str(tiny_model)!r}, max_shard_bytes=8 * 1024 * 1024)
     """)
-    proc = subprocess.Popen([sys.executable, "-c", script], env=trainer_env(), cwd=ROOT, stdout=subprocess.PIPE)
-    assert proc.stdout.readline().strip() == b"ready"
-    deadline = time.monotonic() + 60
-    while not any(n.startswith(".tmp-step_1") for n in os.listdir(run.weights)):
-        assert time.monotonic() < deadline and proc.poll() is None, "the publisher never started writing"
-        time.sleep(0.001)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    leftovers = [n for n in os.listdir(run.weights) if n.startswith(".tmp-step_1")]
+    leftovers = kill_while_writing(script, run.weights, ".tmp-step_1")
     assert leftovers, "killed before or after the write: cannot show a partial write"
     assert weights.published_steps(run.root) == [0] and weights.read_latest(run.root) == 0
     weight_chain.collect_published(run.root, keep=3, lease_s=300)
