@@ -40,7 +40,8 @@ def set_share_group(group: str | None) -> None:
         ) from None
 
 
-def _file_mode() -> int:
+def file_mode() -> int:
+    """The mode of new files under the run's permission policy (private, or its share group)."""
     return 0o660 if _share_gid is not None else 0o600
 
 
@@ -51,7 +52,7 @@ def _dir_mode() -> int:
 
 def apply_mode(path: Path, is_dir: bool) -> None:
     """Set the run's permission policy (private or shared group) on one path."""
-    os.chmod(path, _dir_mode() if is_dir else _file_mode())
+    os.chmod(path, _dir_mode() if is_dir else file_mode())
     if _share_gid is not None:
         os.chown(path, -1, _share_gid)
 
@@ -179,7 +180,7 @@ def read_json(path: Path, default: Any = None) -> Any:
 def append_line(path: Path, line: str) -> None:
     """Append one line with a single `write` (O_APPEND); callers that share the file hold a lock."""
     make_dirs(Path(path).parent)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, _file_mode())
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, file_mode())
     try:
         os.write(fd, (line.rstrip("\n") + "\n").encode())
         os.fsync(fd)

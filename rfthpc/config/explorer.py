@@ -76,6 +76,11 @@ class ExplorerConfig:
     """Evaluate the eval tasksets every this many policy versions."""
     eval_on_startup: bool = True
     """Evaluate the initial policy before training (veRL's `trainer.val_before_train`)."""
+    claim_batches: int = 0
+    """Batches of tasks an explorer claims in one transaction on the shared claims file (it works
+    through them one batch at a time). More batches mean fewer lock round trips for many explorers
+    on a networked filesystem (docs/scaling.md); 0: 1 for arrays of up to 8 explorers, then one more
+    per 8 explorers, at most 8."""
     bench_on_latest_checkpoint: bool = False
     """Trinity-RFT's `mode: bench` switch; rfthpc has no bench mode, so true is rejected (eval tasksets
     are evaluated during the run, see `eval_interval`)."""

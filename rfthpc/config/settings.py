@@ -295,6 +295,8 @@ class ExplorerStageSettings:
     max_tasks: int | None
     """Tasks the stage's steps consume (`total_steps` x `batch_size`); None: every task of its epochs."""
     claim_size: int
+    claim_batches: int
+    """Batches claimed in one transaction (`explorer.claim_batches`, resolved)."""
     """Tasks one explorer claims at a time: its share of a batch (`batch_size` / array size)."""
     max_staleness: int
     sync_timeout: float
@@ -365,6 +367,7 @@ def _explorer_stage(index: int, stage: Stage, claim_sets: tuple[str, ...]) -> Ex
         eval_tasksets=tuple(copy.deepcopy(b.explorer_input.eval_tasksets)), batch_size=b.batch_size,
         max_tasks=None if b.total_steps is None else b.total_steps * b.batch_size,
         claim_size=max(1, math.ceil(b.batch_size / array_size)),
+        claim_batches=ex.claim_batches or min(8, max(1, math.ceil(array_size / 8))),
         max_staleness=int(_required(sync.max_staleness, "synchronizer.max_staleness")),
         sync_timeout=sync.sync_timeout, eval_interval=ex.eval_interval, eval_on_startup=ex.eval_on_startup,
     )

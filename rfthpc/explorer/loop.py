@@ -231,6 +231,8 @@ class Explorer:
             if self.writer is not None:
                 self.writer.close()
                 self._complete_committed()
+            for claims in self.claim_sets:
+                claims.close()
         except Exception:
             log.exception("could not commit the last groups; their tasks will be redone by another explorer")
         self.follower.close()
@@ -308,7 +310,7 @@ class Explorer:
                 self.rundir.root, name, len(ts.tasks),
                 total_epochs=ts.config.total_epochs, selector=ts.config.task_selector.selector_type,
                 seed=ts.config.task_selector.seed, lease_s=settings.lease_s, lock=settings.lock_type,
-                owner=self.owner, max_tasks=limit,
+                owner=self.owner, max_tasks=limit, ahead=stage.claim_batches,
             )
             sources.append(_Source(ts, claims, offset))
         return sources
@@ -350,7 +352,10 @@ class Explorer:
                         return status
         except _Stopped:
             return StageEnd.STOPPED
-        self._flush()
+        finally:
+            self._flush()
+            for source in sources:
+                source.claims.close()
         return StageEnd.FINISHED
 
     def _with_refills(self, stage: ExplorerStageSettings, sources: list[_Source]) -> Iterator[_Source]:
@@ -431,7 +436,7 @@ class Explorer:
             else:
                 groups.append((claim, self._group(outcome, claim, version, step)))
         if empty:
-            source.claims.complete(empty, produced_group=False)
+            source.claims.complete(empty, produced_group=False, defer=True)
             held.settle(empty)
             self.progress.add(tasks_completed=len(empty))
         assert self.writer is not None
@@ -614,12 +619,8 @@ class Explorer:
             return
         done, self.pending = self.pending[:committed], self.pending[committed:]
         for claims in {id(p.claims): p.claims for p in done}.values():
-            accepted = claims.complete([p.claim for p in done if p.claims is claims])
-            rejected = sum(p.claims is claims for p in done) - len(accepted)
-            if rejected:
-                log.warning("%d committed groups belong to tasks another explorer took over (this process "
-                            "missed its heartbeats for filesystem.lease_s); they are explored twice and trained once",
-                            rejected)
+            # Settled in the claim set's next transaction (a claim, a heartbeat, or close at the stage's end).
+            claims.complete([p.claim for p in done if p.claims is claims], defer=True)
         self.progress.add(groups_committed=committed, tasks_completed=committed)
 
     def _flush(self) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rfthpc.fsutil import append_line
-from rfthpc.locks import LockKind, make_lock
+from rfthpc.locks import DEFAULT_LOCK_KIND, LockKind, make_lock
 from rfthpc.rundir import RunDir
 
 JobRole = Literal["trainer", "explorer", "hetjob"]
@@ -51,7 +51,7 @@ class JobRecord:
         return self.role in ("trainer", "hetjob")
 
 
-def record_job(run_dir: RunDir, record: JobRecord, lock_kind: LockKind = "strict-soft") -> None:
+def record_job(run_dir: RunDir, record: JobRecord, lock_kind: LockKind = DEFAULT_LOCK_KIND) -> None:
     """Append `record` to the run's jobs.jsonl under the run's lock for it."""
     with make_lock(run_dir.slurm / "jobs.lock", kind=lock_kind, timeout_s=60.0, stale_s=30.0):
         append_line(run_dir.jobs, json.dumps(dataclasses.asdict(record), sort_keys=True))

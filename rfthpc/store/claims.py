@@ -23,6 +23,15 @@ longer holds that state when it is about to be replaced: a holder that stalled p
 `stale_s` (a suspended job) and had its lock broken redoes its change on the newer state instead of
 undoing the other explorer's update (only a stall between that check and the rename escapes it).
 
+Where each metadata operation costs milliseconds (NFS, Lustre, GPFS) and many explorers share a
+claim set, the lock is the bottleneck (`tools/sim_scale.py`). Two things cut the transactions an
+explorer makes: `ahead` claims that many batches in one transaction and hands them out one batch at
+a time from a local reserve (all of them are held, heartbeated and reclaimed like any claim), and
+`complete(..., defer=True)` records completions locally and settles them in this process's next
+transaction (a claim, a heartbeat or `close`). A deferred completion lost with its process only
+means the task is explored again (the trainer trains one group per task, as after any crash between
+commit and completion).
+
 An owner is an explorer slot (`<explorer name>/<rank>`); an attempt is one process of it. A claim is
 reclaimed when its owner's heartbeat is older than `lease_s`, or at once when a new attempt of the
 same owner (a requeued array task) shows up. Heartbeats are wall-clock times written by the owner;
@@ -170,6 +179,7 @@ class TaskClaims:
         max_tasks: int | None = None,
         lock_timeout_s: float = 120.0,
         lock_stale_s: float = 60.0,
+        ahead: int = 1,
     ) -> None:
         check_name("taskset name", taskset)
         if num_tasks < 1:
@@ -182,6 +192,8 @@ class TaskClaims:
             raise ConfigError(f"total_steps x batch_size must be >= 1, got {max_tasks}")
         if lease_s <= 0:
             raise ConfigError(f"claim lease_s must be > 0, got {lease_s}")
+        if ahead < 1:
+            raise ConfigError(f"claim batches ahead must be >= 1, got {ahead}")
         self.taskset = taskset
         self.num_tasks = int(num_tasks)
         self.total_epochs = int(total_epochs)
@@ -198,6 +210,12 @@ class TaskClaims:
         # The explorer's heartbeat thread (rfthpc.explorer.heartbeat) transacts too.
         self._mutex = threading.Lock()
         self._orders: dict[int, np.ndarray] = {}
+        self.ahead = int(ahead)
+        self._reserve: list[Claim] = []
+        """Claims held beyond the batch handed out (`ahead`), handed out first."""
+        self._deferred: list[tuple[Claim, bool]] = []
+        """Completions (claim, produced a group) waiting for this process's next transaction."""
+        self._deferred_lock = threading.Lock()
 
     # ---- state ---------------------------------------------------------------------------------
 
@@ -284,7 +302,7 @@ class TaskClaims:
         raise ConfigError(
             f"taskset {self.taskset!r}: the claims state {self.path} was rewritten by another process during "
             f"{_MAX_REDOS + 1} transactions in a row: the lock kind {self._lock.kind!r} does not exclude the "
-            "explorers on this filesystem; set filesystem.lock_type: strict-soft"
+            "explorers on this filesystem; set filesystem.lock_type: link"
         )
 
     def _transact_once(self, change: Callable[[dict[str, Any], float], Any]) -> Any:
@@ -310,10 +328,16 @@ class TaskClaims:
         state["refill"] = refill
         state.setdefault("failed", 0)
         self._reclaim(state, now)
+        with self._deferred_lock:
+            deferred = list(self._deferred)
+        self._settle(state, deferred)
         result = change(state, now)
         state["version"] = version + 1
         with atomic_path(self.path, before_replace=lambda: self._check_version(version)) as tmp:
             tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
+        if deferred:
+            with self._deferred_lock:
+                del self._deferred[:len(deferred)]
         return result
 
     def _check_version(self, expected: int) -> None:
@@ -366,39 +390,55 @@ class TaskClaims:
             raise ValueError(f"n must be >= 1, got {n}")
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
-            claims, finished = self._transact(lambda s, now: (self._claim_now(s, n), self._finished(s)))
+            with self._mutex:
+                if len(self._reserve) >= n:
+                    claims, self._reserve = self._reserve[:n], self._reserve[n:]
+                    return claims
+                want = n * self.ahead - len(self._reserve)
+            fresh, finished = self._transact(lambda s, now, want=want: (self._claim_now(s, want), self._finished(s)))
+            with self._mutex:
+                self._reserve += fresh
+                claims, self._reserve = self._reserve[:n], self._reserve[n:]
             if claims or finished or (deadline is not None and time.monotonic() >= deadline):
                 return claims
             if on_wait is not None:
                 on_wait()
             time.sleep(poll_s if deadline is None else max(0.0, min(poll_s, deadline - time.monotonic())))
 
-    def complete(self, claims: Iterable[Claim], produced_group: bool = True) -> list[Claim]:
+    def complete(self, claims: Iterable[Claim], produced_group: bool = True, defer: bool = False) -> list[Claim]:
         """Mark claims done; return those accepted. A claim this process no longer holds (its lease
-        expired and another explorer took it) is refused; the store's reader trains only one group
-        of a task explored twice.
+        expired and another explorer took it) is refused and logged; the store's reader trains only one
+        group of a task explored twice.
         `produced_group=False`: the tasks gave no group (failed or skipped); a trainer that consumes
-        this claim set gets fresh tasks in their place."""
+        this claim set gets fresh tasks in their place.
+        `defer=True`: no transaction now; the completions are settled in this process's next one (see
+        the module docstring) and all are returned (a refusal is logged when they are settled)."""
+        claims = list(claims)
+        if defer:
+            with self._deferred_lock:
+                self._deferred += [(c, produced_group) for c in claims]
+            return claims
+        return self._transact(lambda state, now: self._settle(state, [(c, produced_group) for c in claims]))
 
-        def change(state: dict[str, Any], now: float) -> list[Claim]:
-            accepted = []
-            for c in claims:
-                held = state["outstanding"].get(c.key)
-                if held is not None and (held["owner"], held["attempt"]) == (self.owner, self.attempt):
-                    del state["outstanding"][c.key]
-                    state["completed"] += 1
-                    state["failed"] += 0 if produced_group else 1
-                    accepted.append(c)
-                else:
-                    log.warning("taskset %s: task %s is no longer claimed by %s (lease expired?); another "
-                                "explorer redoes it, and the trainer trains only one of the two groups",
-                                self.taskset, c.key, self.owner)
-            return accepted
-
-        return self._transact(change)
+    def _settle(self, state: dict[str, Any], done: list[tuple[Claim, bool]]) -> list[Claim]:
+        """Complete `done` in `state`; return the claims this process still held."""
+        accepted = []
+        for c, produced_group in done:
+            held = state["outstanding"].get(c.key)
+            if held is not None and (held["owner"], held["attempt"]) == (self.owner, self.attempt):
+                del state["outstanding"][c.key]
+                state["completed"] += 1
+                state["failed"] += 0 if produced_group else 1
+                accepted.append(c)
+            else:
+                log.warning("taskset %s: task %s is no longer claimed by %s (lease expired?); another "
+                            "explorer redoes it, and the trainer trains only one of the two groups",
+                            self.taskset, c.key, self.owner)
+        return accepted
 
     def release(self, claims: Iterable[Claim]) -> None:
         """Give claims back unexplored (e.g. on preemption) so another explorer takes them first."""
+        claims = list(claims)
 
         def change(state: dict[str, Any], now: float) -> None:
             for c in claims:
@@ -410,8 +450,21 @@ class TaskClaims:
         self._transact(change)
 
     def heartbeat(self) -> None:
-        """Tell the others this process is alive, keeping its claims (call well within `lease_s`)."""
+        """Tell the others this process is alive, keeping its claims (call well within `lease_s`);
+        deferred completions are settled on the way."""
         self._transact(lambda s, now: None)
+
+    def close(self) -> None:
+        """Settle deferred completions and give the reserve back (this process stops using the claim
+        set); nothing to do if there is neither."""
+        with self._mutex:
+            reserve, self._reserve = self._reserve, []
+        with self._deferred_lock:
+            deferred = bool(self._deferred)
+        if reserve:
+            self.release(reserve)
+        elif deferred:
+            self.heartbeat()
 
     def _finished(self, state: dict[str, Any]) -> bool:
         return not self._fresh_left(state) and not state["outstanding"] and not state["returned"]

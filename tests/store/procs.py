@@ -117,9 +117,10 @@ def reader(run_dir: str, log_file: str, ckpt_file: str, done_flag: str, batch: s
     write_json_atomic(ckpt, {"state": r.state().to_dict(), "n_lines": n_lines})
 
 
-def claimer(run_dir: str, owner: str, n_tasks: str, epochs: str, lease_s: str, lock: str, out_file: str) -> None:
+def claimer(run_dir: str, owner: str, n_tasks: str, epochs: str, lease_s: str, lock: str, ahead: str,
+            out_file: str) -> None:
     claims = TaskClaims(Path(run_dir), "ts", int(n_tasks), total_epochs=int(epochs), selector="shuffle", seed=7,
-                        lease_s=float(lease_s), lock=lock, owner=owner)  # type: ignore[arg-type]
+                        lease_s=float(lease_s), lock=lock, owner=owner, ahead=int(ahead))  # type: ignore[arg-type]
     while batch := claims.claim(3, poll_s=0.05):
         time.sleep(0.3)  # exploring
         done = claims.complete(batch)

@@ -87,6 +87,66 @@ def test_dead_owner_claims_are_reclaimed_after_the_lease(run_dir: Path, caplog: 
     assert a.complete(lost) == []  # too late: b holds them now
 
 
+def _count_transactions(claims: TaskClaims) -> list[int]:
+    """Count `claims`' transactions on the claims file (each takes the lock)."""
+    count = [0]
+    inner = claims._transact_once
+
+    def counted(change):
+        count[0] += 1
+        return inner(change)
+
+    claims._transact_once = counted  # type: ignore[method-assign]
+    return count
+
+
+def test_claiming_batches_ahead_takes_them_in_one_transaction(run_dir: Path) -> None:
+    """With `ahead=3` one transaction claims three batches; the next two claims come from the reserve;
+    `close` gives back what is left, which another explorer then gets first."""
+    a = TaskClaims(run_dir, "ts", 20, owner="a", ahead=3)
+    b = TaskClaims(run_dir, "ts", 20, owner="b")
+    transactions = _count_transactions(a)
+    assert _pairs(a.claim(2)) == [(0, 0), (0, 1)]
+    assert _holders(run_dir) == {"a"} and len(read_json(run_dir / "tasks" / "ts" / CLAIMS_FILE)["outstanding"]) == 6
+    assert _pairs(a.claim(2)) == [(0, 2), (0, 3)]
+    assert transactions == [1]
+    a.close()
+    assert transactions == [2]
+    assert _pairs(b.claim(3)) == [(0, 4), (0, 5), (0, 6)]
+
+
+def test_a_dead_owners_reserve_is_reclaimed_with_its_batch(run_dir: Path) -> None:
+    a = TaskClaims(run_dir, "ts", 6, owner="a", lease_s=0.3, ahead=3)
+    b = TaskClaims(run_dir, "ts", 6, owner="b", lease_s=0.3)
+    a.claim(2)  # and 4 more in reserve; then a dies
+    time.sleep(0.4)
+    assert sorted(_pairs(b.claim(6))) == [(0, i) for i in range(6)]
+
+
+def test_deferred_completions_settle_in_the_next_transaction(run_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    a = TaskClaims(run_dir, "ts", 8, owner="a", lease_s=0.3)
+    b = TaskClaims(run_dir, "ts", 8, owner="b", lease_s=0.3)
+    transactions = _count_transactions(a)
+    first = a.claim(2)
+    assert a.complete(first, defer=True) == first and transactions == [1]
+    assert a.progress()["completed"] == 0                      # recorded locally only
+    second = a.claim(2)
+    assert transactions == [2] and a.progress()["completed"] == 2 and a.progress()["outstanding"] == 2
+    a.complete(second[:1], defer=True)
+    a.complete(second[1:], produced_group=False, defer=True)
+    a.heartbeat()
+    assert a.progress()["completed"] == 4 and a.progress()["failed"] == 1
+    # A deferred completion of a task another explorer took over (this one missed its lease) is refused.
+    late = a.claim(1)
+    time.sleep(0.4)
+    assert _pairs(b.claim(1)) == _pairs(late)
+    a.complete(late, defer=True)
+    with caplog.at_level(logging.WARNING):
+        a.close()
+    assert f"task {late[0].key} is no longer claimed by a" in caplog.text
+    assert a.progress()["completed"] == 4
+
+
 def test_claim_waits_for_a_dead_owners_tasks(run_dir: Path) -> None:
     a = TaskClaims(run_dir, "ts", 2, owner="a", lease_s=0.3)
     b = TaskClaims(run_dir, "ts", 2, owner="b", lease_s=0.3)
@@ -125,14 +185,16 @@ def test_explorers_joining_with_other_settings_are_refused(run_dir: Path) -> Non
 
 
 @pytest.mark.slow
-def test_many_explorer_processes_explore_each_task_once_despite_kills(run_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("kind", "ahead"), [("link", 2), ("strict-soft", 1)])
+def test_many_explorer_processes_explore_each_task_once_despite_kills(kind: str, ahead: int, run_dir: Path,
+                                                                      tmp_path: Path) -> None:
     n_tasks, epochs = 30, 2
     out = tmp_path / "done.jsonl"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
 
     def start(owner: str) -> subprocess.Popen:
         return subprocess.Popen([sys.executable, str(PROCS), "claimer", str(run_dir), owner, str(n_tasks),
-                                 str(epochs), "1.0", "strict-soft", str(out)], env=env)
+                                 str(epochs), "1.0", kind, str(ahead), str(out)], env=env)
 
     def lines() -> list[dict]:
         return [json.loads(x) for x in out.read_text().splitlines()] if out.exists() else []
@@ -192,7 +254,7 @@ def test_claims_stay_held_through_a_call_longer_than_the_lease(run_dir: Path) ->
     assert _pairs(other.claim(2, timeout_s=0)) == _pairs(taken)
 
 
-@pytest.mark.parametrize("kind", ["strict-soft", "soft"])
+@pytest.mark.parametrize("kind", ["link", "strict-soft", "soft"])
 def test_a_holder_stalled_past_stale_s_redoes_its_change_instead_of_undoing_anothers(
     kind: str, run_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -238,6 +300,6 @@ def test_a_lock_that_never_excludes_is_named_after_repeated_collisions(run_dir: 
         other["version"] += 1
         path.write_text(json.dumps(other))
 
-    with pytest.raises(ConfigError, match=r"lock kind 'flock' does not exclude .*filesystem.lock_type: strict-soft"):
+    with pytest.raises(ConfigError, match=r"lock kind 'flock' does not exclude .*filesystem.lock_type: link"):
         a._transact(collide)
     assert read_json(path)["version"] == 1 + 4  # every try was refused; only the collisions landed

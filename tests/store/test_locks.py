@@ -51,7 +51,7 @@ def test_lock_of_a_killed_holder_is_recovered(kind: str, tmp_path: Path, caplog:
     with caplog.at_level(logging.WARNING), make_lock(lock, kind, timeout_s=10, stale_s=300):
         pass
     assert time.monotonic() - t < 5
-    if kind in ("strict-soft", "soft"):  # flock/lockf: the kernel released it, nothing to break
+    if kind in ("link", "strict-soft", "soft"):  # flock/lockf: the kernel released it, nothing to break
         assert f"breaking lock {lock}" in caplog.text and f"pid {p.pid}" in caplog.text
         assert "which has exited" in caplog.text
 
@@ -67,7 +67,7 @@ def test_a_shared_runs_lock_file_is_group_writable(kind: str, tmp_path: Path) ->
         fsutil.set_share_group(None)
 
 
-@pytest.mark.parametrize("kind", ["strict-soft", "soft"])
+@pytest.mark.parametrize("kind", ["link", "strict-soft", "soft"])
 def test_marker_unchanged_for_stale_s_is_broken(kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     # A stopped holder looks like one on an unreachable node: alive as far as this host knows.
     lock = tmp_path / "x.lock"
@@ -81,7 +81,7 @@ def test_marker_unchanged_for_stale_s_is_broken(kind: str, tmp_path: Path, caplo
         p.wait()
 
 
-@pytest.mark.parametrize("kind", ["strict-soft", "soft"])
+@pytest.mark.parametrize("kind", ["link", "strict-soft", "soft"])
 def test_a_waiter_that_stalled_itself_watches_the_holder_afresh(kind: str, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """A filesystem outage freezes holder and waiter alike: the waiter's own stall (6 s here, injected
@@ -119,5 +119,5 @@ def test_live_holder_makes_others_time_out_with_a_clear_message(kind: str, tmp_p
 
 
 def test_unknown_kind_is_a_config_error(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="lock kind 'nfs' is unknown; use one of strict-soft, soft, flock, lockf"):
+    with pytest.raises(ConfigError, match="lock kind 'nfs' is unknown; use one of link, strict-soft, soft, flock, lockf"):
         make_lock(tmp_path / "x.lock", "nfs")  # type: ignore[arg-type]
