@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from rfthpc.errors import ConfigError, UserError
-from rfthpc.fsutil import atomic_path, make_dirs, read_json
+from rfthpc.fsutil import make_dirs, read_json, write_bytes_atomic
 from rfthpc.locks import DEFAULT_LOCK_KIND, LockKind, make_lock
 from rfthpc.rundir import RunDir
 from rfthpc.store.reader_files import read_losses
@@ -333,8 +333,8 @@ class TaskClaims:
         self._settle(state, deferred)
         result = change(state, now)
         state["version"] = version + 1
-        with atomic_path(self.path, before_replace=lambda: self._check_version(version)) as tmp:
-            tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
+        write_bytes_atomic(self.path, (json.dumps(state, indent=2, sort_keys=True) + "\n").encode(),
+                           before_replace=lambda: self._check_version(version))
         if deferred:
             with self._deferred_lock:
                 del self._deferred[:len(deferred)]
