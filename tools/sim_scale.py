@@ -1,12 +1,12 @@
 """Simulate 16-256 explorers on one run directory, with a networked filesystem's metadata latency.
 
 Each simulated explorer is a process (forked: many per core; the work of each is small) that does
-what an explorer does to the run directory, through rfthpc's own code: it claims tasks
-(`TaskClaims`, the lock the config names), "generates" each batch for a time drawn from a
-long-tailed distribution (lognormal), commits the groups through the real `ChunkWriter`, completes
-its claims once they are committed (settled in its next transaction, as the explorer does), claims
-`explorer.claim_batches` batches at a time (resolved as the explorer resolves it), heartbeats its
-claims, its weights reader file and its
+what an explorer does to the run directory, through rfthpc's own code: it claims tasks (`ClaimSet`:
+`explorer.claim_shards` shards, each a `TaskClaims` behind the lock the config names, claimed
+`explorer.claim_batches` batches at a time, both resolved as the explorer resolves them),
+"generates" each batch for a time drawn from a long-tailed distribution (lognormal), commits the
+groups through the real `ChunkWriter`, completes its claims once they are committed (settled in its
+next transaction, as the explorer does), heartbeats its claims, its weights reader file and its
 progress file every `lease_s / 4`, and follows published weights (stats `weights/latest` every
 second, names the new version in its reader file). One process is the trainer: a real
 `StoreReader` takes batches, marks checkpoints and garbage-collects the store every few seconds,
@@ -17,15 +17,15 @@ listdir, scandir, rename, replace, link, unlink, mkdir, rmdir, utime, chmod, acc
 open) by `--latency-ms` and counts them, so the figures reflect NFS, Lustre or GPFS, where each
 costs milliseconds, not the microseconds of a local disk.
 
-Per N it prints: claims/s (tasks handed out), p50/p99 lock wait (acquiring the claims lock; also
-the p99 of the steady state, after the start-up herd in which every explorer claims at once), the
-fraction of time the claims lock is held and the median hold, commit -> visible p50/p99 (the
-reader's first listing of a chunk after its commit), reader groups/s (groups taken per second of
-the reader's busy time, waiting excluded), metadata operations per second on the run directory (all
-processes), chunk files written per 1000 groups, and groups lost (committed and completed, never
-trained) or trained twice. Last line: `FIGURES claims_per_s_256=… lock_wait_p99_s_256=…
-lock_wait_p99_steady_s_256=… visible_p99_s_256=… reader_groups_per_s_256=… metaops_per_s_256=…
-lost=… twice=…` (for the largest N; lost and twice summed over every N).
+Per N it prints: claims/s (tasks handed out), p50/p99 lock wait (acquiring a claims lock; also the
+p99 of the steady state, after the start-up herd in which every explorer claims at once), the
+fraction of time the busiest claims lock (one per shard) is held and the median hold, commit ->
+visible p50/p99 (the reader's first listing of a chunk after its commit), reader groups/s (groups
+taken per second of the reader's busy time, waiting excluded), metadata operations per second on
+the run directory (all processes), chunk files written per 1000 groups, and groups lost (committed
+and completed, never trained) or trained twice. Last line: `FIGURES claims_per_s_256=…
+lock_wait_p99_s_256=… lock_wait_p99_steady_s_256=… visible_p99_s_256=… reader_groups_per_s_256=…
+metaops_per_s_256=… lost=… twice=…` (for the largest N; lost and twice summed over every N).
 
 Usage: python tools/sim_scale.py [--n 16 64 128 256] [--seconds 40] [--latency-ms 5] [--work DIR]
 """
@@ -77,6 +77,8 @@ class Args:
     lock: str = "link"
     claim_batches: int = 0
     """`explorer.claim_batches` (0: by the number of explorers, as the explorer resolves it)."""
+    claim_shards: int = 0
+    """`explorer.claim_shards` (0: by the number of explorers, as the explorer resolves it)."""
     read_batch: int = 256
     """Groups per trainer step."""
     work: str | None = None
@@ -126,8 +128,8 @@ class Shim:
 class TimedLock:
     """Wraps the claims lock to time each acquisition."""
 
-    def __init__(self, inner, waits: list[float], holds: list[float]) -> None:
-        self._inner, self._waits, self._holds = inner, waits, holds
+    def __init__(self, inner, waits: list, holds: list, shard: int) -> None:
+        self._inner, self._waits, self._holds, self._shard = inner, waits, holds, shard
         self._since = 0.0
 
     def __enter__(self):
@@ -138,7 +140,7 @@ class TimedLock:
         return self
 
     def __exit__(self, *exc):
-        self._holds.append(time.monotonic() - self._since)
+        self._holds.append((self._shard, time.monotonic() - self._since))
         return self._inner.__exit__(*exc)
 
     def __getattr__(self, name):
@@ -159,21 +161,22 @@ def _group(i: int, claim, rng: np.random.Generator):
                  info=TaskRef(TASKSET, claim.epoch, claim.index).info())
 
 
-def explorer(i: int, run: Path, args: Args, ahead: int, stop, out) -> None:
+def explorer(i: int, run: Path, args: Args, ahead: int, shards: int, stop, out) -> None:
     """One simulated explorer process (see the module docstring); puts its figures on `out`."""
     from rfthpc import weights
     from rfthpc.fsutil import write_json_atomic
-    from rfthpc.store.claims import TaskClaims
+    from rfthpc.store.claims import ClaimSet
     from rfthpc.store.writer import ChunkWriter
 
     shim = Shim(str(run), args.latency_ms / 1000)
     shim.install()
     rng = np.random.default_rng(i)
-    waits: list[float] = []
-    holds: list[float] = []
-    claims = TaskClaims(run, TASKSET, num_tasks=10**7, lease_s=args.lease_s, lock=args.lock, owner=f"sim/{i}",
-                        ahead=ahead)
-    claims._lock = TimedLock(claims._lock, waits, holds)
+    waits: list = []
+    holds: list = []
+    claims = ClaimSet(run, TASKSET, num_tasks=10**7, shards=shards, home=i, lease_s=args.lease_s, lock=args.lock,
+                      owner=f"sim/{i}", ahead=ahead)
+    for t in claims._shards:
+        t._lock = TimedLock(t._lock, waits, holds, t.shard)
     writer = ChunkWriter(run, "sim", i, args.groups_per_chunk, args.max_chunk_delay)
     done = threading.Event()
     version = [0]
@@ -287,9 +290,10 @@ def simulate(n: int, args: Args, work: Path) -> dict[str, float]:
     stop, results, expected, trainer_out = ctx.Event(), ctx.Queue(), ctx.Queue(), ctx.Queue()
     reader = ctx.Process(target=trainer, args=(run, args, expected, trainer_out))
     reader.start()
-    # explorer.claim_batches: 0 (by the array size), resolved as the explorer's settings do.
+    # explorer.claim_batches and claim_shards: 0 (by the array size), resolved as the explorer's settings do.
     ahead = args.claim_batches or min(8, max(1, math.ceil(n / 8)))
-    procs = [ctx.Process(target=explorer, args=(i, run, args, ahead, stop, results)) for i in range(n)]
+    shards = args.claim_shards or max(1, math.ceil(n / 32))
+    procs = [ctx.Process(target=explorer, args=(i, run, args, ahead, shards, stop, results)) for i in range(n)]
     start = time.monotonic()
     for p in procs:
         p.start()
@@ -308,7 +312,11 @@ def simulate(n: int, args: Args, work: Path) -> dict[str, float]:
     # explorer had its first claims.
     settled = max((e["waits"][0][1] + e["waits"][0][0] for e in ends if e["waits"]), default=0.0)
     steady = np.array([w for e in ends for w, began in e["waits"] if began > settled] or [0.0])
-    holds = np.array([h for e in ends for h in e["holds"]] or [0.0])
+    busy: Counter = Counter()
+    for e in ends:
+        for shard, held in e["holds"]:
+            busy[shard] += held
+    holds = np.array([h for e in ends for _, h in e["holds"]] or [0.0])
     visible = np.array(tr["visible"] or [0.0])
     counts = Counter(tr["taken"])
     ops = sum(sum(e["ops"].values()) for e in ends) + sum(tr["ops"].values())
@@ -318,7 +326,7 @@ def simulate(n: int, args: Args, work: Path) -> dict[str, float]:
         "n": n, "claims_per_s": sum(e["claimed"] for e in ends) / explore_s,
         "lock_wait_p50_s": float(np.percentile(waits, 50)), "lock_wait_p99_s": float(np.percentile(waits, 99)),
         "lock_wait_p99_steady_s": float(np.percentile(steady, 99)),
-        "lock_held_per_s": float(holds.sum()) / explore_s, "lock_hold_p50_s": float(np.percentile(holds, 50)),
+        "lock_busy": max(busy.values(), default=0.0) / explore_s, "lock_hold_p50_s": float(np.percentile(holds, 50)),
         "visible_p50_s": float(np.percentile(visible, 50)), "visible_p99_s": float(np.percentile(visible, 99)),
         "reader_groups_per_s": len(tr["taken"]) / max(tr["busy"], 1e-9), "metaops_per_s": ops / wall,
         "files_per_1000_groups": 1000 * chunks / max(1, len(committed)), "groups": len(committed),

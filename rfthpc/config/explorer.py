@@ -81,6 +81,11 @@ class ExplorerConfig:
     through them one batch at a time). More batches mean fewer lock round trips for many explorers
     on a networked filesystem (docs/scaling.md); 0: 1 for arrays of up to 8 explorers, then one more
     per 8 explorers, at most 8."""
+    claim_shards: int = 0
+    """Files a claim set's task claims are split over, each with its own lock (an explorer claims from
+    the one its rank picks, then from the others): for arrays of many explorers on a networked
+    filesystem (docs/scaling.md). Fixed when the claim set is created; explorers that join later use
+    that. 0: one shard per 32 explorers of the array that creates it."""
     bench_on_latest_checkpoint: bool = False
     """Trinity-RFT's `mode: bench` switch; rfthpc has no bench mode, so true is rejected (eval tasksets
     are evaluated during the run, see `eval_interval`)."""

@@ -297,6 +297,8 @@ class ExplorerStageSettings:
     claim_size: int
     claim_batches: int
     """Batches claimed in one transaction (`explorer.claim_batches`, resolved)."""
+    claim_shards: int
+    """Shards of a claim set this explorer creates (`explorer.claim_shards`, resolved)."""
     """Tasks one explorer claims at a time: its share of a batch (`batch_size` / array size)."""
     max_staleness: int
     sync_timeout: float
@@ -368,6 +370,7 @@ def _explorer_stage(index: int, stage: Stage, claim_sets: tuple[str, ...]) -> Ex
         max_tasks=None if b.total_steps is None else b.total_steps * b.batch_size,
         claim_size=max(1, math.ceil(b.batch_size / array_size)),
         claim_batches=ex.claim_batches or min(8, max(1, math.ceil(array_size / 8))),
+        claim_shards=ex.claim_shards or max(1, math.ceil(array_size / 32)),
         max_staleness=int(_required(sync.max_staleness, "synchronizer.max_staleness")),
         sync_timeout=sync.sync_timeout, eval_interval=ex.eval_interval, eval_on_startup=ex.eval_on_startup,
     )

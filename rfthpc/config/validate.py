@@ -144,6 +144,8 @@ def _check_sizes(cfg: Config, problems: Problems) -> None:
         problems.add(f"synchronizer.keep_published: {sync.keep_published} must be >= 2: an explorer may have "
                      "chosen the previous policy just before the newest was published, and load it while the "
                      "trainer cleans up")
+    if cfg.explorer.claim_shards < 0:
+        problems.add(f"explorer.claim_shards: {cfg.explorer.claim_shards} must be >= 0 (0: by the array size)")
     if cfg.explorer.claim_batches < 0:
         problems.add(f"explorer.claim_batches: {cfg.explorer.claim_batches} must be >= 0 (0: by the array size)")
     if sync.full_snapshot_interval < 1:

@@ -18,7 +18,7 @@ from typing import Self
 
 from rfthpc.explorer.follow import WeightFollower
 from rfthpc.explorer.meta import Progress
-from rfthpc.store.claims import TaskClaims
+from rfthpc.store.claims import ClaimSet, TaskClaims
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 class Heartbeat:
     """While in use (`with`), a daemon thread renews claims, the weights reader file and progress."""
 
-    def __init__(self, period_s: float, claim_sets: Callable[[], Sequence[TaskClaims]], follower: WeightFollower,
+    def __init__(self, period_s: float, claim_sets: Callable[[], Sequence[ClaimSet | TaskClaims]], follower: WeightFollower,
                  progress: Progress) -> None:
         """`claim_sets()`: the claim sets the explorer holds now (they change with the stage)."""
         self.period_s = period_s

@@ -6,7 +6,7 @@ One process (one Slurm array task, or one local process) runs it:
    has started the stage (the first stage needs no wait), then explore its tasksets one after
    another.
 2. Each step claims this process's share of a batch (`ceil(buffer.batch_size / array size)` tasks)
-   from the taskset's `TaskClaims`, loads the newest complete published weights, waits (bounded
+   from the taskset's claims (`ClaimSet`), loads the newest complete published weights, waits (bounded
    by `synchronizer.sync_timeout`) while the policy held is older than the staleness bound allows
    for these tasks (`rfthpc.explorer.staleness`), then runs the tasks' workflows concurrently with
    their generate calls batched into one engine call (`rfthpc.explorer.rollout`).
@@ -56,7 +56,7 @@ from rfthpc.handoff import Waiter, WaitPolicy
 from rfthpc.monitor import Monitor
 from rfthpc.rundir import RunDir
 from rfthpc.signals import StopRequest
-from rfthpc.store import ChunkWriter, Claim, Group, TaskClaims
+from rfthpc.store import ChunkWriter, Claim, ClaimSet, Group
 from rfthpc.store.schema import Experience as StoredExperience
 from rfthpc.store.schema import TaskRef
 from rfthpc.trainer.meta import read_trainer_meta
@@ -97,7 +97,7 @@ class _Source:
     """One training taskset of the stage being explored, with its claims."""
 
     taskset: setup.Taskset
-    claims: TaskClaims
+    claims: ClaimSet
     offset: int
 
 
@@ -105,7 +105,7 @@ class _Unsettled:
     """The claims of one batch, as a context: on leaving, however it is left, the claims neither
     completed nor handed to the writer go back to the pool (the one release path of the loop)."""
 
-    def __init__(self, claim_set: TaskClaims, claims: list[Claim]) -> None:
+    def __init__(self, claim_set: ClaimSet, claims: list[Claim]) -> None:
         self.claim_set = claim_set
         self.claims = claims
         self._open = {c.key: c for c in claims}
@@ -127,7 +127,7 @@ class _Unsettled:
 class _Pending:
     """A group handed to the writer whose claim is completed once its chunk is committed."""
 
-    claims: TaskClaims
+    claims: ClaimSet
     claim: Claim
 
 
@@ -170,7 +170,7 @@ class Explorer:
         self.writer: ChunkWriter | None = None
         self.monitor: Monitor | None = None
         self.pending: list[_Pending] = []
-        self.claim_sets: list[TaskClaims] = []
+        self.claim_sets: list[ClaimSet] = []
         self.follower = WeightFollower(self.rundir, name, rank, Path(settings.staging_dir) if settings.staging_dir
                                        else None, poll_s=settings.weights_poll_interval)
 
@@ -306,8 +306,8 @@ class Explorer:
                                              strict=True):
             if limit == 0:
                 continue
-            claims = TaskClaims(
-                self.rundir.root, name, len(ts.tasks),
+            claims = ClaimSet(
+                self.rundir.root, name, len(ts.tasks), shards=stage.claim_shards, home=self.rank,
                 total_epochs=ts.config.total_epochs, selector=ts.config.task_selector.selector_type,
                 seed=ts.config.task_selector.seed, lease_s=settings.lease_s, lock=settings.lock_type,
                 owner=self.owner, max_tasks=limit, ahead=stage.claim_batches,

@@ -1,10 +1,10 @@
 """The experience store: the only channel from explorers to the trainer (docs/store.md).
 
-Explorers write groups with `ChunkWriter` and share their tasksets through `TaskClaims`; the
+Explorers write groups with `ChunkWriter` and share their tasksets through `ClaimSet` (sharded `TaskClaims`); the
 trainer takes groups with `StoreReader`, exactly once, and checkpoints its `state()` (a `ReaderState`).
 """
 
-from rfthpc.store.claims import Claim, TaskClaims
+from rfthpc.store.claims import Claim, ClaimSet, TaskClaims
 from rfthpc.store.gc import collect_garbage
 from rfthpc.store.inspect import format_inspect, inspect_store
 from rfthpc.store.reader import StoreReader, StoreTimeout
@@ -15,6 +15,7 @@ from rfthpc.store.writer import ChunkWriter
 __all__ = [
     "ChunkWriter",
     "Claim",
+    "ClaimSet",
     "Experience",
     "Group",
     "ReaderState",

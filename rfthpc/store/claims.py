@@ -40,6 +40,7 @@ clock skew between nodes must stay well below `lease_s`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -65,6 +66,7 @@ log = logging.getLogger(__name__)
 
 SELECTORS = ("sequential", "shuffle")
 CLAIMS_FILE = "claims.json"
+SHARDS_FILE = "shards"
 LOCK_FILE = "claims.lock"
 STATE_FORMAT = 1
 # A transaction whose state changed under it is redone this many times before the lock is blamed.
@@ -86,6 +88,8 @@ class Claim:
     """Where the trainer is expected to consume its group, counted in groups from the start:
     `serial` minus the groups lost before it was handed out (dropped as stale, or tasks that gave
     none), so position // batch_size is the step it is explored for."""
+    shard: int = 0
+    """The claims shard that handed it out (see `ClaimSet`)."""
 
     @property
     def key(self) -> str:
@@ -112,6 +116,8 @@ class ClaimsStatus:
     """The plain budget, total_steps x batch_size (None: the tasksets' epochs only)."""
     refill: int
     """Fresh tasks allowed beyond `max_tasks` to replace groups the trainer lost."""
+    shards: tuple[ClaimsStatus, ...] = ()
+    """Each shard's own status when the claim set is sharded (the fields above are their sums)."""
 
     @property
     def limit(self) -> int | None:
@@ -127,21 +133,54 @@ class ClaimsStatus:
     def finished(self) -> bool:
         """Nothing to hand out now and nothing claimed: every task within the budget is done. A
         trainer that loses groups raises the budget, so this can become False again."""
+        if self.shards:
+            return all(s.finished for s in self.shards)
         fresh_left = self.data_left and (self.limit is None or self.issued < self.limit)
         return not fresh_left and not self.outstanding and not self.returned
 
     @property
     def exhausted(self) -> bool:
         """The data ran out: every task of every epoch was handed out and completed."""
+        if self.shards:
+            return all(s.exhausted for s in self.shards)
         return not self.data_left and not self.outstanding and not self.returned
+
+    @property
+    def free(self) -> bool:
+        """A claim now would get a task (one was given back, or a fresh one is left)."""
+        fresh_left = self.data_left and (self.limit is None or self.issued < self.limit)
+        return bool(self.returned) or fresh_left
+
+
+def _share(total: int, shard: int, shards: int) -> int:
+    """How many of positions 0..total-1 fall to `shard` when position p goes to shard p % shards."""
+    return max(0, (total - shard + shards - 1) // shards)
 
 
 def _status(state: dict[str, Any], reported: int | None) -> ClaimsStatus:
+    """One shard's status (`reported`: the trainer's losses of the whole claim set)."""
+    shard, shards = state.get("shard", 0), state.get("shards", 1)
+    max_tasks = state["max_tasks"]
     return ClaimsStatus(
         taskset=state["taskset"], epoch=state["epoch"], total_epochs=state["total_epochs"], issued=state["issued"],
         completed=state["completed"], failed=state.get("failed", 0), outstanding=len(state["outstanding"]),
-        returned=len(state["returned"]), reclaimed=state["reclaimed"], max_tasks=state["max_tasks"],
-        refill=_refill(state, reported),
+        returned=len(state["returned"]), reclaimed=state["reclaimed"],
+        max_tasks=None if max_tasks is None else _share(max_tasks, shard, shards),
+        refill=_refill(state, None if reported is None else _share(reported, shard, shards)),
+    )
+
+
+def _combined(parts: list[ClaimsStatus]) -> ClaimsStatus:
+    """The status of a sharded claim set: sums of its shards', each shard's kept for `finished`."""
+    if len(parts) == 1:
+        return parts[0]
+    limits = [p.max_tasks for p in parts]
+    return ClaimsStatus(
+        taskset=parts[0].taskset, epoch=min(p.epoch for p in parts), total_epochs=parts[0].total_epochs,
+        issued=sum(p.issued for p in parts), completed=sum(p.completed for p in parts),
+        failed=sum(p.failed for p in parts), outstanding=sum(p.outstanding for p in parts),
+        returned=sum(p.returned for p in parts), reclaimed=sum(p.reclaimed for p in parts),
+        max_tasks=None if None in limits else sum(limits), refill=sum(p.refill for p in parts), shards=tuple(parts),
     )
 
 
@@ -151,6 +190,22 @@ def _refill(state: dict[str, Any], reported: int | None) -> int:
     if reported is None:
         return state.get("refill", 0)
     return max(state.get("refill", 0), reported + state.get("failed", 0))
+
+
+def shard_file(name: str, shard: int) -> str:
+    """The file of shard `shard` (`claims.json` for shard 0, then `claims.1.json`, ...)."""
+    if shard == 0:
+        return name
+    stem, _, ext = name.rpartition(".")
+    return f"{stem}.{shard}.{ext}"
+
+
+class ShardCountDiffers(ConfigError):
+    """The claim set on disk is split into another number of shards than this process assumed."""
+
+    def __init__(self, found: int, message: str) -> None:
+        super().__init__(message)
+        self.found = found
 
 
 class _StateChanged(Exception):
@@ -180,6 +235,8 @@ class TaskClaims:
         lock_timeout_s: float = 120.0,
         lock_stale_s: float = 60.0,
         ahead: int = 1,
+        shard: int = 0,
+        shards: int = 1,
     ) -> None:
         check_name("taskset name", taskset)
         if num_tasks < 1:
@@ -194,6 +251,11 @@ class TaskClaims:
             raise ConfigError(f"claim lease_s must be > 0, got {lease_s}")
         if ahead < 1:
             raise ConfigError(f"claim batches ahead must be >= 1, got {ahead}")
+        if not 0 <= shard < shards:
+            raise ConfigError(f"claims shard {shard} of {shards}: use 0 <= shard < shards")
+        self.shard, self.shards = int(shard), int(shards)
+        self.local_tasks = _share(int(num_tasks), self.shard, self.shards)
+        """Tasks of each epoch this shard hands out (positions p of the epoch order with p % shards == shard)."""
         self.taskset = taskset
         self.num_tasks = int(num_tasks)
         self.total_epochs = int(total_epochs)
@@ -205,8 +267,8 @@ class TaskClaims:
         self.attempt = f"{int(time.time()):x}-{secrets.token_hex(4)}"
         self.run_dir = Path(run_dir)
         self.dir = make_dirs(RunDir(run_dir).tasks / taskset)
-        self.path = self.dir / CLAIMS_FILE
-        self._lock = make_lock(self.dir / LOCK_FILE, lock, lock_timeout_s, lock_stale_s)
+        self.path = self.dir / shard_file(CLAIMS_FILE, self.shard)
+        self._lock = make_lock(self.dir / shard_file(LOCK_FILE, self.shard), lock, lock_timeout_s, lock_stale_s)
         # The explorer's heartbeat thread (rfthpc.explorer.heartbeat) transacts too.
         self._mutex = threading.Lock()
         self._orders: dict[int, np.ndarray] = {}
@@ -228,6 +290,8 @@ class TaskClaims:
             "selector": self.selector,
             "seed": self.seed,
             "max_tasks": self.max_tasks,
+            "shard": self.shard,
+            "shards": self.shards,
             "epoch": 0,
             "pos": 0,
             "issued": 0,
@@ -244,6 +308,10 @@ class TaskClaims:
         state = read_json(self.path)
         if state is None:
             return self._fresh_state()
+        if state.get("shards", 1) != self.shards:
+            raise ShardCountDiffers(int(state.get("shards", 1)),
+                                    f"claim set {self.taskset!r} in {self.dir} is split into {state.get('shards', 1)} "
+                                    f"shards, this process expected {self.shards}")
         for key in ("num_tasks", "total_epochs", "selector", "seed", "max_tasks"):
             if state.get(key) != getattr(self, key):
                 raise ConfigError(
@@ -259,7 +327,7 @@ class TaskClaims:
                 order = np.random.default_rng([self.seed, epoch]).permutation(self.num_tasks)
             else:
                 order = np.arange(self.num_tasks)
-            self._orders = {epoch: order}
+            self._orders = {epoch: order[self.shard::self.shards]}
         return self._orders[epoch]
 
     def _reclaim(self, state: dict[str, Any], now: float) -> None:
@@ -280,14 +348,20 @@ class TaskClaims:
                         self.taskset, key, c["epoch"], c["index"], why)
 
     def _fresh_left(self, state: dict[str, Any]) -> bool:
-        if self.max_tasks is not None and state["issued"] >= self.max_tasks + state["refill"]:
+        if self.local_tasks == 0:
+            return False
+        if self.max_tasks is not None and \
+                state["issued"] >= _share(self.max_tasks, self.shard, self.shards) + state["refill"]:
             return False
         return state["epoch"] < self.total_epochs
 
     def _reported_losses(self) -> int | None:
-        """Groups of this claim set the trainer reports lost; None if no trainer consumes it."""
+        """This shard's share of the groups of the claim set the trainer reports lost; None if no
+        trainer consumes it."""
         losses = read_losses(RunDir(self.run_dir).experiences)
-        return None if losses is None or self.taskset not in losses else losses[self.taskset]
+        if losses is None or self.taskset not in losses:
+            return None
+        return _share(losses[self.taskset], self.shard, self.shards)
 
     def _transact(self, change: Callable[[dict[str, Any], float], Any]) -> Any:
         """Apply `change` to the state under the lock, refreshing this owner's heartbeat. Redone on the
@@ -351,18 +425,20 @@ class TaskClaims:
 
     def _claim_now(self, state: dict[str, Any], n: int) -> list[Claim]:
         claims: list[Claim] = []
-        # Every group lost before a task is handed out moves its consumption one place earlier.
-        lost = state["refill"]
+        # Every group lost before a task is handed out moves its consumption one place earlier
+        # (a shard's refill is its share of the claim set's losses).
+        lost = state["refill"] * self.shards
         while len(claims) < n and state["returned"]:
             epoch, index, serial = state["returned"].pop(0)
-            claims.append(Claim(self.taskset, epoch, index, serial, max(0, serial - lost)))
+            claims.append(Claim(self.taskset, epoch, index, serial, max(0, serial - lost), self.shard))
         while len(claims) < n and self._fresh_left(state):
             index = int(self._order(state["epoch"])[state["pos"]])
-            serial = state["issued"]
-            claims.append(Claim(self.taskset, state["epoch"], index, serial, max(0, serial - lost)))
+            # Serials interleave the shards as their tasks interleave in the epoch order.
+            serial = state["issued"] * self.shards + self.shard
+            claims.append(Claim(self.taskset, state["epoch"], index, serial, max(0, serial - lost), self.shard))
             state["issued"] += 1
             state["pos"] += 1
-            if state["pos"] == self.num_tasks:
+            if state["pos"] == self.local_tasks:
                 state["epoch"] += 1
                 state["pos"] = 0
         for c in claims:
@@ -471,17 +547,30 @@ class TaskClaims:
 
     @staticmethod
     def read_status(run_dir: Path, taskset: str, lost: int | None = None) -> ClaimsStatus | None:
-        """The state of claim set `taskset` (None if no explorer has opened it yet), read without the
-        lock. `lost`: groups of it the caller (the trainer) knows it lost, counted into the refill
-        before any explorer has acted on them."""
-        state = read_json(RunDir(run_dir).tasks / taskset / CLAIMS_FILE)
-        if not isinstance(state, dict):
+        """The state of claim set `taskset`, all its shards (None if no explorer has opened it yet),
+        read without the lock. `lost`: groups of it the caller (the trainer) knows it lost, counted
+        into the refill before any explorer has acted on them."""
+        directory = RunDir(run_dir).tasks / taskset
+        try:
+            count = int((directory / SHARDS_FILE).read_text())
+        except (FileNotFoundError, ValueError):
+            count = 1
+        states = [read_json(directory / shard_file(CLAIMS_FILE, s)) for s in range(count)]
+        opened = [s for s in states if isinstance(s, dict)]
+        if not opened:
             return None
         losses = read_losses(RunDir(run_dir).experiences)
         reported = None if losses is None or taskset not in losses else losses[taskset]
         if lost is not None:
             reported = max(lost, reported or 0)
-        return _status(state, reported)
+        parts = []
+        for shard, state in enumerate(states):
+            if not isinstance(state, dict):
+                # Not opened yet: all of its share is still to hand out.
+                state = {**opened[0], "shard": shard, "epoch": 0, "pos": 0, "issued": 0, "completed": 0,
+                         "failed": 0, "refill": 0, "reclaimed": 0, "outstanding": {}, "returned": []}
+            parts.append(_status(state, reported))
+        return _combined(parts)
 
     def status(self) -> ClaimsStatus:
         """The state of this claim set now (see `read_status`)."""
@@ -500,4 +589,129 @@ class TaskClaims:
     @property
     def finished(self) -> bool:
         """True once every task within the budget is done (no fresh task left, none claimed or returned)."""
+        return self.status().finished
+
+
+def _shard_count(directory: Path, wanted: int) -> int:
+    """The claim set's shard count: the one recorded in `directory/shards` when it was created (or 1
+    for a claim set of an older rfthpc), else `wanted`, recorded now. The record is linked into
+    place, never replaced, so of explorers starting together all use the first one's count."""
+    record = directory / SHARDS_FILE
+    for _ in range(2):
+        try:
+            return int(record.read_text())
+        except FileNotFoundError:
+            pass
+        except ValueError:
+            raise ConfigError(f"{record} does not hold a shard count; restore it or use a new taskset name") from None
+        count = 1 if (directory / CLAIMS_FILE).exists() else wanted
+        tmp = directory / f".tmp-{SHARDS_FILE}.{socket.gethostname()}.{os.getpid()}.{secrets.token_hex(4)}"
+        write_bytes_atomic(tmp, f"{count}\n".encode())
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, record)
+        os.unlink(tmp)
+    return int(record.read_text())
+
+
+class ClaimSet:
+    """The claims of one claim set as an explorer uses them, split over `shards` independent files.
+
+    Position p of every epoch's task order belongs to shard p % shards: each shard is a `TaskClaims`
+    with its own file and lock, its share of the budget and of the refill, and serials that
+    interleave as its tasks do. An explorer claims from its home shard (its rank modulo the number
+    of shards) and, when that has nothing free, from the others in turn (looking at their files
+    without the lock first), so many explorers spread over many locks instead of queueing on one.
+    The number of shards is fixed when the claim set is created (the `shards` file beside them);
+    explorers that join later use it whatever they were configured with. One shard is exactly the
+    single claims file of a `TaskClaims`.
+    """
+
+    def __init__(self, run_dir: Path, taskset: str, num_tasks: int, *, shards: int = 1, home: int = 0,
+                 **options: Any) -> None:
+        if shards < 1:
+            raise ConfigError(f"claim shards must be >= 1, got {shards}")
+        self.run_dir, self.taskset, self.num_tasks, self._options = Path(run_dir), taskset, num_tasks, options
+        self._build(_shard_count(make_dirs(RunDir(run_dir).tasks / taskset), shards), home)
+        self._touched: set[int] = set()
+
+    def _build(self, count: int, home: int) -> None:
+        self._shards = [TaskClaims(self.run_dir, self.taskset, self.num_tasks, shard=s, shards=count, **self._options)
+                        for s in range(count)]
+        self.home = home % count
+
+    @property
+    def shards(self) -> int:
+        """How many shards the claim set has."""
+        return len(self._shards)
+
+    def _free(self, shard: int) -> bool:
+        """Whether shard `shard` has a task to hand out, from its file read without the lock."""
+        t = self._shards[shard]
+        state = read_json(t.path)
+        if not isinstance(state, dict):
+            return t.local_tasks > 0
+        return _status(state, t._reported_losses()).free
+
+    def claim(self, n: int, timeout_s: float | None = None, poll_s: float = 1.0,
+              on_wait: Callable[[], None] | None = None) -> list[Claim]:
+        """Claim up to `n` tasks (see `TaskClaims.claim`): from the home shard, else from another
+        with tasks free; [] with `timeout_s=None` means every shard is finished."""
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        order = [(self.home + i) % self.shards for i in range(self.shards)]
+        while True:
+            for s in order:
+                if s != self.home and not self._free(s):
+                    continue
+                self._touched.add(s)
+                got = self._shards[s].claim(n, timeout_s=0)
+                if got:
+                    return got
+            if self.finished or (deadline is not None and time.monotonic() >= deadline):
+                return []
+            if on_wait is not None:
+                on_wait()
+            time.sleep(poll_s if deadline is None else max(0.0, min(poll_s, deadline - time.monotonic())))
+
+    def complete(self, claims: Iterable[Claim], produced_group: bool = True, defer: bool = False) -> list[Claim]:
+        """`TaskClaims.complete` on each claim's shard."""
+        accepted: list[Claim] = []
+        for s, part in self._by_shard(claims).items():
+            accepted += self._shards[s].complete(part, produced_group, defer)
+        return accepted
+
+    def release(self, claims: Iterable[Claim]) -> None:
+        """`TaskClaims.release` on each claim's shard."""
+        for s, part in self._by_shard(claims).items():
+            self._shards[s].release(part)
+
+    def heartbeat(self) -> None:
+        """Keep this process's claims in every shard it took claims from."""
+        for s in sorted(self._touched or {self.home}):
+            self._shards[s].heartbeat()
+
+    def close(self) -> None:
+        """`TaskClaims.close` on every shard this process took claims from."""
+        for s in sorted(self._touched):
+            self._shards[s].close()
+
+    def _by_shard(self, claims: Iterable[Claim]) -> dict[int, list[Claim]]:
+        parts: dict[int, list[Claim]] = {}
+        for c in claims:
+            parts.setdefault(c.shard, []).append(c)
+            self._touched.add(c.shard)
+        return parts
+
+    def status(self) -> ClaimsStatus:
+        """The state of the whole claim set (`TaskClaims.read_status`)."""
+        return self._shards[0].status()
+
+    def progress(self) -> dict[str, Any]:
+        """Counts of the whole claim set (`TaskClaims.progress`)."""
+        return self._shards[0].progress()
+
+    @property
+    def finished(self) -> bool:
+        """True once every shard is finished."""
         return self.status().finished

@@ -18,6 +18,7 @@ import os
 import re
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from rfthpc.fsutil import TMP_PREFIX
@@ -38,6 +39,19 @@ def _tmp_is_stale(path: Path, now: float, tmp_max_age_s: float) -> bool:
         return False
 
 
+_REMOVERS = 16
+
+
+def _remove(path: Path) -> int | None:
+    """Delete `path`; its size, or None if it was gone already."""
+    try:
+        size = path.stat().st_size
+        os.unlink(path)
+    except FileNotFoundError:
+        return None
+    return size
+
+
 def collect_garbage(
     run_dir: Path,
     consumed_state: ReaderState | None = None,
@@ -54,14 +68,15 @@ def collect_garbage(
     state = consumed_state if consumed_state is not None else read_checkpointed(store)
     cursor = state.cursor if state is not None else {}
     removed = {"chunks": 0, "chunk_bytes": 0, "tmp_files": 0}
-    for ref in list_chunks(store):
-        if keep_chunks or ref.quarantined or ref.seq >= cursor.get(ref.stream, Cursor()).seq:
-            continue
-        with contextlib.suppress(FileNotFoundError):
-            size = ref.path.stat().st_size
-            os.unlink(ref.path)
-            removed["chunks"] += 1
-            removed["chunk_bytes"] += size
+    doomed = [ref.path for ref in list_chunks(store)
+              if not (keep_chunks or ref.quarantined or ref.seq >= cursor.get(ref.stream, Cursor()).seq)]
+    # Each removal waits on the metadata server (milliseconds on NFS, Lustre, GPFS), and many
+    # explorers leave hundreds of chunks per checkpoint: they are removed in parallel.
+    with ThreadPoolExecutor(max_workers=_REMOVERS) as pool:
+        for size in pool.map(_remove, doomed):
+            if size is not None:
+                removed["chunks"] += 1
+                removed["chunk_bytes"] += size
     now = time.time()
     dirs = [store, store / READER_DIR, *explorer_dirs(store), *explorer_dirs(store / QUARANTINE_DIR)]
     for d in dirs:

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from rfthpc.fsutil import append_line, read_json, write_json_atomic, write_text_atomic
-from rfthpc.store.claims import TaskClaims
+from rfthpc.store.claims import ClaimSet
 from rfthpc.store.reader import StoreReader, StoreTimeout
 from rfthpc.store.reader_files import ReaderState
 from rfthpc.store.schema import Experience, Group
@@ -117,10 +117,11 @@ def reader(run_dir: str, log_file: str, ckpt_file: str, done_flag: str, batch: s
     write_json_atomic(ckpt, {"state": r.state().to_dict(), "n_lines": n_lines})
 
 
-def claimer(run_dir: str, owner: str, n_tasks: str, epochs: str, lease_s: str, lock: str, ahead: str,
+def claimer(run_dir: str, owner: str, n_tasks: str, epochs: str, lease_s: str, lock: str, ahead: str, shards: str,
             out_file: str) -> None:
-    claims = TaskClaims(Path(run_dir), "ts", int(n_tasks), total_epochs=int(epochs), selector="shuffle", seed=7,
-                        lease_s=float(lease_s), lock=lock, owner=owner, ahead=int(ahead))  # type: ignore[arg-type]
+    claims = ClaimSet(Path(run_dir), "ts", int(n_tasks), shards=int(shards), home=int(owner.rsplit("/", 1)[1]),
+                      total_epochs=int(epochs), selector="shuffle", seed=7, lease_s=float(lease_s), lock=lock,
+                      owner=owner, ahead=int(ahead))
     while batch := claims.claim(3, poll_s=0.05):
         time.sleep(0.3)  # exploring
         done = claims.complete(batch)

@@ -16,15 +16,19 @@ import pytest
 
 from rfthpc.errors import ConfigError
 from rfthpc.fsutil import read_json
-from rfthpc.store.claims import CLAIMS_FILE, TaskClaims
+from rfthpc.store.claims import CLAIMS_FILE, ClaimSet, TaskClaims
 
 PROCS = Path(__file__).with_name("procs.py")
 REPO = Path(__file__).parents[2]
 
 
 def _holders(run_dir: Path) -> set[str]:
-    state = read_json(run_dir / "tasks" / "ts" / CLAIMS_FILE) or {"outstanding": {}}
-    return {c["owner"] for c in state["outstanding"].values()}
+    """Owners holding claims, in every shard of claim set `ts`."""
+    owners = set()
+    for path in (run_dir / "tasks" / "ts").glob("claims*.json"):
+        state = read_json(path) or {"outstanding": {}}
+        owners |= {c["owner"] for c in state["outstanding"].values()}
+    return owners
 
 
 def _pairs(claims: list) -> list[tuple[int, int]]:
@@ -147,6 +151,52 @@ def test_deferred_completions_settle_in_the_next_transaction(run_dir: Path, capl
     assert a.progress()["completed"] == 4
 
 
+def test_a_sharded_claim_set_hands_out_every_task_once(run_dir: Path) -> None:
+    """Three shards: position p of the epoch's order belongs to shard p % 3; each explorer claims from
+    its home shard first, then from the others; serials are what one file would have given."""
+    sets = [ClaimSet(run_dir, "ts", 10, shards=3, home=h, owner=f"e/{h}") for h in range(3)]
+    first = [sets[h].claim(2) for h in range(3)]
+    assert [[c.index for c in got] for got in first] == [[0, 3], [1, 4], [2, 5]]
+    rest = []
+    while batch := sets[0].claim(4, timeout_s=0):   # its shard runs dry, then it takes from the others
+        rest += batch
+    assert sorted(c.index for c in rest) == [6, 7, 8, 9] and {c.shard for c in rest} == {0, 1, 2}
+    claims = [c for got in first for c in got] + rest
+    assert sorted(c.serial for c in claims) == list(range(10))
+    assert not sets[0].finished
+    for h, got in enumerate(first):
+        sets[h].complete(got)
+    sets[0].complete(rest)
+    status = TaskClaims.read_status(run_dir, "ts")
+    assert status is not None and len(status.shards) == 3 and status.completed == 10 and status.finished
+
+
+def test_a_sharded_claim_sets_budget_is_split_exactly(run_dir: Path) -> None:
+    claims = ClaimSet(run_dir, "ts", 10, shards=3, owner="e/0", max_tasks=7)
+    got = claims.claim(10)
+    while batch := claims.claim(10, timeout_s=0):
+        got += batch
+    assert sorted(c.index for c in got) == list(range(7))
+    status = claims.status()
+    assert status.limit == 7 and status.issued == 7 and not status.finished
+    claims.complete(got)
+    assert claims.finished
+
+
+def test_the_shard_count_is_the_one_the_claim_set_was_created_with(run_dir: Path) -> None:
+    first = ClaimSet(run_dir, "ts", 8, shards=2, owner="a/0")
+    joiner = ClaimSet(run_dir, "ts", 8, shards=4, home=3, owner="b/3")
+    assert first.shards == joiner.shards == 2 and joiner.home == 1
+    held = joiner.claim(4)
+    assert [c.index for c in held] == [1, 3, 5, 7]
+    mine = first.claim(8)
+    assert [c.index for c in mine] == [0, 2, 4, 6]
+    first.complete(mine)
+    assert not first.finished                       # b still holds its four
+    joiner.complete(held)
+    assert first.finished
+
+
 def test_claim_waits_for_a_dead_owners_tasks(run_dir: Path) -> None:
     a = TaskClaims(run_dir, "ts", 2, owner="a", lease_s=0.3)
     b = TaskClaims(run_dir, "ts", 2, owner="b", lease_s=0.3)
@@ -185,16 +235,16 @@ def test_explorers_joining_with_other_settings_are_refused(run_dir: Path) -> Non
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("kind", "ahead"), [("link", 2), ("strict-soft", 1)])
-def test_many_explorer_processes_explore_each_task_once_despite_kills(kind: str, ahead: int, run_dir: Path,
-                                                                      tmp_path: Path) -> None:
+@pytest.mark.parametrize(("kind", "ahead", "shards"), [("link", 2, 3), ("strict-soft", 1, 1)])
+def test_many_explorer_processes_explore_each_task_once_despite_kills(kind: str, ahead: int, shards: int,
+                                                                      run_dir: Path, tmp_path: Path) -> None:
     n_tasks, epochs = 30, 2
     out = tmp_path / "done.jsonl"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
 
     def start(owner: str) -> subprocess.Popen:
         return subprocess.Popen([sys.executable, str(PROCS), "claimer", str(run_dir), owner, str(n_tasks),
-                                 str(epochs), "1.0", kind, str(ahead), str(out)], env=env)
+                                 str(epochs), "1.0", kind, str(ahead), str(shards), str(out)], env=env)
 
     def lines() -> list[dict]:
         return [json.loads(x) for x in out.read_text().splitlines()] if out.exists() else []
