@@ -27,7 +27,7 @@ and completed, never trained) or trained twice. Last line: `FIGURES claims_per_s
 lock_wait_p99_s_256=… lock_wait_p99_steady_s_256=… visible_p99_s_256=… reader_groups_per_s_256=…
 metaops_per_s_256=… lost=… twice=…` (for the largest N; lost and twice summed over every N).
 
-Usage: python tools/sim_scale.py [--n 16 64 128 256] [--seconds 40] [--latency-ms 5] [--work DIR]
+Usage: python tools/sim_scale.py [--n 16 64 128 256] [--seconds 30] [--latency-ms 5] [--work DIR]
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class Args:
 
     n: tuple[int, ...] = (16, 64, 128, 256)
     """Numbers of explorer processes, one simulation each."""
-    seconds: float = 40.0
+    seconds: float = 30.0
     """How long the explorers claim and commit in each simulation."""
     latency_ms: float = 5.0
     """Added to every metadata operation on the run directory (0: the local disk as it is)."""
