@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import builtins
 import io
-import math
 import multiprocessing as mp
 import os
 import shutil
@@ -282,6 +281,8 @@ def trainer(run: Path, args: Args, expected, out) -> None:
 
 
 def simulate(n: int, args: Args, work: Path) -> dict[str, float]:
+    from rfthpc.config.settings import claim_batches, claim_shards
+
     run = work / f"run-{n}"
     run.mkdir(parents=True)
     (run / "config.yaml").write_text("sim: true\n")
@@ -290,9 +291,7 @@ def simulate(n: int, args: Args, work: Path) -> dict[str, float]:
     stop, results, expected, trainer_out = ctx.Event(), ctx.Queue(), ctx.Queue(), ctx.Queue()
     reader = ctx.Process(target=trainer, args=(run, args, expected, trainer_out))
     reader.start()
-    # explorer.claim_batches and claim_shards: 0 (by the array size), resolved as the explorer's settings do.
-    ahead = args.claim_batches or min(8, max(1, math.ceil(n / 8)))
-    shards = args.claim_shards or max(1, math.ceil(n / 32))
+    ahead, shards = claim_batches(args.claim_batches, n), claim_shards(args.claim_shards, n)
     procs = [ctx.Process(target=explorer, args=(i, run, args, ahead, shards, stop, results)) for i in range(n)]
     start = time.monotonic()
     for p in procs:

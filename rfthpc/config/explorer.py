@@ -85,7 +85,7 @@ class ExplorerConfig:
     """Files a claim set's task claims are split over, each with its own lock (an explorer claims from
     the one its rank picks, then from the others): for arrays of many explorers on a networked
     filesystem (docs/scaling.md). Fixed when the claim set is created; explorers that join later use
-    that. 0: one shard per 32 explorers of the array that creates it."""
+    that. 0: one shard per 16 explorers of the array that creates it."""
     bench_on_latest_checkpoint: bool = False
     """Trinity-RFT's `mode: bench` switch; rfthpc has no bench mode, so true is rejected (eval tasksets
     are evaluated during the run, see `eval_interval`)."""

@@ -359,6 +359,16 @@ def _auxiliary_models(cfg: Config) -> tuple[InferenceModelSettings, ...]:
     return tuple(out.values())
 
 
+def claim_batches(configured: int, array_size: int) -> int:
+    """`explorer.claim_batches` resolved: 0 is 1 for arrays of up to 8 explorers, one more per 8, at most 8."""
+    return configured or min(8, max(1, math.ceil(array_size / 8)))
+
+
+def claim_shards(configured: int, array_size: int) -> int:
+    """`explorer.claim_shards` resolved: 0 is one shard per 16 explorers of the array."""
+    return configured or max(1, math.ceil(array_size / 16))
+
+
 def _explorer_stage(index: int, stage: Stage, claim_sets: tuple[str, ...]) -> ExplorerStageSettings:
     cfg = stage.config
     b, ex, sync = cfg.buffer, cfg.explorer, cfg.synchronizer
@@ -369,8 +379,8 @@ def _explorer_stage(index: int, stage: Stage, claim_sets: tuple[str, ...]) -> Ex
         eval_tasksets=tuple(copy.deepcopy(b.explorer_input.eval_tasksets)), batch_size=b.batch_size,
         max_tasks=None if b.total_steps is None else b.total_steps * b.batch_size,
         claim_size=max(1, math.ceil(b.batch_size / array_size)),
-        claim_batches=ex.claim_batches or min(8, max(1, math.ceil(array_size / 8))),
-        claim_shards=ex.claim_shards or max(1, math.ceil(array_size / 32)),
+        claim_batches=claim_batches(ex.claim_batches, array_size),
+        claim_shards=claim_shards(ex.claim_shards, array_size),
         max_staleness=int(_required(sync.max_staleness, "synchronizer.max_staleness")),
         sync_timeout=sync.sync_timeout, eval_interval=ex.eval_interval, eval_on_startup=ex.eval_on_startup,
     )
