@@ -140,13 +140,27 @@ def atomic_path(final: Path, before_replace: Callable[[], None] | None = None) -
             with open(tmp, "rb") as f:
                 os.fsync(f.fileno())
             apply_mode(tmp, is_dir=False)
+    except BaseException:
+        _discard(tmp)
+        raise
+    _put_in_place(tmp, final, before_replace)
+
+
+def _discard(tmp: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+
+
+def _put_in_place(tmp: Path, final: Path, before_replace: Callable[[], None] | None) -> None:
+    """Rename the written and fsynced `tmp` onto `final` (after `before_replace`, which may refuse by
+    raising) and fsync the directory; `tmp` is removed if that fails."""
+    try:
         if before_replace is not None:
             before_replace()
         os.replace(tmp, final)
         fsync_dir(final.parent)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        _discard(tmp)
         raise
 
 
@@ -154,9 +168,9 @@ def write_bytes_atomic(path: Path, data: bytes, before_replace: Callable[[], Non
     """Publish `data` at `path` atomically: a temporary sibling is created with the run's mode,
     written and fsynced through one descriptor, then renamed onto `path` (and the directory fsynced).
 
-    Four metadata operations (create, rename, the directory's open and, for a shared run, nothing
-    more), since on NFS, Lustre and GPFS each costs milliseconds and the small files of a run
-    (claims, heartbeats, reader files) are rewritten often. `before_replace` as in `atomic_path`.
+    Three metadata operations by path (create, rename, the directory's open), since on NFS, Lustre
+    and GPFS each costs milliseconds and the small files of a run (claims, heartbeats, reader files)
+    are rewritten often. `before_replace` as in `atomic_path`.
     """
     path = Path(path)
     tmp = temporary_name(path)
@@ -178,14 +192,10 @@ def write_bytes_atomic(path: Path, data: bytes, before_replace: Callable[[], Non
             os.fsync(fd)
         finally:
             os.close(fd)
-        if before_replace is not None:
-            before_replace()
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        _discard(tmp)
         raise
+    _put_in_place(tmp, path, before_replace)
 
 
 def write_text_atomic(path: Path, text: str) -> None:
