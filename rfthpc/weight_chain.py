@@ -105,10 +105,10 @@ def newest_rebuildable(run_dir: Path, at_most: int, held: int | None = None,
     return None
 
 
-def newest_full(run_dir: Path, at_most: int | None = None, skip: frozenset[Path] = frozenset()) -> int | None:
-    """The newest version with a full snapshot (not newer than `at_most`, not in `skip`), or None."""
+def newest_full(run_dir: Path, at_most: int | None = None) -> int | None:
+    """The newest version with a full snapshot (not newer than `at_most`), or None."""
     full, _ = weights.published_versions(run_dir)
-    eligible = [v for v in full if (at_most is None or v <= at_most) and weights.step_dir(run_dir, v) not in skip]
+    eligible = [v for v in full if at_most is None or v <= at_most]
     return max(eligible) if eligible else None
 
 
