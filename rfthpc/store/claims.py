@@ -272,6 +272,8 @@ class TaskClaims:
         # The explorer's heartbeat thread (rfthpc.explorer.heartbeat) transacts too.
         self._mutex = threading.Lock()
         self._orders: dict[int, np.ndarray] = {}
+        self._epoch_seen = 0
+        """The epoch the state was at in this process's last transaction."""
         self.ahead = int(ahead)
         self._reserve: list[Claim] = []
         """Claims held beyond the batch handed out (`ahead`), handed out first."""
@@ -321,13 +323,19 @@ class TaskClaims:
                 )
         return state
 
-    def _order(self, epoch: int) -> np.ndarray:
+    def _task_index(self, epoch: int, pos: int) -> int:
+        """The task at this shard's position `pos` of `epoch`'s order."""
+        if self.selector == "sequential":
+            return self.shard + pos * self.shards
+        return int(self._shuffled(epoch)[pos])
+
+    def _shuffled(self, epoch: int) -> np.ndarray:
+        """This shard's part of `epoch`'s permutation (computed once per epoch and process; `claim`
+        computes it before taking the lock, since for millions of tasks it takes a while)."""
         if epoch not in self._orders:
-            if self.selector == "shuffle":
-                order = np.random.default_rng([self.seed, epoch]).permutation(self.num_tasks)
-            else:
-                order = np.arange(self.num_tasks)
-            self._orders = {epoch: order[self.shard::self.shards]}
+            order = np.random.default_rng([self.seed, epoch]).permutation(self.num_tasks)
+            # A copy, so the whole permutation is not kept alive by a strided view of it.
+            self._orders = {epoch: order[self.shard::self.shards].copy()}
         return self._orders[epoch]
 
     def _reclaim(self, state: dict[str, Any], now: float) -> None:
@@ -406,6 +414,7 @@ class TaskClaims:
             deferred = list(self._deferred)
         self._settle(state, deferred)
         result = change(state, now)
+        self._epoch_seen = state["epoch"]
         state["version"] = version + 1
         write_bytes_atomic(self.path, (json.dumps(state, indent=2, sort_keys=True) + "\n").encode(),
                            before_replace=lambda: self._check_version(version))
@@ -432,7 +441,7 @@ class TaskClaims:
             epoch, index, serial = state["returned"].pop(0)
             claims.append(Claim(self.taskset, epoch, index, serial, max(0, serial - lost), self.shard))
         while len(claims) < n and self._fresh_left(state):
-            index = int(self._order(state["epoch"])[state["pos"]])
+            index = self._task_index(state["epoch"], state["pos"])
             # Serials interleave the shards as their tasks interleave in the epoch order.
             serial = state["issued"] * self.shards + self.shard
             claims.append(Claim(self.taskset, state["epoch"], index, serial, max(0, serial - lost), self.shard))
@@ -471,6 +480,8 @@ class TaskClaims:
                     claims, self._reserve = self._reserve[:n], self._reserve[n:]
                     return claims
                 want = n * self.ahead - len(self._reserve)
+            if self.selector == "shuffle" and self._epoch_seen < self.total_epochs:
+                self._shuffled(self._epoch_seen)
             fresh, finished = self._transact(lambda s, now, want=want: (self._claim_now(s, want), self._finished(s)))
             with self._mutex:
                 self._reserve += fresh

@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rfthpc.errors import ConfigError
@@ -58,6 +59,30 @@ def test_shuffle_is_seeded_and_new_each_epoch(run_dir: Path) -> None:
     assert e0 != e1 and e0 != list(range(20))
     same = TaskClaims(run_dir, "b", 20, total_epochs=2, selector="shuffle", seed=3, owner="x")
     assert [x.index for x in same.claim(40)] == e0 + e1
+
+
+def test_a_huge_taskset_costs_nothing_under_the_lock(run_dir: Path) -> None:
+    """The lock is held only for the transaction: a sequential order is arithmetic (no array of a
+    trillion tasks), and a shuffled epoch's permutation is computed before the lock is taken (under
+    it, every explorer's first claim of an epoch made the others queue behind it)."""
+    seq = ClaimSet(run_dir, "seq", 10**12, shards=4, home=1, owner="a/1")
+    assert [c.index for c in seq.claim(3)] == [1, 5, 9]
+    shuffled = TaskClaims(run_dir, "shuf", 200_000, selector="shuffle", seed=5, owner="a/1")
+    computed_before_lock: list[bool] = []
+    lock = shuffled._lock
+
+    class Watched:
+        def __enter__(self):
+            computed_before_lock.append(0 in shuffled._orders)
+            return lock.__enter__()
+
+        def __exit__(self, *exc):
+            return lock.__exit__(*exc)
+
+    shuffled._lock = Watched()
+    got = shuffled.claim(2)
+    assert computed_before_lock == [True]
+    assert [c.index for c in got] == list(np.random.default_rng([5, 0]).permutation(200_000)[:2])
 
 
 def test_max_tasks_stops_claiming(run_dir: Path) -> None:
