@@ -119,12 +119,21 @@ def check_keywords(accepted: frozenset[str] | None, args: Mapping[str, Any], con
 class Registry(Generic[F]):
     """Functions of one kind, selectable by a built-in name or by `module:function`."""
 
-    def __init__(self, kind: str, config_key: str, builtins: Mapping[str, str]) -> None:
+    def __init__(self, kind: str, config_key: str,
+                 builtins: Mapping[str, str] | Callable[[], Mapping[str, str]]) -> None:
         """`kind` names the functions in messages ("advantage function"), `config_key` the config key
-        that selects one; `builtins` maps each built-in name (aliases too) to "module:function"."""
+        that selects one; `builtins` maps each built-in name (aliases too) to "module:function", or is
+        a function returning that map (called once, when the registry is first used)."""
         self.kind = kind
         self.config_key = config_key
-        self._builtins = dict(builtins)
+        self._source = builtins
+        self._table: dict[str, str] | None = None
+
+    @property
+    def _builtins(self) -> dict[str, str]:
+        if self._table is None:
+            self._table = dict(self._source() if callable(self._source) else self._source)
+        return self._table
 
     def names(self) -> list[str]:
         """All built-in names, aliases included, sorted."""

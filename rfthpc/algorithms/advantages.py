@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from rfthpc.algorithms.aggregation import masked_whiten
+from rfthpc.algorithms.declare import declare
 from rfthpc.errors import ConfigError
 
 AdvantageFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
@@ -107,6 +108,7 @@ def _broadcast(per_seq: torch.Tensor, response_mask: torch.Tensor) -> torch.Tens
     return torch.where(response_mask.bool(), full, torch.zeros_like(full))
 
 
+@declare("advantage", "grpo", groups=True)
 @torch.no_grad()
 def grpo(
     inputs: AdvantageInputs, *, epsilon: float = 1e-6, std_normalize: bool = True
@@ -131,6 +133,7 @@ def grpo(
     return out, out
 
 
+@declare("advantage", "rloo", groups=True)
 @torch.no_grad()
 def rloo(inputs: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE leave-one-out: the baseline of response i is the mean of the other n_g - 1 in its group.
@@ -147,6 +150,7 @@ def rloo(inputs: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
     return out, out
 
 
+@declare("advantage", "opmd", groups=True)
 @torch.no_grad()
 def opmd(
     inputs: AdvantageInputs, *, opmd_baseline: str = "mean", tau: float = 1.0
@@ -181,6 +185,7 @@ def opmd(
     return out, out
 
 
+@declare("advantage", "reinforce")
 @torch.no_grad()
 def reinforce(inputs: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
     """Plain REINFORCE: A_i = R_i on every response token (TOPR's default). Returns (A, A)."""
@@ -188,6 +193,7 @@ def reinforce(inputs: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
     return out, out
 
 
+@declare("advantage", "reinforceplusplus", "reinforce++", "reinforce_plus_plus")
 @torch.no_grad()
 def reinforce_plus_plus(inputs: AdvantageInputs, *, gamma: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE++: discounted token returns, whitened over the whole batch.
@@ -209,6 +215,7 @@ def reinforce_plus_plus(inputs: AdvantageInputs, *, gamma: float = 1.0) -> tuple
     return adv, returns
 
 
+@declare("advantage", "ppo", "gae", critic=True)
 @torch.no_grad()
 def ppo(inputs: AdvantageInputs, *, gamma: float = 1.0, lam: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation from critic values (PPO), token level.

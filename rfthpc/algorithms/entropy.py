@@ -7,6 +7,7 @@ from collections.abc import Callable
 import torch
 
 from rfthpc.algorithms.aggregation import aggregate_loss
+from rfthpc.algorithms.declare import declare
 
 EntropyLossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 
@@ -24,6 +25,7 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     return -(p * torch.where(p > 0, log_p, torch.zeros_like(log_p))).sum(dim=-1)
 
 
+@declare("entropy_loss", "default", "basic")
 def entropy_bonus(
     entropy: torch.Tensor, response_mask: torch.Tensor, *, entropy_coef: float = 0.0, loss_agg_mode: str = "token-mean"
 ) -> tuple[torch.Tensor, dict[str, float]]:
@@ -35,6 +37,7 @@ def entropy_bonus(
     return -entropy_coef * mean_entropy, {"actor/entropy": mean_entropy.detach().item()}
 
 
+@declare("entropy_loss", "none")
 def no_entropy_bonus(
     entropy: torch.Tensor, response_mask: torch.Tensor, *, loss_agg_mode: str = "token-mean"
 ) -> tuple[torch.Tensor, dict[str, float]]:

@@ -18,27 +18,32 @@ from collections.abc import Callable
 import torch
 
 from rfthpc.algorithms.aggregation import aggregate_loss
+from rfthpc.algorithms.declare import declare
 from rfthpc.algorithms.kl_control import KLController
 from rfthpc.algorithms.registry import KL_FNS
 
 KLFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
+@declare("kl", "none")
 def kl_none(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
     """No KL regularisation: 0 for every token."""
     return torch.zeros_like(log_prob)
 
 
+@declare("kl", "k1", "kl")
 def kl_k1(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
     """k1 = log p - log q (unbiased, high variance, can be negative)."""
     return log_prob - ref_log_prob
 
 
+@declare("kl", "k2", "mse")
 def kl_k2(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
     """k2 = (log p - log q)^2 / 2 (biased, low variance; its gradient is the KL gradient)."""
     return 0.5 * (log_prob - ref_log_prob) ** 2
 
 
+@declare("kl", "k3", "low_var_kl")
 def kl_k3(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
     """k3 = q/p - log(q/p) - 1 (unbiased, low variance, >= 0).
 
@@ -48,6 +53,7 @@ def kl_k3(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
     return torch.clamp(torch.exp(log_q_over_p) - log_q_over_p - 1.0, -10.0, 10.0)
 
 
+@declare("kl", "abs")
 def kl_abs(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
     """|log p - log q|."""
     return (log_prob - ref_log_prob).abs()

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from rfthpc.algorithms.aggregation import aggregate_loss, masked_mean
+from rfthpc.algorithms.declare import declare
 from rfthpc.errors import ConfigError
 
 PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
@@ -83,6 +84,7 @@ def _metrics(
     }
 
 
+@declare("policy_loss", "ppo", old_log_prob="proximal")
 def ppo(
     inputs: PolicyLossInputs,
     *,
@@ -118,6 +120,7 @@ def ppo(
     )
 
 
+@declare("policy_loss", "pg", "vanilla")
 def pg(inputs: PolicyLossInputs, *, loss_agg_mode: str = "token-mean") -> tuple[torch.Tensor, dict[str, float]]:
     """Plain policy gradient, no importance ratio (ROLL's `vanilla`): l = -A log pi."""
     log_ratio, _, adv = _ratio_terms(inputs, "pg")
@@ -125,12 +128,14 @@ def pg(inputs: PolicyLossInputs, *, loss_agg_mode: str = "token-mean") -> tuple[
     return loss, _metrics(loss, log_ratio, inputs.response_mask)
 
 
+@declare("policy_loss", "sft")
 def sft(inputs: PolicyLossInputs, *, loss_agg_mode: str = "token-mean") -> tuple[torch.Tensor, dict[str, float]]:
     """Supervised fine-tuning, negative log-likelihood: l = -log pi. Metric `actor/sft_loss`."""
     loss = aggregate_loss(-inputs.log_prob, inputs.response_mask, loss_agg_mode)
     return loss, {"actor/sft_loss": loss.detach().item()}
 
 
+@declare("policy_loss", "opmd")
 def opmd(
     inputs: PolicyLossInputs, *, tau: float = 1.0, loss_agg_mode: str = "token-mean"
 ) -> tuple[torch.Tensor, dict[str, float]]:
@@ -144,6 +149,7 @@ def opmd(
     return loss, _metrics(loss, log_ratio, inputs.response_mask)
 
 
+@declare("policy_loss", "tis")
 def tis(
     inputs: PolicyLossInputs,
     *,
@@ -174,6 +180,7 @@ def tis(
     return loss, metrics
 
 
+@declare("policy_loss", "topr")
 def topr(
     inputs: PolicyLossInputs,
     *,
@@ -204,6 +211,7 @@ def topr(
     return loss, metrics
 
 
+@declare("policy_loss", "cispo")
 def cispo(
     inputs: PolicyLossInputs,
     *,
@@ -240,6 +248,7 @@ def cispo(
     return loss, metrics
 
 
+@declare("policy_loss", "kimi15")
 def kimi15(
     inputs: PolicyLossInputs, *, tau: float = 0.1, loss_agg_mode: str = "token-mean"
 ) -> tuple[torch.Tensor, dict[str, float]]:

@@ -1,9 +1,9 @@
 """Defaults per `algorithm.algorithm_type`, following Trinity-RFT's algorithm classes.
 
 The config loader fills every `algorithm.*` field the user left unset from the preset of the chosen
-algorithm_type; `*_args` a preset gives are merged under the user's. `use_critic`,
-`use_reference` and `requires_groups` are derived from the function names, so after the user
-overrides one (say `kl_loss_fn: none`) the loader recomputes them with the same helpers.
+algorithm_type; `*_args` a preset gives are merged under the user's. Whether a critic, a reference
+model or groups are needed follows from the functions finally named (`needs_critic`,
+`needs_reference`, `needs_groups`), after the user's overrides.
 
 Differences from Trinity-RFT: `tis` and `kimi15` are ROLL's off-policy variants made into algorithm
 types here (Trinity has no such type); `kimi15` takes the group-mean baseline advantage of the
@@ -14,21 +14,17 @@ from __future__ import annotations
 
 from typing import Any
 
-CRITIC_ADVANTAGE_FNS = frozenset({"ppo", "gae"})
-"""Advantage functions that read critic values."""
-
-GROUP_ADVANTAGE_FNS = frozenset({"grpo", "rloo", "opmd"})
-"""Advantage functions that compare the responses to one task, so need repeat_times > 1."""
+from rfthpc.algorithms.registry import ADVANTAGE_FNS
 
 
 def needs_critic(advantage_fn: str | None) -> bool:
     """True when the advantage function reads values from a trained critic."""
-    return advantage_fn in CRITIC_ADVANTAGE_FNS
+    return advantage_fn is not None and ADVANTAGE_FNS.needs(advantage_fn).critic
 
 
 def needs_groups(advantage_fn: str | None) -> bool:
     """True when the advantage function is group-relative (a group of one gives zero advantage)."""
-    return advantage_fn in GROUP_ADVANTAGE_FNS
+    return advantage_fn is not None and ADVANTAGE_FNS.needs(advantage_fn).groups
 
 
 def needs_reference(kl_penalty_fn: str, kl_loss_fn: str) -> bool:
@@ -56,9 +52,6 @@ def _preset(
         "entropy_loss_fn": entropy_loss_fn,
         "loss_agg_mode": loss_agg_mode,
         **fn_args,
-        "use_critic": needs_critic(advantage_fn),
-        "use_reference": needs_reference(kl_penalty_fn, kl_loss_fn),
-        "requires_groups": needs_groups(advantage_fn),
     }
 
 
@@ -86,4 +79,4 @@ ALGORITHM_PRESETS: dict[str, dict[str, Any]] = {
         entropy_loss_fn="none",
     ),
 }
-"""algorithm_type → default algorithm fields (plus use_critic / use_reference / requires_groups)."""
+"""algorithm_type → default algorithm fields."""

@@ -1,15 +1,17 @@
 """What each `algorithm.*` key may name: the built-in functions, by name, and the loss modes.
 
-The names are declared here, apart from the functions, so that a config is checked without
-importing torch (seconds on a login node): a registry imports a function's module only when the
-function is used, and checks its arguments from the module's source.
+The built-ins are the functions declared with `@declare` in this package's modules (see
+`declare`), found from their source, so that a config is checked without importing torch (seconds
+on a login node): a registry imports a function's module only when the function is used, and
+checks its arguments and reads its needs from the module's source.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic
 
-from rfthpc.registry import Registry
+from rfthpc.algorithms.declare import Needs, builtins, declared
+from rfthpc.registry import F, Registry
 
 if TYPE_CHECKING:
     from rfthpc.algorithms.advantages import AdvantageFn
@@ -17,46 +19,32 @@ if TYPE_CHECKING:
     from rfthpc.algorithms.kl import KLFn
     from rfthpc.algorithms.policy_loss import PolicyLossFn
 
-ADVANTAGE_FNS: Registry[AdvantageFn] = Registry("advantage function", "algorithm.advantage_fn", {
-    "grpo": "rfthpc.algorithms.advantages:grpo",
-    "rloo": "rfthpc.algorithms.advantages:rloo",
-    "opmd": "rfthpc.algorithms.advantages:opmd",
-    "reinforce": "rfthpc.algorithms.advantages:reinforce",
-    "reinforceplusplus": "rfthpc.algorithms.advantages:reinforce_plus_plus",
-    "reinforce++": "rfthpc.algorithms.advantages:reinforce_plus_plus",
-    "reinforce_plus_plus": "rfthpc.algorithms.advantages:reinforce_plus_plus",
-    "ppo": "rfthpc.algorithms.advantages:ppo",
-    "gae": "rfthpc.algorithms.advantages:ppo",
-})
 
-POLICY_LOSS_FNS: Registry[PolicyLossFn] = Registry("policy loss", "algorithm.policy_loss_fn", {
-    "ppo": "rfthpc.algorithms.policy_loss:ppo",
-    "pg": "rfthpc.algorithms.policy_loss:pg",
-    "vanilla": "rfthpc.algorithms.policy_loss:pg",
-    "sft": "rfthpc.algorithms.policy_loss:sft",
-    "opmd": "rfthpc.algorithms.policy_loss:opmd",
-    "tis": "rfthpc.algorithms.policy_loss:tis",
-    "topr": "rfthpc.algorithms.policy_loss:topr",
-    "cispo": "rfthpc.algorithms.policy_loss:cispo",
-    "kimi15": "rfthpc.algorithms.policy_loss:kimi15",
-})
+class AlgorithmRegistry(Registry[F], Generic[F]):
+    """The functions of one `declare` kind: built-ins found from their declarations, or user code."""
 
-KL_FNS: Registry[KLFn] = Registry("KL estimator", "algorithm.kl_loss_fn / algorithm.kl_penalty_fn", {
-    "none": "rfthpc.algorithms.kl:kl_none",
-    "k1": "rfthpc.algorithms.kl:kl_k1",
-    "kl": "rfthpc.algorithms.kl:kl_k1",
-    "k2": "rfthpc.algorithms.kl:kl_k2",
-    "mse": "rfthpc.algorithms.kl:kl_k2",
-    "k3": "rfthpc.algorithms.kl:kl_k3",
-    "low_var_kl": "rfthpc.algorithms.kl:kl_k3",
-    "abs": "rfthpc.algorithms.kl:kl_abs",
-})
+    def __init__(self, kind: str, config_key: str, declared_kind: str) -> None:
+        super().__init__(kind, config_key, lambda: {n: t for n, (t, _) in builtins()[declared_kind].items()})
+        self.declared_kind = declared_kind
 
-ENTROPY_LOSS_FNS: Registry[EntropyLossFn] = Registry("entropy loss", "algorithm.entropy_loss_fn", {
-    "default": "rfthpc.algorithms.entropy:entropy_bonus",
-    "basic": "rfthpc.algorithms.entropy:entropy_bonus",
-    "none": "rfthpc.algorithms.entropy:no_entropy_bonus",
-})
+    def needs(self, name: str) -> Needs:
+        """What function `name` needs: a built-in's from its source, a user function's from its
+        `@declare` (importing it); nothing beyond the usual inputs if it declares nothing."""
+        found = builtins()[self.declared_kind].get(name)
+        if found is not None:
+            return found[1]
+        decl = declared(self.get(name))
+        return Needs() if decl is None else decl.needs
+
+
+ADVANTAGE_FNS: AlgorithmRegistry[AdvantageFn] = AlgorithmRegistry(
+    "advantage function", "algorithm.advantage_fn", "advantage")
+POLICY_LOSS_FNS: AlgorithmRegistry[PolicyLossFn] = AlgorithmRegistry(
+    "policy loss", "algorithm.policy_loss_fn", "policy_loss")
+KL_FNS: AlgorithmRegistry[KLFn] = AlgorithmRegistry(
+    "KL estimator", "algorithm.kl_loss_fn / algorithm.kl_penalty_fn", "kl")
+ENTROPY_LOSS_FNS: AlgorithmRegistry[EntropyLossFn] = AlgorithmRegistry(
+    "entropy loss", "algorithm.entropy_loss_fn", "entropy_loss")
 
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 """`algorithm.loss_agg_mode`: how token losses become one number (see `aggregation.aggregate_loss`)."""

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from rfthpc.algorithms.declare import Needs
 from rfthpc.config import compat
 from rfthpc.config.buffer import TasksetConfig
 from rfthpc.config.derive import explorer_gpus, explorer_task_gpus, trainer_gpus_per_node
@@ -79,7 +80,7 @@ def _check_functions(cfg: Config, problems: Problems) -> None:
             f"algorithm.loss_agg_mode: unknown mode {alg.loss_agg_mode!r}; known: {', '.join(algos.LOSS_AGG_MODES)}"
         )
     inp = cfg.buffer.explorer_input
-    if algos.needs_groups(alg.advantage_fn) and alg.algorithm_type != "sft":
+    if _advantage_needs(alg.advantage_fn).groups and alg.algorithm_type != "sft":
         # A lone response has nothing to be compared with: its advantage is 0 and only the KL term trains.
         counts = [("algorithm.repeat_times", alg.repeat_times)] if cfg.mode == "train" else [
             (f"buffer.explorer_input.tasksets[{i}].repeat_times", ts.repeat_times) for i, ts in enumerate(inp.tasksets)
@@ -89,11 +90,30 @@ def _check_functions(cfg: Config, problems: Problems) -> None:
                 problems.add(
                     f"{key}: 1 response per task, but algorithm.advantage_fn {alg.advantage_fn!r} compares the "
                     "responses to one task, so every advantage would be 0; sample several (repeat_times >= 2) or "
-                    "use an advantage_fn without groups (reinforce, reinforceplusplus, ppo)"
+                    f"use an advantage_fn without groups ({', '.join(_groupless_advantages())})"
                 )
     for group, sets in (("tasksets", inp.tasksets), ("eval_tasksets", inp.eval_tasksets)):
         for i, ts in enumerate(sets):
             _check_workflow(problems, f"buffer.explorer_input.{group}[{i}]", ts)
+
+
+def _advantage_needs(advantage_fn: str | None) -> Needs:
+    """What the advantage function needs; nothing for none, or for a name the registry does not
+    know (reported on its own)."""
+    from rfthpc import algorithms as algos
+
+    try:
+        return algos.ADVANTAGE_FNS.needs(advantage_fn) if advantage_fn else Needs()
+    except ConfigError:
+        return Needs()
+
+
+def _groupless_advantages() -> list[str]:
+    """The built-in advantage functions that need neither groups nor a critic."""
+    from rfthpc import algorithms as algos
+
+    return [n for n in algos.ADVANTAGE_FNS.names()
+            if not (algos.ADVANTAGE_FNS.needs(n).groups or algos.ADVANTAGE_FNS.needs(n).critic)]
 
 
 def _check_workflow(problems: Problems, key: str, ts: TasksetConfig) -> None:
@@ -243,7 +263,7 @@ def _check_inputs(cfg: Config, problems: Problems, check_paths: bool) -> None:
     if not check_paths:
         return
     checks = [("model.model_path", cfg.model.model_path, "model")]
-    if cfg.algorithm.advantage_fn == "ppo":
+    if _advantage_needs(cfg.algorithm.advantage_fn).critic:
         checks.append(("model.critic_model_path", cfg.model.critic_model_path, "model"))
     for i, aux in enumerate(cfg.explorer.auxiliary_models):
         checks.append((f"explorer.auxiliary_models[{i}].model_path", aux.model_path, "model"))

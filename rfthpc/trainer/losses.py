@@ -4,10 +4,11 @@ The actor's loss on a micro-batch is
 
     L = policy_loss(log pi, log mu, A) - entropy_coef * agg(H) + kl_coef * agg(kl(log pi, log pi_ref))
 
-with every term aggregated by `algorithm.loss_agg_mode`. Which log-probabilities play "old" (mu):
-PPO's clipped loss compares with the policy at the start of the step (recomputed, as veRL does);
-the off-policy losses (pg/vanilla, tis, topr, cispo, kimi15, opmd) correct for the policy that
-generated the data, so they use the behaviour log-probabilities the explorer stored.
+with every term aggregated by `algorithm.loss_agg_mode`. Which log-probabilities play "old" (mu) is
+what the policy loss declares (`Needs.old_log_prob`): PPO's clipped loss compares with the policy at
+the start of the step ("proximal", recomputed, as veRL does); the off-policy losses (pg/vanilla,
+tis, topr, cispo, kimi15, opmd) correct for the policy that generated the data ("behaviour", the
+log-probabilities the explorer stored).
 """
 
 from __future__ import annotations
@@ -21,9 +22,6 @@ import torch
 from rfthpc import algorithms as algos
 from rfthpc.config.settings import AlgorithmSettings
 from rfthpc.errors import ConfigError
-
-RECOMPUTE_OLD_LOGPROB = frozenset({"ppo"})
-"""Policy losses whose ratio is taken against the current policy before the update."""
 
 
 @dataclass
@@ -66,7 +64,7 @@ class Algorithm:
     @property
     def recompute_old_logprob(self) -> bool:
         """The loss's "old" log-probabilities are the current policy's before the update."""
-        return self.policy_loss_name in RECOMPUTE_OLD_LOGPROB
+        return algos.POLICY_LOSS_FNS.needs(self.policy_loss_name).old_log_prob == "proximal"
 
     @classmethod
     def from_settings(cls, alg: AlgorithmSettings) -> Algorithm:

@@ -25,7 +25,7 @@ def test_preset_names_resolve_and_args_bind(algorithm_type):
     KL_FNS.get(preset["kl_loss_fn"])
     ENTROPY_LOSS_FNS.get(preset["entropy_loss_fn"])
     assert preset["loss_agg_mode"] in LOSS_AGG_MODES
-    assert preset["requires_groups"] <= (preset["repeat_times"] > 1)
+    assert needs_groups(preset["advantage_fn"]) <= (preset["repeat_times"] > 1)
 
 
 @pytest.mark.parametrize(
@@ -51,7 +51,9 @@ def test_trinity_defaults(
     assert preset["kl_loss_fn"] == kl_loss_fn
     assert preset["kl_penalty_fn"] == "none"
     assert preset["repeat_times"] == repeat_times
-    assert (preset["use_critic"], preset["use_reference"], preset["requires_groups"]) == (critic, reference, groups)
+    flags = (needs_critic(preset["advantage_fn"]), needs_reference(preset["kl_penalty_fn"], preset["kl_loss_fn"]),
+             needs_groups(preset["advantage_fn"]))
+    assert flags == (critic, reference, groups)
 
 
 def test_cispo_preset_uses_trinity_clip_arguments():
