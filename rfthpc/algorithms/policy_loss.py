@@ -17,7 +17,7 @@ Note: veRL's policy loss "vanilla" is PPO's clipped loss; here `vanilla` is ROLL
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -44,6 +44,25 @@ class PolicyLossInputs:
     """(B, T) advantage per token."""
     rewards: torch.Tensor | None = None
     """(B,) sequence reward; TOPR splits positive and negative samples on it."""
+
+
+def masked_inputs(inputs: PolicyLossInputs) -> PolicyLossInputs:
+    """`inputs` with log_prob, old_log_prob and advantages set to 0 outside the response mask.
+
+    An inf or NaN at a padded position then reaches neither the loss nor the gradient (torch.where
+    sends no gradient to the positions it does not select, and everything computed from a 0 is finite).
+    """
+    keep = inputs.response_mask.bool()
+
+    def clean(value: torch.Tensor) -> torch.Tensor:
+        return torch.where(keep, value, torch.zeros_like(value))
+
+    return replace(
+        inputs,
+        log_prob=clean(inputs.log_prob),
+        old_log_prob=None if inputs.old_log_prob is None else clean(inputs.old_log_prob),
+        advantages=None if inputs.advantages is None else clean(inputs.advantages),
+    )
 
 
 def _need(value: torch.Tensor | None, what: str, loss: str) -> torch.Tensor:
@@ -107,6 +126,7 @@ def ppo(
         )
     low = clip_range if clip_range_low is None else clip_range_low
     high = clip_range if clip_range_high is None else clip_range_high
+    inputs = masked_inputs(inputs)
     log_ratio, ratio, adv = _ratio_terms(inputs, "ppo")
     unclipped = -adv * ratio
     clipped = -adv * torch.clamp(ratio, 1.0 - low, 1.0 + high)
@@ -120,9 +140,13 @@ def ppo(
     )
 
 
-@declare("policy_loss", "pg", "vanilla")
+@declare("policy_loss", "pg", "vanilla", "gpg")
 def pg(inputs: PolicyLossInputs, *, loss_agg_mode: str = "token-mean") -> tuple[torch.Tensor, dict[str, float]]:
-    """Plain policy gradient, no importance ratio (ROLL's `vanilla`): l = -A log pi."""
+    """Plain policy gradient, no importance ratio (ROLL's `vanilla`, veRL's `gpg`): l = -A log pi.
+
+    veRL's gpg reports no metrics; here ppo_kl is measured against the behaviour policy.
+    """
+    inputs = masked_inputs(inputs)
     log_ratio, _, adv = _ratio_terms(inputs, "pg")
     loss = aggregate_loss(-adv * inputs.log_prob, inputs.response_mask, loss_agg_mode)
     return loss, _metrics(loss, log_ratio, inputs.response_mask)
@@ -227,8 +251,14 @@ def cispo(
     (A < 0 and rho < 1 - eps_low) — the tokens PPO's clip would silence. eps_low / eps_high are ROLL's
     `cispo_epsilon_low` / `cispo_epsilon_high` (defaults 0.1; Trinity's cispo preset uses 1.0 / 0.28
     with the unified mask). Metrics: actor/cispo_{lower,upper,total}_clipfrac and, with the mask,
-    actor/cispo_kept_tokens.
+    actor/cispo_kept_tokens; pg_clipfrac is the total and pg_clipfrac_lower 0, as veRL reports them.
+
+    Without the mask this is veRL's `cispo` on the same inputs. Deliberate differences: mu is the
+    behaviour policy (as in ROLL and Trinity-RFT, which train on the explorer's log-probabilities),
+    where veRL compares with the recomputed policy at the start of the step; the default clip
+    ranges are ROLL's 0.1, where veRL takes the actor's clip_ratio (0.2).
     """
+    inputs = masked_inputs(inputs)
     log_ratio, ratio, adv = _ratio_terms(inputs, "cispo")
     low, high = 1.0 - clip_range_low, 1.0 + clip_range_high
     weight = torch.clamp(ratio, low, high).detach()
@@ -239,8 +269,9 @@ def cispo(
     mask = inputs.response_mask
     token_loss = torch.where(keep, -weight * adv * inputs.log_prob, torch.zeros_like(ratio))
     loss = aggregate_loss(token_loss, mask, loss_agg_mode)
-    metrics = _metrics(loss, log_ratio, mask, below | above, below)
-    metrics["actor/cispo_lower_clipfrac"] = metrics["actor/pg_clipfrac_lower"]
+    # pg_clipfrac_lower stays 0 as in veRL (CISPO has no dual clip); cispo_lower_clipfrac has the share.
+    metrics = _metrics(loss, log_ratio, mask, below | above)
+    metrics["actor/cispo_lower_clipfrac"] = _fraction(below, mask)
     metrics["actor/cispo_upper_clipfrac"] = _fraction(above, mask)
     metrics["actor/cispo_total_clipfrac"] = metrics["actor/pg_clipfrac"]
     if use_unified_mask:
