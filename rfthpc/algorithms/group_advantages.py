@@ -250,15 +250,38 @@ def optimal_token_baseline(
         B_t = sum_{i in g} m_it G_it W_it / (sum_{i in g} m_it W_it + epsilon)
         A_t = (G_t - B_t) * m_t
     pi is the trained policy before this step's update (its log-probabilities and sum_v pi_v^2 come
-    from one forward pass of the trainer). With handle_zero_tail, positions of a group's single longest
-    response past the second longest's length get B = 0 (no other response to compare with there).
-    A group without contrast gives 0 (veRL: A = G for a lone response). Returns (A, G * mask).
+    from one forward pass of the trainer). The responses of a group are compared at the same position
+    t; `tir_optimal_token_baseline` compares them at their k-th response token instead (multi-turn).
+    With handle_zero_tail, positions of a group's single longest response from the second longest's
+    token count on get B = 0 (no other response to compare with there). A group without contrast
+    gives 0 (veRL: A = G for a lone response). Returns (A, G * mask).
     """
+    return _optimal_token_baseline(inputs, "optimal_token_baseline", handle_zero_tail, epsilon, by_token=False)
+
+
+@declare("advantage", "tir_optimal_token_baseline", groups=True, forward_outputs=("sum_pi_squared",))
+@torch.no_grad()
+def tir_optimal_token_baseline(
+    inputs: AdvantageInputs, *, handle_zero_tail: bool = True, epsilon: float = 1e-8
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The optimal token baseline for multi-turn responses (veRL's tir_optimal_token_baseline): as
+    `optimal_token_baseline`, but the responses of a group are compared at their k-th response token
+    (tool output between turns skipped), so B_k, the tail cut and A are indexed by k, not by position.
+    A group without contrast gives 0 (veRL: A = G for a group with one non-empty response).
+    Returns (A, G * mask).
+    """
+    return _optimal_token_baseline(inputs, "tir_optimal_token_baseline", handle_zero_tail, epsilon, by_token=True)
+
+
+def _optimal_token_baseline(
+    inputs: AdvantageInputs, name: str, handle_zero_tail: bool, epsilon: float, by_token: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The optimal token baseline, its group sums taken per position or (by_token) per response token k."""
     if inputs.old_log_probs is None or inputs.sum_pi_squared is None:
         raise ConfigError(
-            "algorithm.advantage_fn: 'optimal_token_baseline' needs the policy's log-probabilities and "
-            "sum_pi_squared from the trainer's forward pass, and this batch has none; the trainer computes "
-            "them for an advantage_fn that declares forward_outputs=('sum_pi_squared',)."
+            f"algorithm.advantage_fn: {name!r} needs the policy's log-probabilities and sum_pi_squared from the "
+            "trainer's forward pass, and this batch has none; the trainer computes them for an advantage_fn "
+            "that declares forward_outputs=('sum_pi_squared',)."
         )
     on = inputs.response_mask.bool()
     rewards = _token_rewards(inputs)
@@ -268,9 +291,15 @@ def optimal_token_baseline(
     cumulative = torch.where(on, w, torch.zeros_like(w)).to(rewards.dtype).cumsum(-1)
     weight = torch.where(on, cumulative, zero)
     scores = _scores(inputs)
-    inverse, _, n_groups = _group_index(_group_ids(inputs, "optimal_token_baseline"))
-    baseline = (_group_sum(returns * weight, inverse, n_groups)
-                / (_group_sum(weight, inverse, n_groups) + epsilon))[inverse]
+    inverse, _, n_groups = _group_index(_group_ids(inputs, name))
+    width = rewards.shape[-1]
+    # Where each token is compared: its position, or its rank k among its row's response tokens.
+    slot = (on.long().cumsum(-1) - 1).clamp(min=0) if by_token else torch.arange(width, device=on.device).expand_as(on)
+    flat = (inverse.unsqueeze(-1) * width + slot).flatten()
+    sums = torch.zeros(2, n_groups * width, dtype=rewards.dtype, device=rewards.device)
+    sums[0].index_add_(0, flat, (returns * weight).flatten())
+    sums[1].index_add_(0, flat, weight.flatten())
+    baseline = (sums[0] / (sums[1] + epsilon))[flat].view_as(rewards)
     if handle_zero_tail:
         lengths = on.sum(-1)
         init = torch.zeros(n_groups, dtype=lengths.dtype, device=lengths.device)
@@ -279,9 +308,8 @@ def optimal_token_baseline(
         second = init.scatter_reduce(0, inverse, torch.where(lengths == longest, -1, lengths), reduce="amax",
                                      include_self=False)[inverse]
         alone = (lengths == longest) & (at_longest == 1) & (second >= 0)
-        # veRL cuts at the second longest's token count, as a position (the same without mask holes).
-        positions = torch.arange(rewards.shape[-1], device=rewards.device)
-        tail = alone.unsqueeze(-1) & (positions >= second.unsqueeze(-1))
+        # Without by_token, veRL cuts at the second longest's token count taken as a position.
+        tail = alone.unsqueeze(-1) & (slot >= second.unsqueeze(-1))
         baseline = torch.where(tail, zero, baseline)
     adv = torch.where(on, returns - baseline, zero)
     adv = torch.where(_has_contrast(scores, inverse, n_groups).unsqueeze(-1), adv, zero)

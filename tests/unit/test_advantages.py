@@ -358,7 +358,7 @@ def test_optimal_token_baseline_needs_the_forward_outputs():
 
 
 GROUP_ESTIMATORS = ["grpo", "rloo", "opmd", "opo", "gpg", "grpo_passk", "reinforce_plus_plus_baseline", "gdpo",
-                    "lite_ppo", "optimal_token_baseline"]
+                    "lite_ppo", "optimal_token_baseline", "tir_optimal_token_baseline"]
 
 
 @pytest.mark.parametrize("name", GROUP_ESTIMATORS + ["reinforce", "reinforceplusplus"])

@@ -298,3 +298,44 @@ def test_optimal_token_baseline_ignores_nan_outside_the_mask():
                                                                **poisoned))
     for a, b in zip(otb(SHAPED), dirty, strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize(("handle_zero_tail", "expected"), [
+    # compute_multi_turn_optimal_token_baseline_advantage(OUTCOME, MASK, index, OLD, SUM_PI_SQUARED,
+    # handle_zero_tail=True): rows with holes (2 and 8) are compared at their k-th response token
+    (True, [
+        [0.36197472, 0.29300672, 0.26257318, 1.0, 1.0], [-0.63802528, 0, 0, 0, 0],
+        [-0.13802528, -0.20699328, 0, 0, -0.23742682], [0, 0, 0, 0, 0], None, None, None,
+        [-1.06826556, -1.15015399, -1.69646156, 0, 0], [1.93173444, 0, 1.84984601, 1.30353844, 0],
+        [-0.06826556, -0.15015399, 0, 0, 0],
+    ]),
+    # ... handle_zero_tail=False
+    (False, [
+        [0.36197472, 0.29300672, 0.26257318, 0, 0], [-0.63802528, 0, 0, 0, 0],
+        [-0.13802528, -0.20699328, 0, 0, -0.23742682], [0, 0, 0, 0, 0], None, None, None,
+        [-1.06826556, -1.15015399, -1.69646156, 0, 0], [1.93173444, 0, 1.84984601, 1.30353844, 0],
+        [-0.06826556, -0.15015399, 0, 0, 0],
+    ]),
+])
+def test_tir_optimal_token_baseline_matches_verl(handle_zero_tail, expected):
+    fields = {"old_log_probs": OLD, "sum_pi_squared": SUM_PI_SQUARED}
+    adv, returns = ADVANTAGE_FNS.get("tir_optimal_token_baseline")(inputs(**fields), handle_zero_tail=handle_zero_tail)
+    for row in range(10):
+        if row in NO_CONTRAST:
+            assert torch.all(adv[row] == 0)
+        else:
+            close(adv[row], expected[row])
+    close(returns, (OUTCOME.flip(-1).cumsum(-1).flip(-1)) * MASK)
+
+
+def test_tir_optimal_token_baseline_with_shaped_rewards_matches_verl():
+    # compute_multi_turn_optimal_token_baseline_advantage(SHAPED, MASK, index, OLD, SUM_PI_SQUARED)
+    adv = [
+        [0.31129825, 0.25198585, 0.22581291, 0.90999997, 0.94999999], [-0.5487017, 0, 0, 0, 0],
+        [-0.11870173, -0.17801419, 0, 0, -0.2041871], [0, 0, 0, 0, 0], [-0.02488524, -0.0235402, 0.67000002, 0, 0],
+        [0.00511473, 0.00645977, 0, 0, 0], [0, 0, 0, 0, 0], [-1.11836255, -1.1980505, -1.74170053, -0.09, -0.05],
+        [1.95163751, 0, 1.87194955, 1.33829951, 0], [0.00163752, -0.07805049, 0, 0, 0],
+    ]
+    fields = {"old_log_probs": torch.where(MASK.bool(), OLD, torch.nan), "sum_pi_squared": SUM_PI_SQUARED}
+    got, _ = ADVANTAGE_FNS.get("tir_optimal_token_baseline")(inputs(SHAPED, **fields))
+    close(got, adv)  # veRL: the lone response's A = G
