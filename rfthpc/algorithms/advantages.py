@@ -9,9 +9,15 @@ sum_t r_bt when token-level rewards are given (e.g. after a KL penalty, as veRL 
 estimators (ppo, reinforceplusplus) use the token-level rewards, or the sequence reward placed on
 the last response token (`outcome_token_rewards`).
 
-Group estimators (grpo, rloo, opmd) compare the responses to one task (same group id). A group
-without contrast (one response, or all rewards exactly equal) gets advantage exactly 0: computing
-R - mean(R) in floating point would otherwise leave rounding noise that the std division magnifies.
+Group estimators (grpo, rloo, opmd here; the others in `group_advantages`) compare the responses
+to one task (same group id). A group without contrast (one response, or all scores exactly equal)
+gets advantage exactly 0: computing R - mean(R) in floating point would otherwise leave rounding
+noise that the std division magnifies, and a lone response has nothing to be compared with. veRL
+differs there: it gives a lone response its reward as advantage (grpo: R / (1 + epsilon)).
+
+Masked-out positions never reach a result, even when they hold inf or NaN: R_b sums the token-level
+rewards of response tokens only (veRL sums the whole row, which is the same when, as there, rewards
+sit on response tokens).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rfthpc.algorithms.aggregation import masked_whiten
+from rfthpc.algorithms.aggregation import masked_sum, masked_whiten
 from rfthpc.algorithms.declare import declare
 from rfthpc.errors import ConfigError
 
@@ -43,6 +49,15 @@ class AdvantageInputs:
     """(B,) integer id of the task each response answers; needed by grpo, rloo and opmd."""
     values: torch.Tensor | None = None
     """(B, T) critic values V(s_t); needed by ppo (GAE)."""
+    old_log_probs: torch.Tensor | None = None
+    """(B, T) log-probabilities of the trained policy before this step's update (the trainer's
+    forward pass); given when the estimator declares forward_outputs (optimal_token_baseline)."""
+    sum_pi_squared: torch.Tensor | None = None
+    """(B, T) sum_v pi_v^2 over the vocabulary at each response position, from the same forward pass;
+    given when the estimator declares forward_outputs=("sum_pi_squared",)."""
+    reward_components: dict[str, torch.Tensor] | None = None
+    """Name -> (B,) value of each named reward component (the reward function's dict; 0 for a
+    response whose reward has no such component); given when the estimator declares reward_components."""
 
 
 def outcome_token_rewards(rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
@@ -59,10 +74,10 @@ def outcome_token_rewards(rewards: torch.Tensor, response_mask: torch.Tensor) ->
 
 
 def _scores(inputs: AdvantageInputs) -> torch.Tensor:
-    """R_b: the sequence reward, or the sum of the token-level rewards when given."""
+    """R_b: the sequence reward, or the sum of the token-level rewards of its response tokens when given."""
     if inputs.token_level_rewards is None:
         return inputs.rewards
-    return inputs.token_level_rewards.sum(dim=-1)
+    return masked_sum(inputs.token_level_rewards, inputs.response_mask, dim=-1)
 
 
 def _token_rewards(inputs: AdvantageInputs) -> torch.Tensor:
@@ -94,6 +109,18 @@ def _group_mean(scores: torch.Tensor, inverse: torch.Tensor, n_groups: int) -> t
     return (sums / counts)[inverse]
 
 
+def _group_normalise(
+    scores: torch.Tensor, inverse: torch.Tensor, sizes: torch.Tensor, n_groups: int, epsilon: float,
+    std_normalize: bool,
+) -> torch.Tensor:
+    """GRPO's (R - mean_g) / (std_g + epsilon) (unbiased std), or R - mean_g; 0 for a group without contrast."""
+    adv = scores - _group_mean(scores, inverse, n_groups)
+    if std_normalize:
+        var = _group_mean(adv**2, inverse, n_groups) * sizes / (sizes - 1).clamp(min=1)
+        adv = adv / (var.sqrt() + epsilon)
+    return torch.where(_has_contrast(scores, inverse, n_groups), adv, torch.zeros_like(adv))
+
+
 def _has_contrast(scores: torch.Tensor, inverse: torch.Tensor, n_groups: int) -> torch.Tensor:
     """Per response, whether its group holds at least two different scores."""
     init = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device)
@@ -121,14 +148,8 @@ def grpo(
     std_g is the unbiased standard deviation. A group without contrast gives A = 0.
     Returns (A, A) broadcast over the response tokens.
     """
-    scores = _scores(inputs)
     inverse, sizes, n_groups = _group_index(_group_ids(inputs, "grpo"))
-    mean = _group_mean(scores, inverse, n_groups)
-    adv = scores - mean
-    if std_normalize:
-        var = _group_mean(adv**2, inverse, n_groups) * sizes / (sizes - 1).clamp(min=1)
-        adv = adv / (var.sqrt() + epsilon)
-    adv = torch.where(_has_contrast(scores, inverse, n_groups), adv, torch.zeros_like(adv))
+    adv = _group_normalise(_scores(inputs), inverse, sizes, n_groups, epsilon, std_normalize)
     out = _broadcast(adv, inputs.response_mask)
     return out, out
 
@@ -201,7 +222,7 @@ def reinforce_plus_plus(inputs: AdvantageInputs, *, gamma: float = 1.0) -> tuple
         G_t = r_t + gamma * G_{t'}    over response tokens only (t' = the next one; masked-out tokens,
                                       past EOS or a tool's output between turns, neither add nor break it)
         A   = whiten_{mask}(G) * mask
-    Returns (A, G * mask).
+    Returns (A, G * mask). A batch with a single response token whitens to 0 (veRL raises).
     """
     rewards = _token_rewards(inputs)
     mask = inputs.response_mask.to(rewards.dtype)
@@ -210,7 +231,7 @@ def reinforce_plus_plus(inputs: AdvantageInputs, *, gamma: float = 1.0) -> tuple
     for t in reversed(range(rewards.shape[-1])):
         running = torch.where(mask[:, t] > 0, rewards[:, t] + gamma * running, running)
         returns[:, t] = running
-    returns = returns * mask
+    returns = torch.where(mask > 0, returns, torch.zeros_like(returns))
     adv = masked_whiten(returns, mask) * mask
     return adv, returns
 
@@ -222,9 +243,11 @@ def ppo(inputs: AdvantageInputs, *, gamma: float = 1.0, lam: float = 1.0) -> tup
 
         delta_t = r_t + gamma * V_{t'} - V_t              (t' = next response token; V = 0 past the end)
         A_t     = delta_t + gamma * lam * A_{t'}
-        returns = A + V;  advantages = whiten_{mask}(A) * mask
+        returns = (A + V) * mask;  advantages = whiten_{mask}(A) * mask
     Masked-out tokens (e.g. tool output inside a response) are skipped: they carry V and A through
-    unchanged. Returns (advantages, returns).
+    unchanged, and what they hold (even inf or NaN) never reaches a result. veRL's returns also hold
+    A + V outside the mask, where nothing reads them; here they are 0 there, as for every estimator.
+    Returns (advantages, returns).
     """
     if inputs.values is None:
         raise ConfigError(
@@ -232,15 +255,17 @@ def ppo(inputs: AdvantageInputs, *, gamma: float = 1.0, lam: float = 1.0) -> tup
             "use algorithm_type ppo (which trains a critic) or a critic-free advantage_fn such as grpo."
         )
     rewards, values = _token_rewards(inputs), inputs.values
-    mask = inputs.response_mask.to(rewards.dtype)
+    on = inputs.response_mask.bool()
+    mask = on.to(rewards.dtype)
     next_value = torch.zeros_like(rewards[:, 0])
     next_adv = torch.zeros_like(rewards[:, 0])
     adv = torch.zeros_like(rewards)
     for t in reversed(range(rewards.shape[-1])):
         delta = rewards[:, t] + gamma * next_value - values[:, t]
         step_adv = delta + gamma * lam * next_adv
-        next_value = mask[:, t] * values[:, t] + (1 - mask[:, t]) * next_value
-        next_adv = mask[:, t] * step_adv + (1 - mask[:, t]) * next_adv
+        # where, not mask * x + (1 - mask) * y: 0 * NaN is NaN.
+        next_value = torch.where(on[:, t], values[:, t], next_value)
+        next_adv = torch.where(on[:, t], step_adv, next_adv)
         adv[:, t] = next_adv
-    returns = adv + values
+    returns = torch.where(on, adv + values, torch.zeros_like(adv))
     return masked_whiten(adv, mask) * mask, returns

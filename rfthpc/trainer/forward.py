@@ -79,6 +79,21 @@ def token_logprobs(
     return token_lp, entropy
 
 
+@torch.no_grad()
+def token_logprobs_and_sum_pi_squared(model: nn.Module, mb: MicroBatch) -> torch.Tensor:
+    """(b, R, 2), no gradient: log pi of each response token, and sum_v pi_v^2 over the vocabulary
+    at its position (what the optimal token baseline reads).
+
+    sum_v pi_v^2 = sum_v exp(2 log pi_v) is taken in place over the logits' buffer, so the pass holds
+    no (b, R, V) tensor beyond the float32 logits `token_logprobs` makes too.
+    """
+    scratch = _response_logits(model, mb)
+    scratch -= torch.logsumexp(scratch, dim=-1, keepdim=True)  # now log pi
+    token_lp = torch.gather(scratch, -1, mb.response_ids.unsqueeze(-1)).squeeze(-1)
+    out = torch.stack([token_lp, scratch.mul_(2).exp_().sum(dim=-1)], dim=-1)
+    return out * 0.0 if mb.is_padding else out
+
+
 def token_values(critic: nn.Module, mb: MicroBatch) -> torch.Tensor:
     """(b, R) critic values V(s_j) of the state before each response token (the value head's output
     at the position that predicts the token, as veRL's critic)."""

@@ -5,7 +5,8 @@ A step (global step t, the trainer holding policy version t - 1):
     to every rank;
  2. forward passes without gradients where the algorithm needs them: the reference model's
     log-probabilities (KL), the policy's before the update (PPO's ratio, when the step makes
-    several updates), the critic's values (GAE);
+    several updates; with sum_v pi_v^2 for an advantage that declares it, the optimal token
+    baseline), the critic's values (GAE);
  3. rewards are shaped and advantages computed (every rank, whole batch);
  4. the critic, then the policy, take `ppo_epochs` passes of mini-batch updates;
  5. every `sync_interval` steps of an RL stage the policy is published under `weights/step_<t>`;
@@ -42,7 +43,7 @@ from rfthpc.trainer.batching import mini_batches, plan_micro_batches
 from rfthpc.trainer.checkpoint_meta import CheckpointMeta, read_checkpoint_meta
 from rfthpc.trainer.dist import DistEnv, init_distributed
 from rfthpc.trainer.experience import ExperienceSource, Poll
-from rfthpc.trainer.forward import sharded_forward, token_logprobs, token_values
+from rfthpc.trainer.forward import sharded_forward, token_logprobs, token_logprobs_and_sum_pi_squared, token_values
 from rfthpc.trainer.fsdp import build_sharded_model, compute_dtype, publish_model, vocab_size
 from rfthpc.trainer.losses import Algorithm
 from rfthpc.trainer.meta import TrainerMeta, write_trainer_meta
@@ -358,13 +359,21 @@ class Trainer:
         # SFT: one update per step; RL: one per `ppo_mini_batch_size` groups, `ppo_epochs` times.
         minis = [list(range(len(samples)))] if alg.is_sft else mini_batches(samples, stage.ppo_mini_batch_size)
         epochs = 1 if alg.is_sft else stage.ppo_epochs
-        if alg.recompute_old_logprob and len(minis) * epochs > 1:
+        sum_pi_squared = None
+        if "sum_pi_squared" in alg.advantage_needs.forward_outputs:
+            # One pass gives the advantage both pi(y_t) and sum_v pi_v^2 of the policy before the update,
+            # and the loss its old log-probabilities when it recomputes them.
+            both = sharded_forward(lambda mb: token_logprobs_and_sum_pi_squared(self.policy, mb), samples, self.env,
+                                   planner)
+            old, sum_pi_squared = [a[:, 0].copy() for a in both], [a[:, 1].copy() for a in both]
+        elif alg.recompute_old_logprob and len(minis) * epochs > 1:
             old = sharded_forward(lambda mb: token_logprobs(self.policy, mb)[0], samples, self.env, planner)
         if st.critic is not None:
             values = sharded_forward(lambda mb: token_values(st.critic.model, mb), samples, self.env, planner)
         tensors, metrics = build_step_tensors(samples, alg, ref=ref, old=old, values=values,
                                               max_prompt_tokens=stage.max_prompt_tokens,
-                                              max_response_tokens=stage.max_response_tokens)
+                                              max_response_tokens=stage.max_response_tokens,
+                                              sum_pi_squared=sum_pi_squared)
         k = pos.step_in_stage
         results: list[UpdateResult] = []
         batches = minis * epochs  # every epoch runs the same mini-batches in the same order

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from rfthpc import algorithms as algos
+from rfthpc.algorithms.declare import Needs
 from rfthpc.config.settings import AlgorithmSettings
 from rfthpc.errors import ConfigError
 
@@ -55,6 +56,11 @@ class Algorithm:
     def use_critic(self) -> bool:
         """A value model is trained (PPO's GAE)."""
         return algos.needs_critic(self.advantage_name)
+
+    @property
+    def advantage_needs(self) -> Needs:
+        """What the advantage function needs (nothing for SFT)."""
+        return algos.ADVANTAGE_FNS.needs(self.advantage_name) if self.advantage_name else Needs()
 
     @property
     def entropy_needs_grad(self) -> bool:

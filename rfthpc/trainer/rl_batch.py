@@ -70,10 +70,12 @@ def build_step_tensors(
     values: list[np.ndarray] | None = None,
     max_prompt_tokens: int | None = None,
     max_response_tokens: int | None = None,
+    sum_pi_squared: list[np.ndarray] | None = None,
 ) -> tuple[StepTensors, dict[str, float]]:
     """Pad the batch, shape the rewards (KL penalty) and compute advantages; return the tensors and
     veRL's batch metrics (critic/score, critic/rewards, critic/advantages, response_length, ...).
-    The length limits (the model's) give veRL's `*_length/clip_ratio`: the share of samples at the limit."""
+    The length limits (the model's) give veRL's `*_length/clip_ratio`: the share of samples at the limit.
+    `sum_pi_squared` (with `old`, from one forward pass) is for an advantage that declares it."""
     width = max(1, max(len(s.response_ids) for s in samples))
     mask = torch.from_numpy(pad_rows([s.loss_mask for s in samples], width, dtype=bool, fill=False))
     rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
@@ -110,6 +112,9 @@ def build_step_tensors(
         token_level_rewards=token_rewards,
         group_ids=torch.tensor([s.group for s in samples], dtype=torch.long),
         values=t.values,
+        old_log_probs=t.old,
+        sum_pi_squared=None if sum_pi_squared is None else _tensor(sum_pi_squared, width),
+        reward_components=_reward_components(samples) if algorithm.advantage_needs.reward_components else None,
     )
     t.advantages, t.returns = algorithm.advantage(inputs)
     seq_rewards = token_rewards.sum(-1) if token_rewards is not None else rewards
@@ -121,6 +126,14 @@ def build_step_tensors(
         metrics.update(_stats("critic/values", t.values, mask))
         metrics["critic/vf_explained_var"] = _explained_variance(t.returns, t.values, mask)
     return t, metrics
+
+
+def _reward_components(samples: list[Sample]) -> dict[str, torch.Tensor]:
+    """Name -> (B,) value of each reward component any sample has; 0 for a sample without it (its
+    reward, their sum, got nothing from it)."""
+    names = sorted({name for s in samples for name in (s.reward_components or {})})
+    return {name: torch.tensor([(s.reward_components or {}).get(name, 0.0) for s in samples], dtype=torch.float32)
+            for name in names}
 
 
 def _explained_variance(returns: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> float:

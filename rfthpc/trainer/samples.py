@@ -37,6 +37,8 @@ class Sample:
     """Version of the weights that generated it (`weights/step_<N>`)."""
     temperature: float = 1.0
     """Sampling temperature: log-probabilities are taken of softmax(logits / temperature)."""
+    reward_components: dict[str, float] | None = None
+    """The reward function's named components ({"accuracy": 1.0, "format": 0.5}), when it gave them."""
 
     @property
     def length(self) -> int:
@@ -113,6 +115,15 @@ def samples_from_groups(
                     group=g_index,
                     policy_version=int(group.policy_version),
                     temperature=t,
+                    reward_components=_components(e.info),
                 )
             )
     return samples
+
+
+def _components(info: dict) -> dict[str, float] | None:
+    """The reward components an explorer stored in an experience's info (`reward_components`), if any."""
+    found = info.get("reward_components")
+    if not isinstance(found, dict) or not found:
+        return None
+    return {str(k): float(v) for k, v in found.items()}

@@ -8,6 +8,7 @@ import torch
 
 from rfthpc.algorithms import ADVANTAGE_FNS
 from rfthpc.algorithms.advantages import AdvantageInputs, outcome_token_rewards
+from rfthpc.algorithms.aggregation import masked_whiten
 from rfthpc.errors import ConfigError
 
 
@@ -207,3 +208,184 @@ def test_equal_rewards_give_exact_zeros_despite_rounding(name, reward):
     )
     adv, _ = ADVANTAGE_FNS.get(name)(inputs)
     assert adv.abs().max().item() == 0.0
+
+
+# ---- the group estimators of group_advantages -------------------------------------------------------------------
+
+NEEDS_FORWARD = {"old_log_probs": torch.log(torch.full((7, 3), 0.5)), "sum_pi_squared": torch.full((7, 3), 0.3)}
+"""What optimal_token_baseline reads from the trainer's forward pass: pi(y_t) = 0.5, sum_v pi_v^2 = 0.3."""
+
+
+def test_opo_weights_the_baseline_by_length():
+    adv, returns = ADVANTAGE_FNS.get("opo")(batch())
+    # group 0: lengths 3, 2, 1, 0 and rewards 1, 0, 0, 1: b = (3 * 1 + 0 + 0 + 0 * 1) / 6 = 0.5
+    assert per_sequence(adv) == pytest.approx([0.5, -0.5, -0.5, None, 0.0, 0.0, 0.0])
+    assert torch.equal(adv, returns)
+
+
+def test_opo_length_weighting_differs_from_the_plain_mean():
+    inputs = AdvantageInputs(rewards=torch.tensor([1.0, 0.0, 0.0]), response_mask=torch.tensor([[1, 1, 1, 1]] + [[1, 0, 0, 0]] * 2),
+                             group_ids=torch.tensor([4, 4, 4]))
+    adv, _ = ADVANTAGE_FNS.get("opo")(inputs)
+    # b = (4 * 1) / (4 + 1 + 1) = 2/3 (the plain mean would be 1/3)
+    assert adv[:, 0].tolist() == pytest.approx([1 / 3, -2 / 3, -2 / 3])
+
+
+def test_gpg_scales_by_the_share_of_rewarded_responses():
+    adv, _ = ADVANTAGE_FNS.get("gpg")(batch(), f_norm=2.0)
+    # 5 of the 7 rewards are nonzero: alpha = 7 / 5; group 0: (R - 0.5) * alpha / 2
+    a = 0.5 * 7 / 5 / 2
+    assert per_sequence(adv) == pytest.approx([a, -a, -a, None, 0.0, 0.0, 0.0])
+
+
+def test_gpg_all_zero_rewards_give_zeros():
+    inputs = AdvantageInputs(rewards=torch.zeros(4), response_mask=torch.ones(4, 2), group_ids=torch.tensor([0, 0, 1, 1]))
+    assert ADVANTAGE_FNS.get("gpg")(inputs)[0].abs().max().item() == 0.0
+
+
+def test_gpg_rejects_a_non_positive_f_norm():
+    with pytest.raises(ConfigError, match="advantage_fn_args.f_norm"):
+        ADVANTAGE_FNS.get("gpg")(batch(), f_norm=0.0)
+
+
+def test_grpo_passk_rewards_only_the_best_of_each_group():
+    inputs = AdvantageInputs(rewards=torch.tensor([0.2, 0.9, 0.5, 1.0, 1.0, 0.0]), response_mask=torch.ones(6, 2),
+                             group_ids=torch.tensor([5, 5, 5, 8, 8, 8]))
+    adv, _ = ADVANTAGE_FNS.get("grpo_passk")(inputs, std_normalize=False)
+    # group 5: the best (0.9) gets 0.9 - 0.5; group 8: two tie for best, so the margin is 0
+    assert adv[:, 0].tolist() == pytest.approx([0.0, 0.4, 0.0, 0.0, 0.0, 0.0])
+    adv, _ = ADVANTAGE_FNS.get("grpo_passk")(inputs)
+    std = statistics.stdev([0.2, 0.9, 0.5])
+    assert adv[:, 0].tolist() == pytest.approx([0.0, 0.4 / (std + 1e-6), 0.0, 0.0, 0.0, 0.0])
+
+
+def test_reinforce_plus_plus_baseline_whitens_the_group_centred_reward():
+    adv, returns = ADVANTAGE_FNS.get("reinforce_plus_plus_baseline")(batch())
+    # group-centred: 0.5, -0.5, -0.5, (empty), 0, 0, 0 on 3 + 2 + 1 + 0 + 2 + 1 + 3 = 12 tokens
+    tokens = [0.5] * 3 + [-0.5] * 2 + [-0.5] + [0.0] * 6
+    mean, std = statistics.mean(tokens), statistics.stdev(tokens)
+    w = [(x - mean) / math.sqrt(std**2 + 1e-8) for x in (0.5, -0.5, -0.5, 0.0)]
+    assert per_sequence(adv) == pytest.approx([w[0], w[1], w[2], None, w[3], w[3], w[3]])
+    assert torch.equal(adv, returns)
+
+
+def test_lite_ppo_uses_the_group_mean_and_the_batch_std():
+    adv, returns = ADVANTAGE_FNS.get("lite_ppo")(batch())
+    std = statistics.stdev(REWARDS.tolist())  # over the batch's seven responses
+    a = 0.5 / (std + 1e-6)
+    assert per_sequence(adv) == pytest.approx([a, -a, -a, None, 0.0, 0.0, 0.0])
+    assert torch.equal(adv, returns)
+
+
+@pytest.mark.parametrize(("mean_type", "std_type"), [("batch", "batch"), ("batch", None), (None, None), ("group", None)])
+def test_lite_ppo_takes_rolls_normalisation_levels(mean_type, std_type):
+    adv, _ = ADVANTAGE_FNS.get("lite_ppo")(batch(), norm_mean_type=mean_type, norm_std_type=std_type)
+    r = REWARDS.tolist()
+    if mean_type == "batch":
+        expected = [x - statistics.mean(r) for x in r]
+    elif mean_type == "group":
+        expected = [0.5, -0.5, -0.5, 0.5, 0.0, 0.0, 0.0]
+    else:
+        expected = r
+    if std_type == "batch":
+        expected = [x / (statistics.stdev(r) + 1e-6) for x in expected]
+    expected[3] = None  # the empty response
+    assert per_sequence(adv) == pytest.approx(expected)
+
+
+def test_lite_ppo_group_levels_are_grpo():
+    lite, _ = ADVANTAGE_FNS.get("lite_ppo")(batch(), norm_mean_type="group", norm_std_type="group")
+    torch.testing.assert_close(lite, ADVANTAGE_FNS.get("grpo")(batch())[0])
+
+
+def test_lite_ppo_rejects_running_statistics():
+    with pytest.raises(ConfigError, match="advantage_fn_args.norm_std_type: unknown level 'running'"):
+        ADVANTAGE_FNS.get("lite_ppo")(batch(), norm_std_type="running")
+
+
+def test_gdpo_normalises_each_component_within_its_group():
+    # group 1's accuracy is equal (no contrast) but its format differs: GDPO still trains on the format
+    components = {"accuracy": torch.tensor([1.0, 0, 0, 1, 1, 1, 1]), "format": torch.tensor([0.0, 0, 0, 0, 1, 0, 1])}
+    adv, _ = ADVANTAGE_FNS.get("gdpo")(batch(reward_components=components), epsilon=0.0)
+    a = 0.5 / math.sqrt(1 / 3)  # group 0's accuracy, as in test_grpo
+    f = 0.5 / math.sqrt(0.5)    # group 1's format: mean 0.5, unbiased std sqrt(0.5)
+    per_token = [a] * 3 + [-a] * 2 + [-a] + [f] * 2 + [-f] + [0.0] * 3
+    mean, std = statistics.mean(per_token), statistics.stdev(per_token)
+    w = [(x - mean) / math.sqrt(std**2 + 1e-8) for x in (a, -a, -a, f, -f, 0.0)]
+    assert per_sequence(adv) == pytest.approx([w[0], w[1], w[2], None, w[3], w[4], w[5]])
+
+
+def test_gdpo_without_components_whitens_grpo():
+    gdpo, _ = ADVANTAGE_FNS.get("gdpo")(batch())
+    grpo, _ = ADVANTAGE_FNS.get("grpo")(batch())
+    expected = masked_whiten(grpo, MASK) * MASK
+    torch.testing.assert_close(gdpo, expected)
+
+
+def test_gdpo_names_a_missing_component():
+    with pytest.raises(ConfigError, match=r"reward_keys names \['format'\].*\['accuracy'\]"):
+        ADVANTAGE_FNS.get("gdpo")(batch(reward_components={"accuracy": REWARDS}), reward_keys=["accuracy", "format"])
+
+
+@pytest.mark.parametrize("args", [{"reward_weights": [1.0]}, {"reward_keys": ["accuracy"], "reward_weights": [1.0, 2.0]},
+                                  {"reward_keys": "accuracy"}])
+def test_gdpo_rejects_bad_keys_and_weights(args):
+    with pytest.raises(ConfigError, match="algorithm.advantage_fn_args.reward_"):
+        ADVANTAGE_FNS.get("gdpo")(batch(reward_components={"accuracy": REWARDS}), **args)
+
+
+def test_optimal_token_baseline_by_hand():
+    # one group of two responses of two tokens; the second's first token is a tool's output
+    inputs = AdvantageInputs(
+        rewards=torch.tensor([1.0, 0.0]), response_mask=torch.tensor([[1, 1], [0, 1]]), group_ids=torch.tensor([3, 3]),
+        old_log_probs=torch.log(torch.tensor([[0.5, 0.25], [0.9, 0.5]])),
+        sum_pi_squared=torch.tensor([[0.5, 0.25], [0.0, 0.5]]),
+    )
+    adv, returns = ADVANTAGE_FNS.get("optimal_token_baseline")(inputs, epsilon=0.0)
+    # w = 1 - 2 pi + sum pi^2: row 0: 0.5, 0.75 -> W = 0.5, 1.25; row 1: (masked), 0.5 -> W = 0, 0.5
+    # t = 0: only row 0 -> B = 1; t = 1: B = (1 * 1.25 + 0 * 0.5) / 1.75
+    b1 = 1.25 / 1.75
+    close(returns.tolist(), [[1.0, 1.0], [0.0, 0.0]])
+    # row 0 is the single longest (2 tokens, the other 1): its positions >= 1 get B = 0
+    close(adv.tolist(), [[0.0, 1.0], [0.0, -b1]])
+    adv, _ = ADVANTAGE_FNS.get("optimal_token_baseline")(inputs, epsilon=0.0, handle_zero_tail=False)
+    close(adv.tolist(), [[0.0, 1 - b1], [0.0, -b1]])
+
+
+def test_optimal_token_baseline_needs_the_forward_outputs():
+    with pytest.raises(ConfigError, match="sum_pi_squared from the trainer's forward pass"):
+        ADVANTAGE_FNS.get("optimal_token_baseline")(batch())
+
+
+GROUP_ESTIMATORS = ["grpo", "rloo", "opmd", "opo", "gpg", "grpo_passk", "reinforce_plus_plus_baseline", "gdpo",
+                    "lite_ppo", "optimal_token_baseline", "tir_optimal_token_baseline"]
+
+
+@pytest.mark.parametrize("name", GROUP_ESTIMATORS + ["reinforce", "reinforceplusplus"])
+def test_every_estimator_gives_zeros_for_an_empty_batch(name):
+    inputs = AdvantageInputs(rewards=torch.tensor([1.0, 0.0]), response_mask=torch.zeros(2, 3),
+                             group_ids=torch.tensor([0, 0]), **{k: v[:2] for k, v in NEEDS_FORWARD.items()})
+    adv, returns = ADVANTAGE_FNS.get(name)(inputs)
+    assert adv.tolist() == [[0.0] * 3] * 2
+    assert returns.tolist() == [[0.0] * 3] * 2
+
+
+@pytest.mark.parametrize("name", GROUP_ESTIMATORS)
+@pytest.mark.parametrize("reward", [0.1, 1 / 3])
+def test_every_group_estimator_gives_exact_zeros_without_contrast(name, reward):
+    # seven equal rewards (their float32 mean is not exactly 0.1) and a lone response
+    inputs = AdvantageInputs(rewards=torch.tensor([reward] * 7 + [5.0]), response_mask=torch.ones(8, 3),
+                             group_ids=torch.tensor([2] * 7 + [9]),
+                             old_log_probs=torch.log(torch.full((8, 3), 0.5)), sum_pi_squared=torch.full((8, 3), 0.3))
+    adv, _ = ADVANTAGE_FNS.get(name)(inputs)
+    assert adv.abs().max().item() == 0.0
+
+
+@pytest.mark.parametrize("name", GROUP_ESTIMATORS)
+def test_group_estimators_ignore_token_rewards_outside_the_mask(name):
+    token_rewards = outcome_token_rewards(REWARDS, MASK)
+    clean = ADVANTAGE_FNS.get(name)(batch(token_level_rewards=token_rewards, **NEEDS_FORWARD))
+    poisoned = torch.where(MASK.bool(), token_rewards, torch.nan)
+    dirty = ADVANTAGE_FNS.get(name)(batch(token_level_rewards=poisoned, **NEEDS_FORWARD))
+    for a, b in zip(clean, dirty, strict=True):
+        assert torch.equal(a, b)

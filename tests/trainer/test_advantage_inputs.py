@@ -1,0 +1,129 @@
+"""What the trainer hands an advantage estimator beyond rewards and masks: the reward's components
+(gdpo) and the policy's sum_v pi_v^2 from its forward pass (optimal_token_baseline)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rfthpc.config import Config
+from rfthpc.config.algorithm import AlgorithmConfig
+from rfthpc.config.derive import finalize
+from rfthpc.config.settings import AlgorithmSettings
+from rfthpc.monitor import read_metrics
+from rfthpc.store import ChunkWriter, Experience, Group
+from rfthpc.trainer.batching import collate
+from rfthpc.trainer.losses import Algorithm
+from rfthpc.trainer.rl_batch import build_step_tensors
+from rfthpc.trainer.samples import Sample, samples_from_groups
+from tests.trainer.conftest import make_run, random_group, rl_config, run_trainer_inprocess
+
+
+def _algorithm(advantage_fn: str, **args) -> Algorithm:
+    cfg = Config(algorithm=AlgorithmConfig(algorithm_type="grpo", advantage_fn=advantage_fn, advantage_fn_args=args))
+    return Algorithm.from_settings(AlgorithmSettings.of(finalize(cfg).algorithm))
+
+
+def _sample(group: int, reward: float, components: dict[str, float] | None, n: int = 2) -> Sample:
+    return Sample(prompt_ids=np.array([1]), response_ids=np.arange(2, 2 + n), loss_mask=np.ones(n, dtype=bool),
+                  reward=reward, behaviour_logprobs=np.zeros(n, dtype=np.float32), group=group,
+                  reward_components=components)
+
+
+def test_samples_carry_the_stored_reward_components() -> None:
+    exps = [Experience(prompt_ids=[1], response_ids=[2, 3], logprobs=[-1.0, -1.0], loss_mask=[1, 1], reward=1.5,
+                       info={"reward_components": {"accuracy": 1, "format": 0.5}}),
+            Experience(prompt_ids=[1], response_ids=[2], logprobs=[-1.0], loss_mask=[1], reward=0.0)]
+    group = Group(task_id="t", experiences=exps, policy_version=0, explorer="ex", rank=0)
+    samples = samples_from_groups([group], vocab_size=10, max_length=None)
+    assert samples[0].reward_components == {"accuracy": 1.0, "format": 0.5}
+    assert samples[1].reward_components is None
+
+
+def test_gdpo_reads_the_components_and_counts_a_missing_one_as_zero() -> None:
+    samples = [_sample(0, 1.5, {"accuracy": 1.0, "format": 0.5}), _sample(0, 0.5, {"format": 0.5}),
+               _sample(1, 1.0, {"accuracy": 1.0}), _sample(1, 0.2, {"accuracy": 0.0, "format": 0.2})]
+    t, _ = build_step_tensors(samples, _algorithm("gdpo"))
+    # accuracy 1, 0 | 1, 0 (the response without it counts 0) and format 0.5, 0.5 | 0, 0.2: GRPO per component,
+    # group 0's format has no contrast
+    a = 0.5 / (np.sqrt(0.5) + 1e-6)
+    f = 0.1 / (np.sqrt(0.02) + 1e-6)
+    raw = torch.tensor([a, -a, a - f, -a + f], dtype=torch.float64)
+    expected = (raw - raw.mean()) / torch.sqrt(raw.repeat_interleave(2).var() + 1e-8)  # whitened over 8 tokens
+    torch.testing.assert_close(t.advantages[:, 0].double(), expected, rtol=1e-5, atol=1e-6)
+    assert torch.equal(t.advantages[:, 0], t.advantages[:, 1])
+    # grpo on the summed reward sees other contrasts: gdpo is not grpo here
+    grpo, _ = build_step_tensors(samples, _algorithm("grpo"))
+    assert not torch.allclose(grpo.advantages, t.advantages)
+
+
+def test_other_estimators_get_no_components() -> None:
+    from rfthpc import algorithms as algos
+
+    seen = {}
+
+    def spy(inputs, **_):
+        seen["components"] = inputs.reward_components
+        return algos.ADVANTAGE_FNS.get("grpo")(inputs)
+
+    alg = _algorithm("grpo")
+    alg.advantage = spy
+    build_step_tensors([_sample(0, 1.0, {"a": 1.0}), _sample(0, 0.0, {"a": 0.0})], alg)
+    assert seen["components"] is None
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_the_forward_pass_gives_log_probs_and_the_sum_of_squared_probabilities(tiny_model: Path,
+                                                                               share: bool) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from rfthpc.trainer.forward import token_logprobs, token_logprobs_and_sum_pi_squared
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
+    rng = np.random.default_rng(5)
+    samples = [Sample(np.array([4, 9, 17]), rng.integers(3, 300, size=n), np.ones(n, bool), temperature=0.7)
+               for n in (1, 4, 6)]
+    mb = collate(samples, [0, 1, 2], torch.device("cpu"), share_prompts=share)
+    both = token_logprobs_and_sum_pi_squared(model, mb)
+    with torch.no_grad():
+        lp, _ = token_logprobs(model, mb)
+    mask = mb.response_mask
+    torch.testing.assert_close(both[..., 0][mask], lp[mask])
+    for row, s in enumerate(samples):
+        ids = torch.from_numpy(np.concatenate([s.prompt_ids, s.response_ids])).unsqueeze(0)
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, len(s.prompt_ids) - 1:-1].float() / 0.7
+        expected = torch.softmax(logits, dim=-1).pow(2).sum(-1)
+        torch.testing.assert_close(both[row, :len(s.response_ids), 1], expected, rtol=1e-5, atol=1e-6)
+        assert torch.all((expected > 0) & (expected <= 1))
+
+
+def _write_groups_with_components(run, n: int, repeat: int, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    with ChunkWriter(run.root, "ex", 0, groups_per_chunk=2, max_chunk_delay_s=3600) as w:
+        for i in range(n):
+            group = random_group(rng, f"t{i}", repeat, 384)
+            for e in group.experiences:
+                fmt = float(rng.integers(0, 2)) / 2
+                e.info = {"reward_components": {"accuracy": e.reward, "format": fmt}}
+                e.reward += fmt
+            w.add(group)
+
+
+@pytest.mark.parametrize(("advantage_fn", "mini_batch"), [("optimal_token_baseline", 1),
+                                                          ("optimal_token_baseline", 2), ("gdpo", 2)])
+def test_a_run_trains_with_the_estimator(tmp_path: Path, tiny_model: Path, advantage_fn: str, mini_batch: int) -> None:
+    """Two trainer steps; with one mini-batch of two groups the loss needs no recomputed log-probabilities,
+    with two it does and reuses the pass that gave sum_v pi_v^2."""
+    cfg = rl_config(tiny_model, **{"algorithm.advantage_fn": advantage_fn, "buffer.total_steps": 2,
+                                   "trainer.ppo_mini_batch_size": mini_batch, "trainer.save_hf_checkpoint": "never"})
+    run = make_run(tmp_path / "run", cfg)
+    _write_groups_with_components(run, 4, repeat=4)
+    assert run_trainer_inprocess(run) == 0
+    records = {r["step"]: r for r in read_metrics(run.monitor / "trainer.jsonl")}
+    assert sorted(records) == [1, 2]
+    assert all(np.isfinite(records[2][k]) for k in ("actor/pg_loss", "critic/advantages/mean", "critic/advantages/max"))
+    assert records[2]["critic/advantages/max"] > 0
