@@ -62,6 +62,10 @@ class AlgorithmConfig:
     entropy_loss_fn_args: dict[str, Any] = field(default_factory=dict)
     """Arguments of the entropy bonus (entropy_coef)."""
     loss_agg_mode: Optional[str] = None
-    """Loss aggregation: token-mean, seq-mean-token-mean, seq-mean-token-sum."""
+    """Loss aggregation: token-mean, token-sum, seq-mean-token-mean, seq-mean-token-sum,
+    seq-mean-token-sum-norm."""
+    loss_scale_factor: Optional[float] = None
+    """seq-mean-token-sum-norm's constant length L (veRL's `loss_scale_factor`); defaults to
+    `model.max_response_tokens`. Set only with that mode."""
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     """Optimizer of the policy."""
