@@ -189,6 +189,9 @@ def _kl_ctrl_type(value: Any, _given: Mapping[str, Any]) -> bool:
     return value == "adaptive"
 
 
+# veRL switches a KL term with a flag and names its estimator in another key. The flag false means
+# no term; true, the named estimator or veRL's default; an estimator named without the flag turns
+# the term on. Either key gives the same answer, read with the other from `given`.
 def _kl_loss_from_flag(use: Any, given: Mapping[str, Any]) -> str:
     return str(given.get(_KL_LOSS_TYPE) or "low_var_kl") if use else "none"
 
