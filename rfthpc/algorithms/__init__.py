@@ -31,7 +31,7 @@ from rfthpc.algorithms.registry import ADVANTAGE_FNS, ENTROPY_LOSS_FNS, KL_FNS, 
 
 if TYPE_CHECKING:
     from rfthpc.algorithms.advantages import AdvantageInputs, outcome_token_rewards
-    from rfthpc.algorithms.aggregation import aggregate_loss, aggregation_count, masked_mean
+    from rfthpc.algorithms.aggregation import aggregate_loss, aggregation_count, averages, loss_scale, masked_mean
     from rfthpc.algorithms.critic import value_loss
     from rfthpc.algorithms.entropy import entropy_from_logits
     from rfthpc.algorithms.kl import apply_kl_penalty, kl_loss
@@ -42,6 +42,8 @@ _TORCH_EXPORTS = {
     "outcome_token_rewards": "advantages",
     "aggregate_loss": "aggregation",
     "aggregation_count": "aggregation",
+    "averages": "aggregation",
+    "loss_scale": "aggregation",
     "masked_mean": "aggregation",
     "value_loss": "critic",
     "entropy_from_logits": "entropy",
@@ -72,10 +74,12 @@ __all__ = [
     "aggregate_loss",
     "aggregation_count",
     "apply_kl_penalty",
+    "averages",
     "entropy_from_logits",
     "kl_controller",
     "kl_loss",
     "kl_loss_coef",
+    "loss_scale",
     "make_kl_controller",
     "masked_mean",
     "needs_critic",

@@ -8,6 +8,10 @@ even when they hold inf or NaN, and a batch with no tokens gives 0, never NaN.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
 import torch
 
 from rfthpc.algorithms.registry import LOSS_AGG_MODES
@@ -49,31 +53,75 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -
     return (values - mean) * torch.rsqrt(var + eps)
 
 
-def aggregate_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str = "token-mean") -> torch.Tensor:
+_LOSS_SCALE_FACTOR: ContextVar[float | None] = ContextVar("loss_scale_factor", default=None)
+
+
+@contextmanager
+def loss_scale(factor: float | None) -> Iterator[None]:
+    """Within the block, `seq-mean-token-sum-norm` divides by `factor` (None: by the padded width).
+
+    The trainer sets the run's constant length here once for a whole loss (policy loss, entropy, KL
+    loss, value loss), so every function that aggregates with the mode, a user's own included,
+    divides by the same constant without taking it as an argument.
+    """
+    token = _LOSS_SCALE_FACTOR.set(factor)
+    try:
+        yield
+    finally:
+        _LOSS_SCALE_FACTOR.reset(token)
+
+
+def aggregate_loss(
+    loss_mat: torch.Tensor,
+    loss_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    loss_scale_factor: float | None = None,
+) -> torch.Tensor:
     """Reduce a (batch, tokens) loss to a scalar, with veRL's semantics.
 
     With m the mask, l the loss, n_b = sum_t m_bt and S = {b : n_b > 0} (empty responses excluded):
-      token-mean:           sum_bt m_bt l_bt / sum_bt m_bt
-      seq-mean-token-mean:  (1/|S|) sum_{b in S} (sum_t m_bt l_bt / n_b)
-      seq-mean-token-sum:   (1/|S|) sum_{b in S} sum_t m_bt l_bt
-    A batch with no unmasked token gives 0.
+      token-mean:               sum_bt m_bt l_bt / sum_bt m_bt
+      token-sum:                sum_bt m_bt l_bt
+      seq-mean-token-mean:      (1/|S|) sum_{b in S} (sum_t m_bt l_bt / n_b)
+      seq-mean-token-sum:       (1/|S|) sum_{b in S} sum_t m_bt l_bt
+      seq-mean-token-sum-norm:  (1/(|S| L)) sum_{b in S} sum_t m_bt l_bt   (Dr. GRPO)
+    L is `loss_scale_factor`, else the one `loss_scale` set, else the padded width loss_mat.shape[-1]
+    (veRL's default; in rfthpc a micro-batch is padded to its own longest response, so the trainer
+    sets a constant L instead: see `algorithm.loss_scale_factor`). A batch with no unmasked token
+    gives 0.
     """
     _check_mode(loss_agg_mode)
     if loss_agg_mode == "token-mean":
         return masked_mean(loss_mat, loss_mask)
+    if loss_agg_mode == "token-sum":
+        return masked_sum(loss_mat, loss_mask)
     seq_sum = masked_sum(loss_mat, loss_mask, dim=-1)
     seq_len = masked_count(loss_mask, dim=-1).to(loss_mat.dtype)
     per_seq = seq_sum / seq_len.clamp(min=1) if loss_agg_mode == "seq-mean-token-mean" else seq_sum
-    return masked_mean(per_seq, seq_len > 0)
+    loss = masked_mean(per_seq, seq_len > 0)
+    if loss_agg_mode == "seq-mean-token-sum-norm":
+        if loss_scale_factor is None:
+            loss_scale_factor = _LOSS_SCALE_FACTOR.get()
+        loss = loss / (loss_mat.shape[-1] if loss_scale_factor is None else loss_scale_factor)
+    return loss
 
 
 def aggregation_count(loss_mask: torch.Tensor, loss_agg_mode: str = "token-mean") -> torch.Tensor:
-    """The denominator `aggregate_loss` uses: tokens for token-mean, non-empty sequences otherwise.
+    """The units `aggregate_loss` aggregates over: tokens for token-mean and token-sum, non-empty
+    sequences for the seq-mean modes.
 
-    A trainer that splits a batch into micro-batches gets the whole-batch loss exactly by weighting
-    each micro-batch loss with count_micro / count_batch.
+    A mode that averages (every mode but token-sum) divides by this count (times the constant L
+    for seq-mean-token-sum-norm), so a trainer that splits a batch into micro-batches gets the
+    whole-batch loss exactly by weighting each micro-batch loss with count_micro / count_batch;
+    token-sum's micro-batch losses simply add up (`averages`).
     """
     _check_mode(loss_agg_mode)
-    if loss_agg_mode == "token-mean":
+    if loss_agg_mode in ("token-mean", "token-sum"):
         return masked_count(loss_mask)
     return (masked_count(loss_mask, dim=-1) > 0).sum().to(torch.get_default_dtype())
+
+
+def averages(loss_agg_mode: str) -> bool:
+    """Whether the mode divides by its `aggregation_count` (all but token-sum, a plain sum)."""
+    _check_mode(loss_agg_mode)
+    return loss_agg_mode != "token-sum"

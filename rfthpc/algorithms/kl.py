@@ -7,6 +7,8 @@ drawn from p (J. Schulman, "Approximating KL divergence", 2020).
 - In the reward (`apply_kl_penalty`): r_t <- r_t - beta * kl_t, with beta from a fixed or adaptive
   controller (`kl_penalty_fn_args`: kl_coef, adaptive, target_kl, horizon). Metrics `critic/kl`,
   `critic/kl_coeff` (veRL's names; veRL >= 0.4 calls them actor/reward_kl_penalty[_coeff]).
+- Each name ending in `+` (veRL's straight-through estimators) has the value of the named estimator
+  and the gradient of k2, the one whose gradient is the KL's gradient (see `_straight_through`).
 - As a loss (`kl_loss`): kl_coef * agg(kl) (`kl_loss_fn_args`: kl_coef). Metrics `actor/kl_loss`
   (the KL before the coefficient), `actor/kl_coef`.
 """
@@ -37,9 +39,12 @@ def kl_k1(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
     return log_prob - ref_log_prob
 
 
-@declare("kl", "k2", "mse")
+@declare("kl", "k2", "mse", "k2+", "mse+")
 def kl_k2(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
-    """k2 = (log p - log q)^2 / 2 (biased, low variance; its gradient is the KL gradient)."""
+    """k2 = (log p - log q)^2 / 2 (biased, low variance; its gradient is the KL gradient).
+
+    `k2+` is k2 itself: its value already has k2's gradient.
+    """
     return 0.5 * (log_prob - ref_log_prob) ** 2
 
 
@@ -57,6 +62,39 @@ def kl_k3(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
 def kl_abs(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
     """|log p - log q|."""
     return (log_prob - ref_log_prob).abs()
+
+
+def _straight_through(value: torch.Tensor, log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
+    """`value` forward, the gradient of k2 backward: sg(value) + k2 - sg(k2).
+
+    k1 and k3 are unbiased estimates of KL(p || q), but the expected gradient of their samples is not
+    the KL's gradient (k1's is 0 in expectation); k2's is. So the `+` estimators report the named
+    estimate and train with d k2 / d log p = log p - log q.
+    """
+    k2 = kl_k2(log_prob, ref_log_prob)
+    return value.detach() + (k2 - k2.detach())
+
+
+@declare("kl", "k1+", "kl+")
+def kl_k1_plus(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
+    """k1+ = k1 in value, with the gradient of k2 (veRL's `k1+`)."""
+    return _straight_through(kl_k1(log_prob, ref_log_prob), log_prob, ref_log_prob)
+
+
+@declare("kl", "k3+", "low_var_kl+")
+def kl_k3_plus(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
+    """k3+ = k3 in value (clamped as k3), with the gradient of k2 (veRL's `k3+` / `low_var_kl+`).
+
+    The gradient is k2's even where k3's clamp holds its value at 10, so a far-off reference keeps
+    pulling the policy back instead of giving a zero gradient.
+    """
+    return _straight_through(kl_k3(log_prob, ref_log_prob), log_prob, ref_log_prob)
+
+
+@declare("kl", "abs+")
+def kl_abs_plus(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
+    """abs+ = |log p - log q| in value, with the gradient of k2 (veRL's `abs+`)."""
+    return _straight_through(kl_abs(log_prob, ref_log_prob), log_prob, ref_log_prob)
 
 
 @torch.no_grad()
@@ -96,5 +134,10 @@ def kl_loss(
 
     Returns (term to add to the loss, {actor/kl_loss: agg(kl), actor/kl_coef}).
     """
-    kl = aggregate_loss(KL_FNS.get(kl_fn)(log_prob, ref_log_prob), response_mask, loss_agg_mode)
+    mask = response_mask.bool()
+    # Padding compares 0 with 0: an inf or NaN there would reach the gradient through the estimator
+    # (k2's is 0 * inf) even though aggregate_loss keeps it out of the value.
+    log_prob = torch.where(mask, log_prob, torch.zeros_like(log_prob))
+    ref_log_prob = torch.where(mask, ref_log_prob, torch.zeros_like(ref_log_prob))
+    kl = aggregate_loss(KL_FNS.get(kl_fn)(log_prob, ref_log_prob), mask, loss_agg_mode)
     return kl_coef * kl, {"actor/kl_loss": kl.detach().item(), "actor/kl_coef": kl_coef}

@@ -46,5 +46,5 @@ KL_FNS: AlgorithmRegistry[KLFn] = AlgorithmRegistry(
 ENTROPY_LOSS_FNS: AlgorithmRegistry[EntropyLossFn] = AlgorithmRegistry(
     "entropy loss", "algorithm.entropy_loss_fn", "entropy_loss")
 
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 """`algorithm.loss_agg_mode`: how token losses become one number (see `aggregation.aggregate_loss`)."""

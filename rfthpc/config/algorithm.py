@@ -50,11 +50,12 @@ class AlgorithmConfig:
     policy_loss_fn_args: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the policy loss (e.g. clip_range, clip_ratio_c)."""
     kl_penalty_fn: Optional[str] = None
-    """KL penalty in the reward: none, k1, k2, k3/low_var_kl, abs."""
+    """KL penalty in the reward: none, k1, k2, k3/low_var_kl, abs, or k1+, k3+, abs+ (k2's gradient)."""
     kl_penalty_fn_args: dict[str, Any] = field(default_factory=dict)
     """Arguments of the KL penalty (kl_coef; adaptive: target_kl, horizon)."""
     kl_loss_fn: Optional[str] = None
-    """KL loss against the frozen reference model: none, k1, k2, k3/low_var_kl, abs."""
+    """KL loss against the frozen reference model: none, k1, k2, k3/low_var_kl, abs, or k1+, k3+, abs+
+    (the estimator's value with k2's gradient)."""
     kl_loss_fn_args: dict[str, Any] = field(default_factory=dict)
     """Arguments of the KL loss (kl_coef)."""
     entropy_loss_fn: Optional[str] = None
@@ -62,6 +63,10 @@ class AlgorithmConfig:
     entropy_loss_fn_args: dict[str, Any] = field(default_factory=dict)
     """Arguments of the entropy bonus (entropy_coef)."""
     loss_agg_mode: Optional[str] = None
-    """Loss aggregation: token-mean, seq-mean-token-mean, seq-mean-token-sum."""
+    """Loss aggregation: token-mean, token-sum, seq-mean-token-mean, seq-mean-token-sum,
+    seq-mean-token-sum-norm."""
+    loss_scale_factor: Optional[float] = None
+    """seq-mean-token-sum-norm's constant length L (veRL's `loss_scale_factor`); defaults to
+    `model.max_response_tokens`. Set only with that mode."""
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     """Optimizer of the policy."""

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import difflib
 import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rfthpc.errors import ConfigError
@@ -147,8 +149,68 @@ def unsupported_values(cfg: Config) -> list[str]:
     return problems
 
 
-# veRL path under trainer.trainer_config -> rfthpc dotted path (None: accepted, no effect, with why).
-VERL_MAP: dict[str, str | None] = {
+@dataclass(frozen=True)
+class VerlChoice:
+    """A veRL setting that chooses a function: `algorithm.<fn_key>` = translate(value, settings),
+    where settings are all the veRL settings given (some choices read two keys)."""
+
+    fn_key: str
+    translate: Callable[[Any, Mapping[str, Any]], str]
+
+
+@dataclass(frozen=True)
+class VerlFnArg:
+    """A veRL setting that only some functions read: it becomes `algorithm.<fn_key>_args.<arg>`
+    when the function chosen for `algorithm.<fn_key>` takes `arg`, and has no effect otherwise
+    (as in veRL, where each function reads its own settings from a shared config)."""
+
+    fn_key: str
+    arg: str
+
+
+_ACTOR = "actor_rollout_ref.actor."
+_USE_KL_LOSS, _KL_LOSS_TYPE = _ACTOR + "use_kl_loss", _ACTOR + "kl_loss_type"
+_USE_KL_IN_REWARD, _KL_PENALTY = "algorithm.use_kl_in_reward", "algorithm.kl_penalty"
+
+VERL_POLICY_LOSSES = {"vanilla": "ppo"}
+"""veRL `policy_loss.loss_mode` -> rfthpc `policy_loss_fn` where the names differ: veRL's `vanilla`
+is PPO's clipped loss (rfthpc's own `vanilla` is ROLL's plain policy gradient). Every other veRL
+loss (gspo, sapo, geo_mean, clip_cov, kl_cov, dppo_tv, dppo_kl, dro, gpg, cispo) has its veRL name."""
+
+VERL_ADVANTAGES = {"grpo_vectorized": "grpo", "rloo_vectorized": "rloo"}
+"""veRL `algorithm.adv_estimator` -> rfthpc `advantage_fn` where the names differ (veRL's vectorized
+variants compute the same advantages); the others (gae, grpo, rloo, reinforce_plus_plus, ...) keep theirs."""
+
+
+def _kl_ctrl_type(value: Any, _given: Mapping[str, Any]) -> bool:
+    if value not in ("fixed", "adaptive"):
+        raise ConfigError(f"trainer.trainer_config.algorithm.kl_ctrl.type: {value!r}; veRL's controllers are "
+                          "'fixed' and 'adaptive'")
+    return value == "adaptive"
+
+
+# veRL switches a KL term with a flag and names its estimator in another key. The flag false means
+# no term; true, the named estimator or veRL's default; an estimator named without the flag turns
+# the term on. Either key gives the same answer, read with the other from `given`.
+def _kl_loss_from_flag(use: Any, given: Mapping[str, Any]) -> str:
+    return str(given.get(_KL_LOSS_TYPE) or "low_var_kl") if use else "none"
+
+
+def _kl_loss_from_type(name: Any, given: Mapping[str, Any]) -> str:
+    return "none" if given.get(_USE_KL_LOSS) is False else str(name)
+
+
+def _kl_penalty_from_flag(use: Any, given: Mapping[str, Any]) -> str:
+    return str(given.get(_KL_PENALTY) or "kl") if use else "none"
+
+
+def _kl_penalty_from_type(name: Any, given: Mapping[str, Any]) -> str:
+    return "none" if given.get(_USE_KL_IN_REWARD) is False else str(name)
+
+
+# veRL path under trainer.trainer_config -> rfthpc dotted path, a function choice or argument
+# (VerlChoice, VerlFnArg), or None: accepted, no effect, with why. A null value is veRL's "unset".
+VERL_MAP: dict[str, str | VerlChoice | VerlFnArg | None] = {
     "actor_rollout_ref.model.enable_gradient_checkpointing": "trainer.enable_gradient_checkpointing",
     "actor_rollout_ref.model.use_remove_padding": None,
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "trainer.ppo_micro_batch_size_per_gpu",
@@ -164,10 +226,34 @@ VERL_MAP: dict[str, str | None] = {
     "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": "algorithm.optimizer.lr_warmup_steps_ratio",
     "actor_rollout_ref.actor.optim.weight_decay": "algorithm.optimizer.weight_decay",
     "actor_rollout_ref.actor.entropy_coeff": "algorithm.entropy_loss_fn_args.entropy_coef",
-    "actor_rollout_ref.actor.clip_ratio": "algorithm.policy_loss_fn_args.clip_range",
     "actor_rollout_ref.actor.loss_agg_mode": "algorithm.loss_agg_mode",
+    "actor_rollout_ref.actor.loss_scale_factor": "algorithm.loss_scale_factor",
+    "actor_rollout_ref.actor.policy_loss.loss_mode": VerlChoice(
+        "policy_loss_fn", lambda name, _given: VERL_POLICY_LOSSES.get(str(name), str(name))),
+    "actor_rollout_ref.actor.clip_ratio": VerlFnArg("policy_loss_fn", "clip_range"),
+    "actor_rollout_ref.actor.clip_ratio_low": VerlFnArg("policy_loss_fn", "clip_range_low"),
+    "actor_rollout_ref.actor.clip_ratio_high": VerlFnArg("policy_loss_fn", "clip_range_high"),
+    "actor_rollout_ref.actor.clip_ratio_c": VerlFnArg("policy_loss_fn", "clip_ratio_c"),
+    "actor_rollout_ref.actor.tau_pos": VerlFnArg("policy_loss_fn", "tau_pos"),
+    "actor_rollout_ref.actor.tau_neg": VerlFnArg("policy_loss_fn", "tau_neg"),
+    **{f"actor_rollout_ref.actor.policy_loss.{arg}": VerlFnArg("policy_loss_fn", arg)
+       for arg in ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio", "ppo_kl_coef", "dro_beta")},
+    _USE_KL_LOSS: VerlChoice("kl_loss_fn", _kl_loss_from_flag),
+    _KL_LOSS_TYPE: VerlChoice("kl_loss_fn", _kl_loss_from_type),
+    "actor_rollout_ref.actor.kl_loss_coef": "algorithm.kl_loss_fn_args.kl_coef",
     "actor_rollout_ref.ref.fsdp_config.param_offload": None,
     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": None,
+    "algorithm.adv_estimator": VerlChoice(
+        "advantage_fn", lambda name, _given: VERL_ADVANTAGES.get(str(name), str(name))),
+    "algorithm.norm_adv_by_std_in_grpo": VerlFnArg("advantage_fn", "std_normalize"),
+    "algorithm.gamma": VerlFnArg("advantage_fn", "gamma"),
+    "algorithm.lam": VerlFnArg("advantage_fn", "lam"),
+    _USE_KL_IN_REWARD: VerlChoice("kl_penalty_fn", _kl_penalty_from_flag),
+    _KL_PENALTY: VerlChoice("kl_penalty_fn", _kl_penalty_from_type),
+    "algorithm.kl_ctrl.type": "algorithm.kl_penalty_fn_args.adaptive",
+    "algorithm.kl_ctrl.kl_coef": "algorithm.kl_penalty_fn_args.kl_coef",
+    "algorithm.kl_ctrl.horizon": "algorithm.kl_penalty_fn_args.horizon",
+    "algorithm.kl_ctrl.target_kl": "algorithm.kl_penalty_fn_args.target_kl",
     "critic.model.enable_gradient_checkpointing": "trainer.enable_gradient_checkpointing",
     "critic.model.use_remove_padding": None,
     "critic.model.fsdp_config.param_offload": "trainer.param_offload",
@@ -177,6 +263,11 @@ VERL_MAP: dict[str, str | None] = {
     "critic.ppo_micro_batch_size_per_gpu": "trainer.ppo_micro_batch_size_per_gpu",
     "trainer.critic_warmup": "trainer.critic_warmup",
 }
+
+_VALUE_TRANSLATIONS: dict[str, Callable[[Any, Mapping[str, Any]], Any]] = {
+    "algorithm.kl_ctrl.type": _kl_ctrl_type,
+}
+"""veRL keys mapped onto a plain rfthpc key whose value is spelled differently."""
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -201,40 +292,96 @@ def _set_default(raw: dict[str, Any], dotted: str, value: Any) -> None:
     node.setdefault(leaf, value)
 
 
-def _verl_targets(flat: dict[str, Any], source: str) -> dict[str, Any]:
-    """The rfthpc settings (dotted path -> value) that veRL settings (dotted `trainer_config` paths ->
-    value) stand for. Keys without effect are left out; unknown keys are an error, since rfthpc
+def _verl_targets(flat: dict[str, Any], source: str,
+                  given: Mapping[str, Any]) -> tuple[dict[str, Any], dict[tuple[str, str], Any]]:
+    """What veRL settings (dotted `trainer_config` paths -> value) stand for: rfthpc settings
+    (dotted path -> value), and function arguments ((fn_key, arg) -> value) that apply if the chosen
+    function takes them. `given`: every veRL setting in force (a choice may read two). Keys without
+    effect and null values (veRL's "unset") are left out; unknown keys are an error, since rfthpc
     would otherwise ignore them silently."""
     unknown = []
     targets: dict[str, Any] = {}
+    fn_args: dict[tuple[str, str], Any] = {}
     for key, value in flat.items():
         if key.startswith("actor_rollout_ref.rollout."):
             continue  # Trinity-RFT ignores these too: the explorer section configures rollouts.
+        if key.rsplit(".", 1)[-1] == "_target_":
+            continue  # Hydra's class to instantiate, in veRL's dumped configs: nothing to set.
         if key not in VERL_MAP:
             close = difflib.get_close_matches(key, list(VERL_MAP), n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             unknown.append(f"trainer.trainer_config.{key}{hint}")
             continue
         target = VERL_MAP[key]
-        if target is not None:
-            targets.setdefault(target, value)  # the actor's value over the critic's that maps alike
+        if target is None or value is None or value == {}:
+            continue
+        if isinstance(target, VerlFnArg):
+            fn_args[(target.fn_key, target.arg)] = value
+            continue
+        if isinstance(target, VerlChoice):
+            target, value = f"algorithm.{target.fn_key}", target.translate(value, given)
+        elif key in _VALUE_TRANSLATIONS:
+            value = _VALUE_TRANSLATIONS[key](value, given)
+        targets.setdefault(target, value)  # the actor's value over the critic's that maps alike
     if unknown:
         raise ConfigError(
             f"{source}: veRL settings rfthpc does not use: {', '.join(unknown)}. "
             f"rfthpc maps these veRL keys: {', '.join(sorted(VERL_MAP))}; "
             "remove the others or set the matching rfthpc key (see docs/migration.md)"
         )
-    return targets
+    return targets, fn_args
 
 
-def apply_verl_trainer_config(raw: dict[str, Any], source: str) -> None:
+def _function(fn_key: str, name: str | None, algorithm_type: str | None) -> str | None:
+    """The function `algorithm.<fn_key>` will name: `name` if set, else the preset's."""
+    if name:
+        return name
+    from rfthpc.algorithms.presets import ALGORITHM_PRESETS
+
+    return (ALGORITHM_PRESETS.get(algorithm_type or "ppo") or {}).get(fn_key)
+
+
+def _takes(fn_key: str, name: str | None, arg: str) -> bool:
+    """Whether the built-in function `name` of `algorithm.<fn_key>` takes the argument `arg` (read from
+    its source). A user's function, or a name validation will report as unknown, takes everything:
+    validation then checks the argument against the function itself."""
+    if name is None:
+        return False
+    from rfthpc import algorithms as algos
+
+    registry = algos.POLICY_LOSS_FNS if fn_key == "policy_loss_fn" else algos.ADVANTAGE_FNS
+    if name not in registry.names():
+        return True
+    try:
+        registry.check(name, {arg: None})
+    except ConfigError:
+        return False
+    return True
+
+
+def apply_verl_trainer_config(raw: dict[str, Any], source: str, inherited: Mapping[str, Any] | None = None) -> None:
     """Map veRL keys in the raw config's `trainer.trainer_config` onto rfthpc fields (explicit rfthpc
-    keys win). Used for the YAML and for each stage's sections."""
+    keys win). Used for the YAML and for each stage's sections (`inherited`: the run's raw config,
+    which supplies the algorithm a stage does not set itself)."""
     verl = (raw.get("trainer") or {}).get("trainer_config") or {}
     if not isinstance(verl, dict):
         raise ConfigError(f"{source}: trainer.trainer_config must be a mapping of veRL settings")
-    for target, value in _verl_targets(_flatten(verl), source).items():
+    flat = _flatten(verl)
+    targets, fn_args = _verl_targets(flat, source, flat)
+    for target, value in targets.items():
         _set_default(raw, target, value)
+    alg = raw.get("algorithm") if isinstance(raw.get("algorithm"), dict) else {}
+    base = (inherited or {}).get("algorithm") or {}
+    algorithm_type = alg.get("algorithm_type") or base.get("algorithm_type")
+    for (fn_key, arg), value in fn_args.items():
+        if _takes(fn_key, _function(fn_key, alg.get(fn_key) or base.get(fn_key), algorithm_type), arg):
+            _set_default(raw, f"algorithm.{fn_key}_args.{arg}", value)
+
+
+def _given_on_command_line(target: str, given: set[str]) -> bool:
+    """Whether the override list sets `target` itself or a mapping holding it (`--algorithm.policy_loss_fn_args`)."""
+    parts = target.split(".")
+    return any(f"--{'.'.join(parts[:n])}" in given for n in range(1, len(parts) + 1))
 
 
 def apply_verl_overrides(cfg: Config, before: dict[str, Any], args: list[str]) -> bool:
@@ -242,11 +389,31 @@ def apply_verl_overrides(cfg: Config, before: dict[str, Any], args: list[str]) -
     (`before`: its value from the YAML) onto rfthpc fields, unless the same override list sets
     that rfthpc field itself. True if a field was set."""
     old = _flatten(before)
-    changed = {k: v for k, v in _flatten(cfg.trainer.trainer_config).items() if k not in old or old[k] != v}
+    now = _flatten(cfg.trainer.trainer_config)
+    changed = {k: v for k, v in now.items() if k not in old or old[k] != v}
     given = {a.split("=", 1)[0] for a in args if a.startswith("--")}
-    targets = {t: v for t, v in _verl_targets(changed, "command line").items() if f"--{t}" not in given}
+    targets, fn_args = _verl_targets(changed, "command line", now)
+    targets = {t: v for t, v in targets.items() if not _given_on_command_line(t, given)}
     for target, value in targets.items():
         _set_path(cfg, target, value)
+    # A function chosen anew gets the veRL arguments it takes, from all of trainer_config; those the
+    # YAML's function took and it does not are dropped (veRL's settings follow veRL's choice).
+    chosen_anew = {t.split(".", 1)[1] for t in targets} & {"policy_loss_fn", "advantage_fn"}
+    for (fn_key, arg), value in _verl_targets(now, "command line", now)[1].items():
+        if fn_key in chosen_anew:
+            fn_args.setdefault((fn_key, arg), value)
+    alg = cfg.algorithm
+    for (fn_key, arg), value in fn_args.items():
+        target = f"algorithm.{fn_key}_args.{arg}"
+        if _given_on_command_line(target, given):
+            continue
+        args = getattr(alg, f"{fn_key}_args")
+        if _takes(fn_key, _function(fn_key, getattr(alg, fn_key), alg.algorithm_type), arg):
+            args[arg] = value
+            targets[target] = value
+        elif fn_key in chosen_anew and arg in args and args[arg] == value:
+            del args[arg]
+            targets[target] = None
     return bool(targets)
 
 

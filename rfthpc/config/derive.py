@@ -189,6 +189,11 @@ def finalize(cfg: Config, source: str = "config") -> Config:
     merge_taskset(cfg, source)
     inp = cfg.buffer.explorer_input
     _derive_model(cfg)
+    alg = cfg.algorithm
+    if alg.loss_agg_mode == "seq-mean-token-sum-norm":
+        # Dr. GRPO's constant length: veRL's default is the padded response length, which in rfthpc
+        # is each micro-batch's own; the longest response the model may give is one constant.
+        alg.loss_scale_factor = _fill(alg.loss_scale_factor, cfg.model.max_response_tokens)
     _derive_chat_template(cfg, source)
     for i, ts in enumerate(inp.tasksets):
         _finish_taskset(cfg, ts, i, is_eval=False)
@@ -266,7 +271,7 @@ def resolve_stages(cfg: Config, source: str = "config") -> list[Stage]:
         if sections["trainer"].get("trainer_config_path"):
             raise ConfigError(f"{where}: trainer.trainer_config_path is read for the whole run only; give the "
                               "stage's veRL settings inline as trainer.trainer_config")
-        compat.apply_verl_trainer_config(sections, where)
+        compat.apply_verl_trainer_config(sections, where, inherited=base)
         _stage_taskset_into_list(sections["buffer"], merged["buffer"])
         for section in STAGE_SECTIONS:
             merged[section] = deep_merge(merged[section], sections[section])

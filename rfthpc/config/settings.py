@@ -78,6 +78,8 @@ class AlgorithmSettings:
     entropy_loss_fn_args: Mapping[str, Any]
     loss_agg_mode: str
     optimizer: OptimizerSettings
+    loss_scale_factor: float | None = None
+    """seq-mean-token-sum-norm's constant length (default model.max_response_tokens); None otherwise."""
 
     @classmethod
     def of(cls, alg: AlgorithmConfig) -> AlgorithmSettings:
@@ -97,6 +99,7 @@ class AlgorithmSettings:
             entropy_loss_fn_args=_frozen(alg.entropy_loss_fn_args),
             loss_agg_mode=_required(alg.loss_agg_mode, "algorithm.loss_agg_mode"),
             optimizer=OptimizerSettings.of(alg.optimizer),
+            loss_scale_factor=alg.loss_scale_factor,
         )
 
 

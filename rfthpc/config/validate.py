@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -79,6 +80,7 @@ def _check_functions(cfg: Config, problems: Problems) -> None:
         problems.add(
             f"algorithm.loss_agg_mode: unknown mode {alg.loss_agg_mode!r}; known: {', '.join(algos.LOSS_AGG_MODES)}"
         )
+    _check_loss_scale_factor(problems, alg.loss_agg_mode, alg.loss_scale_factor)
     inp = cfg.buffer.explorer_input
     if _advantage_needs(alg.advantage_fn).groups and alg.algorithm_type != "sft":
         # A lone response has nothing to be compared with: its advantage is 0 and only the KL term trains.
@@ -95,6 +97,20 @@ def _check_functions(cfg: Config, problems: Problems) -> None:
     for group, sets in (("tasksets", inp.tasksets), ("eval_tasksets", inp.eval_tasksets)):
         for i, ts in enumerate(sets):
             _check_workflow(problems, f"buffer.explorer_input.{group}[{i}]", ts)
+
+
+def _check_loss_scale_factor(problems: Problems, mode: str | None, factor: float | None) -> None:
+    """seq-mean-token-sum-norm needs a positive constant length; the other modes take none."""
+    key = "algorithm.loss_scale_factor"
+    if mode != "seq-mean-token-sum-norm":
+        if factor is not None:
+            problems.add(f"{key}: {factor} is used by loss_agg_mode seq-mean-token-sum-norm only, and the mode "
+                         f"is {mode!r}; remove it, or set that mode")
+    elif factor is None:
+        problems.add(f"{key}: missing; seq-mean-token-sum-norm divides by a constant length: set it, or "
+                     "model.max_response_tokens (its default)")
+    elif factor <= 0 or not math.isfinite(factor):
+        problems.add(f"{key}: {factor}; the constant length must be a positive number (e.g. the longest response)")
 
 
 def _advantage_needs(advantage_fn: str | None) -> Needs:

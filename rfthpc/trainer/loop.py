@@ -263,7 +263,7 @@ class Trainer:
             if total is None:
                 total = max(1, rows * stage.total_epochs // n)
         updater = ShardedUpdater(self.policy, optimizer, self.env, planner, alg.weight, stage.grad_clip,
-                                 lambda model, mb: token_logprobs(model, mb)[0])
+                                 lambda model, mb: token_logprobs(model, mb)[0], alg.averaged)
         st = _StageState(stage, alg, total, updater, LRSchedule.from_settings(stage.algorithm.optimizer, total))
         st.sft = sft
         if sft is not None:
@@ -313,7 +313,8 @@ class Trainer:
             ckpt.load_model_weights(root / "model", critic)
             ckpt.load_optimizer_state(root / "optim", critic, optimizer)
         schedule = LRSchedule(stage.critic_lr, total, -1, stage.critic_lr_warmup_steps_ratio, key="trainer.critic")
-        return ShardedUpdater(critic, optimizer, self.env, planner, alg.weight, stage.grad_clip, token_values), schedule
+        return ShardedUpdater(critic, optimizer, self.env, planner, alg.weight, stage.grad_clip, token_values,
+                              alg.averaged), schedule
 
     def _max_length(self, stage: TrainerStageSettings) -> int | None:
         limits = [getattr(self.policy.config, "max_position_embeddings", None), stage.token_budget]
@@ -532,8 +533,9 @@ def _critic_loss(alg: Algorithm, t: StepTensors, model: torch.nn.Module, mb, idx
 
     vpreds = token_values(model, mb)
     width, dev = vpreds.shape[1], vpreds.device
-    return value_loss(vpreds, t.rows("values", idx, width, dev), t.rows("returns", idx, width, dev),
-                      mb.response_mask, loss_agg_mode=alg.loss_agg_mode)
+    with alg.loss_scale():
+        return value_loss(vpreds, t.rows("values", idx, width, dev), t.rows("returns", idx, width, dev),
+                          mb.response_mask, loss_agg_mode=alg.loss_agg_mode)
 
 
 def _mean_metrics(results: list[UpdateResult]) -> dict[str, float]:

@@ -4,7 +4,8 @@ The actor's loss on a micro-batch is
 
     L = policy_loss(log pi, log mu, A) - entropy_coef * agg(H) + kl_coef * agg(kl(log pi, log pi_ref))
 
-with every term aggregated by `algorithm.loss_agg_mode`. Which log-probabilities play "old" (mu) is
+with every term aggregated by `algorithm.loss_agg_mode` (seq-mean-token-sum-norm dividing by the
+constant `algorithm.loss_scale_factor`, set for the whole loss by `Algorithm.loss_scale`). Which log-probabilities play "old" (mu) is
 what the policy loss declares (`Needs.old_log_prob`): PPO's clipped loss compares with the policy at
 the start of the step ("proximal", recomputed, as veRL does); the off-policy losses (pg/vanilla,
 tis, topr, cispo, kimi15, opmd) correct for the policy that generated the data ("behaviour", the
@@ -14,6 +15,7 @@ log-probabilities the explorer stored).
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +43,8 @@ class Algorithm:
     kl_penalty_fn: str = "none"
     kl_controller: Any = None
     entropy_coef: float = 0.0
+    loss_scale_factor: float | None = None
+    """The constant length L of seq-mean-token-sum-norm (None for the other modes)."""
 
     @property
     def is_sft(self) -> bool:
@@ -68,6 +72,11 @@ class Algorithm:
         return self.entropy_coef != 0.0
 
     @property
+    def averaged(self) -> bool:
+        """The loss divides by its aggregation count (every loss_agg_mode but token-sum)."""
+        return algos.averages(self.loss_agg_mode)
+
+    @property
     def recompute_old_logprob(self) -> bool:
         """The loss's "old" log-probabilities are the current policy's before the update."""
         return algos.POLICY_LOSS_FNS.needs(self.policy_loss_name).old_log_prob == "proximal"
@@ -85,6 +94,13 @@ class Algorithm:
         entropy = algos.ENTROPY_LOSS_FNS.bind(alg.entropy_loss_fn,
                                               {**alg.entropy_loss_fn_args, "loss_agg_mode": mode})
         out = cls(alg.algorithm_type, alg.policy_loss_fn, policy, entropy, mode)
+        if mode == "seq-mean-token-sum-norm":
+            if alg.loss_scale_factor is None:
+                raise ConfigError(
+                    "algorithm.loss_scale_factor: loss_agg_mode seq-mean-token-sum-norm divides by a constant "
+                    "length; set it, or model.max_response_tokens (its default)"
+                )
+            out.loss_scale_factor = alg.loss_scale_factor
         if alg.entropy_loss_fn != "none":
             out.entropy_coef = float(alg.entropy_loss_fn_args.get("entropy_coef", 0.0))
         if alg.advantage_fn:
@@ -117,16 +133,22 @@ class Algorithm:
         """The loss L above on one micro-batch (aggregated over its own tokens) and its metrics."""
         inputs = algos.PolicyLossInputs(log_prob=log_prob, response_mask=mask, old_log_prob=old_log_prob,
                                         advantages=advantages, rewards=rewards)
-        loss, metrics = self.policy_loss(inputs)
-        bonus, entropy_metrics = self.entropy_bonus(entropy, mask)
-        loss = loss + bonus.to(loss.dtype)
-        metrics.update(entropy_metrics)
-        if self.kl_loss_fn != "none" and ref_log_prob is not None:
-            term, kl_metrics = algos.kl_loss(log_prob, ref_log_prob, mask, kl_fn=self.kl_loss_fn,
-                                             kl_coef=self.kl_loss_coef, loss_agg_mode=self.loss_agg_mode)
-            loss = loss + term
-            metrics.update(kl_metrics)
+        with self.loss_scale():
+            loss, metrics = self.policy_loss(inputs)
+            bonus, entropy_metrics = self.entropy_bonus(entropy, mask)
+            loss = loss + bonus.to(loss.dtype)
+            metrics.update(entropy_metrics)
+            if self.kl_loss_fn != "none" and ref_log_prob is not None:
+                term, kl_metrics = algos.kl_loss(log_prob, ref_log_prob, mask, kl_fn=self.kl_loss_fn,
+                                                 kl_coef=self.kl_loss_coef, loss_agg_mode=self.loss_agg_mode)
+                loss = loss + term
+                metrics.update(kl_metrics)
         return loss, metrics
+
+    def loss_scale(self) -> AbstractContextManager[None]:
+        """Within it, seq-mean-token-sum-norm divides by the constant L, whatever a micro-batch's
+        padded width (so that how a batch is split does not change the loss)."""
+        return algos.loss_scale(self.loss_scale_factor)
 
     def weight(self, mask: torch.Tensor) -> float:
         """How many units (tokens or non-empty sequences, per loss_agg_mode) a micro-batch aggregates over."""

@@ -5,7 +5,11 @@ micro-batch's loss is aggregated over its own units, so it is weighted by
 
     w_mb = count(mb) / count(mini-batch)         (count per loss_agg_mode: tokens or sequences)
 
-and the weighted losses sum to the mini-batch loss. FSDP2 averages gradients over ranks, so each
+and the weighted losses sum to the mini-batch loss. (seq-mean-token-sum-norm also divides by a
+constant length L, the same for every micro-batch, so the same weights hold; token-sum does not
+average: its micro-batch losses enter with weight 1 and add up to the mini-batch's sum.) Metrics
+are weighted by w_mb in every mode, so a fraction (pg_clipfrac) is the mini-batch's; with token-sum
+a loss metric is then the count-weighted mean of the micro-batch sums. FSDP2 averages gradients over ranks, so each
 rank scales its losses by the world size to make that a sum. The result does not depend on how
 the mini-batch is split, so 1 rank and N ranks train the same model (up to float rounding).
 
@@ -66,10 +70,12 @@ class ShardedUpdater:
         weight: Callable[[torch.Tensor], float],
         grad_clip: float,
         forward: Callable[[nn.Module, MicroBatch], torch.Tensor],
+        averaged: bool = True,
     ) -> None:
         """`weight(mask)` counts the units a loss aggregates over (Algorithm.weight); `forward(model,
         mb)` is the pass the loss runs (per-token log-probs or values), which a rank with no sample
-        for a micro-batch runs on the placeholder, so that every rank runs the same passes."""
+        for a micro-batch runs on the placeholder, so that every rank runs the same passes;
+        `averaged`: the loss divides by that count (False for token-sum: micro-batch losses add up)."""
         self.model = model
         self.forward = forward
         self.optimizer = optimizer
@@ -77,6 +83,7 @@ class ShardedUpdater:
         self.planner = planner
         self.weight = weight
         self.grad_clip = grad_clip
+        self.averaged = averaged
 
     def update(self, samples: list[Sample], indices: list[int], mask: torch.Tensor,
                micro_loss: MicroLoss) -> UpdateResult:
@@ -102,7 +109,7 @@ class ShardedUpdater:
             loss, metrics = micro_loss(self.model, mb, mb.indices)
             w = self.weight(mb.response_mask) / total if total > 0 else 0.0
             finite = finite and bool(torch.isfinite(loss).item())
-            (loss * (w * self.env.world_size)).backward()
+            (loss * ((w if self.averaged else 1.0) * self.env.world_size)).backward()
             for name, value in metrics.items():
                 sums[name] += value * w
         finite = not self.env.any(not finite)

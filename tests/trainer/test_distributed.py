@@ -43,6 +43,32 @@ def test_two_ranks_match_one_rank(tmp_path: Path, tiny_model: Path) -> None:
             assert rb[step][name] == pytest.approx(ra[step][name], rel=1e-4, abs=1e-6), (step, name)
 
 
+@pytest.mark.parametrize("mode", ["token-sum", "seq-mean-token-sum-norm"])
+def test_two_ranks_match_one_rank_with_summed_and_normalised_losses(tmp_path: Path, tiny_model: Path,
+                                                                    mode: str) -> None:
+    """token-sum adds the ranks' sums; seq-mean-token-sum-norm divides by model.max_response_tokens,
+    not by each micro-batch's own width: either way the split over ranks and micro-batches (token
+    budget 24) does not change the update. A straight-through KL loss rides along."""
+    cfg = rl_config(tiny_model, **{"buffer.total_steps": 2, "algorithm.loss_agg_mode": mode,
+                                   "algorithm.kl_loss_fn": "k3+", "algorithm.kl_loss_fn_args": {"kl_coef": 0.1},
+                                   "trainer.max_token_len_per_gpu": 24, "trainer.save_hf_checkpoint": "never"})
+    one, two = make_run(tmp_path / "one", cfg), make_run(tmp_path / "two", cfg)
+    for run in (one, two):
+        write_groups(run, 4)
+    proc = start_trainer(two, nproc=2)
+    assert run_trainer_inprocess(one) == 0
+    assert proc.wait(timeout=300) == 0, (two.log / "trainer.log").read_text()[-3000:]
+    a = load_file(str(weights.step_dir(one.root, 2) / "model.safetensors"))
+    b = load_file(str(weights.step_dir(two.root, 2) / "model.safetensors"))
+    base = load_file(str(tiny_model / "model.safetensors"))
+    moved = max((a[k] - base[k]).abs().max().item() for k in a)
+    diff = max((a[k] - b[k]).abs().max().item() for k in a)
+    assert moved > 1e-3 and diff < 1e-5, (moved, diff)
+    rb = {r["step"]: r for r in read_metrics(two.monitor / "trainer.jsonl")}
+    for r in read_metrics(one.monitor / "trainer.jsonl"):
+        assert rb[r["step"]]["actor/grad_norm"] == pytest.approx(r["actor/grad_norm"], rel=1e-4)
+
+
 def test_a_rank_without_samples_in_a_mini_batch_takes_part(tmp_path: Path, tiny_model: Path) -> None:
     """One-response groups, one group per update, two ranks: the second rank has only padding in every
     update and must still join each collective (it used to skip the metrics' reduction and hang)."""

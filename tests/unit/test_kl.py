@@ -122,5 +122,63 @@ def test_kl_loss_none_is_zero():
 
 
 def test_unknown_estimator_lists_names():
-    with pytest.raises(ConfigError, match="known: abs, k1, k2, k3, kl, low_var_kl, mse, none"):
+    with pytest.raises(ConfigError, match=r"known: abs, abs\+, k1, k1\+, k2, k2\+, k3, k3\+, kl, kl\+, low_var_kl, low_var_kl\+, mse, mse\+, none"):
         kl_loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), kl_fn="k4")
+
+
+# Inputs and outputs of veRL 0.9.1's `verl.trainer.ppo.core_algos.kl_penalty(logprob, ref_logprob, name)`
+# (float64; gradients of the sum over every entry). The row [-2.0, -30.0] vs [-2.0, -0.5] holds a
+# zero difference and a difference beyond k3's clamps.
+VERL_LOG_PROB = [[-0.5, -1.25, -3.0], [-2.0, -0.125, -30.0]]
+VERL_REF = [[-1.0, -1.0, -0.25], [-2.0, -4.0, -0.5]]
+VERL_K1 = [[0.5, -0.25, -2.75], [0.0, 3.875, -29.5]]
+VERL_ABS = [[0.5, 0.25, 2.75], [0.0, 3.875, 29.5]]
+VERL_K2 = [[0.125, 0.03125, 3.78125], [0.0, 7.5078125, 435.125]]
+VERL_K3 = [[0.1065306597, 0.0340254167, 10.0], [0.0, 2.8957543379, 10.0]]
+VERL_ONES = [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]
+VERL_D_ABS = [[1.0, -1.0, -1.0], [0.0, 1.0, -1.0]]
+VERL_D_K3 = [[0.3934693403, -0.2840254167, 0.0], [0.0, 0.9792456621, 0.0]]
+VERL_D_K2 = VERL_K1  # d k2 / d log p = log p - log q
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "d_log_prob"),
+    [
+        ("kl", VERL_K1, VERL_ONES), ("k1", VERL_K1, VERL_ONES),
+        ("abs", VERL_ABS, VERL_D_ABS),
+        ("mse", VERL_K2, VERL_D_K2), ("k2", VERL_K2, VERL_D_K2),
+        ("low_var_kl", VERL_K3, VERL_D_K3), ("k3", VERL_K3, VERL_D_K3),
+        ("k1+", VERL_K1, VERL_D_K2), ("kl+", VERL_K1, VERL_D_K2),
+        ("k3+", VERL_K3, VERL_D_K2), ("low_var_kl+", VERL_K3, VERL_D_K2),
+        ("abs+", VERL_ABS, VERL_D_K2),
+        ("k2+", VERL_K2, VERL_D_K2), ("mse+", VERL_K2, VERL_D_K2),
+    ],
+)
+def test_estimators_equal_verls_values_and_gradients(name, value, d_log_prob):
+    log_prob = torch.tensor(VERL_LOG_PROB, dtype=torch.float64, requires_grad=True)
+    ref = torch.tensor(VERL_REF, dtype=torch.float64, requires_grad=True)
+    estimate = KL_FNS.get(name)(log_prob, ref)
+    estimate.sum().backward()
+    expected = torch.tensor(value, dtype=torch.float64)
+    torch.testing.assert_close(estimate.detach(), expected, rtol=1e-5, atol=1e-9)
+    torch.testing.assert_close(log_prob.grad, torch.tensor(d_log_prob, dtype=torch.float64), rtol=1e-5, atol=1e-9)
+    # Every estimator depends on log p - log q alone, so the reference's gradient is the opposite.
+    torch.testing.assert_close(ref.grad, -log_prob.grad, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["k1+", "k3+", "abs+"])
+def test_straight_through_kl_loss_has_the_k2_loss_gradient(name):
+    """As a loss term, a `+` estimator reports its own KL and trains like k2; padding stays out
+    (the inf at a masked position would otherwise turn the gradient into NaN)."""
+    mask = torch.tensor([[1, 1, 0], [0, 1, 1]])
+    ref = torch.tensor(VERL_REF)
+    ref[0, 2] = -math.inf
+    grads, values = {}, {}
+    for fn in (name, "k2", name.rstrip("+")):
+        log_prob = torch.tensor(VERL_LOG_PROB, requires_grad=True)
+        term, metrics = kl_loss(log_prob, ref, mask, kl_fn=fn, kl_coef=0.5)
+        term.backward()
+        grads[fn], values[fn] = log_prob.grad, metrics["actor/kl_loss"]
+    assert values[name] == pytest.approx(values[name.rstrip("+")])
+    torch.testing.assert_close(grads[name], grads["k2"])
+    assert grads[name][0, 2].item() == 0.0 and grads[name][1, 0].item() == 0.0

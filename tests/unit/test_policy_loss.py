@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from rfthpc.algorithms import POLICY_LOSS_FNS
+from rfthpc.algorithms import LOSS_AGG_MODES, POLICY_LOSS_FNS
 from rfthpc.algorithms.policy_loss import PolicyLossInputs
 from rfthpc.errors import ConfigError
 
@@ -209,7 +209,7 @@ def test_kimi15():
 
 
 @pytest.mark.parametrize("name", ["ppo", "pg", "sft", "opmd", "tis", "topr", "cispo", "kimi15"])
-@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
 def test_empty_responses_give_zero_loss_not_nan(name, mode):
     batch = dict(TOPR_BATCH, mask=[[0, 0], [0, 0]])
     inputs = inputs_from_ratios(**batch)
