@@ -236,8 +236,10 @@ VERL_MAP: dict[str, str | VerlChoice | VerlFnArg | None] = {
     "actor_rollout_ref.actor.clip_ratio_c": VerlFnArg("policy_loss_fn", "clip_ratio_c"),
     "actor_rollout_ref.actor.tau_pos": VerlFnArg("policy_loss_fn", "tau_pos"),
     "actor_rollout_ref.actor.tau_neg": VerlFnArg("policy_loss_fn", "tau_neg"),
-    **{f"actor_rollout_ref.actor.policy_loss.{arg}": VerlFnArg("policy_loss_fn", arg)
-       for arg in ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio", "ppo_kl_coef", "dro_beta")},
+    **{f"actor_rollout_ref.actor.policy_loss.{verl}": VerlFnArg("policy_loss_fn", ours)
+       for verl, ours in (("clip_cov_ratio", "clip_cov_ratio"), ("clip_cov_lb", "clip_cov_lb"),
+                          ("clip_cov_ub", "clip_cov_ub"), ("kl_cov_ratio", "kl_cov_ratio"),
+                          ("ppo_kl_coef", "ppo_kl_coef"), ("dro_beta", "beta"))},
     _USE_KL_LOSS: VerlChoice("kl_loss_fn", _kl_loss_from_flag),
     _KL_LOSS_TYPE: VerlChoice("kl_loss_fn", _kl_loss_from_type),
     "actor_rollout_ref.actor.kl_loss_coef": "algorithm.kl_loss_fn_args.kl_coef",

@@ -5,11 +5,12 @@ The actor's loss on a micro-batch is
     L = policy_loss(log pi, log mu, A) - entropy_coef * agg(H) + kl_coef * agg(kl(log pi, log pi_ref))
 
 with every term aggregated by `algorithm.loss_agg_mode` (seq-mean-token-sum-norm dividing by the
-constant `algorithm.loss_scale_factor`, set for the whole loss by `Algorithm.loss_scale`). Which log-probabilities play "old" (mu) is
-what the policy loss declares (`Needs.old_log_prob`): PPO's clipped loss compares with the policy at
-the start of the step ("proximal", recomputed, as veRL does); the off-policy losses (pg/vanilla,
-tis, topr, cispo, kimi15, opmd) correct for the policy that generated the data ("behaviour", the
-log-probabilities the explorer stored).
+constant `algorithm.loss_scale_factor`, set for the whole loss by `Algorithm.loss_scale`). Which
+log-probabilities play "old" (mu) is what the policy loss declares (`Needs.old_log_prob`): PPO's
+clipped loss and veRL's other losses compare with the policy at the start of the step ("proximal",
+recomputed, as veRL does); the off-policy losses (pg/vanilla, tis, topr, cispo, kimi15, opmd, m2po,
+rec) correct for the policy that generated the data ("behaviour", the log-probabilities the
+explorer stored).
 """
 
 from __future__ import annotations

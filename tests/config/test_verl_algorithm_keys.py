@@ -73,6 +73,23 @@ def test_verls_vanilla_is_clipped_ppo_and_every_setting_reaches_its_key(tmp_path
     assert stage.algorithm.loss_scale_factor == 32 and stage.algorithm.kl_loss_fn == "k3+"
 
 
+@pytest.mark.parametrize(("loss_mode", "args"), [
+    ("gspo", {"clip_range": 0.2, "clip_range_low": 0.2, "clip_range_high": 0.28}),
+    ("sapo", {"tau_pos": 1.0, "tau_neg": 1.05}),
+    ("kl_cov", {"kl_cov_ratio": 0.0002, "ppo_kl_coef": 0.1}),
+    ("clip_cov", {"clip_range": 0.2, "clip_range_low": 0.2, "clip_range_high": 0.28, "clip_cov_ratio": 0.0002,
+                  "clip_cov_lb": 1.0, "clip_cov_ub": 5.0}),
+    ("dro", {"beta": 0.5}),
+])
+def test_each_verl_loss_gets_the_arguments_it_takes(tmp_path: Path, base: str, loss_mode: str,  # noqa: F811
+                                                     args: dict) -> None:
+    text = base + VERL_ALGORITHM.format(loss_mode=loss_mode).replace("dro_beta: null", "dro_beta: 0.5")
+    loaded = load_config(write(tmp_path, text))
+    alg = loaded.config.algorithm
+    assert (alg.policy_loss_fn, alg.policy_loss_fn_args) == (loss_mode, args)
+    trainer_settings(loaded.stages)
+
+
 def test_an_explicit_rfthpc_key_wins_over_its_verl_spelling(tmp_path: Path, base: str) -> None:  # noqa: F811
     explicit = base.replace("  algorithm_type: grpo\n", "  algorithm_type: grpo\n  policy_loss_fn: cispo\n"
                             "  policy_loss_fn_args:\n    clip_range_high: 0.5\n  kl_loss_fn: k2\n")
