@@ -58,8 +58,25 @@ def _preset(
 ALGORITHM_PRESETS: dict[str, dict[str, Any]] = {
     "ppo": _preset(advantage_fn="ppo", policy_loss_fn="ppo", repeat_times=1),
     "grpo": _preset(advantage_fn="grpo", policy_loss_fn="ppo", repeat_times=2),
+    # Dr. GRPO (arXiv:2503.20783): neither the group's std nor each response's length divides the
+    # advantage, and no KL term.
+    "dr_grpo": _preset(advantage_fn="grpo", policy_loss_fn="ppo", repeat_times=2, kl_loss_fn="none",
+                       loss_agg_mode="seq-mean-token-sum-norm", advantage_fn_args={"std_normalize": False}),
+    # ROLL's LitePPO: group-mean, batch-std advantages and token-level aggregation.
+    "lite_ppo": _preset(advantage_fn="lite_ppo", policy_loss_fn="ppo", repeat_times=2, kl_loss_fn="none"),
+    # The sequence-level losses aggregate per response, as their papers and veRL's recipes do.
+    "gspo": _preset(advantage_fn="grpo", policy_loss_fn="gspo", repeat_times=2, kl_loss_fn="none",
+                    loss_agg_mode="seq-mean-token-mean",
+                    policy_loss_fn_args={"clip_range_low": 3e-4, "clip_range_high": 4e-4}),
+    "gmpo": _preset(advantage_fn="grpo", policy_loss_fn="geo_mean", repeat_times=2, kl_loss_fn="none",
+                    loss_agg_mode="seq-mean-token-mean", policy_loss_fn_args={"clip_range": 0.4}),
+    "sapo": _preset(advantage_fn="grpo", policy_loss_fn="sapo", repeat_times=2, kl_loss_fn="none",
+                    loss_agg_mode="seq-mean-token-mean", policy_loss_fn_args={"tau_pos": 1.0, "tau_neg": 1.05}),
     "dapo": _preset(advantage_fn="grpo", policy_loss_fn="ppo", repeat_times=16, kl_loss_fn="none"),
     "reinforceplusplus": _preset(advantage_fn="reinforceplusplus", policy_loss_fn="ppo", repeat_times=2),
+    # REINFORCE++ with the group mean as baseline (arXiv:2501.03262 v3; veRL's rf_baseline recipe).
+    "reinforce_plus_plus_baseline": _preset(advantage_fn="reinforce_plus_plus_baseline", policy_loss_fn="ppo",
+                                            repeat_times=4, kl_loss_fn_args={"kl_coef": 0.001}),
     "rloo": _preset(advantage_fn="rloo", policy_loss_fn="ppo", repeat_times=2),
     "opmd": _preset(advantage_fn="opmd", policy_loss_fn="opmd", repeat_times=2),
     "topr": _preset(advantage_fn="reinforce", policy_loss_fn="topr", repeat_times=2),

@@ -69,3 +69,21 @@ def test_flags_after_user_overrides():
     assert needs_reference(kl_penalty_fn="k3", kl_loss_fn="none")
     assert needs_critic("gae") and not needs_critic("grpo")
     assert needs_groups("rloo") and not needs_groups("reinforceplusplus")
+
+
+@pytest.mark.parametrize(("algorithm_type", "expected"), [
+    ("dr_grpo", {"advantage_fn": "grpo", "advantage_fn_args": {"std_normalize": False}, "policy_loss_fn": "ppo",
+                 "loss_agg_mode": "seq-mean-token-sum-norm", "kl_loss_fn": "none"}),
+    ("lite_ppo", {"advantage_fn": "lite_ppo", "policy_loss_fn": "ppo", "loss_agg_mode": "token-mean"}),
+    ("gspo", {"advantage_fn": "grpo", "policy_loss_fn": "gspo", "loss_agg_mode": "seq-mean-token-mean",
+              "policy_loss_fn_args": {"clip_range_low": 3e-4, "clip_range_high": 4e-4}, "kl_loss_fn": "none"}),
+    ("gmpo", {"policy_loss_fn": "geo_mean", "policy_loss_fn_args": {"clip_range": 0.4},
+              "loss_agg_mode": "seq-mean-token-mean"}),
+    ("sapo", {"policy_loss_fn": "sapo", "policy_loss_fn_args": {"tau_pos": 1.0, "tau_neg": 1.05},
+              "loss_agg_mode": "seq-mean-token-mean"}),
+    ("reinforce_plus_plus_baseline", {"advantage_fn": "reinforce_plus_plus_baseline", "repeat_times": 4,
+                                      "kl_loss_fn": "k2", "kl_loss_fn_args": {"kl_coef": 0.001}}),
+])
+def test_the_papers_settings(algorithm_type, expected):
+    preset = ALGORITHM_PRESETS[algorithm_type]
+    assert {k: preset[k] for k in expected} == expected
