@@ -43,6 +43,9 @@ class AdvantageInputs:
     """(B,) integer id of the task each response answers; needed by grpo, rloo and opmd."""
     values: torch.Tensor | None = None
     """(B, T) critic values V(s_t); needed by ppo (GAE)."""
+    baseline_rewards: torch.Tensor | None = None
+    """(B,) reward of the greedy response to each response's task (NaN where the group has none);
+    needed by remax (functions declared with greedy_baseline=True)."""
 
 
 def outcome_token_rewards(rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:

@@ -110,6 +110,8 @@ def build_step_tensors(
         token_level_rewards=token_rewards,
         group_ids=torch.tensor([s.group for s in samples], dtype=torch.long),
         values=t.values,
+        # NaN marks a group without a greedy baseline; None when no group has one (remax names both).
+        baseline_rewards=_baselines(samples),
     )
     t.advantages, t.returns = algorithm.advantage(inputs)
     seq_rewards = token_rewards.sum(-1) if token_rewards is not None else rewards
@@ -121,6 +123,12 @@ def build_step_tensors(
         metrics.update(_stats("critic/values", t.values, mask))
         metrics["critic/vf_explained_var"] = _explained_variance(t.returns, t.values, mask)
     return t, metrics
+
+
+def _baselines(samples: list[Sample]) -> torch.Tensor | None:
+    """(B,) greedy baseline rewards of the samples' groups (NaN where none); None if no group has one."""
+    baselines = torch.tensor([s.baseline_reward for s in samples], dtype=torch.float32)
+    return None if torch.isnan(baselines).all() else baselines
 
 
 def _explained_variance(returns: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> float:

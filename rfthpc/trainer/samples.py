@@ -7,6 +7,7 @@ group, its task, its explorer and rank, and the chunk file it was read from.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +38,8 @@ class Sample:
     """Version of the weights that generated it (`weights/step_<N>`)."""
     temperature: float = 1.0
     """Sampling temperature: log-probabilities are taken of softmax(logits / temperature)."""
+    baseline_reward: float = math.nan
+    """Reward of the greedy response to its task (ReMax's baseline; `Group.baseline_reward`), NaN if none."""
 
     @property
     def length(self) -> int:
@@ -101,6 +104,7 @@ def samples_from_groups(
     for g_index, group in enumerate(groups):
         check_group(group, vocab_size, max_length)
         t = float(group.info.get("temperature", temperature) or 1.0)
+        baseline = group.baseline_reward
         for e in group.experiences:
             samples.append(
                 Sample(
@@ -113,6 +117,7 @@ def samples_from_groups(
                     group=g_index,
                     policy_version=int(group.policy_version),
                     temperature=t,
+                    baseline_reward=math.nan if baseline is None else baseline,
                 )
             )
     return samples
