@@ -13,7 +13,9 @@ One process (one Slurm array task, or one local process) runs it:
 3. Each finished group, stamped with the policy version that generated it, goes to the
    `ChunkWriter`; a claim is completed only once its group's chunk is committed, so a crash never
    loses a task (a requeued or other explorer redoes it). Tasks that failed every attempt or were
-   skipped (over-long prompt) are completed without a group and counted.
+   skipped (over-long prompt), and groups dynamic sampling drops (`rfthpc.explorer.shaping`: all
+   responses scored alike), are completed without a group and counted. With a greedy baseline
+   (ReMax) each task also runs once greedily, in the same engine calls, and the group carries its reward.
    Once every task of the stage is done, the process stays while the trainer is still in the
    stage: each group the trainer drops as stale, and each task that gave no group, is replaced by
    a fresh task (`TaskClaims` refill, within the tasksets' epochs), so the trainer reaches its
@@ -482,7 +484,7 @@ class Explorer:
         self._flush()
         self._log_batch(outcomes, groups, steps, version, elapsed, wait_s, source.taskset.name,
                         filtered=len(filtered), baselines=[b for b in baselines if b is not None])
-        self._check_generation_budget(stage, len(outcomes) - len(empty), len(groups))
+        self._check_generation_budget(stage, len(groups) + len(filtered), len(groups))
         if self.stop.requested:
             return StageEnd.STOPPED
         if extra:
@@ -501,12 +503,13 @@ class Explorer:
                 stage.overlong.apply(baseline.result.experiences)
         return stage.filter_groups is None or stage.filter_groups.keeps(experiences, scores)
 
-    def _check_generation_budget(self, stage: ExplorerStageSettings, explored: int, kept: int) -> None:
+    def _check_generation_budget(self, stage: ExplorerStageSettings, judged: int, kept: int) -> None:
         """`filter_groups.max_num_gen_batches`: veRL's bound on the batches generated to fill one trainer
         batch, per explorer: its share of a batch is `claim_size` kept groups. Raises once that many
-        batches kept less than a share."""
+        batches kept less than a share. `judged`: the batch's groups dynamic sampling kept or dropped (a
+        batch cut short by a stop, with none, does not count)."""
         limit = stage.filter_groups.max_num_gen_batches if stage.filter_groups is not None else 0
-        if not limit or not explored:
+        if not limit or not judged:
             return
         self._kept_since_share += kept
         self._batches_since_share += 1
