@@ -88,7 +88,11 @@ def test_the_overlong_penalty_is_added_to_each_reward(tmp_path: Path, tiny_model
     assert any(e.info["overlong_penalty"] < 0 for e in experiences)
 
 
-def test_remax_stores_the_greedy_responses_reward_and_the_trainer_subtracts_it(tmp_path: Path, tiny_model: Path) -> None:
+@pytest.mark.parametrize("engine_type", ["transformers",
+                                         pytest.param("vllm", marks=[pytest.mark.slow, pytest.mark.vllm])])
+def test_remax_stores_the_greedy_responses_reward_and_the_trainer_subtracts_it(tmp_path: Path, tiny_model: Path,
+                                                                               engine_type: str) -> None:
+    """The greedy runs share the engine calls of the sampled ones (vLLM: one call, a SamplingParams each)."""
     from rfthpc.config import load_resolved
     from rfthpc.config.settings import AlgorithmSettings
     from rfthpc.engines import EngineSettings, make_engine
@@ -99,13 +103,15 @@ def test_remax_stores_the_greedy_responses_reward_and_the_trainer_subtracts_it(t
     from tests.explorer_loop.user_rewards import response_length
 
     ts = _tasks(tmp_path, ["a", "b"], "response_length")
-    run = make_run(tmp_path, tiny_model, [ts], algorithm={"algorithm_type": "remax", "repeat_times": 2})
+    run = make_run(tmp_path, tiny_model, [ts], algorithm={"algorithm_type": "remax", "repeat_times": 2},
+                   model={"min_response_tokens": 0},
+                   explorer={"rollout_model": {"engine_type": engine_type, "cpu_kvcache_space_gb": 1}})
     assert explorer(run).run() == 0
     committed = groups(run)
     assert sorted(g.task_id for g in committed) == ["arith/0", "arith/1"]
 
     # The greedy response, generated again here: its reward is the one stored with the group.
-    engine = make_engine("transformers", EngineSettings(str(tiny_model), seed=123))
+    engine = make_engine("transformers", EngineSettings(str(tiny_model), seed=123, min_response_tokens=0))
     try:
         for g in committed:
             (greedy,) = engine.generate([g.experiences[0].prompt_ids.tolist()], 1,
