@@ -26,7 +26,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from rfthpc.algorithms.kl_control import kl_controller, kl_loss_coef, make_kl_controller
-from rfthpc.algorithms.presets import ALGORITHM_PRESETS, needs_critic, needs_groups, needs_reference
+from rfthpc.algorithms.presets import (
+    ALGORITHM_PRESETS,
+    needs_critic,
+    needs_greedy_baseline,
+    needs_groups,
+    needs_reference,
+)
 from rfthpc.algorithms.registry import ADVANTAGE_FNS, ENTROPY_LOSS_FNS, KL_FNS, LOSS_AGG_MODES, POLICY_LOSS_FNS
 
 if TYPE_CHECKING:
@@ -83,6 +89,7 @@ __all__ = [
     "make_kl_controller",
     "masked_mean",
     "needs_critic",
+    "needs_greedy_baseline",
     "needs_groups",
     "needs_reference",
     "outcome_token_rewards",

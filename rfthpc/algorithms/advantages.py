@@ -58,6 +58,9 @@ class AdvantageInputs:
     reward_components: dict[str, torch.Tensor] | None = None
     """Name -> (B,) value of each named reward component (the reward function's dict; 0 for a
     response whose reward has no such component); given when the estimator declares reward_components."""
+    baseline_rewards: torch.Tensor | None = None
+    """(B,) reward of the greedy response to each response's task (NaN where the group has none);
+    needed by remax (functions declared with greedy_baseline=True)."""
 
 
 def outcome_token_rewards(rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:

@@ -7,7 +7,8 @@ model or groups are needed follows from the functions finally named (`needs_crit
 
 Differences from Trinity-RFT: `tis` and `kimi15` are ROLL's off-policy variants made into algorithm
 types here (Trinity has no such type); `kimi15` takes the group-mean baseline advantage of the
-Kimi k1.5 paper (`opmd` with its default mean baseline).
+Kimi k1.5 paper (`opmd` with its default mean baseline); `remax` is veRL's estimator (Trinity has
+no ReMax).
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ def needs_groups(advantage_fn: str | None) -> bool:
     return advantage_fn is not None and ADVANTAGE_FNS.needs(advantage_fn).groups
 
 
+def needs_greedy_baseline(advantage_fn: str | None) -> bool:
+    """True when the advantage function compares with the reward of a greedy response (ReMax)."""
+    return advantage_fn is not None and ADVANTAGE_FNS.needs(advantage_fn).greedy_baseline
+
+
 def needs_reference(kl_penalty_fn: str, kl_loss_fn: str) -> bool:
     """True when a KL term against the reference model is active."""
     return kl_penalty_fn != "none" or kl_loss_fn != "none"
@@ -42,6 +48,7 @@ def _preset(
     entropy_loss_fn: str = "default",
     loss_agg_mode: str = "token-mean",
     **fn_args: dict[str, Any],
+    # `*_fn_args`, and the option sections `filter_groups` and `overlong_buffer`.
 ) -> dict[str, Any]:
     return {
         "repeat_times": repeat_times,
@@ -72,12 +79,33 @@ ALGORITHM_PRESETS: dict[str, dict[str, Any]] = {
                     loss_agg_mode="seq-mean-token-mean", policy_loss_fn_args={"clip_range": 0.4}),
     "sapo": _preset(advantage_fn="grpo", policy_loss_fn="sapo", repeat_times=2, kl_loss_fn="none",
                     loss_agg_mode="seq-mean-token-mean", policy_loss_fn_args={"tau_pos": 1.0, "tau_neg": 1.05}),
-    "dapo": _preset(advantage_fn="grpo", policy_loss_fn="ppo", repeat_times=16, kl_loss_fn="none"),
+    # DAPO (arXiv:2503.14476): clip-higher, token-level loss, dynamic sampling on the accuracy, soft
+    # overlong penalty (a buffer of a fifth of the response limit, factor 1), no KL term.
+    "dapo": _preset(
+        advantage_fn="grpo",
+        policy_loss_fn="ppo",
+        repeat_times=16,
+        kl_loss_fn="none",
+        loss_agg_mode="token-mean",
+        policy_loss_fn_args={"clip_range_low": 0.2, "clip_range_high": 0.28},
+        filter_groups={"enable": True, "metric": "acc"},
+        overlong_buffer={"enable": True},
+    ),
     "reinforceplusplus": _preset(advantage_fn="reinforceplusplus", policy_loss_fn="ppo", repeat_times=2),
     # REINFORCE++ with the group mean as baseline (arXiv:2501.03262 v3; veRL's rf_baseline recipe).
     "reinforce_plus_plus_baseline": _preset(advantage_fn="reinforce_plus_plus_baseline", policy_loss_fn="ppo",
                                             repeat_times=4, kl_loss_fn_args={"kl_coef": 0.001}),
     "rloo": _preset(advantage_fn="rloo", policy_loss_fn="ppo", repeat_times=2),
+    # ReMax as veRL's recipe runs it (examples/remax_trainer): 4 samples per task besides the greedy
+    # one, a k1 KL penalty in the reward (coefficient 0.001), no KL loss.
+    "remax": _preset(
+        advantage_fn="remax",
+        policy_loss_fn="ppo",
+        repeat_times=4,
+        kl_loss_fn="none",
+        kl_penalty_fn="k1",
+        kl_penalty_fn_args={"kl_coef": 0.001},
+    ),
     "opmd": _preset(advantage_fn="opmd", policy_loss_fn="opmd", repeat_times=2),
     "topr": _preset(advantage_fn="reinforce", policy_loss_fn="topr", repeat_times=2),
     "cispo": _preset(

@@ -31,6 +31,38 @@ class OptimizerConfig:
 
 
 @dataclass
+class FilterGroupsConfig:
+    """Dynamic sampling (DAPO; veRL's `algorithm.filter_groups`): a group whose responses all score the
+    same teaches nothing, so the explorer does not commit it and explores a fresh task in its place.
+    Unset keys come from the `algorithm_type` preset, else the defaults below."""
+
+    enable: bool | None = None
+    """Filter groups without contrast (default off; on in the `dapo` preset). Needs repeat_times > 1."""
+    metric: str | None = None
+    """What must vary within a group: `reward` (default: the reward trained on, overlong penalty included),
+    `acc` or `score` (the reward function's value before the overlong penalty, or its component of that
+    name), or the name of another component of the reward function."""
+    max_num_gen_batches: int | None = None
+    """0 (default): no limit. N > 0: an explorer that explored N batches (its share of a trainer batch
+    each) without keeping one batch's worth of groups stops with an error (the data is too easy or too hard)."""
+
+
+@dataclass
+class OverlongBufferConfig:
+    """DAPO's soft overlong penalty on the reward (veRL's `reward_model.overlong_buffer`): a response of
+    L tokens gets `penalty_factor * max(-1, min(0, (L_max - len - L) / len))` added to its reward, with
+    L_max = `model.max_response_tokens`. Unset keys come from the `algorithm_type` preset, else the defaults below."""
+
+    enable: bool | None = None
+    """Add the penalty (default off; on in the `dapo` preset)."""
+    len: int | None = None
+    """The buffer L_cache in tokens: the penalty grows from 0 to penalty_factor over the last `len` tokens
+    before the limit (default: a fifth of model.max_response_tokens, the DAPO paper's 4096 of 20480)."""
+    penalty_factor: float | None = None
+    """The penalty at the limit (default 1.0)."""
+
+
+@dataclass
 class AlgorithmConfig:
     """The RL algorithm. Unset functions come from the `algorithm_type` preset."""
 
@@ -70,3 +102,7 @@ class AlgorithmConfig:
     `model.max_response_tokens`. Set only with that mode."""
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     """Optimizer of the policy."""
+    filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
+    """Dynamic sampling: groups without contrast are not trained; explorers explore fresh tasks instead."""
+    overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
+    """Soft overlong penalty added to each response's reward by the explorer."""

@@ -264,6 +264,16 @@ VERL_MAP: dict[str, str | VerlChoice | VerlFnArg | None] = {
     "critic.optim.lr_warmup_steps_ratio": "trainer.critic_lr_warmup_steps_ratio",
     "critic.ppo_micro_batch_size_per_gpu": "trainer.ppo_micro_batch_size_per_gpu",
     "trainer.critic_warmup": "trainer.critic_warmup",
+    # DAPO: dynamic sampling and the overlong penalty (veRL's DAPO recipe passes the latter as the
+    # reward manager's overlong_buffer_cfg; veRL's own trainer config has it under reward_model).
+    "algorithm.filter_groups.enable": "algorithm.filter_groups.enable",
+    "algorithm.filter_groups.metric": "algorithm.filter_groups.metric",
+    "algorithm.filter_groups.max_num_gen_batches": "algorithm.filter_groups.max_num_gen_batches",
+    "algorithm.filter_groups.max_inflight_gen_batches": None,
+    **{f"{prefix}.{key}": None if key == "log" else f"algorithm.overlong_buffer.{key}"
+       for prefix in ("reward_model.overlong_buffer", "reward_model.reward_kwargs.overlong_buffer_cfg",
+                      "reward.reward_kwargs.overlong_buffer_cfg")
+       for key in ("enable", "len", "penalty_factor", "log")},
 }
 
 _VALUE_TRANSLATIONS: dict[str, Callable[[Any, Mapping[str, Any]], Any]] = {

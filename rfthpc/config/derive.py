@@ -40,6 +40,12 @@ def _apply_preset(cfg: Config) -> None:
                  "entropy_loss_fn_args"):
         defaults = preset.get(name) or {}
         setattr(alg, name, {**defaults, **getattr(alg, name)})
+    for name in ("filter_groups", "overlong_buffer"):
+        # Sections of options (DAPO's): each key the user left unset takes the preset's value.
+        section = getattr(alg, name)
+        for key, value in (preset.get(name) or {}).items():
+            if getattr(section, key) is None:
+                setattr(section, key, value)
     if alg.algorithm_type == "sft":
         alg.repeat_times = 1
     elif alg.repeat_times is None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
+from rfthpc.algorithms.presets import needs_greedy_baseline
 from rfthpc.config.algorithm import AlgorithmConfig, OptimizerConfig
 from rfthpc.config.buffer import ExperienceBufferConfig, TasksetConfig
 from rfthpc.config.derive import Stage
@@ -24,6 +25,7 @@ from rfthpc.config.explorer import InferenceModelConfig
 from rfthpc.config.monitor import MonitorConfig
 from rfthpc.config.schema import Config, explores, trains
 from rfthpc.errors import ConfigError
+from rfthpc.explorer.shaping import GroupFilter, OverlongPenalty, group_filter, overlong_penalty
 
 
 def _frozen(args: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -307,6 +309,12 @@ class ExplorerStageSettings:
     sync_timeout: float
     eval_interval: int
     eval_on_startup: bool
+    filter_groups: GroupFilter | None = None
+    """Dynamic sampling (`algorithm.filter_groups`): groups without contrast are not committed."""
+    overlong: OverlongPenalty | None = None
+    """The soft overlong penalty added to each reward (`algorithm.overlong_buffer`)."""
+    greedy_baseline: bool = False
+    """The advantage function compares with a greedy response's reward (ReMax): generate and store it."""
 
 
 @dataclass(frozen=True)
@@ -386,6 +394,9 @@ def _explorer_stage(index: int, stage: Stage, claim_sets: tuple[str, ...]) -> Ex
         claim_shards=claim_shards(ex.claim_shards, array_size),
         max_staleness=int(_required(sync.max_staleness, "synchronizer.max_staleness")),
         sync_timeout=sync.sync_timeout, eval_interval=ex.eval_interval, eval_on_startup=ex.eval_on_startup,
+        filter_groups=group_filter(cfg.algorithm.filter_groups),
+        overlong=overlong_penalty(cfg.algorithm.overlong_buffer, cfg.model.max_response_tokens),
+        greedy_baseline=needs_greedy_baseline(cfg.algorithm.advantage_fn),
     )
 
 

@@ -113,6 +113,32 @@ def _check_loss_scale_factor(problems: Problems, mode: str | None, factor: float
         problems.add(f"{key}: {factor}; the constant length must be a positive number (e.g. the longest response)")
 
 
+def _check_reward_shaping(cfg: Config, problems: Problems) -> None:
+    """`algorithm.filter_groups` and `algorithm.overlong_buffer` resolve as the explorers resolve them,
+    and dynamic sampling has groups to compare."""
+    from rfthpc.explorer.shaping import group_filter, overlong_penalty
+
+    alg = cfg.algorithm
+    try:
+        filtering = group_filter(alg.filter_groups)
+    except ConfigError as e:
+        problems.add(str(e))
+        filtering = None
+    try:
+        overlong_penalty(alg.overlong_buffer, cfg.model.max_response_tokens)
+    except ConfigError as e:
+        problems.add(str(e))
+    if filtering is None or not explores(cfg.mode):
+        return
+    for i, ts in enumerate(cfg.buffer.explorer_input.tasksets):
+        if ts.repeat_times is not None and ts.repeat_times < 2:
+            problems.add(
+                f"buffer.explorer_input.tasksets[{i}].repeat_times: {ts.repeat_times} response per task, but "
+                "algorithm.filter_groups drops groups whose responses all score the same, which needs several "
+                "per task: set repeat_times >= 2 (algorithm.repeat_times), or algorithm.filter_groups.enable: false"
+            )
+
+
 def _advantage_needs(advantage_fn: str | None) -> Needs:
     """What the advantage function needs; nothing for none, or for a name the registry does not
     know (reported on its own)."""
@@ -329,6 +355,7 @@ def validate(cfg: Config, source: str = "config", check_paths: bool = True) -> N
     _check_sizes(cfg, problems)
     _check_gpus(cfg, problems)
     _check_functions(cfg, problems)
+    _check_reward_shaping(cfg, problems)
     _check_inputs(cfg, problems, check_paths)
     for message in compat.unsupported_values(cfg):
         problems.add(message)

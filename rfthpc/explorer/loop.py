@@ -13,7 +13,9 @@ One process (one Slurm array task, or one local process) runs it:
 3. Each finished group, stamped with the policy version that generated it, goes to the
    `ChunkWriter`; a claim is completed only once its group's chunk is committed, so a crash never
    loses a task (a requeued or other explorer redoes it). Tasks that failed every attempt or were
-   skipped (over-long prompt) are completed without a group and counted.
+   skipped (over-long prompt), and groups dynamic sampling drops (`rfthpc.explorer.shaping`: all
+   responses scored alike), are completed without a group and counted. With a greedy baseline
+   (ReMax) each task also runs once greedily, in the same engine calls, and the group carries its reward.
    Once every task of the stage is done, the process stays while the trainer is still in the
    stage: each group the trainer drops as stale, and each task that gave no group, is replaced by
    a fresh task (`TaskClaims` refill, within the tasksets' epochs), so the trainer reaches its
@@ -29,6 +31,7 @@ an engine failed (`EngineFailed`: committed groups stay, the batch's claims are 
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import time
@@ -40,6 +43,7 @@ from typing import Any, Self
 import numpy as np
 
 from rfthpc.config.settings import POLICY_ENGINE, ExplorerSettings, ExplorerStageSettings
+from rfthpc.data.tasksets import Task
 from rfthpc.engines.base import EngineSettings, EngineType, PolicyEngine, is_greedy, make_engine
 from rfthpc.engines.batching import EngineFailed, RequestBatcher
 from rfthpc.engines.gpus import build_engines, process_gpus
@@ -57,8 +61,8 @@ from rfthpc.monitor import Monitor
 from rfthpc.rundir import RunDir
 from rfthpc.signals import StopRequest
 from rfthpc.store import ChunkWriter, Claim, ClaimSet, Group
+from rfthpc.store.schema import BASELINE_REWARD, TaskRef
 from rfthpc.store.schema import Experience as StoredExperience
-from rfthpc.store.schema import TaskRef
 from rfthpc.trainer.meta import read_trainer_meta
 from rfthpc.workflows.base import WorkflowContext
 
@@ -73,6 +77,10 @@ EXIT_FAILED = 1
 
 class SyncTimeout(UserError):
     """No policy within the staleness bound was published in time."""
+
+
+class GenerationBudgetExceeded(UserError):
+    """Dynamic sampling dropped nearly every group for `filter_groups.max_num_gen_batches` batches."""
 
 
 class _Stopped(Exception):
@@ -137,6 +145,12 @@ def _trainer_done(run: RunDir) -> bool:
     return meta is not None and meta.done
 
 
+def _greedy(task: Task) -> Task:
+    """The task's greedy twin: one response at temperature 0, scored by the task's own reward function."""
+    return dataclasses.replace(task, repeat_times=1, rollout_args=dataclasses.replace(task.rollout_args,
+                                                                                      temperature=0.0))
+
+
 def _rollout_policy(settings: ExplorerSettings) -> RolloutPolicy:
     return RolloutPolicy(concurrency=settings.runner_per_model, max_timeout_s=settings.max_timeout,
                          retries=settings.max_retry_times, retry_interval_s=settings.max_retry_interval)
@@ -171,6 +185,10 @@ class Explorer:
         self.monitor: Monitor | None = None
         self.pending: list[_Pending] = []
         self.claim_sets: list[ClaimSet] = []
+        self._kept_since_share = 0
+        """Groups kept (dynamic sampling) towards this explorer's share of the next trainer batch."""
+        self._batches_since_share = 0
+        """Batches explored since the last share was filled (`filter_groups.max_num_gen_batches`)."""
         self.follower = WeightFollower(self.rundir, name, rank, Path(settings.staging_dir) if settings.staging_dir
                                        else None, poll_s=settings.weights_poll_interval)
 
@@ -418,27 +436,36 @@ class Explorer:
                 return status
             wait_s = time.monotonic() - began
         version = self.follower.version
+        tasks = [source.taskset.tasks[c.index] for c in claims]
+        # ReMax: one greedy response per task, scored alike, generated in the same engine calls.
+        greedy = [_greedy(t) for t in tasks] if stage.greedy_baseline else []
         # An evaluation due rides along: its tasks generate in the same engine calls as the batch's.
         extra = evaluation.eval_tasks(evals) if self._eval_due(stage, evals) else []
         began = time.perf_counter()
         # A failed engine raises here: the tasks are not at fault, so they are released, not completed
         # (no refill replaces them), for another explorer or this one requeued.
-        outcomes = run_tasks([source.taskset.tasks[c.index] for c in claims] + extra, self.ctx, self.batcher,
+        outcomes = run_tasks(tasks + greedy + extra, self.ctx, self.batcher,
                              _rollout_policy(self.settings), self.stop, tick=self._tick)
         elapsed = time.perf_counter() - began
-        outcomes, evaluated = outcomes[:len(claims)], outcomes[len(claims):]
-        empty, groups = [], []
-        for claim, step, outcome in zip(claims, steps, outcomes, strict=True):
-            if outcome.cancelled:
+        n, m = len(claims), len(claims) + len(greedy)
+        outcomes, baselines, evaluated = outcomes[:n], outcomes[n:m] or [None] * n, outcomes[m:]
+        empty, filtered, groups = [], [], []
+        for claim, step, outcome, baseline in zip(claims, steps, outcomes, baselines, strict=True):
+            if outcome.cancelled or (baseline is not None and baseline.cancelled):
                 continue  # released on leaving
-            if outcome.result is None or not outcome.result.experiences:
+            if outcome.result is None or not outcome.result.experiences or (baseline is not None and (
+                    baseline.result is None or not baseline.result.experiences)):
                 empty.append(claim)
+            elif self._shape(stage, outcome, baseline):
+                groups.append((claim, self._group(outcome, claim, version, step, baseline)))
             else:
-                groups.append((claim, self._group(outcome, claim, version, step)))
-        if empty:
-            source.claims.complete(empty, produced_group=False, defer=True)
-            held.settle(empty)
-            self.progress.add(tasks_completed=len(empty))
+                filtered.append(claim)
+        if empty or filtered:
+            # Tasks that gave no group to train: the claim set hands out fresh tasks in their places
+            # (the refill), so the trainer still gets its groups per step.
+            source.claims.complete(empty + filtered, produced_group=False, defer=True)
+            held.settle(empty + filtered)
+            self.progress.add(tasks_completed=len(empty) + len(filtered), groups_filtered=len(filtered))
         assert self.writer is not None
         for claim, group in groups:
             before = self.writer.groups_added
@@ -455,14 +482,53 @@ class Explorer:
         # exactly these groups, and holding them while the next batch generates would serialise
         # generation and training (the asynchronous pipeline would stall every other step).
         self._flush()
-        self._log_batch(outcomes, groups, steps, version, elapsed, wait_s, source.taskset.name)
+        self._log_batch(outcomes, groups, steps, version, elapsed, wait_s, source.taskset.name,
+                        filtered=len(filtered), baselines=[b for b in baselines if b is not None])
+        self._check_generation_budget(stage, len(groups) + len(filtered), len(groups))
         if self.stop.requested:
             return StageEnd.STOPPED
         if extra:
             self._log_evaluation(evals, evaluated, elapsed)
         return None
 
-    def _group(self, outcome: TaskOutcome, claim: Claim, version: int, step: int) -> Group:
+    def _shape(self, stage: ExplorerStageSettings, outcome: TaskOutcome, baseline: TaskOutcome | None) -> bool:
+        """Add the overlong penalty to the group's rewards (and the greedy baseline's); False if dynamic
+        sampling drops the group (its responses all score the same)."""
+        assert outcome.result is not None
+        experiences = outcome.result.experiences
+        scores = [e.reward for e in experiences]
+        if stage.overlong is not None:
+            stage.overlong.apply(experiences)
+            if baseline is not None and baseline.result is not None:
+                stage.overlong.apply(baseline.result.experiences)
+        return stage.filter_groups is None or stage.filter_groups.keeps(experiences, scores)
+
+    def _check_generation_budget(self, stage: ExplorerStageSettings, judged: int, kept: int) -> None:
+        """`filter_groups.max_num_gen_batches`: veRL's bound on the batches generated to fill one trainer
+        batch, per explorer: its share of a batch is `claim_size` kept groups. Raises once that many
+        batches kept less than a share. `judged`: the batch's groups dynamic sampling kept or dropped (a
+        batch cut short by a stop, with none, does not count)."""
+        limit = stage.filter_groups.max_num_gen_batches if stage.filter_groups is not None else 0
+        if not limit or not judged:
+            return
+        self._kept_since_share += kept
+        self._batches_since_share += 1
+        if self._kept_since_share >= stage.claim_size:
+            # A share of a trainer batch is filled: count the next one's batches from here.
+            self._kept_since_share %= stage.claim_size
+            self._batches_since_share = 0
+        elif self._batches_since_share >= limit:
+            raise GenerationBudgetExceeded(
+                f"explorer {self.name} rank {self.rank}: {self._batches_since_share} batches explored kept "
+                f"{self._kept_since_share} group(s), fewer than its share of one trainer batch ({stage.claim_size}): "
+                f"dynamic sampling (algorithm.filter_groups, metric {stage.filter_groups.metric!r}) drops the "
+                "groups whose responses all score the same, and nearly all do; the tasks are too easy or too "
+                "hard for the policy. Check the data and the reward, or raise "
+                "algorithm.filter_groups.max_num_gen_batches (0: no limit)"
+            )
+
+    def _group(self, outcome: TaskOutcome, claim: Claim, version: int, step: int,
+               baseline: TaskOutcome | None = None) -> Group:
         assert outcome.result is not None
         task, result = outcome.task, outcome.result
         params = task.rollout_args
@@ -491,6 +557,9 @@ class Explorer:
             "top_p": params.top_p, "top_k": params.top_k,
             "max_tokens": params.max_tokens,
         }
+        if baseline is not None:
+            assert baseline.result is not None
+            info[BASELINE_REWARD] = baseline.result.experiences[0].reward
         return Group(
             task_id=task.task_id, experiences=experiences, policy_version=version, explorer=self.name,
             rank=self.rank, created_at=outcome.started, finished_at=outcome.finished, info=info,
@@ -642,7 +711,8 @@ class Explorer:
         self._flush()
 
     def _log_batch(self, outcomes: list[TaskOutcome], groups: list[tuple[Claim, Group]], steps: list[int],
-                   version: int, elapsed: float, wait_s: float, taskset: str) -> None:
+                   version: int, elapsed: float, wait_s: float, taskset: str, filtered: int = 0,
+                   baselines: Sequence[TaskOutcome] = ()) -> None:
         rewards = np.concatenate([g.rewards for _, g in groups]) if groups else np.zeros(0)
         resp = [len(e.response_ids) for _, g in groups for e in g.experiences]
         prompt = [len(e.prompt_ids) for _, g in groups for e in g.experiences]
@@ -655,7 +725,9 @@ class Explorer:
             "rollout/staleness_max": max(stal),
             "rollout/groups": len(groups),
             "rollout/tasks": len(outcomes),
-            "rollout/failed_tasks": sum(o.error is not None for o in outcomes),
+            "rollout/failed_tasks": sum(o.error is not None for o in outcomes)
+            + sum(b.error is not None and o.error is None for o, b in zip(outcomes, baselines)),
+            "rollout/filtered_groups": filtered,
             "rollout/cancelled_tasks": sum(o.cancelled for o in outcomes),
             "rollout/reward_errors": sum("reward_error" in g.info for _, g in groups),
             "rollout/prompt_truncated": sum(bool(g.info.get("prompt_truncated")) for _, g in groups),
@@ -674,6 +746,9 @@ class Explorer:
                 "rollout/finish_length_ratio": float(np.mean(
                     [e.info.get("finish_reason") == "length" for _, g in groups for e in g.experiences])),
             })
+        scored = [b.result.experiences[0].reward for b in baselines if b.result is not None and b.result.experiences]
+        if scored:
+            metrics["rollout/baseline_reward_mean"] = float(np.mean(scored))
         step = self.progress.record.steps + 1
         assert self.monitor is not None
         self.monitor.log(metrics, step=step, axis="rollout/step")

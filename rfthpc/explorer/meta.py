@@ -44,6 +44,8 @@ class ExplorerProgress:
     steps: int = 0
     groups_committed: int = 0
     tasks_completed: int = 0
+    groups_filtered: int = 0
+    """Groups dynamic sampling dropped (`algorithm.filter_groups`): their tasks were replaced by fresh ones."""
     tokens_per_s: float | None = None
     weight_stall_s: float | None = None
     """Seconds the last policy update stopped exploration (its in-place load from staging)."""
@@ -111,6 +113,7 @@ class Progress:
             self.record.steps = previous.steps
             self.record.groups_committed = previous.groups_committed
             self.record.tasks_completed = previous.tasks_completed
+            self.record.groups_filtered = previous.groups_filtered
             self.record.evaluated_version = previous.evaluated_version
         self._lock = threading.Lock()
 

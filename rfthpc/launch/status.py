@@ -334,6 +334,10 @@ def format_status(d: dict[str, Any]) -> str:
     if failures:
         lines.append(f"weights: {failures} published file(s) failed their checksums in explorers and were skipped "
                      "(each explorer's log names them; they rebuilt from a full snapshot)")
+    filtered = sum(int(p.get("groups_filtered") or 0) for ranks in d["explorers"].values() for p in ranks)
+    if filtered:
+        lines.append(f"dynamic sampling: {filtered} group(s) whose responses all scored the same were not committed "
+                     "(algorithm.filter_groups); fresh tasks replaced them")
     lines.append("")
     if rows:
         if latest is None:

@@ -67,6 +67,11 @@ class TaskRef:
         return cls(str(info["claims"]), int(info["epoch"]), int(info["index"]))
 
 
+BASELINE_REWARD = "baseline_reward"
+"""Key of a group's `info`: the reward of one greedy response to its task, which the explorer adds
+when the advantage function declares `greedy_baseline` (ReMax). Older stores have no such key."""
+
+
 @dataclass
 class Group:
     """All `repeat_times` responses to one task: the unit of commit and of read."""
@@ -98,6 +103,12 @@ class Group:
     def rewards(self) -> np.ndarray:
         """float64 [len(experiences)]: the scalar rewards."""
         return np.array([e.reward for e in self.experiences], dtype=np.float64)
+
+    @property
+    def baseline_reward(self) -> float | None:
+        """The reward of the greedy response to its task (`BASELINE_REWARD`), None if none was generated."""
+        value = self.info.get(BASELINE_REWARD)
+        return None if value is None else float(value)
 
     def staleness(self, current_version: int) -> int:
         """How many policy versions the trainer is ahead: `current_version - policy_version`."""

@@ -115,6 +115,8 @@ def build_step_tensors(
         old_log_probs=t.old,
         sum_pi_squared=None if sum_pi_squared is None else _tensor(sum_pi_squared, width),
         reward_components=_reward_components(samples) if algorithm.advantage_needs.reward_components else None,
+        # NaN marks a group without a greedy baseline; None when no group has one (remax names both).
+        baseline_rewards=_baselines(samples),
     )
     t.advantages, t.returns = algorithm.advantage(inputs)
     seq_rewards = token_rewards.sum(-1) if token_rewards is not None else rewards
@@ -134,6 +136,12 @@ def _reward_components(samples: list[Sample]) -> dict[str, torch.Tensor]:
     names = sorted({name for s in samples for name in (s.reward_components or {})})
     return {name: torch.tensor([(s.reward_components or {}).get(name, 0.0) for s in samples], dtype=torch.float32)
             for name in names}
+
+
+def _baselines(samples: list[Sample]) -> torch.Tensor | None:
+    """(B,) greedy baseline rewards of the samples' groups (NaN where none); None if no group has one."""
+    baselines = torch.tensor([s.baseline_reward for s in samples], dtype=torch.float32)
+    return None if torch.isnan(baselines).all() else baselines
 
 
 def _explained_variance(returns: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> float:

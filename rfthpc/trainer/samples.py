@@ -7,6 +7,7 @@ group, its task, its explorer and rank, and the chunk file it was read from.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,6 +40,8 @@ class Sample:
     """Sampling temperature: log-probabilities are taken of softmax(logits / temperature)."""
     reward_components: dict[str, float] | None = None
     """The reward function's named components ({"accuracy": 1.0, "format": 0.5}), when it gave them."""
+    baseline_reward: float = math.nan
+    """Reward of the greedy response to its task (ReMax's baseline; `Group.baseline_reward`), NaN if none."""
 
     @property
     def length(self) -> int:
@@ -103,6 +106,7 @@ def samples_from_groups(
     for g_index, group in enumerate(groups):
         check_group(group, vocab_size, max_length)
         t = float(group.info.get("temperature", temperature) or 1.0)
+        baseline = group.baseline_reward
         for e in group.experiences:
             samples.append(
                 Sample(
@@ -116,6 +120,7 @@ def samples_from_groups(
                     policy_version=int(group.policy_version),
                     temperature=t,
                     reward_components=_components(e.info),
+                    baseline_reward=math.nan if baseline is None else baseline,
                 )
             )
     return samples

@@ -36,7 +36,7 @@ def run(tmp_path: Path) -> RunDir:
         write_json_atomic(rd.root / "explorer_meta" / "explorer" / f"{rank}.json", {
             "name": "explorer", "rank": rank, "state": "exploring", "version": version, "groups_committed": 10 + rank,
             "tokens_per_s": 123.4, "weight_stall_s": 0.031, "weight_load_s": 0.52, "weight_read_mb": 6.0,
-            "weight_checksum_failures": rank, "updated": now - 1})
+            "weight_checksum_failures": rank, "groups_filtered": 2 + rank, "updated": now - 1})
     return rd
 
 
@@ -82,6 +82,7 @@ def test_status_report(run: RunDir) -> None:
         ["explorer", "0", "exploring", "7", "0", "10", "123.40", "31.00", "0.52", "6.00"],
         ["explorer", "1", "exploring", "5", "2", "11", "123.40", "31.00", "0.52", "6.00"]]
     assert "weights: 1 published file(s) failed their checksums" in text
+    assert "dynamic sampling: 5 group(s) whose responses all scored the same were not committed" in text
     assert "time, over" not in text  # no step recorded yet
 
 

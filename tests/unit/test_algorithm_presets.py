@@ -10,6 +10,7 @@ from rfthpc.algorithms import (
     LOSS_AGG_MODES,
     POLICY_LOSS_FNS,
     needs_critic,
+    needs_greedy_baseline,
     needs_groups,
     needs_reference,
 )
@@ -87,3 +88,25 @@ def test_flags_after_user_overrides():
 def test_the_papers_settings(algorithm_type, expected):
     preset = ALGORITHM_PRESETS[algorithm_type]
     assert {k: preset[k] for k in expected} == expected
+
+
+def test_dapo_preset_is_dapo():
+    """Clip-higher (0.2 / 0.28), token-level loss, dynamic sampling on the accuracy, the soft overlong
+    penalty with its defaults (a fifth of the response limit, factor 1), no KL term."""
+    dapo = ALGORITHM_PRESETS["dapo"]
+    assert dapo["policy_loss_fn_args"] == {"clip_range_low": 0.2, "clip_range_high": 0.28}
+    assert dapo["loss_agg_mode"] == "token-mean"
+    assert dapo["filter_groups"] == {"enable": True, "metric": "acc"}
+    assert dapo["overlong_buffer"] == {"enable": True}
+    assert (dapo["kl_loss_fn"], dapo["kl_penalty_fn"]) == ("none", "none")
+    assert dapo["repeat_times"] == 16
+
+
+def test_remax_preset_follows_verl_recipe():
+    """veRL's examples/remax_trainer: 4 samples per task, k1 KL in the reward at 0.001, no KL loss."""
+    remax = ALGORITHM_PRESETS["remax"]
+    assert (remax["advantage_fn"], remax["policy_loss_fn"], remax["repeat_times"]) == ("remax", "ppo", 4)
+    assert (remax["kl_penalty_fn"], remax["kl_penalty_fn_args"], remax["kl_loss_fn"]) == ("k1", {"kl_coef": 0.001},
+                                                                                         "none")
+    assert needs_greedy_baseline("remax") and not needs_greedy_baseline("grpo") and not needs_greedy_baseline(None)
+    assert needs_reference(remax["kl_penalty_fn"], remax["kl_loss_fn"]) and not needs_groups("remax")
