@@ -176,6 +176,9 @@ VERL_MAP: dict[str, str | None] = {
     "critic.optim.lr_warmup_steps_ratio": "trainer.critic_lr_warmup_steps_ratio",
     "critic.ppo_micro_batch_size_per_gpu": "trainer.ppo_micro_batch_size_per_gpu",
     "trainer.critic_warmup": "trainer.critic_warmup",
+    **{f"algorithm.rollout_correction.{k}": f"algorithm.rollout_correction.{k}" for k in (
+        "rollout_is", "rollout_is_threshold", "rollout_is_batch_normalize", "rollout_rs", "rollout_rs_threshold",
+        "bypass_mode", "loss_type")},
 }
 
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
+from rfthpc.algorithms.rollout_settings import RolloutCorrection
 from rfthpc.config.algorithm import AlgorithmConfig, OptimizerConfig
 from rfthpc.config.buffer import ExperienceBufferConfig, TasksetConfig
 from rfthpc.config.derive import Stage
@@ -78,6 +79,8 @@ class AlgorithmSettings:
     entropy_loss_fn_args: Mapping[str, Any]
     loss_agg_mode: str
     optimizer: OptimizerSettings
+    rollout_correction: RolloutCorrection = field(default_factory=RolloutCorrection)
+    """`algorithm.rollout_correction`, parsed (off for SFT, which has no behaviour policy)."""
 
     @classmethod
     def of(cls, alg: AlgorithmConfig) -> AlgorithmSettings:
@@ -97,6 +100,8 @@ class AlgorithmSettings:
             entropy_loss_fn_args=_frozen(alg.entropy_loss_fn_args),
             loss_agg_mode=_required(alg.loss_agg_mode, "algorithm.loss_agg_mode"),
             optimizer=OptimizerSettings.of(alg.optimizer),
+            rollout_correction=RolloutCorrection() if alg.algorithm_type == "sft"
+            else RolloutCorrection.of(alg.rollout_correction),
         )
 
 
