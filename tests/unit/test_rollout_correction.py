@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from rfthpc.algorithms.aggregation import aggregate_loss, token_weights
+from rfthpc.algorithms.declare import Needs
 from rfthpc.algorithms.policy_loss import PolicyLossInputs, ppo
 from rfthpc.algorithms.rollout_correction import bypass_mode, decoupled_ppo, step_correction
 from rfthpc.algorithms.rollout_settings import RolloutCorrection
@@ -247,3 +248,52 @@ def test_token_weights_multiply_the_per_token_loss_in_every_mode() -> None:
 def test_token_weights_refuse_a_loss_of_another_shape() -> None:
     with token_weights(torch.ones(2, 3)), pytest.raises(ConfigError, match="rollout_is_weights=True"):
         aggregate_loss(torch.ones(2, 1), torch.ones(2, 1))
+
+
+# ---- the trainer's Algorithm: one place applies the weights to whatever loss is configured -------------
+
+
+def _algorithm(loss_name: str, loss, correction: RolloutCorrection):
+    from rfthpc import algorithms as algos
+    from rfthpc.trainer.losses import Algorithm
+
+    no_bonus = lambda entropy, mask: (torch.zeros(()), {})  # noqa: E731
+    needs = algos.POLICY_LOSS_FNS.needs(loss_name) if loss_name != "user" else Needs()
+    return Algorithm("grpo", loss_name, loss, no_bonus, "token-mean", rollout=correction, policy_needs=needs)
+
+
+def _call(alg, weights=None):
+    return alg.actor_loss(P + 0.05, torch.zeros_like(P), M, P, A, torch.zeros(3), None,
+                          behaviour_log_prob=B, rollout_is_weights=weights)
+
+
+def test_the_algorithm_multiplies_a_proximal_losss_token_loss_by_the_steps_weights() -> None:
+    correction = rc(rollout_is="token", rollout_is_threshold="2.0")
+    weights, _, _ = step_correction(P, B, M, correction)
+    loss, _ = _call(_algorithm("ppo", ppo, correction), weights)
+    with token_weights(weights):
+        expected, _ = ppo(PolicyLossInputs(P + 0.05, M, old_log_prob=P, advantages=A))
+    plain, _ = ppo(PolicyLossInputs(P + 0.05, M, old_log_prob=P, advantages=A))
+    assert close(loss.item(), expected.item()) and not close(loss.item(), plain.item())
+    # veRL's bypass mode: PPO's ratio against mu already corrects, the weights are only measured.
+    bypass = rc(rollout_is="token", rollout_is_threshold="2.0", bypass_mode=True)
+    assert close(_call(_algorithm("ppo", ppo, bypass), weights)[0].item(), plain.item())
+
+
+def test_a_loss_comparing_with_mu_gets_weights_against_the_current_policy() -> None:
+    """bypass_mode (REINFORCE): w = min(pi_theta / mu, 2) from this micro-batch's log-probabilities."""
+    correction = rc(rollout_is="token", rollout_is_threshold="2.0")
+    loss, _ = _call(_algorithm("bypass_mode", bypass_mode, correction))
+    current, _, _ = step_correction(P + 0.05, B, M, correction)
+    expected, _ = bypass_mode(PolicyLossInputs(P + 0.05, M, old_log_prob=P, advantages=A, rollout_is_weights=current))
+    assert close(loss.item(), expected.item())
+
+
+def test_a_loss_the_weights_cannot_reach_is_named() -> None:
+    def sequence_loss(inputs: PolicyLossInputs, *, loss_agg_mode: str = "token-mean"):
+        return -(inputs.advantages[:, 0] * inputs.log_prob.sum(-1)).mean(), {}
+
+    correction = rc(rollout_is="token", rollout_is_threshold="2.0")
+    weights, _, _ = step_correction(P, B, M, correction)
+    with pytest.raises(ConfigError, match="'user' does not aggregate its per-token loss"):
+        _call(_algorithm("user", sequence_loss, correction), weights)
