@@ -28,8 +28,8 @@ KL, K3 = 0.21111109852790833, 0.22552484273910522  # veRL rollout_corr/kl, rollo
 
 
 def rc(**kw) -> RolloutCorrection:
-    fields = dict(rollout_is=None, rollout_is_threshold="2.0", rollout_is_batch_normalize=False, rollout_rs=None,
-                  rollout_rs_threshold=None, bypass_mode=False, loss_type="ppo_clip")
+    fields = {"rollout_is": None, "rollout_is_threshold": "2.0", "rollout_is_batch_normalize": False, "rollout_rs": None,
+                  "rollout_rs_threshold": None, "bypass_mode": False, "loss_type": "ppo_clip"}
     return RolloutCorrection.of(SimpleNamespace(**{**fields, **kw}))
 
 
@@ -38,34 +38,34 @@ def close(a: float, b: float) -> bool:
 
 
 CASES = {
-    "token TIS": (dict(rollout_is="token", rollout_is_threshold=2.0),
+    "token TIS": ({"rollout_is": "token", "rollout_is_threshold": 2.0},
                   [[1.6487212181091309, 0.3678794503211975, 1.0, 1.2214027643203735],
                    [0.8187307119369507, 2.0, 0.0, 0.0], [0.1353352814912796, 0.0, 0.8187307715415955, 1.1051709651947021]],
                   {"rollout_is_mean": 1.012885570526123, "rollout_is_max": 2.0,
                    "rollout_is_ratio_fraction_high": 1 / 9, "rollout_is_ratio_fraction_low": 2 / 9}),
-    "sequence TIS": (dict(rollout_is="sequence", rollout_is_threshold="2.0"),
+    "sequence TIS": ({"rollout_is": "sequence", "rollout_is_threshold": "2.0"},
                      [[0.740818202495575] * 4, [1.6487212181091309] * 2 + [0.0, 0.0],
                       [0.12245643883943558, 0.0, 0.12245643883943558, 0.12245643883943558]],
                      {"rollout_is_mean": 0.7364538311958313, "rollout_is_max": 1.6487212181091309,
                       "rollout_is_ratio_fraction_high": 0.0, "rollout_is_ratio_fraction_low": 1 / 3}),
-    "token IcePop": (dict(rollout_is="token", rollout_is_threshold="0.5_1.5"),
+    "token IcePop": ({"rollout_is": "token", "rollout_is_threshold": "0.5_1.5"},
                      [[0.0, 0.0, 1.0, 1.2214027643203735], [0.8187307119369507, 0.0, 0.0, 0.0],
                       [0.0, 0.0, 0.8187307715415955, 1.1051709651947021]],
                      {"rollout_is_mean": 0.5515595078468323, "rollout_is_max": 1.2214027643203735,
                       "rollout_is_ratio_fraction_high": 2 / 9, "rollout_is_ratio_fraction_low": 2 / 9,
                       "rollout_is_oob_ratio": 4 / 9}),
-    "sequence IcePop": (dict(rollout_is="sequence", rollout_is_threshold="0.5_1.5"),
+    "sequence IcePop": ({"rollout_is": "sequence", "rollout_is_threshold": "0.5_1.5"},
                         [[0.740818202495575] * 4, [0.0] * 4, [0.0] * 4],
                         {"rollout_is_mean": 0.32925254106521606, "rollout_is_max": 1.6487212181091309,
                          "rollout_is_ratio_fraction_high": 1 / 3, "rollout_is_ratio_fraction_low": 1 / 3,
                          "rollout_is_oob_ratio": 5 / 9}),
-    "token batch-normalised": (dict(rollout_is="token", rollout_is_threshold=2.0, rollout_is_batch_normalize=True),
+    "token batch-normalised": ({"rollout_is": "token", "rollout_is_threshold": 2.0, "rollout_is_batch_normalize": True},
                                [[1.627746820449829, 0.3631994128227234, 0.9872783422470093, 1.2058645486831665],
                                 [0.808315098285675, 1.9745566844940186, 0.0, 0.0],
                                 [0.13361360132694244, 0.0, 0.8083151578903198, 1.091111421585083]],
                                {"rollout_is_mean": 1.012885570526123, "rollout_is_max": 2.0}),
-    "sequence batch-normalised": (dict(rollout_is="sequence", rollout_is_threshold=5.0,
-                                       rollout_is_batch_normalize=True),
+    "sequence batch-normalised": ({"rollout_is": "sequence", "rollout_is_threshold": 5.0,
+                                       "rollout_is_batch_normalize": True},
                                   [[0.8847365379333496] * 4, [1.9690172672271729] * 2 + [0.0, 0.0],
                                    [0.14624597132205963, 0.0, 0.14624597132205963, 0.14624597132205963]],
                                   {"rollout_is_mean": 0.7364538311958313, "rollout_is_max": 1.6487212181091309}),
@@ -85,13 +85,13 @@ def test_importance_weights_and_metrics_match_verl(name: str) -> None:
 
 REJECTION = {
     # veRL: the kept mask and rollout_rs_masked_fraction / rollout_rs_seq_masked_fraction.
-    "geometric mean (seq_mean_k1)": (dict(rollout_rs="seq_mean_k1", rollout_rs_threshold="0.9_1.1"),
+    "geometric mean (seq_mean_k1)": ({"rollout_rs": "seq_mean_k1", "rollout_rs_threshold": "0.9_1.1"},
                                      [[1, 1, 1, 1], [0, 0, 0, 0], [0, 0, 0, 0]], 5 / 9, 2 / 3),
-    "three rules": (dict(rollout_rs="token_k1,seq_sum_k3,seq_max_k2", rollout_rs_threshold="0.5_2.0,0.5,0.3"),
+    "three rules": ({"rollout_rs": "token_k1,seq_sum_k3,seq_max_k2", "rollout_rs_threshold": "0.5_2.0,0.5,0.3"},
                     [[0, 0, 0, 0], [1, 0, 0, 0], [0, 0, 0, 0]], 8 / 9, 1.0),
-    "k2 and k3, one shared bound": (dict(rollout_rs="token_k2,seq_mean_k3", rollout_rs_threshold="0.1"),
+    "k2 and k3, one shared bound": ({"rollout_rs": "token_k2,seq_mean_k3", "rollout_rs_threshold": "0.1"},
                                     [[0, 0, 0, 0]] * 3, 1.0, 1.0),
-    "k1 with one number u means [1/u, u]": (dict(rollout_rs="seq_sum_k1", rollout_rs_threshold="1.5"),
+    "k1 with one number u means [1/u, u]": ({"rollout_rs": "seq_sum_k1", "rollout_rs_threshold": "1.5"},
                                            [[1, 1, 1, 1], [0, 0, 0, 0], [0, 0, 0, 0]], 5 / 9, 2 / 3),
 }
 
@@ -257,7 +257,7 @@ def _algorithm(loss_name: str, loss, correction: RolloutCorrection):
     from rfthpc import algorithms as algos
     from rfthpc.trainer.losses import Algorithm
 
-    no_bonus = lambda entropy, mask: (torch.zeros(()), {})  # noqa: E731
+    no_bonus = lambda entropy, mask: (torch.zeros(()), {})
     needs = algos.POLICY_LOSS_FNS.needs(loss_name) if loss_name != "user" else Needs()
     return Algorithm("grpo", loss_name, loss, no_bonus, "token-mean", rollout=correction, policy_needs=needs)
 
