@@ -41,6 +41,9 @@ def test_parsed_from_the_algorithm_section(tmp_path: Path, base: str) -> None:  
     geo, k3 = rc.rejection
     assert (geo.option, geo.reduce, geo.stat, geo.lower, geo.upper) == ("seq_mean_k1", "mean", "k1", 0.999, 1.001)
     assert (k3.option, k3.reduce, k3.stat, k3.lower, k3.upper) == ("token_k3", "token", "k3", None, 0.01)
+    # Unquoted, YAML 1.1 would read 0.5_5 as the float 0.55; rfthpc's loader keeps veRL's pair.
+    rc = _settings(write(tmp_path, text.replace("0.5_5.0", "0.5_5"))).rollout_correction
+    assert (rc.is_lower, rc.is_upper) == (0.5, 5.0)
 
 
 def test_reachable_from_a_verl_config(tmp_path: Path, base: str) -> None:  # noqa: F811
