@@ -4,6 +4,10 @@
 
 Masks are read as booleans (nonzero = token counts). Masked-out positions never reach the result,
 even when they hold inf or NaN, and a batch with no tokens gives 0, never NaN.
+
+`token_weights(w)` makes every `aggregate_loss` inside it weight its per-token losses by w: the
+one place where rollout importance weights (and decoupled PPO's) multiply a policy loss's
+per-token loss, whatever the loss, without each loss having to know about them.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 
 import torch
 
@@ -53,6 +58,46 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -
     return (values - mean) * torch.rsqrt(var + eps)
 
 
+@dataclass
+class TokenWeights:
+    """Per-token weights active in a `token_weights` block, and how many aggregations used them."""
+
+    weights: torch.Tensor
+    uses: int = 0
+
+
+_ACTIVE: ContextVar[tuple[TokenWeights, ...]] = ContextVar("rfthpc_token_weights", default=())
+
+
+@contextmanager
+def token_weights(weights: torch.Tensor) -> Iterator[TokenWeights]:
+    """Within the block, `aggregate_loss(l, m, mode)` aggregates sg(weights) * l (nested blocks
+    multiply). `weights` must have the loss matrices' (B, T) shape; a loss that aggregates anything
+    of another shape raises ConfigError (it must take the weights itself: declare
+    rollout_is_weights=True). The yielded record counts the aggregations that used the weights."""
+    record = TokenWeights(weights.detach())
+    token = _ACTIVE.set((*_ACTIVE.get(), record))
+    try:
+        yield record
+    finally:
+        _ACTIVE.reset(token)
+
+
+def _weighted(loss_mat: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+    for record in _ACTIVE.get():
+        if record.weights.shape != loss_mat.shape:
+            raise ConfigError(
+                f"the policy loss aggregates a loss of shape {tuple(loss_mat.shape)}, but the per-token importance "
+                f"weights are {tuple(record.weights.shape)}; a loss that does not aggregate per-token losses must "
+                "take the weights itself: declare it with rollout_is_weights=True and read "
+                "inputs.rollout_is_weights"
+            )
+        # torch.where, not a product, on masked positions: there a loss may hold inf (inf * 0 = NaN).
+        loss_mat = torch.where(loss_mask.bool(), loss_mat * record.weights.to(loss_mat.dtype), loss_mat)
+        record.uses += 1
+    return loss_mat
+
+
 _LOSS_SCALE_FACTOR: ContextVar[float | None] = ContextVar("loss_scale_factor", default=None)
 
 
@@ -88,9 +133,11 @@ def aggregate_loss(
     L is `loss_scale_factor`, else the one `loss_scale` set, else the padded width loss_mat.shape[-1]
     (veRL's default; in rfthpc a micro-batch is padded to its own longest response, so the trainer
     sets a constant L instead: see `algorithm.loss_scale_factor`). A batch with no unmasked token
-    gives 0.
+    gives 0. Inside `token_weights(w)`, l is replaced
+    by w * l.
     """
     _check_mode(loss_agg_mode)
+    loss_mat = _weighted(loss_mat, loss_mask)
     if loss_agg_mode == "token-mean":
         return masked_mean(loss_mat, loss_mask)
     if loss_agg_mode == "token-sum":

@@ -44,6 +44,12 @@ class PolicyLossInputs:
     """(B, T) advantage per token."""
     rewards: torch.Tensor | None = None
     """(B,) sequence reward; TOPR splits positive and negative samples on it."""
+    behaviour_log_prob: torch.Tensor | None = None
+    """(B, T) log mu of the behaviour policy next to a proximal `old_log_prob`; given to losses that
+    declare behaviour_log_prob=True or rollout_is_weights=True (decoupled PPO)."""
+    rollout_is_weights: torch.Tensor | None = None
+    """(B, T) rollout-correction importance weights (no gradient); given to losses that declare
+    rollout_is_weights=True, which apply them themselves (None: rollout_is is off)."""
 
 
 def masked_inputs(inputs: PolicyLossInputs) -> PolicyLossInputs:

@@ -63,6 +63,29 @@ class OverlongBufferConfig:
 
 
 @dataclass
+class RolloutCorrectionConfig:
+    """Importance weights and rejection for stale or mismatched rollouts: veRL 0.9.1's
+    `algorithm.rollout_correction`, same keys and meanings (defaults: off)."""
+
+    rollout_is: Literal["token", "sequence"] | None = None
+    """Importance weights pi / mu per token, or per response (product of its tokens' ratios); null: none."""
+    rollout_is_threshold: str = "2.0"
+    """A number u: weights truncated at u (TIS); "lo_hi" (e.g. "0.5_5.0"): weights outside [lo, hi] set to 0 (IcePop)."""
+    rollout_is_batch_normalize: bool = False
+    """Divide the weights by their mean over the batch (tokens, or responses at sequence level)."""
+    rollout_rs: str | None = None
+    """Rejection rules, comma-separated: token_k1/k2/k3, seq_sum_k1/k2/k3, seq_mean_k1/k2/k3 (seq_mean_k1:
+    geometric-mean rejection), seq_max_k2/k3; rejected tokens or responses leave the loss. null: none."""
+    rollout_rs_threshold: str | None = None
+    """One threshold per rule (or one for all), comma-separated: "lo_hi" for k1 rules (ratio bounds), an upper
+    bound for k2/k3 rules."""
+    bypass_mode: bool = False
+    """The loss compares directly with the behaviour policy (no recomputed proximal policy)."""
+    loss_type: Literal["ppo_clip", "reinforce"] = "ppo_clip"
+    """With bypass_mode: ppo_clip trains policy loss `ppo`, reinforce trains `bypass_mode` (REINFORCE x IS weights)."""
+
+
+@dataclass
 class AlgorithmConfig:
     """The RL algorithm. Unset functions come from the `algorithm_type` preset."""
 
@@ -106,3 +129,5 @@ class AlgorithmConfig:
     """Dynamic sampling: groups without contrast are not trained; explorers explore fresh tasks instead."""
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
     """Soft overlong penalty added to each response's reward by the explorer."""
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
+    """Rollout correction for stale or mismatched rollouts (veRL's keys; docs/configuration.md)."""

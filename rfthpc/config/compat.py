@@ -274,6 +274,9 @@ VERL_MAP: dict[str, str | VerlChoice | VerlFnArg | None] = {
        for prefix in ("reward_model.overlong_buffer", "reward_model.reward_kwargs.overlong_buffer_cfg",
                       "reward.reward_kwargs.overlong_buffer_cfg")
        for key in ("enable", "len", "penalty_factor", "log")},
+    **{f"algorithm.rollout_correction.{k}": f"algorithm.rollout_correction.{k}" for k in (
+        "rollout_is", "rollout_is_threshold", "rollout_is_batch_normalize", "rollout_rs", "rollout_rs_threshold",
+        "bypass_mode", "loss_type")},
 }
 
 _VALUE_TRANSLATIONS: dict[str, Callable[[Any, Mapping[str, Any]], Any]] = {

@@ -33,6 +33,11 @@ def _apply_preset(cfg: Config) -> None:
             f"algorithm.algorithm_type: unknown algorithm {alg.algorithm_type!r}; "
             f"known: {', '.join(sorted(ALGORITHM_PRESETS))}"
         )
+    if alg.rollout_correction.bypass_mode and alg.policy_loss_fn is None and alg.algorithm_type != "sft":
+        # veRL's bypass mode picks the loss by loss_type (an unknown one is reported by validation).
+        from rfthpc.algorithms.rollout_settings import BYPASS_LOSSES
+
+        alg.policy_loss_fn = BYPASS_LOSSES.get(alg.rollout_correction.loss_type)
     for name in PRESET_FIELDS:
         if getattr(alg, name) is None and name in preset:
             setattr(alg, name, preset[name])

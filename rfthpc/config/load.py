@@ -26,7 +26,8 @@ from rfthpc.errors import ConfigError
 
 
 class _Loader(yaml.SafeLoader):
-    """YAML 1.2-like scalars: `1e-6` is a float and `24:00:00` stays a string (Slurm time)."""
+    """YAML 1.2-like scalars: `1e-6` is a float and `24:00:00` stays a string (Slurm time); a float has
+    no `_` (veRL's threshold pair `0.5_5` stays that string, not YAML 1.1's 0.55)."""
 
 
 _Loader.yaml_implicit_resolvers = {
@@ -38,7 +39,7 @@ _Loader.add_implicit_resolver(
 )
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?(?:[eE][-+]?[0-9]+)?|\.[0-9_]+(?:[eE][-+]?[0-9]+)?"
+    re.compile(r"^(?:[-+]?(?:[0-9]+)(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?"
                r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
     list("-+0123456789."),
 )

@@ -12,12 +12,13 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
 from rfthpc.algorithms.presets import needs_greedy_baseline
+from rfthpc.algorithms.rollout_settings import RolloutCorrection
 from rfthpc.config.algorithm import AlgorithmConfig, OptimizerConfig
 from rfthpc.config.buffer import ExperienceBufferConfig, TasksetConfig
 from rfthpc.config.derive import Stage
@@ -82,6 +83,8 @@ class AlgorithmSettings:
     optimizer: OptimizerSettings
     loss_scale_factor: float | None = None
     """seq-mean-token-sum-norm's constant length (default model.max_response_tokens); None otherwise."""
+    rollout_correction: RolloutCorrection = field(default_factory=RolloutCorrection)
+    """`algorithm.rollout_correction`, parsed (off for SFT, which has no behaviour policy)."""
 
     @classmethod
     def of(cls, alg: AlgorithmConfig) -> AlgorithmSettings:
@@ -102,6 +105,8 @@ class AlgorithmSettings:
             loss_agg_mode=_required(alg.loss_agg_mode, "algorithm.loss_agg_mode"),
             optimizer=OptimizerSettings.of(alg.optimizer),
             loss_scale_factor=alg.loss_scale_factor,
+            rollout_correction=RolloutCorrection() if alg.algorithm_type == "sft"
+            else RolloutCorrection.of(alg.rollout_correction),
         )
 
 

@@ -81,6 +81,7 @@ def _check_functions(cfg: Config, problems: Problems) -> None:
             f"algorithm.loss_agg_mode: unknown mode {alg.loss_agg_mode!r}; known: {', '.join(algos.LOSS_AGG_MODES)}"
         )
     _check_loss_scale_factor(problems, alg.loss_agg_mode, alg.loss_scale_factor)
+    _check_rollout_correction(cfg, problems)
     inp = cfg.buffer.explorer_input
     if _advantage_needs(alg.advantage_fn).groups and alg.algorithm_type != "sft":
         # A lone response has nothing to be compared with: its advantage is 0 and only the KL term trains.
@@ -137,6 +138,44 @@ def _check_reward_shaping(cfg: Config, problems: Problems) -> None:
                 "algorithm.filter_groups drops groups whose responses all score the same, which needs several "
                 "per task: set repeat_times >= 2 (algorithm.repeat_times), or algorithm.filter_groups.enable: false"
             )
+
+
+def _check_rollout_correction(cfg: Config, problems: Problems) -> None:
+    """`algorithm.rollout_correction` parses and fits the policy loss (an sft stage ignores it: no
+    behaviour policy)."""
+    from rfthpc import algorithms as algos
+    from rfthpc.algorithms.rollout_settings import BYPASS_LOSSES, KEY, RolloutCorrection
+
+    alg = cfg.algorithm
+    if alg.algorithm_type == "sft":
+        return
+    try:
+        rc = RolloutCorrection.of(alg.rollout_correction)
+    except ConfigError as e:
+        problems.add(str(e))
+        return
+    loss = alg.policy_loss_fn
+    if rc.bypass_mode and loss != BYPASS_LOSSES[rc.loss_type]:
+        problems.add(
+            f"{KEY}.bypass_mode: with loss_type {rc.loss_type!r} veRL's bypass mode trains policy loss "
+            f"{BYPASS_LOSSES[rc.loss_type]!r}, but algorithm.policy_loss_fn is {loss!r}; set policy_loss_fn: "
+            f"{BYPASS_LOSSES[rc.loss_type]} (or remove it), or set bypass_mode: false"
+        )
+    if not rc.active or not loss:
+        return
+    if loss == "sft":
+        problems.add(f"{KEY}: importance weights and rejection compare the behaviour policy with the trained one, "
+                     "but policy loss 'sft' reads no behaviour log-probabilities; remove rollout_is / rollout_rs or "
+                     "choose an RL policy loss")
+        return
+    try:
+        needs = algos.POLICY_LOSS_FNS.needs(loss)
+    except ConfigError:
+        return  # an unknown loss is reported on its own
+    if rc.rollout_is is not None and needs.behaviour_log_prob:
+        problems.add(f"{KEY}.rollout_is: policy loss {loss!r} already weights each token by proximal / behaviour; "
+                     "rollout IS weights would correct twice: set rollout_is: null (rejection, rollout_rs, still "
+                     "applies)")
 
 
 def _advantage_needs(advantage_fn: str | None) -> Needs:

@@ -20,6 +20,7 @@ the critic's) stay applied, and their number is logged (`trainer/nan_updates_kep
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -367,7 +368,7 @@ class Trainer:
             both = sharded_forward(lambda mb: token_logprobs_and_sum_pi_squared(self.policy, mb), samples, self.env,
                                    planner)
             old, sum_pi_squared = [a[:, 0].copy() for a in both], [a[:, 1].copy() for a in both]
-        elif alg.recompute_old_logprob and len(minis) * epochs > 1:
+        elif (alg.recompute_old_logprob and len(minis) * epochs > 1) or alg.needs_start_policy:
             old = sharded_forward(lambda mb: token_logprobs(self.policy, mb)[0], samples, self.env, planner)
         if st.critic is not None:
             values = sharded_forward(lambda mb: token_values(st.critic.model, mb), samples, self.env, planner)
@@ -375,6 +376,14 @@ class Trainer:
                                               max_prompt_tokens=stage.max_prompt_tokens,
                                               max_response_tokens=stage.max_response_tokens,
                                               sum_pi_squared=sum_pi_squared)
+        actor_samples, actor_mask = samples, tensors.mask
+        if alg.needs_start_policy:
+            staleness_t = torch.tensor([pos.step - s.policy_version for s in samples])
+            tensors.rollout_is_weights, keep, corr_metrics = alg.correct_rollouts(tensors.old, tensors.behaviour,
+                                                                                 tensors.mask, staleness_t)
+            metrics.update(corr_metrics)
+            if keep is not None:
+                actor_samples, actor_mask = _rejected(samples, keep), keep
         k = pos.step_in_stage
         results: list[UpdateResult] = []
         batches = minis * epochs  # every epoch runs the same mini-batches in the same order
@@ -389,7 +398,7 @@ class Trainer:
             # warm-up steps do not use up the actor's learning-rate warm-up.
             lr = st.schedule(k - (stage.critic_warmup if st.critic is not None else 0))
             set_lr(st.actor.optimizer, lr)
-            if not self._updates(pos, st.actor, "actor", batches, samples, tensors.mask,
+            if not self._updates(pos, st.actor, "actor", batches, actor_samples, actor_mask,
                                  functools.partial(_actor_loss, alg, tensors), results):
                 return None
             metrics["actor/lr"] = lr
@@ -512,6 +521,14 @@ def _plan(samples: list[Sample], indices: list[int], *, world_size: int, token_b
                               micro_batch_size=micro_batch_size, share_prompts=share_prompts)
 
 
+def _rejected(samples: list[Sample], keep: torch.Tensor) -> list[Sample]:
+    """The samples with the tokens rollout rejection removed out of their loss masks: the actor's
+    micro-batches then carry the reduced masks, and the loss's denominators (and the weighting of
+    micro-batches, update.py) count only the tokens kept."""
+    kept = keep.numpy()
+    return [dataclasses.replace(s, loss_mask=s.loss_mask & kept[i, :len(s.loss_mask)]) for i, s in enumerate(samples)]
+
+
 def _actor_loss(alg: Algorithm, t: StepTensors, model: torch.nn.Module, mb, idx: list[int]):
     lp, entropy = token_logprobs(model, mb, with_entropy=True, entropy_grad=alg.entropy_needs_grad)
     if alg.is_sft:
@@ -525,7 +542,9 @@ def _actor_loss(alg: Algorithm, t: StepTensors, model: torch.nn.Module, mb, idx:
         # One update per step: the policy before it is the policy now.
         old = lp.detach()
     return alg.actor_loss(lp, entropy, mb.response_mask, old, t.rows("advantages", idx, width, dev),
-                          t.rewards[idx].to(dev), t.rows("ref", idx, width, dev))
+                          t.rewards[idx].to(dev), t.rows("ref", idx, width, dev),
+                          behaviour_log_prob=t.rows("behaviour", idx, width, dev),
+                          rollout_is_weights=t.rows("rollout_is_weights", idx, width, dev))
 
 
 def _critic_loss(alg: Algorithm, t: StepTensors, model: torch.nn.Module, mb, idx: list[int]):

@@ -11,19 +11,30 @@ clipped loss and veRL's other losses compare with the policy at the start of the
 recomputed, as veRL does); the off-policy losses (pg/vanilla, tis, topr, cispo, kimi15, opmd, m2po,
 rec) correct for the policy that generated the data ("behaviour", the log-probabilities the
 explorer stored).
+
+Rollout correction (`algorithm.rollout_correction`) is applied here, for every policy loss: its
+importance weights multiply the loss's per-token loss (`aggregation.token_weights`), unless the
+loss declares rollout_is_weights and applies them itself; rejection has removed tokens from the
+micro-batch's mask before (the trainer loop). The weights compare mu with the policy the loss
+compares with: the policy at the start of the step for a loss with a proximal `old_log_prob`
+(computed once per step, veRL's decoupled mode), the current policy for a loss that compares
+with mu directly (per micro-batch, veRL's bypass mode).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from rfthpc import algorithms as algos
+from rfthpc.algorithms import rollout_correction as rollout_fns
+from rfthpc.algorithms.aggregation import token_weights
 from rfthpc.algorithms.declare import Needs
+from rfthpc.algorithms.rollout_settings import RolloutCorrection
 from rfthpc.config.settings import AlgorithmSettings
 from rfthpc.errors import ConfigError
 
@@ -46,6 +57,10 @@ class Algorithm:
     entropy_coef: float = 0.0
     loss_scale_factor: float | None = None
     """The constant length L of seq-mean-token-sum-norm (None for the other modes)."""
+    rollout: RolloutCorrection = field(default_factory=RolloutCorrection)
+    """`algorithm.rollout_correction`."""
+    policy_needs: Needs = field(default_factory=Needs)
+    """What the policy loss declared it needs."""
 
     @property
     def is_sft(self) -> bool:
@@ -80,7 +95,28 @@ class Algorithm:
     @property
     def recompute_old_logprob(self) -> bool:
         """The loss's "old" log-probabilities are the current policy's before the update."""
-        return algos.POLICY_LOSS_FNS.needs(self.policy_loss_name).old_log_prob == "proximal"
+        return self.policy_needs.old_log_prob == "proximal" and not self.rollout.bypass_mode
+
+    @property
+    def compares_with_behaviour(self) -> bool:
+        """The loss's `old_log_prob` is the behaviour policy's (veRL's bypass mode, or declared so)."""
+        return not self.recompute_old_logprob
+
+    @property
+    def needs_start_policy(self) -> bool:
+        """Every step computes the policy's log-probabilities at its start, even with one update: for
+        rollout correction (weights, rejection, the rollout_corr/* metrics) and for losses that read
+        the behaviour policy next to the proximal one (decoupled PPO)."""
+        return not self.is_sft and (self.rollout.active or self.policy_needs.behaviour_log_prob
+                                    or self.policy_needs.rollout_is_weights)
+
+    def correct_rollouts(
+        self, start: torch.Tensor, behaviour: torch.Tensor, mask: torch.Tensor, staleness: torch.Tensor
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, dict[str, float]]:
+        """A step's rollout correction over the whole batch, from the policy at the step's start:
+        (IS weights for a loss comparing with that policy, else None; keep mask or None; metrics)."""
+        weights, keep, metrics = rollout_fns.step_correction(start, behaviour, mask, self.rollout, staleness)
+        return (None if self.compares_with_behaviour else weights), keep, metrics
 
     @classmethod
     def from_settings(cls, alg: AlgorithmSettings) -> Algorithm:
@@ -94,7 +130,8 @@ class Algorithm:
         policy = algos.POLICY_LOSS_FNS.bind(alg.policy_loss_fn, {**alg.policy_loss_fn_args, "loss_agg_mode": mode})
         entropy = algos.ENTROPY_LOSS_FNS.bind(alg.entropy_loss_fn,
                                               {**alg.entropy_loss_fn_args, "loss_agg_mode": mode})
-        out = cls(alg.algorithm_type, alg.policy_loss_fn, policy, entropy, mode)
+        out = cls(alg.algorithm_type, alg.policy_loss_fn, policy, entropy, mode,
+                  rollout=alg.rollout_correction, policy_needs=algos.POLICY_LOSS_FNS.needs(alg.policy_loss_fn))
         if mode == "seq-mean-token-sum-norm":
             if alg.loss_scale_factor is None:
                 raise ConfigError(
@@ -130,12 +167,39 @@ class Algorithm:
         advantages: torch.Tensor | None,
         rewards: torch.Tensor | None,
         ref_log_prob: torch.Tensor | None,
+        behaviour_log_prob: torch.Tensor | None = None,
+        rollout_is_weights: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
-        """The loss L above on one micro-batch (aggregated over its own tokens) and its metrics."""
-        inputs = algos.PolicyLossInputs(log_prob=log_prob, response_mask=mask, old_log_prob=old_log_prob,
-                                        advantages=advantages, rewards=rewards)
+        """The loss L above on one micro-batch (aggregated over its own tokens) and its metrics.
+
+        `rollout_is_weights`: the step's weights against the policy at its start (a loss with a
+        proximal old_log_prob); a loss comparing with the behaviour policy gets weights against the
+        current policy, computed here from `behaviour_log_prob`."""
+        needs = self.policy_needs
+        weights = rollout_is_weights
+        if self.rollout.rollout_is is not None and self.compares_with_behaviour and behaviour_log_prob is not None:
+            weights = rollout_fns.importance_weights(
+                rollout_fns.log_ratio(log_prob, behaviour_log_prob, mask), mask, self.rollout)
+        inputs = algos.PolicyLossInputs(
+            log_prob=log_prob, response_mask=mask, old_log_prob=old_log_prob, advantages=advantages, rewards=rewards,
+            behaviour_log_prob=behaviour_log_prob if needs.behaviour_log_prob or needs.rollout_is_weights else None,
+            rollout_is_weights=weights if needs.rollout_is_weights else None,
+        )
         with self.loss_scale():
-            loss, metrics = self.policy_loss(inputs)
+            # In bypass mode veRL applies the weights only in a loss that takes them (REINFORCE): PPO's
+            # ratio against mu already corrects for it.
+            if weights is None or needs.rollout_is_weights or self.rollout.bypass_mode:
+                loss, metrics = self.policy_loss(inputs)
+            else:
+                with token_weights(weights) as applied:
+                    loss, metrics = self.policy_loss(inputs)
+                if not applied.uses:
+                    raise ConfigError(
+                        f"algorithm.policy_loss_fn {self.policy_loss_name!r} does not aggregate its per-token loss with "
+                        "rfthpc.algorithms.aggregate_loss, so the rollout IS weights cannot multiply it; declare it "
+                        "with rollout_is_weights=True and apply inputs.rollout_is_weights, or set "
+                        "algorithm.rollout_correction.rollout_is: null"
+                    )
             bonus, entropy_metrics = self.entropy_bonus(entropy, mask)
             loss = loss + bonus.to(loss.dtype)
             metrics.update(entropy_metrics)

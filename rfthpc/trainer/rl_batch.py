@@ -35,6 +35,8 @@ class StepTensors:
     values: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
     returns: torch.Tensor | None = None
+    rollout_is_weights: torch.Tensor | None = None
+    """Rollout-correction importance weights against the policy at the step's start (Algorithm.correct_rollouts)."""
 
     def rows(self, name: str, indices: list[int], width: int, device: torch.device) -> torch.Tensor | None:
         """Rows `indices` of tensor `name`, first `width` tokens, on `device` (None if absent)."""
