@@ -5,14 +5,17 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from rfthpc import weights
-from rfthpc.algorithms.presets import ALGORITHM_PRESETS
+from rfthpc.algorithms.presets import ALGORITHM_PRESETS, needs_greedy_baseline
 from rfthpc.monitor import read_metrics
-from tests.trainer.conftest import make_run, rl_config, run_trainer_inprocess, write_groups
+from rfthpc.store import ChunkWriter
+from rfthpc.store.schema import BASELINE_REWARD
+from tests.trainer.conftest import make_run, random_group, rl_config, run_trainer_inprocess
 
 RL_PRESETS = sorted(set(ALGORITHM_PRESETS) - {"sft"})
 
@@ -25,7 +28,17 @@ def test_each_preset_runs_two_trainer_steps(tmp_path: Path, tiny_model: Path, al
                                    "algorithm.repeat_times": 4, "buffer.total_steps": 2,
                                    "trainer.ppo_mini_batch_size": 1, "trainer.save_hf_checkpoint": "never"})
     run = make_run(tmp_path / "run", cfg)
-    write_groups(run, 4)
+    rng = np.random.default_rng(0)
+    groups = [random_group(rng, f"t{i}", 4, 384) for i in range(4)]
+    for g in groups:
+        # Groups as the preset's explorers commit them: with contrast (dynamic sampling keeps no other),
+        # and with the greedy response's reward where the advantage needs it (remax).
+        g.experiences[0].reward, g.experiences[1].reward = 1.0, 0.0
+        if needs_greedy_baseline(ALGORITHM_PRESETS[algorithm_type]["advantage_fn"]):
+            g.info[BASELINE_REWARD] = 0.5
+    with ChunkWriter(run.root, "ex", 0, groups_per_chunk=2, max_chunk_delay_s=3600) as w:
+        for g in groups:
+            w.add(g)
     assert run_trainer_inprocess(run) == 0
     records = {r["step"]: r for r in read_metrics(run.monitor / "trainer.jsonl")}
     assert sorted(records) == [1, 2]
