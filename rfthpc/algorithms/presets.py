@@ -115,6 +115,9 @@ ALGORITHM_PRESETS: dict[str, dict[str, Any]] = {
         policy_loss_fn_args={"clip_range_low": 1.0, "clip_range_high": 0.28, "use_unified_mask": True},
     ),
     "tis": _preset(advantage_fn="grpo", policy_loss_fn="tis", repeat_times=2),
+    # AReaL's decoupled PPO (arXiv:2505.24298): clip against the policy at the start of the step,
+    # weight by proximal / behaviour, for stale rollouts.
+    "decoupled_ppo": _preset(advantage_fn="grpo", policy_loss_fn="decoupled_ppo", repeat_times=2),
     "kimi15": _preset(advantage_fn="opmd", policy_loss_fn="kimi15", repeat_times=2),
     "sft": _preset(
         advantage_fn=None,

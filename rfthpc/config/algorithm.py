@@ -90,18 +90,23 @@ class AlgorithmConfig:
     """The RL algorithm. Unset functions come from the `algorithm_type` preset."""
 
     algorithm_type: str = "ppo"
-    """Preset that fills unset functions: ppo, grpo, opmd, reinforceplusplus, rloo, sft, tis, topr,
-    cispo, kimi15, ..."""
+    """Preset that fills unset functions: ppo, grpo, dr_grpo, dapo, gspo, gmpo, sapo, lite_ppo, rloo,
+    remax, reinforceplusplus, reinforce_plus_plus_baseline, opmd, cispo, tis, topr, kimi15,
+    decoupled_ppo, sft."""
     repeat_times: Optional[int] = None
     """Responses sampled per task (GRPO group size; veRL's `actor_rollout_ref.rollout.n`); defaults to the preset's."""
     sample_strategy: Literal["default"] = "default"
     """How the trainer samples experience: in commit order from the store."""
     advantage_fn: Optional[str] = None
-    """Advantage estimator (grpo, ppo, reinforceplusplus, rloo, opmd) or `module:function`."""
+    """Advantage estimator (grpo, rloo, opmd, opo, gpg, grpo_passk, gdpo, lite_ppo, remax, reinforce,
+    reinforceplusplus, reinforce_plus_plus_baseline, optimal_token_baseline, ppo/gae; docs/configuration.md)
+    or `module:function`."""
     advantage_fn_args: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the advantage function (e.g. gamma, lam, std_normalize)."""
     policy_loss_fn: Optional[str] = None
-    """Policy loss (ppo, pg, sft, vanilla, tis, topr, cispo, kimi15) or `module:function`."""
+    """Policy loss (ppo, pg/vanilla/gpg, gspo, geo_mean/gmpo, sapo, clip_cov, kl_cov, dppo_tv, dppo_kl, dro,
+    cispo, tis, topr, kimi15, opmd, rec, m2po, decoupled_ppo, bypass_mode, sft; docs/configuration.md) or
+    `module:function`."""
     policy_loss_fn_args: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the policy loss (e.g. clip_range, clip_ratio_c)."""
     kl_penalty_fn: Optional[str] = None

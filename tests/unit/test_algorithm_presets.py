@@ -82,6 +82,7 @@ def test_flags_after_user_overrides():
               "loss_agg_mode": "seq-mean-token-mean"}),
     ("sapo", {"policy_loss_fn": "sapo", "policy_loss_fn_args": {"tau_pos": 1.0, "tau_neg": 1.05},
               "loss_agg_mode": "seq-mean-token-mean"}),
+    ("decoupled_ppo", {"advantage_fn": "grpo", "policy_loss_fn": "decoupled_ppo"}),
     ("reinforce_plus_plus_baseline", {"advantage_fn": "reinforce_plus_plus_baseline", "repeat_times": 4,
                                       "kl_loss_fn": "k2", "kl_loss_fn_args": {"kl_coef": 0.001}}),
 ])
