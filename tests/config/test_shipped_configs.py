@@ -9,7 +9,8 @@ import pytest
 from rfthpc.config import load_config
 from tests.config.conftest import CONFIGS
 
-SHIPPED = ["grpo.yaml", "async/explorer.yaml", "async/trainer.yaml", "async/explorer_new.yaml", "tiny-cpu.yaml"]
+SHIPPED = ["grpo.yaml", "async/explorer.yaml", "async/trainer.yaml", "async/explorer_new.yaml", "tiny-cpu.yaml",
+           "examples/verl-gspo.yaml", "examples/trinity-sapo.yaml"]
 
 
 def test_the_list_covers_every_shipped_config() -> None:

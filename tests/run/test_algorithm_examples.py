@@ -1,0 +1,57 @@
+"""The shipped algorithm examples run as written: a veRL config (GSPO, Dr. GRPO's aggregation,
+rollout correction) and a Trinity-RFT config (SAPO), explorer and trainer, on the demo's tiny model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rfthpc.config import load_config
+from rfthpc.rundir import RunDir
+from tests.run.conftest import ROOT, env_for, finish, rfthpc
+
+EXAMPLES = ROOT / "configs" / "examples"
+
+
+def _short(example: Path, out: Path, steps: int) -> Path:
+    """The example with a short budget and the transformers engine; its algorithm untouched."""
+    raw = yaml.safe_load(example.read_text())
+    raw["buffer"].update(total_steps=steps, batch_size=4)
+    raw["algorithm"]["repeat_times"] = 4
+    raw["explorer"]["rollout_model"]["engine_type"] = "transformers"
+    raw["explorer"]["runner_per_model"] = 4
+    raw["monitor"] = {"monitor_type": []}
+    raw["filesystem"] = {"poll_interval_s": 0.2}
+    out.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return out
+
+
+def test_the_verl_example_is_read_as_gspo_with_rollout_correction(monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Path) -> None:
+    for d in ("model", "gsm8k"):
+        (tmp_path / d).mkdir()
+    monkeypatch.setenv("RFTHPC_DEMO_DIR", str(tmp_path))
+    alg = load_config(EXAMPLES / "verl-gspo.yaml").config.algorithm
+    assert (alg.advantage_fn, alg.policy_loss_fn, alg.loss_agg_mode) == ("grpo", "gspo", "seq-mean-token-sum-norm")
+    assert alg.policy_loss_fn_args == {"clip_range_low": 0.0003, "clip_range_high": 0.0004}
+    assert alg.loss_scale_factor == 16 and alg.kl_loss_fn == "none"
+    assert (alg.rollout_correction.rollout_is, float(alg.rollout_correction.rollout_is_threshold)) == ("token", 2.0)
+
+
+@pytest.mark.parametrize(("example", "signature"), [
+    ("verl-gspo.yaml", "rollout_corr/rollout_is_mean"),
+    ("trinity-sapo.yaml", "actor/sapo_gate_mean"),
+])
+def test_each_example_trains(example: str, signature: str, demo_dir: Path, tmp_path: Path) -> None:
+    steps = 3
+    config = _short(EXAMPLES / example, tmp_path / example, steps)
+    code, out, err = finish(rfthpc("run", "--config", str(config), env=env_for(demo_dir, tmp_path / "ckpt")), 600)
+    assert code == 0, f"exit {code}\n{out[-2000:]}\n{err[-3000:]}"
+    raw = yaml.safe_load(config.read_text())
+    run = RunDir(tmp_path / "ckpt" / raw["project"] / raw["name"])
+    records = [json.loads(line) for line in (run.monitor / "trainer.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == list(range(1, steps + 1))
+    assert all(signature in r for r in records)
