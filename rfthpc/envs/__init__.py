@@ -1,0 +1,1 @@
+"""Text environments for multi-turn (agentic) workflows: gymnasium's shape, text in and out."""
