@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 
 from rfthpc import algorithms
+from rfthpc.envs.registry import ENVS
 from rfthpc.errors import ConfigError
 from rfthpc.registry import Registry, accepted_keywords
 from rfthpc.rewards.registry import REWARDS
 from rfthpc.workflows.registry import WORKFLOWS
 
 SHIPPED = [algorithms.ADVANTAGE_FNS, algorithms.POLICY_LOSS_FNS, algorithms.KL_FNS, algorithms.ENTROPY_LOSS_FNS,
-           WORKFLOWS, REWARDS]
+           WORKFLOWS, REWARDS, ENVS]
 
 
 @pytest.mark.parametrize("registry", SHIPPED, ids=lambda r: r.kind)
