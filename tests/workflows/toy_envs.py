@@ -49,3 +49,27 @@ class LineWalk:
 
     def close(self) -> None:
         self.closed = True
+
+
+class Chatter:
+    """`turns` turns of small talk rewarded by the reply's length (a reward random replies vary on):
+    each step gives len(reply) / 100; replies of fewer than `min_chars` characters are invalid."""
+
+    def __init__(self, *, turns: int = 3, min_chars: int = 3) -> None:
+        self.turns = turns
+        self.min_chars = min_chars
+
+    def reset(self, seed: int | None = None, options: Mapping[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        self.steps = 0
+        return f"Talk to me ({seed}).", {}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        self.steps += 1
+        done = self.steps >= self.turns
+        info: dict[str, Any] = {"invalid_action": len(action) < self.min_chars}
+        if done:
+            info["success"] = len(action) >= 10
+        return f"You said {len(action)} characters. Go on.", len(action) / 100, done, False, info
+
+    def close(self) -> None:
+        pass
