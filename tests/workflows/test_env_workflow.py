@@ -4,6 +4,7 @@ lockstep turns, each limit, invalid actions, rewards, seeds and config checks.""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Any
 
@@ -223,3 +224,14 @@ def test_good_workflow_args_need_no_reward_function() -> None:
             "max_context_tokens": 256, "format_penalty": 0.1, "reward_type": "success", "turn_rewards": True,
             "system_prompt": "Walk."}
     assert declared.problems("env_workflow", args, None, False) == []
+
+
+def test_a_built_in_environment_plays_through_the_workflow(tokenizer) -> None:
+    """frozen_lake by name, its map from env_args: an invalid reply costs a turn, then two moves win."""
+    replies = iter(["I will fly", "<action>Right</action>", "<action>Down</action>"])
+    engine = ScriptedEngine(tokenizer, lambda ctx: next(replies))
+    task = dataclasses.replace(env_task(index=0, max_tokens=64), workflow_args={
+        "env": "frozen_lake", "env_args": {"desc": ["SF", "HG"]}, "format_penalty": 0.1})
+    (exp,) = run_workflow(task, context(engine, tokenizer)).experiences
+    assert exp.info["turns"] == 3 and exp.info["success"] is True and exp.info["invalid_actions"] == 1
+    assert exp.reward == pytest.approx(1.0 - 0.1)
