@@ -57,6 +57,7 @@ class Recorder:
 
     def __init__(self, engine: Any) -> None:
         self.engine = engine
+        self.max_model_len = engine.max_model_len
         self.calls: list[list[Any]] = []
         self.tokens = 0
 

@@ -18,7 +18,8 @@ class FormatConfig:
     prompt_key: str = "prompt"
     """Column holding the question / prompt (prompt_type plaintext)."""
     response_key: str = "response"
-    """Column holding the reference answer (ground truth, or the SFT target)."""
+    """Column holding the reference answer (ground truth, or the SFT target); "" for a taskset without one
+    (e.g. environment tasks, whose environment scores the episodes)."""
     messages_key: str = "messages"
     """Column holding a chat when `prompt_type` is messages (tasksets: it must not end with an assistant turn)."""
     system_prompt: Optional[str] = None

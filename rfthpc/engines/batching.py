@@ -61,6 +61,11 @@ class BatchedClient:
         self._batcher = batcher
         self.engine = engine
 
+    @property
+    def max_model_len(self) -> int | None:
+        """The served engine's context length."""
+        return self._batcher.engines[self.engine].max_model_len
+
     def generate(
         self, prompts_token_ids: Sequence[Sequence[int]], n: int, params: SamplingArgs
     ) -> list[list[Completion]]:

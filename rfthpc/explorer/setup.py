@@ -88,7 +88,7 @@ def load(ts: TasksetConfig, is_eval: bool) -> Taskset:
         split=ts.split,
         prompt_type=f.prompt_type,
         prompt_key=f.prompt_key,
-        response_key=f.response_key,
+        response_key=f.response_key or None,
         messages_key=f.messages_key,
         system_prompt=f.system_prompt,
         system_prompt_key=f.system_prompt_key or None,

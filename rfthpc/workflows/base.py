@@ -93,6 +93,8 @@ class RolloutEngine(Protocol):
 
     tokenizer: Any
     """The served model's Hugging Face tokenizer (prompts are built with its chat template)."""
+    max_model_len: int | None
+    """Most prompt + response tokens a request may hold (None: no limit the workflow must respect)."""
 
     def generate(
         self, prompts_token_ids: Sequence[Sequence[int]], n: int, params: SamplingArgs
@@ -119,6 +121,11 @@ class AuxiliaryModel:
     def tokenizer(self) -> Any:
         """The auxiliary model's tokenizer."""
         return self.prompts.tokenizer
+
+    @property
+    def max_model_len(self) -> int | None:
+        """The auxiliary engine's context length."""
+        return self.engine.max_model_len
 
     def _capped(self, params: SamplingArgs) -> SamplingArgs:
         if self.max_response_tokens is None or params.max_tokens <= self.max_response_tokens:

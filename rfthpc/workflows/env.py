@@ -17,7 +17,8 @@ workflow_args (see `EnvWorkflowArgs`; docs/agents.md):
     system_prompt        the system prompt (the taskset's format.system_prompt wins)
     max_turns            policy turns per episode (10)
     max_tokens_per_turn  tokens per reply (default: rollout_args.max_tokens)
-    max_context_tokens   prompt + response tokens of an episode (default: no limit of its own)
+    max_context_tokens   prompt + response tokens of an episode (default, and at most: the engine's
+                         max_model_len, so an episode that outgrows the context ends as truncated)
     format_penalty       subtracted from the reward per invalid action (0)
     reward_type          `sum` of step rewards, or `success` (1/0)
     turn_rewards         also give each turn's reward on its last token (token-level rewards)
@@ -124,11 +125,17 @@ def _generate(engine: RolloutEngine, contexts: Sequence[list[int]], params: Samp
     return [group[0] for group in engine.generate(contexts, 1, params)]
 
 
+def _context_limit(args: EnvWorkflowArgs, engine_limit: int | None) -> int | None:
+    """The episode's token limit: `max_context_tokens`, never beyond what the engine holds."""
+    limits = [n for n in (args.max_context_tokens, engine_limit) if n is not None]
+    return min(limits) if limits else None
+
+
 def _play_turn(episodes: list[Episode], envs: list[TextEnv], completions: list[Completion],
-               turns: ChatTurns, args: EnvWorkflowArgs) -> None:
-    """Book each running episode's reply, step its environment, end it or append the next observation."""
+               turns: ChatTurns, args: EnvWorkflowArgs, limit: int | None) -> None:
+    """Book each running episode's reply, step its environment, end it or append the next observation
+    (`limit`: the episode's token limit)."""
     for ep, env, c in zip(episodes, envs, completions, strict=True):
-        limit = args.max_context_tokens
         room = None if limit is None else limit - len(ep.prompt) - len(ep.response)
         if room is not None and len(c.token_ids) > room:
             # The reply does not fit: keep what fits (still exactly what was sampled); the cut action is not played.
@@ -161,6 +168,7 @@ def env_workflow(task: Task, ctx: WorkflowContext) -> WorkflowResult:
     params = task.rollout_args
     if args.max_tokens_per_turn is not None:
         params = dataclasses.replace(params, max_tokens=args.max_tokens_per_turn)
+    limit = _context_limit(args, ctx.engine.max_model_len)
     envs: list[TextEnv] = []
     truncated_prompt = False
     try:
@@ -175,7 +183,7 @@ def env_workflow(task: Task, ctx: WorkflowContext) -> WorkflowResult:
             episodes.append(Episode(prompt.token_ids))
         while running := [i for i, ep in enumerate(episodes) if not ep.done]:
             completions = _generate(ctx.engine, [episodes[i].context for i in running], params)
-            _play_turn([episodes[i] for i in running], [envs[i] for i in running], completions, turns, args)
+            _play_turn([episodes[i] for i in running], [envs[i] for i in running], completions, turns, args, limit)
     finally:
         for env in envs:
             env.close()

@@ -37,8 +37,9 @@ class ScriptedEngine:
 
     LOGPROB = -0.25
 
-    def __init__(self, tokenizer: Any, script: Callable[[list[int]], str]) -> None:
+    def __init__(self, tokenizer: Any, script: Callable[[list[int]], str], max_model_len: int | None = None) -> None:
         self.tokenizer = tokenizer
+        self.max_model_len = max_model_len
         self.script = script
         self.calls: list[tuple[list[list[int]], int, SamplingArgs]] = []
 

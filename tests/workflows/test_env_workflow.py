@@ -235,3 +235,13 @@ def test_a_built_in_environment_plays_through_the_workflow(tokenizer) -> None:
     (exp,) = run_workflow(task, context(engine, tokenizer)).experiences
     assert exp.info["turns"] == 3 and exp.info["success"] is True and exp.info["invalid_actions"] == 1
     assert exp.reward == pytest.approx(1.0 - 0.1)
+
+
+def test_an_episode_ends_within_the_engines_context(tokenizer) -> None:
+    """No max_context_tokens: the engine's max_model_len bounds the episode, which ends as truncated
+    instead of sending the engine a context it refuses."""
+    engine = ScriptedEngine(tokenizer, lambda ctx: "stay", max_model_len=300)
+    (exp,) = run_workflow(env_task(index=0, max_turns=50), context(engine, tokenizer)).experiences
+    assert exp.info["truncated_by"] == "max_context_tokens" and exp.info["truncated"]
+    assert len(exp.prompt_token_ids) + len(exp.response_token_ids) <= 300
+    assert all(len(prompts[0]) < 300 for prompts, _, _ in engine.calls)

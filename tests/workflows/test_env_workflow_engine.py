@@ -50,6 +50,7 @@ class Recording:
     def __init__(self, engine) -> None:
         self.engine = engine
         self.tokenizer = engine.tokenizer
+        self.max_model_len = engine.max_model_len
         self.replies: list[tuple[list[int], list[float]]] = []
 
     def generate(self, prompts, n, params):
