@@ -18,7 +18,8 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(900)]
 
 def _frozen_lake_taskset(path: Path, n: int) -> Path:
     """n tasks, each a 3x3 FrozenLake map by seed (the prompt column names the task; the workflow
-    plays the environment)."""
+    plays the environment). Episodes of two steps: the environment ends each and says whether it
+    succeeded."""
     path.mkdir(parents=True)
     rows = [{"prompt": f"frozen lake {seed}", "env_args": {"seed": seed}} for seed in range(n)]
     (path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -33,7 +34,8 @@ def test_submit_explores_an_environment_taskset(slurm_cluster: None, demo_data: 
         "total_steps": steps, "batch_size": batch,
         "explorer_input": {
             "taskset": {"name": "lake", "path": str(data), "split": "train", "format": {"prompt_key": "prompt", "response_key": ""},
-                        "workflow_args": {"env": "frozen_lake", "env_args": {"size": 3}, "max_turns": 3}},
+                        "workflow_args": {"env": "frozen_lake", "env_args": {"size": 3, "max_steps": 2},
+                                          "max_turns": 3, "max_tokens_per_turn": 8}},
             "default_workflow_type": "env_workflow",
         },
     }, model={"max_prompt_tokens": 160, "max_response_tokens": 400})
