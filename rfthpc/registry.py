@@ -11,7 +11,8 @@ built-in's parameters from its module's source.
 
 Tunable arguments of a registered function are its keyword-only parameters (after `*`): they are
 what `<key>_args` in the config may set, and `Registry.check` and `bind` check their names before
-a run starts.
+a run starts. A registry may hold classes instead (the environments): their arguments are the
+keyword-only parameters of their `__init__`, which a built-in class must define itself.
 """
 
 from __future__ import annotations
@@ -83,22 +84,36 @@ def accepted_keywords(fn: Callable[..., Any]) -> frozenset[str] | None:
 
 
 @functools.cache
-def _module_functions(module: str) -> dict[str, ast.FunctionDef]:
-    """The top-level function definitions of `module`, parsed from its source, which is not run."""
+def _module_definitions(module: str) -> dict[str, ast.FunctionDef | ast.ClassDef]:
+    """The top-level function and class definitions of `module`, parsed from its source, which is not run."""
     spec = importlib.util.find_spec(module)
     source = spec.loader.get_source(module) if spec is not None and spec.loader is not None else None
     if source is None:
         raise LookupError(f"no Python source for module {module!r}")
-    return {node.name: node for node in ast.parse(source).body if isinstance(node, ast.FunctionDef)}
+    return {node.name: node for node in ast.parse(source).body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+
+
+def _signature_node(target: str) -> ast.FunctionDef:
+    """The definition whose parameters `target` takes: a function's own, or a class's `__init__`."""
+    module, _, name = target.partition(":")
+    node = _module_definitions(module).get(name)
+    if node is None:
+        raise LookupError(f"module {module!r} has no top-level `def {name}` or `class {name}` "
+                          f"(named by the built-in {target!r})")
+    if isinstance(node, ast.FunctionDef):
+        return node
+    init = next((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+    if init is None:
+        # An inherited __init__ lies in another module, so the source of this one cannot tell.
+        raise LookupError(f"class {name!r} of module {module!r} defines no `__init__` of its own "
+                          f"(named by the built-in {target!r}); a built-in class must")
+    return init
 
 
 def source_keywords(target: str) -> frozenset[str] | None:
-    """`accepted_keywords` of the function `target` = "module:function", read from the module's
-    source without importing the module (and what it imports)."""
-    module, _, name = target.partition(":")
-    node = _module_functions(module).get(name)
-    if node is None:
-        raise LookupError(f"module {module!r} has no top-level `def {name}` (named by the built-in {target!r})")
+    """`accepted_keywords` of the function or class `target` = "module:name" (a class: its `__init__`),
+    read from the module's source without importing the module (and what it imports)."""
+    node = _signature_node(target)
     if node.args.kwarg is not None:
         return None
     return frozenset(arg.arg for arg in node.args.kwonlyargs)
@@ -120,12 +135,15 @@ class Registry(Generic[F]):
     """Functions of one kind, selectable by a built-in name or by `module:function`."""
 
     def __init__(self, kind: str, config_key: str,
-                 builtins: Mapping[str, str] | Callable[[], Mapping[str, str]]) -> None:
+                 builtins: Mapping[str, str] | Callable[[], Mapping[str, str]],
+                 user_code: str = "your own function as 'module:function'") -> None:
         """`kind` names the functions in messages ("advantage function"), `config_key` the config key
         that selects one; `builtins` maps each built-in name (aliases too) to "module:function", or is
-        a function returning that map (called once, when the registry is first used)."""
+        a function returning that map (called once, when the registry is first used); `user_code` says
+        in messages how a user names their own (a registry of classes: "your own class as 'module:Class'")."""
         self.kind = kind
         self.config_key = config_key
+        self.user_code = user_code
         self._source = builtins
         self._table: dict[str, str] | None = None
 
@@ -149,7 +167,7 @@ class Registry(Generic[F]):
             return load_user_function(name, self.config_key)  # type: ignore[return-value]
         raise ConfigError(
             f"{self.config_key}: unknown {self.kind} {name!r}; known: {', '.join(self.names())} "
-            "(or your own function as 'module:function')."
+            f"(or {self.user_code})."
         )
 
     def check(self, name: str, args: Mapping[str, Any] | None = None) -> None:

@@ -226,6 +226,9 @@ def reinforce_plus_plus(inputs: AdvantageInputs, *, gamma: float = 1.0) -> tuple
                                       past EOS or a tool's output between turns, neither add nor break it)
         A   = whiten_{mask}(G) * mask
     Returns (A, G * mask). A batch with a single response token whitens to 0 (veRL raises).
+    As veRL 0.9.1; Trinity-RFT discounts at masked positions too (a tool's output counts as time),
+    which differs from this with gamma < 1 and holes in the mask: here only the policy's tokens are
+    steps.
     """
     rewards = _token_rewards(inputs)
     mask = inputs.response_mask.to(rewards.dtype)

@@ -112,7 +112,8 @@ ALGORITHM_PRESETS: dict[str, dict[str, Any]] = {
         advantage_fn="grpo",
         policy_loss_fn="cispo",
         repeat_times=2,
-        policy_loss_fn_args={"clip_range_low": 1.0, "clip_range_high": 0.28, "use_unified_mask": True},
+        # Trinity-RFT's cispo loss defaults (its preset passes none): no mask, only the weight clipped.
+        policy_loss_fn_args={"clip_range_low": 1.0, "clip_range_high": 0.28},
     ),
     "tis": _preset(advantage_fn="grpo", policy_loss_fn="tis", repeat_times=2),
     # AReaL's decoupled PPO (arXiv:2505.24298): clip against the policy at the start of the step,

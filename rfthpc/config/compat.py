@@ -55,6 +55,45 @@ def unsupported_reason(path: str) -> str | None:
     return UNSUPPORTED_KEYS.get(generic)
 
 
+ROLL_PG_VARIANTS = ("vanilla", "tis", "topr", "cispo", "kimi15", "ppo")
+"""ROLL's `pg_variant` values; each is the rfthpc policy loss of the same name (ROLL's `vanilla` is the
+plain policy gradient, as rfthpc's)."""
+
+
+def apply_roll_keys(raw: dict[str, Any], source: str) -> None:
+    """Read ROLL's top-level keys rfthpc understands into its own (in place):
+
+    - `async_generation_ratio: N` (ROLL: generation runs N batches ahead of training; 0 is
+      synchronous) is `synchronizer.sync_interval: 1, sync_offset: N`; a synchronizer section that
+      says otherwise is an error, since the two would disagree on the staleness bound;
+    - `pg_variant: name` is `algorithm.policy_loss_fn: name` (an explicit policy_loss_fn wins).
+    """
+    if "async_generation_ratio" in raw:
+        ratio = raw.pop("async_generation_ratio")
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or ratio < 0 or ratio != int(ratio):
+            raise ConfigError(f"{source}: async_generation_ratio: {ratio!r}; use a whole number >= 0 (ROLL: batches "
+                              "generated ahead of training; rfthpc's synchronizer.sync_offset)")
+        sync = raw.setdefault("synchronizer", {})
+        if not isinstance(sync, dict):
+            raise ConfigError(f"{source}: synchronizer must be a mapping")
+        wanted = {"sync_interval": 1, "sync_offset": int(ratio)}
+        clash = {k: sync[k] for k, v in wanted.items() if sync.get(k) is not None and sync[k] != v}
+        if clash:
+            given = ", ".join(f"synchronizer.{k}: {v}" for k, v in clash.items())
+            raise ConfigError(f"{source}: async_generation_ratio: {int(ratio)} means synchronizer.sync_interval: 1 "
+                              f"and sync_offset: {int(ratio)}, but the config sets {given}; keep one of the two")
+        sync.update(wanted)
+    if "pg_variant" in raw:
+        variant = raw.pop("pg_variant")
+        if variant not in ROLL_PG_VARIANTS:
+            raise ConfigError(f"{source}: pg_variant: {variant!r}; ROLL's variants rfthpc has: "
+                              f"{', '.join(ROLL_PG_VARIANTS)} (or set algorithm.policy_loss_fn)")
+        alg = raw.setdefault("algorithm", {})
+        if not isinstance(alg, dict):
+            raise ConfigError(f"{source}: algorithm must be a mapping")
+        alg.setdefault("policy_loss_fn", variant)
+
+
 def value_notes(raw: dict[str, Any]) -> list[str]:
     """Notes for values rfthpc accepts but reads differently from Trinity-RFT."""
     notes = []

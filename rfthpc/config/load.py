@@ -93,6 +93,7 @@ def config_from_dict(raw: dict[str, Any], source: str) -> Config:
         except ConfigError as e:
             raise ConfigError(f"{source}: trainer.trainer_config_path: {e}") from None
         trainer["trainer_config"] = deep_merge(from_file, trainer.get("trainer_config") or {})
+    compat.apply_roll_keys(raw, source)
     compat.apply_verl_trainer_config(raw, source)
     problems = Problems(source)
     cfg = build(Config, raw, "", problems)

@@ -43,18 +43,23 @@ def _last_boxed(text: str) -> str | None:
     return None
 
 
-def extract_answer(response: str) -> str | None:
-    """The final answer of a response: the number opening the line after the last `####` (else that
-    line), else the last `\\boxed{}`, else the last number."""
+def marked_answer(response: str) -> str | None:
+    """The answer a response marks as final: the number opening the line after the last `####` (else
+    that line), else the last `\\boxed{}`; None if it marks none (a tool environment then goes on)."""
     if ANSWER_MARK in response:
         line = response.rsplit(ANSWER_MARK, 1)[1].strip().split("\n", 1)[0].strip()
         leading = _LEADING_NUMBER.match(line)
         if leading:
             return ("-" if leading.group(1) else "") + leading.group(2).replace(" ", "")
         return line or None
-    boxed = _last_boxed(response)
-    if boxed:
-        return boxed
+    return _last_boxed(response) or None
+
+
+def extract_answer(response: str) -> str | None:
+    """The final answer of a response: `marked_answer`, else (no `####` in it) its last number."""
+    marked = marked_answer(response)
+    if marked is not None or ANSWER_MARK in response:
+        return marked
     numbers = _NUMBER.findall(response)
     return numbers[-1] if numbers else None
 

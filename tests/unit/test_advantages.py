@@ -156,6 +156,15 @@ def test_reinforce_plus_plus_from_sequence_rewards():
     close(returns.tolist(), [[0.25, 0.5, 1.0], [1.0, 2.0, 0.0]])
 
 
+def test_reinforce_plus_plus_does_not_discount_across_a_hole():
+    """A tool's output between turns (mask 0) is not a step of the policy: the return crosses it
+    undiscounted (veRL 0.9.1; Trinity-RFT would give 0.125 at t=0, discounting at t=1 too)."""
+    mask = torch.tensor([[1, 0, 1, 1]])
+    inputs = AdvantageInputs(rewards=torch.tensor([1.0]), response_mask=mask)
+    _, returns = ADVANTAGE_FNS.get("reinforce++")(inputs, gamma=0.5)
+    close(returns.tolist(), [[0.25, 0.0, 0.5, 1.0]])
+
+
 def test_ppo_gae():
     inputs = AdvantageInputs(
         rewards=torch.tensor([1.0]), response_mask=torch.ones(1, 3), values=torch.tensor([[0.5, 0.6, 0.7]])

@@ -61,7 +61,6 @@ def test_cispo_preset_uses_trinity_clip_arguments():
     assert ALGORITHM_PRESETS["cispo"]["policy_loss_fn_args"] == {
         "clip_range_low": 1.0,
         "clip_range_high": 0.28,
-        "use_unified_mask": True,
     }
 
 

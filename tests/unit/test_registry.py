@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 
 from rfthpc import algorithms
+from rfthpc.envs.registry import ENVS
 from rfthpc.errors import ConfigError
 from rfthpc.registry import Registry, accepted_keywords
 from rfthpc.rewards.registry import REWARDS
 from rfthpc.workflows.registry import WORKFLOWS
 
 SHIPPED = [algorithms.ADVANTAGE_FNS, algorithms.POLICY_LOSS_FNS, algorithms.KL_FNS, algorithms.ENTROPY_LOSS_FNS,
-           WORKFLOWS, REWARDS]
+           WORKFLOWS, REWARDS, ENVS]
 
 
 @pytest.mark.parametrize("registry", SHIPPED, ids=lambda r: r.kind)
@@ -73,5 +74,32 @@ def test_user_functions_are_imported_and_checked(parts: Registry, tmp_path: Path
 
 
 def test_a_table_entry_without_its_function_is_a_bug_named_by_target(parts: Registry) -> None:
-    with pytest.raises(LookupError, match=r"no top-level `def missing` \(named by the built-in 'heavy_parts:missing'"):
+    with pytest.raises(LookupError, match=r"no top-level `def missing` or `class missing` "
+                                          r"\(named by the built-in 'heavy_parts:missing'"):
         parts.check("broken")
+
+
+def test_builtin_classes_are_checked_from_their_init_without_importing(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "heavy_games.py").write_text(
+        'raise RuntimeError("heavy_games was imported")\n\n\n'
+        "class Maze:\n    def __init__(self, *, size=4, seed=None):\n        self.size = size\n\n"
+        "    def reset(self, *, depth=0):\n        return depth\n\n\n"
+        "class Open:\n    def __init__(self, **anything):\n        pass\n\n\n"
+        "class Inherits(Maze):\n    pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    games = Registry("game", "workflow_args.game", {"maze": "heavy_games:Maze", "open": "heavy_games:Open",
+                                                    "inherits": "heavy_games:Inherits"},
+                     user_code="your own class as 'module:Class'")
+    games.check("maze", {"size": 8, "seed": 1})
+    games.check("open", {"whatever": 1})
+    # Only __init__'s parameters count, not those of the class's other methods.
+    with pytest.raises(ConfigError, match=r"^workflow_args\.game_args: 'depth' not accepted by game 'maze'; "
+                                          r"accepted: seed, size\.$"):
+        games.check("maze", {"depth": 2})
+    with pytest.raises(LookupError, match="class 'Inherits' of module 'heavy_games' defines no `__init__`"):
+        games.check("inherits")
+    with pytest.raises(ConfigError, match=r"\(or your own class as 'module:Class'\)\.$"):
+        games.check("maez")
+    assert "heavy_games" not in sys.modules

@@ -1,0 +1,148 @@
+"""FrozenLake as a text environment: gymnasium's FrozenLake-v1 on random maps, moved by direction words.
+
+The map is drawn from the episode's seed (`generate_random_map(size, p, seed)`: always with a path from
+start to goal) unless `desc` fixes it; gymnasium's own environment plays the episode, seeded with the
+same seed, so one seed gives one map and, on slippery ice, one sequence of slips.
+
+Observation (each turn): a line of feedback on the last action (none after reset), the legend, the grid,
+and while the episode goes on the valid actions:
+
+    Legend: P you, _ frozen ice, O hole, G goal.
+    P___
+    _O_O
+    ___O
+    O__G
+    Valid actions: Left, Down, Right, Up. Answer with one action, e.g. <action>Left</action>.
+
+Actions: Left, Down, Right, Up, read by `rfthpc.envs.actions.read_action` (a tagged `<action>Up</action>`,
+else the reply's last direction word). An invalid reply does not move the player and uses a step.
+Reward 1 on reaching the goal, else 0; terminated on the goal or in a hole; truncated after `max_steps`
+steps. The step that ends an episode has `success` in its info.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from typing import Any
+
+from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv, generate_random_map
+
+from rfthpc.envs.actions import InvalidAction, format_hint, read_action
+from rfthpc.envs.args import bad_arg, bool_arg, float_arg, int_arg, rows_arg
+
+ACTIONS = ("Left", "Down", "Right", "Up")
+"""In gymnasium's order: its action ids are their indices."""
+_MOVES = {"Left": (0, -1), "Down": (1, 0), "Right": (0, 1), "Up": (-1, 0)}
+_CELLS = {"S": "_", "F": "_", "H": "O", "G": "G"}
+"""gymnasium's map letters → the letters shown (the start is frozen ice like any other)."""
+LEGEND = "Legend: P you, _ frozen ice, O hole, G goal."
+_INTRO = "You are on a frozen lake. Walk from P to the goal G without falling into a hole O."
+_SLIPPERY = " The ice is slippery: a move may take you sideways instead."
+
+
+class FrozenLake:
+    """gymnasium's FrozenLake-v1 with a text grid for observations and direction words for actions."""
+
+    def __init__(self, *, size: int = 4, p: float = 0.8, is_slippery: bool = False, max_steps: int = 100,
+                 desc: list[str] | None = None) -> None:
+        """`size`: side of the random maps; `p`: probability that a cell is frozen (not a hole);
+        `is_slippery`: gymnasium's slippery ice (a move goes as chosen 1/3 of the time, else sideways);
+        `max_steps`: steps before the episode is truncated; `desc`: a fixed map in gymnasium's letters
+        (rows of S start, F frozen, H hole, G goal), used instead of random maps (then `size` and `p`
+        are unused)."""
+        self.size = int_arg("size", size, 2, 32)
+        # Below about 0.5, maps with a path from start to goal are so rare that drawing one can take minutes.
+        self.p = float_arg("p", p, 0.5, 1.0)
+        self.is_slippery = bool_arg("is_slippery", is_slippery)
+        self.max_steps = int_arg("max_steps", max_steps, 1)
+        self.desc = None if desc is None else rows_arg("desc", desc, "SFHG")
+        if self.desc is not None and ("".join(self.desc).count("S") != 1 or "G" not in "".join(self.desc)):
+            raise bad_arg("desc", desc, "must hold exactly one start S and at least one goal G")
+        self._seeds = random.Random()
+        self._env: FrozenLakeEnv | None = None
+        self._steps = 0
+        self._done = False
+
+    @property
+    def _position(self) -> tuple[int, int]:
+        assert self._env is not None
+        return divmod(int(self._env.s), self._env.ncol)
+
+    def _cell(self, row: int, col: int) -> str:
+        assert self._env is not None
+        return self._env.desc[row, col].decode()
+
+    def render(self) -> str:
+        """The grid: one line per row, `P` where the player stands."""
+        assert self._env is not None
+        player = self._position
+        return "\n".join(
+            "".join("P" if (r, c) == player else _CELLS[self._cell(r, c)] for c in range(self._env.ncol))
+            for r in range(self._env.nrow)
+        )
+
+    def _observation(self, feedback: str) -> str:
+        lines = [feedback] if feedback else []
+        lines += [LEGEND, self.render()]
+        if not self._done:
+            lines.append(format_hint(ACTIONS))
+        return "\n".join(lines)
+
+    def reset(self, seed: int | None = None, options: Mapping[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        """A new episode on the map of `seed` (or of a seed drawn from the last seeded one); info `map`."""
+        if seed is not None:
+            self._seeds = random.Random(seed)
+            episode_seed = seed
+        else:
+            episode_seed = self._seeds.randrange(2**31)
+        desc = self.desc or generate_random_map(size=self.size, p=self.p, seed=episode_seed)
+        self._env = FrozenLakeEnv(desc=desc, is_slippery=self.is_slippery)
+        self._env.reset(seed=episode_seed)
+        self._steps = 0
+        self._done = False
+        intro = _INTRO + (_SLIPPERY if self.is_slippery else "")
+        return self._observation(intro), {"map": list(desc)}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Move by the reply's direction word (see the module docstring)."""
+        if self._env is None or self._done:
+            raise RuntimeError("FrozenLake.step called before reset or after the episode ended")
+        self._steps += 1
+        info: dict[str, Any] = {}
+        reward, terminated = 0.0, False
+        try:
+            word = read_action(action, ACTIONS)
+        except InvalidAction as e:
+            info["invalid_action"] = True
+            feedback = f"Invalid action: {e} You did not move."
+        else:
+            info["action"] = word
+            before = self._position
+            _, r, terminated, _, _ = self._env.step(ACTIONS.index(word))
+            reward = float(r)
+            feedback = self._move_feedback(word, before, self._position)
+            if terminated:
+                success = self._cell(*self._position) == "G"
+                info["success"] = success
+                feedback += " You reached the goal!" if success else " You fell into a hole."
+        truncated = not terminated and self._steps >= self.max_steps
+        if truncated:
+            info["success"] = False
+            feedback += f" The step limit ({self.max_steps}) is reached."
+        self._done = terminated or truncated
+        return self._observation(feedback), reward, terminated, truncated, info
+
+    def _move_feedback(self, word: str, before: tuple[int, int], after: tuple[int, int]) -> str:
+        assert self._env is not None
+        dr, dc = _MOVES[word]
+        row, col = before[0] + dr, before[1] + dc
+        aimed = (row, col) if 0 <= row < self._env.nrow and 0 <= col < self._env.ncol else before
+        if after == aimed:
+            return f"You moved {word}." if after != before else f"You are at the edge: {word} does not move you."
+        slid = next((w for w, (r, c) in _MOVES.items() if (before[0] + r, before[1] + c) == after), None)
+        return f"You tried {word} but slipped " + (f"{slid}." if slid else "and stayed in place.")
+
+    def close(self) -> None:
+        """Drop the episode's gymnasium environment."""
+        self._env = None
