@@ -43,9 +43,11 @@ MOVES = {"Left": (0, -1), "Down": (1, 0), "Right": (0, 1), "Up": (-1, 0)}
 GRID_CELLS = "_PGO"
 """The letters FrozenLake draws its map with (ice, player, goal, hole)."""
 GRID_PATTERN = f"[{GRID_CELLS}](?=[{GRID_CELLS}]*$)|{PRETOKENIZE_PATTERN}"
-"""The tokenizer's pre-split: a character of a map row (a line of cell letters only) is a token of its
-own, so the cell below the player is always the same number of tokens further on (a pattern a
-2-layer model can learn); other text is split as in the arithmetic demo."""
+"""The pre-split the tokenizer is trained with: each character of a map row (a line of cell letters
+only) on its own, other text as in the arithmetic demo. No merge of two map letters is learned, so
+every cell is one token even where transformers loads the tokenizer with Qwen2's own pre-split: the
+cell below the player is always the same number of tokens further on, a pattern a 2-layer model
+can learn."""
 STAMP = "demo.json"
 SEED_RANGE = 1_000_000
 """Environment seeds are drawn from [0, SEED_RANGE)."""

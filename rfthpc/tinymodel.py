@@ -158,7 +158,8 @@ def build_tiny_model(
         raise UserError(f"tiny model size {size!r}: choose one of {sorted(SIZES)}")
     shape = SIZES[size]
     out = Path(out_dir)
-    tokenizer = build_tokenizer(shape.vocab_target, shape.max_position_embeddings, corpus, pretokenize_pattern)
+    tokenizer = build_tokenizer(shape.vocab_target, shape.max_position_embeddings, corpus,
+                                pretokenize_pattern)
     pad_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN)
     eos_id = tokenizer.convert_tokens_to_ids(IM_END)
     config = Qwen2Config(
