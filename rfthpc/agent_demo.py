@@ -84,6 +84,12 @@ def env_args(size: int, seed: int) -> dict[str, Any]:
     return {"size": size, "seed": seed, "is_slippery": False}
 
 
+def task_row(size: int, seed: int) -> dict[str, Any]:
+    """A taskset row: the environment's `env_args`, and a `prompt` naming the task (the taskset
+    loader reads a prompt column; `env_workflow` shows the environment's observations instead)."""
+    return {"prompt": f"{ENV_NAME} size {size} seed {seed}", "env_args": env_args(size, seed)}
+
+
 def default_make_env(args: Mapping[str, Any]) -> TextEnv:
     """The built-in FrozenLake environment, as `env_workflow` constructs it for a task."""
     from rfthpc.envs.registry import make_env
@@ -123,7 +129,7 @@ def draw_tasks(make_env: EnvFactory, size: int, n_train: int, n_test: int, seed:
     maps are told apart by their first observation.
     """
     seeds = distinct_seeds(random.Random(seed))
-    train = [{"env_args": env_args(size, next(seeds))} for _ in range(n_train)]
+    train = [task_row(size, next(seeds)) for _ in range(n_train)]
     seen = {first_observation(make_env, row["env_args"]) for row in train}
     test: list[dict[str, Any]] = []
     for tries, s in enumerate(seeds):
@@ -136,7 +142,7 @@ def draw_tasks(make_env: EnvFactory, size: int, n_train: int, n_test: int, seed:
         observation = first_observation(make_env, args)
         if observation not in seen:
             seen.add(observation)
-            test.append({"env_args": args})
+            test.append(task_row(size, s))
     return train, test
 
 
