@@ -275,6 +275,15 @@ def make_frozenlake_demo(args: FrozenLakeDemoArgs,
     return want
 
 
+def print_figures(run_dir: str | Path, wall_s: float) -> None:
+    """Print the demo's summary line: `FIGURES success_sft=… success_rft=… wall_s=…` (held-out
+    success rate of the policy RFT starts from, and of the final policy)."""
+    from rfthpc.demo import demo_figures
+
+    sft, rft = demo_figures(Path(run_dir), "success_rate")
+    print(f"FIGURES success_sft={sft:.3f} success_rft={rft:.3f} wall_s={wall_s:.0f}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """`rfthpc make-demo --task frozenlake`: build the agentic demo's model and data."""
     args = tyro.cli(FrozenLakeDemoArgs, args=argv, prog="rfthpc make-demo --task frozenlake")

@@ -112,14 +112,16 @@ def make_demo(args: MakeDemoArgs) -> dict[str, Any]:
     return want
 
 
-def eval_accuracy(run_dir: Path) -> list[tuple[int, str, float]]:
-    """(policy version, eval taskset, accuracy) of every evaluation an explorer logged, in version order."""
+def eval_accuracy(run_dir: Path, metric: str = "accuracy") -> list[tuple[int, str, float]]:
+    """(policy version, eval taskset, value) of every evaluation an explorer logged, in version order;
+    `metric` is the eval metric read (`accuracy`; the agentic demo's `success_rate`)."""
     out = []
+    suffix = f"/{metric}"
     for path in sorted((Path(run_dir) / "monitor").glob("explorer_*.jsonl")):
         for rec in read_metrics(path):
             for key, value in rec.items():
-                if key.startswith("eval/") and key.endswith("/accuracy") and isinstance(value, (int, float)):
-                    out.append((int(rec["step"]), key[len("eval/"):-len("/accuracy")], float(value)))
+                if key.startswith("eval/") and key.endswith(suffix) and isinstance(value, (int, float)):
+                    out.append((int(rec["step"]), key[len("eval/"):-len(suffix)], float(value)))
     return sorted(out)
 
 
@@ -131,14 +133,14 @@ def last_stage_start(run_dir: Path) -> int:
     return first - 1
 
 
-def demo_figures(run_dir: Path) -> tuple[float, float]:
-    """(accuracy after the SFT warm-up, accuracy after RFT) of a finished demo run.
+def demo_figures(run_dir: Path, metric: str = "accuracy") -> tuple[float, float]:
+    """(eval `metric` after the SFT warm-up, after RFT) of a finished demo run.
 
     The first is the evaluation of the policy the RFT stage starts from (evaluated on start-up),
     the second the evaluation of the final policy.
     """
     start = last_stage_start(run_dir)
-    evals = eval_accuracy(run_dir)
+    evals = eval_accuracy(run_dir, metric)
     first = [acc for version, _, acc in evals if version == start]
     if not first or evals[-1][0] <= start:
         raise UserError(
