@@ -46,9 +46,18 @@ def _short(value: Any) -> str:
 
 
 def quiet_wandb_env() -> None:
-    """Keep wandb from prompting or phoning home on compute nodes without internet."""
+    """Keep wandb from prompting or phoning home on compute nodes without internet, and give this
+    process its own wandb service."""
     os.environ.setdefault("WANDB_SILENT", "true")
     os.environ.setdefault("WANDB_DISABLE_GIT", "true")
+    # wandb finds its service through WANDB_SERVICE ("<version>-<pid that started it>-..."), which
+    # children inherit: a role started by a process that used wandb (a notebook, the test runner;
+    # Slurm exports the submitter's environment) would log through that process's service, on
+    # another machine or holding the run of this role's killed predecessor open ("run ID is in
+    # use" on requeue). Only a service this process started is its own.
+    token = os.environ.get("WANDB_SERVICE")
+    if token is not None and token.split("-")[1:2] != [str(os.getpid())]:
+        del os.environ["WANDB_SERVICE"]
 
 
 class Monitor:

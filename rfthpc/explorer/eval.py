@@ -10,6 +10,7 @@ so it does not hold the training rollouts back. For each taskset:
     eval/<taskset>/<component>        mean of each reward component (math: `accuracy`)
     eval/<taskset>/response_length    mean response tokens
     eval/<taskset>/tasks, failed      tasks evaluated, tasks whose workflow failed
+    eval/<taskset>/success_rate, turns_mean, ...   multi-turn episodes (`rfthpc.explorer.episodes`)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from rfthpc.explorer.episodes import episode_metrics
 from rfthpc.explorer.rollout import TaskOutcome
 from rfthpc.explorer.setup import Taskset
 
@@ -54,6 +56,8 @@ def eval_metrics(name: str, outcomes: Sequence[TaskOutcome]) -> dict[str, float]
         out[f"{prefix}/response_length"] = float(np.mean(lengths))
     for key, values in components.items():
         out[f"{prefix}/{key}"] = float(np.mean(values))
+    out.update(episode_metrics(prefix, (e.info for o in outcomes if o.result is not None
+                                        for e in o.result.experiences)))
     return out
 
 

@@ -50,6 +50,7 @@ from rfthpc.engines.gpus import build_engines, process_gpus
 from rfthpc.errors import EXIT_PREEMPTED, UserError
 from rfthpc.explorer import eval as evaluation
 from rfthpc.explorer import setup
+from rfthpc.explorer.episodes import episode_metrics
 from rfthpc.explorer.follow import WeightFollower
 from rfthpc.explorer.heartbeat import Heartbeat
 from rfthpc.explorer.meta import Progress
@@ -749,6 +750,7 @@ class Explorer:
         scored = [b.result.experiences[0].reward for b in baselines if b.result is not None and b.result.experiences]
         if scored:
             metrics["rollout/baseline_reward_mean"] = float(np.mean(scored))
+        metrics.update(episode_metrics("rollout", (e.info for _, g in groups for e in g.experiences)))
         step = self.progress.record.steps + 1
         assert self.monitor is not None
         self.monitor.log(metrics, step=step, axis="rollout/step")

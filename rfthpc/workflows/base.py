@@ -234,6 +234,10 @@ class WorkflowNeeds:
     """The reward function it uses when the taskset names none (None: the taskset must name one)."""
     truth: bool = False
     """It needs reference answers (`format.response_key`)."""
+    reward_fn: bool = True
+    """It scores with a reward function (False: its rewards come from elsewhere, e.g. an environment)."""
+    check: Callable[[Mapping[str, Any]], list[str]] | None = None
+    """Checks the values of its `workflow_args` (e.g. an environment's name and arguments): the problems."""
 
     def problems(self, workflow: str, workflow_args: Mapping[str, Any], reward_fn: str | None,
                  has_truth: bool) -> list[str]:
@@ -243,7 +247,9 @@ class WorkflowNeeds:
         if unknown:
             out.append(f"workflow_args: {', '.join(map(repr, unknown))} not used by workflow {workflow!r}; it "
                        f"takes: {', '.join(self.args) or '(none)'}")
-        if reward_fn is None and self.default_reward is None:
+        if not unknown and self.check is not None:
+            out.extend(self.check(workflow_args))
+        if self.reward_fn and reward_fn is None and self.default_reward is None:
             out.append(f"default_reward_fn_type: workflow {workflow!r} needs a reward function; name one "
                        "(e.g. accuracy_reward, format_reward or module:function)")
         if self.truth and not has_truth:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 WORKFLOWS: Registry[Workflow] = Registry("workflow", "buffer.explorer_input.default_workflow_type", {
     "simple_workflow": "rfthpc.workflows.simple:simple_workflow",
     "math_workflow": "rfthpc.workflows.math:math_workflow",
+    "env_workflow": "rfthpc.workflows.env:env_workflow",
 })
 
 

@@ -1,0 +1,184 @@
+"""`env_workflow`: multi-turn episodes of a text environment, one experience per episode.
+
+A task is one environment seed; its group is `repeat_times` episodes of that seed. Each episode
+is a chat: the system prompt, the environment's observation as the user turn, the policy's reply
+as the assistant turn (passed to `env.step` as the action), the next observation, ... Each turn is
+one engine call, and the group's episodes step in lockstep: one generate call per turn for the
+episodes still running, batched by the explorer with the other tasks' calls.
+
+The trained ids are exactly those the policy generated and was conditioned on (`ChatTurns`): the
+context only grows by appending. The policy's tokens keep their behaviour logprobs (loss mask 1);
+framing and observation tokens get loss mask 0 and logprob 0.
+
+workflow_args (see `EnvWorkflowArgs`; docs/agents.md):
+    env                  environment: a built-in name or `module:Class` / `file.py:Class`
+    env_args             its keyword arguments (a row's `env_args` column overrides them per task;
+                         its `seed` is the episodes' seed, else the task's row index)
+    system_prompt        the system prompt (the taskset's format.system_prompt wins)
+    max_turns            policy turns per episode (10)
+    max_tokens_per_turn  tokens per reply (default: rollout_args.max_tokens)
+    max_context_tokens   prompt + response tokens of an episode (default: no limit of its own)
+    format_penalty       subtracted from the reward per invalid action (0)
+    reward_type          `sum` of step rewards, or `success` (1/0)
+    turn_rewards         also give each turn's reward on its last token (token-level rewards)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rfthpc.data.tasksets import Task
+from rfthpc.envs.base import TextEnv
+from rfthpc.envs.registry import check_env, make_env
+from rfthpc.errors import ConfigError, UserError
+from rfthpc.workflows.base import Completion, RolloutEngine, SamplingArgs, WorkflowContext, WorkflowResult, needs
+from rfthpc.workflows.chat_turns import ChatTurns
+from rfthpc.workflows.episode import REWARD_TYPES, Episode, RewardType
+
+SEED_KEY = "seed"
+"""The key of `env_args` that is the episodes' seed (passed to `reset`, not to the constructor)."""
+
+
+@dataclass(frozen=True)
+class EnvWorkflowArgs:
+    """The `workflow_args` of `env_workflow`."""
+
+    env: str
+    env_args: Mapping[str, Any] = field(default_factory=dict)
+    system_prompt: str | None = None
+    max_turns: int = 10
+    max_tokens_per_turn: int | None = None
+    max_context_tokens: int | None = None
+    format_penalty: float = 0.0
+    reward_type: RewardType = "sum"
+    turn_rewards: bool = False
+
+    @classmethod
+    def of(cls, workflow_args: Mapping[str, Any]) -> EnvWorkflowArgs:
+        """Parse `workflow_args`; a ConfigError names every bad key and its fix."""
+        problems = arg_problems(workflow_args)
+        if problems:
+            raise ConfigError("; ".join(problems))
+        return cls(**workflow_args)
+
+
+ARG_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(EnvWorkflowArgs))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def arg_problems(workflow_args: Mapping[str, Any]) -> list[str]:
+    """What is wrong with `env_workflow`'s workflow_args (their values, the environment and its
+    arguments included), each message naming the key and the fix."""
+    out = []
+    env = workflow_args.get("env")
+    env_args = workflow_args.get("env_args", {})
+    if not isinstance(env, str) or not env:
+        out.append("workflow_args.env: name the environment (a built-in name, or 'module:Class')")
+    if not isinstance(env_args, Mapping):
+        out.append(f"workflow_args.env_args={env_args!r}: give a mapping of the environment's arguments")
+    elif isinstance(env, str) and env:
+        out.extend(check_env(env, {k: v for k, v in env_args.items() if k != SEED_KEY}))
+    prompt = workflow_args.get("system_prompt")
+    if prompt is not None and not isinstance(prompt, str):
+        out.append(f"workflow_args.system_prompt={prompt!r}: give text")
+    for key, least in (("max_turns", 1), ("max_tokens_per_turn", 1), ("max_context_tokens", 2)):
+        value = workflow_args.get(key, least)
+        if (value is not None or key == "max_turns") and not (_is_int(value) and value >= least):
+            out.append(f"workflow_args.{key}={value!r}: use an integer >= {least}"
+                       + ("" if key == "max_turns" else " or leave it unset"))
+    penalty = workflow_args.get("format_penalty", 0.0)
+    if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or penalty < 0:
+        out.append(f"workflow_args.format_penalty={penalty!r}: use a number >= 0 (subtracted per invalid action)")
+    if workflow_args.get("reward_type", "sum") not in REWARD_TYPES:
+        out.append(f"workflow_args.reward_type={workflow_args['reward_type']!r}: use one of {', '.join(REWARD_TYPES)}")
+    if not isinstance(workflow_args.get("turn_rewards", False), bool):
+        out.append(f"workflow_args.turn_rewards={workflow_args['turn_rewards']!r}: use true or false")
+    return out
+
+
+def task_env_args(task: Task, args: EnvWorkflowArgs) -> tuple[dict[str, Any], int]:
+    """(the environment's keyword arguments, the episodes' seed) of `task`: the taskset's `env_args`
+    overridden by the row's `env_args`; the seed is their `seed`, else the row index."""
+    row = task.raw.get("env_args") or {}
+    if not isinstance(row, Mapping):
+        raise UserError(f"taskset {task.taskset!r} row {task.index}: column 'env_args' is {row!r}, not a mapping")
+    # Arrow gives every row the union of all rows' keys, the missing ones as None.
+    merged = {**args.env_args, **{k: v for k, v in row.items() if v is not None}}
+    seed = merged.pop(SEED_KEY, task.index)
+    if not _is_int(seed):
+        raise UserError(f"taskset {task.taskset!r} row {task.index}: env_args.seed={seed!r}; use an integer")
+    return merged, seed
+
+
+def _generate(engine: RolloutEngine, contexts: Sequence[list[int]], params: SamplingArgs) -> list[Completion]:
+    """One reply per context, in one engine call. Equal contexts (a group's first turn) are one
+    request for n samples, so a seeded request (`rollout_args.seed`) still gives n different replies."""
+    if len(contexts) > 1 and all(c == contexts[0] for c in contexts):
+        return engine.generate([contexts[0]], len(contexts), params)[0]
+    return [group[0] for group in engine.generate(contexts, 1, params)]
+
+
+def _play_turn(episodes: list[Episode], envs: list[TextEnv], completions: list[Completion],
+               turns: ChatTurns, args: EnvWorkflowArgs) -> None:
+    """Book each running episode's reply, step its environment, end it or append the next observation."""
+    for ep, env, c in zip(episodes, envs, completions, strict=True):
+        limit = args.max_context_tokens
+        room = None if limit is None else limit - len(ep.prompt) - len(ep.response)
+        if room is not None and len(c.token_ids) > room:
+            # The reply does not fit: keep what fits (still exactly what was sampled); the cut action is not played.
+            ep.add_reply(c, keep=room)
+            ep.end("max_context_tokens")
+            continue
+        ep.add_reply(c)
+        observation, reward, terminated, truncated, info = env.step(c.text)
+        ep.record_step(reward, info, args.format_penalty)
+        if terminated or truncated:
+            ep.end(None if terminated else "env")
+            continue
+        if len(ep.turns) >= args.max_turns:
+            ep.end("max_turns")
+            continue
+        framing = turns.next_turn(c.token_ids, observation)
+        if limit is not None and len(ep.prompt) + len(ep.response) + len(framing) >= limit:
+            ep.end("max_context_tokens")  # no room left for even one token of the next reply
+            continue
+        ep.add_framing(framing)
+
+
+@needs(args=ARG_NAMES, reward_fn=False, check=arg_problems)
+def env_workflow(task: Task, ctx: WorkflowContext) -> WorkflowResult:
+    """`repeat_times` episodes of the task's environment seed, played in lockstep (see the module doc)."""
+    args = EnvWorkflowArgs.of(task.workflow_args)
+    env_args, seed = task_env_args(task, args)
+    system = task.system_prompt if task.system_prompt is not None else args.system_prompt
+    turns = ChatTurns(ctx.prompts, system, task.chat_template)
+    params = task.rollout_args
+    if args.max_tokens_per_turn is not None:
+        params = dataclasses.replace(params, max_tokens=args.max_tokens_per_turn)
+    envs: list[TextEnv] = []
+    truncated_prompt = False
+    try:
+        episodes = []
+        for _ in range(task.repeat_times):
+            envs.append(make_env(args.env, env_args))
+            observation, _ = envs[-1].reset(seed=seed)
+            prompt = turns.first_prompt(observation)
+            if prompt is None:
+                return WorkflowResult([], {"skipped": "prompt longer than max_prompt_tokens"})
+            truncated_prompt |= prompt.truncated
+            episodes.append(Episode(prompt.token_ids))
+        while running := [i for i, ep in enumerate(episodes) if not ep.done]:
+            completions = _generate(ctx.engine, [episodes[i].context for i in running], params)
+            _play_turn([episodes[i] for i in running], [envs[i] for i in running], completions, turns, args)
+    finally:
+        for env in envs:
+            env.close()
+    decode = turns.prompts.tokenizer.decode
+    experiences = [ep.experience(args.reward_type, args.turn_rewards, decode(ep.response)) for ep in episodes]
+    return WorkflowResult(experiences, {"prompt_truncated": truncated_prompt, "env_seed": seed})

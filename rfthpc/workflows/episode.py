@@ -1,0 +1,130 @@
+"""One episode of an environment as a growing token sequence: the policy's turns and the rest.
+
+The response of a multi-turn experience is every token after the opening prompt: the policy's
+replies (loss mask 1, their behaviour logprobs) and, between them, the chat template's framing and
+the environment's observations (loss mask 0, logprob 0). The episode's reward is made from its
+step rewards when it ends (`Episode.experience`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from rfthpc.workflows.base import Completion, Experience
+
+RewardType = Literal["sum", "success"]
+REWARD_TYPES: tuple[str, ...] = ("sum", "success")
+
+
+@dataclass
+class Turn:
+    """What one policy turn earned."""
+
+    end: int
+    """Index in the response of the turn's last policy token (where its turn reward goes)."""
+    reward: float = 0.0
+    """The environment's step reward (0 if the turn was cut before it reached the environment)."""
+    penalty: float = 0.0
+    """Format penalty of an invalid action (≤ 0)."""
+
+
+@dataclass
+class Episode:
+    """The token sequence and the facts of one episode."""
+
+    prompt: list[int]
+    response: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+    invalid_actions: int = 0
+    success: bool | None = None
+    """The environment's `success` on its last step; None if it never said."""
+    terminated: bool = False
+    truncated_by: str | None = None
+    """Why the episode was cut short: `env` (the environment truncated it), `max_turns`,
+    `max_context_tokens`; None if it terminated."""
+    finish_reason: str = ""
+    env_info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def done(self) -> bool:
+        """True once the episode ended (terminated or truncated)."""
+        return self.terminated or self.truncated_by is not None
+
+    @property
+    def context(self) -> list[int]:
+        """Every token so far: what the policy is conditioned on for its next turn."""
+        return self.prompt + self.response
+
+    def add_reply(self, completion: Completion, keep: int | None = None) -> None:
+        """Append the policy's reply (its first `keep` tokens if given) with its behaviour logprobs."""
+        ids, lps = completion.token_ids[:keep], completion.logprobs[:keep]
+        self.response += ids
+        self.logprobs += lps
+        self.loss_mask += [1] * len(ids)
+        self.turns.append(Turn(end=len(self.response) - 1))
+        self.finish_reason = completion.finish_reason if keep is None else "length"
+
+    def add_framing(self, ids: list[int]) -> None:
+        """Append tokens the policy did not generate (template framing, an observation): mask 0, logprob 0."""
+        self.response += ids
+        self.logprobs += [0.0] * len(ids)
+        self.loss_mask += [0] * len(ids)
+
+    def record_step(self, reward: float, info: dict[str, Any], format_penalty: float) -> None:
+        """Book the environment's answer to the last turn."""
+        turn = self.turns[-1]
+        turn.reward = float(reward)
+        if info.get("invalid_action"):
+            self.invalid_actions += 1
+            turn.penalty = -format_penalty
+        if "success" in info:
+            self.success = bool(info["success"])
+        self.env_info = _json_safe({k: v for k, v in info.items() if k not in ("invalid_action", "success")})
+
+    def end(self, truncated_by: str | None) -> None:
+        """End the episode: terminated (None) or cut short for the reason given."""
+        if truncated_by is None:
+            self.terminated = True
+        else:
+            self.truncated_by = truncated_by
+
+    def experience(self, reward_type: RewardType, turn_rewards: bool, text: str) -> Experience:
+        """The episode as one experience: reward = sum of step rewards (`sum`) or 1/0 success
+        (`success`), plus the format penalties; with `turn_rewards` also placed per turn on each
+        turn's last policy token (their sum is the reward)."""
+        penalty = sum(t.penalty for t in self.turns)
+        env_reward = sum(t.reward for t in self.turns)
+        if reward_type == "sum":
+            components = {"env_reward": env_reward, "format_penalty": penalty}
+        else:
+            components = {"success": float(bool(self.success)), "format_penalty": penalty}
+        token_rewards = None
+        if turn_rewards:
+            token_rewards = [0.0] * len(self.response)
+            for t in self.turns:
+                token_rewards[t.end] += t.penalty + (t.reward if reward_type == "sum" else 0.0)
+            if reward_type == "success" and self.turns:
+                token_rewards[self.turns[-1].end] += components["success"]
+        info: dict[str, Any] = {
+            "turns": len(self.turns), "invalid_actions": self.invalid_actions, "terminated": self.terminated,
+            "truncated": self.truncated_by is not None, "truncated_by": self.truncated_by, "env_reward": env_reward,
+        }
+        if self.success is not None:
+            info["success"] = self.success
+        if self.env_info:
+            info["env_info"] = self.env_info
+        return Experience(
+            prompt_token_ids=list(self.prompt), response_token_ids=list(self.response), logprobs=list(self.logprobs),
+            loss_mask=list(self.loss_mask), reward=sum(components.values()), response_text=text,
+            finish_reason=self.finish_reason, reward_components=components, token_level_rewards=token_rewards,
+            info=info,
+        )
+
+
+def _json_safe(info: dict[str, Any]) -> dict[str, Any]:
+    """`info` as the store can keep it (JSON): values JSON cannot hold become their text."""
+    return json.loads(json.dumps(info, default=str))
