@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -111,14 +112,16 @@ def make_demo(args: MakeDemoArgs) -> dict[str, Any]:
     return want
 
 
-def eval_accuracy(run_dir: Path) -> list[tuple[int, str, float]]:
-    """(policy version, eval taskset, accuracy) of every evaluation an explorer logged, in version order."""
+def eval_accuracy(run_dir: Path, metric: str = "accuracy") -> list[tuple[int, str, float]]:
+    """(policy version, eval taskset, value) of every evaluation an explorer logged, in version order;
+    `metric` is the eval metric read (`accuracy`; the agentic demo's `success_rate`)."""
     out = []
+    suffix = f"/{metric}"
     for path in sorted((Path(run_dir) / "monitor").glob("explorer_*.jsonl")):
         for rec in read_metrics(path):
             for key, value in rec.items():
-                if key.startswith("eval/") and key.endswith("/accuracy") and isinstance(value, (int, float)):
-                    out.append((int(rec["step"]), key[len("eval/"):-len("/accuracy")], float(value)))
+                if key.startswith("eval/") and key.endswith(suffix) and isinstance(value, (int, float)):
+                    out.append((int(rec["step"]), key[len("eval/"):-len(suffix)], float(value)))
     return sorted(out)
 
 
@@ -130,14 +133,14 @@ def last_stage_start(run_dir: Path) -> int:
     return first - 1
 
 
-def demo_figures(run_dir: Path) -> tuple[float, float]:
-    """(accuracy after the SFT warm-up, accuracy after RFT) of a finished demo run.
+def demo_figures(run_dir: Path, metric: str = "accuracy") -> tuple[float, float]:
+    """(eval `metric` after the SFT warm-up, after RFT) of a finished demo run.
 
     The first is the evaluation of the policy the RFT stage starts from (evaluated on start-up),
     the second the evaluation of the final policy.
     """
     start = last_stage_start(run_dir)
-    evals = eval_accuracy(run_dir)
+    evals = eval_accuracy(run_dir, metric)
     first = [acc for version, _, acc in evals if version == start]
     if not first or evals[-1][0] <= start:
         raise UserError(
@@ -153,9 +156,38 @@ def print_figures(run_dir: str | Path, wall_s: float) -> None:
     print(f"FIGURES eval_acc_sft={sft:.3f} eval_acc_rft={rft:.3f} wall_s={wall_s:.0f}")
 
 
+DEMO_TASKS = ("arith", "frozenlake")
+"""`rfthpc make-demo --task`: the arithmetic demo (configs/tiny-cpu.yaml) or the agentic one
+(configs/frozenlake-cpu.yaml, `rfthpc.agent_demo`)."""
+
+
+def split_task(argv: Sequence[str]) -> tuple[str, list[str]]:
+    """(the `--task` given, default arith; the other arguments). Each demo has its own flags, so
+    the task is read before the rest is parsed."""
+    task, rest, args = DEMO_TASKS[0], [], list(argv)
+    while args:
+        arg = args.pop(0)
+        if arg == "--task" or arg.startswith("--task="):
+            if arg == "--task" and not args:
+                raise UserError(f"make-demo --task: name one of {', '.join(DEMO_TASKS)}")
+            task = args.pop(0) if arg == "--task" else arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+    if task not in DEMO_TASKS:
+        raise UserError(f"make-demo --task {task}: choose one of {', '.join(DEMO_TASKS)}")
+    return task, rest
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """`rfthpc make-demo`: build the demo's model and data."""
-    args = tyro.cli(MakeDemoArgs, args=argv, prog="rfthpc make-demo")
+    """`rfthpc make-demo [--task arith|frozenlake]`: build a demo's model and data."""
+    task, rest = split_task(sys.argv[1:] if argv is None else argv)
+    if task == "frozenlake":
+        from rfthpc.agent_demo import main as frozenlake_main
+
+        return frozenlake_main(rest)
+    args = tyro.cli(MakeDemoArgs, args=rest, prog="rfthpc make-demo",
+                    description=f"{MakeDemoArgs.__doc__} `--task frozenlake` makes the agentic demo's instead "
+                                "(`rfthpc make-demo --task frozenlake --help` lists its flags).")
     made = make_demo(args)
     print(f"demo model and data in {args.out} (seed {made['seed']}: {made['train']} train, {made['test']} test, "
           f"{made['sft']} SFT rows)")

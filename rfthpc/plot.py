@@ -3,7 +3,9 @@
 Charts (written to `<run dir>/monitor/plots/`, each alone and all together in `overview.png`):
 - `reward.png`: mean reward of each trainer batch per global step (and the SFT loss of warm-up
   stages), with the stage boundaries marked;
-- `eval.png`: greedy eval accuracy per policy version, per eval taskset;
+- `eval.png`: greedy eval accuracy (multi-turn episodes: success rate) per policy version, per eval taskset;
+- `episodes.png`: multi-turn runs (`env_workflow`): success rate and policy turns per episode of
+  the explorers' training episodes, per explorer step;
 - `staleness.png`: histogram of (trainer version - policy version) over the consumed experience;
 - `throughput.png`: trainer and explorer tokens/s over the run's wall time;
 - `timeline.png`: what each role did when (computing, generating, waiting for the other,
@@ -25,6 +27,10 @@ REWARD_KEY = "critic/score/mean"
 SFT_LOSS_KEY = "actor/sft_loss"
 STAGE_KEY = "training/stage_index"
 SMOOTH_STEPS = 10
+EVAL_METRICS = ("/accuracy", "/success_rate")
+"""Eval metrics charted: single-turn accuracy, multi-turn episodes' success rate."""
+EPISODE_SERIES = {"rollout/success_rate": "success rate", "rollout/turns_mean": "turns per episode"}
+"""The explorers' episode metrics (`rfthpc.explorer.episodes`) → their labels on the episodes chart."""
 
 
 def rolling_mean(values: list[float], window: int) -> list[float]:
@@ -65,13 +71,18 @@ def collect(run: RunDir) -> dict[str, Any]:
                  for p in sorted(run.monitor.glob("explorer_*.jsonl"))}
     data: dict[str, Any] = {
         "reward": _series(trainer, REWARD_KEY), "sft_loss": _series(trainer, SFT_LOSS_KEY),
-        "stage_starts": _stage_starts(trainer), "eval": {}, "throughput": {}, "staleness": {}, "timeline": {},
+        "stage_starts": _stage_starts(trainer), "eval": {}, "episodes": {}, "throughput": {}, "staleness": {}, "timeline": {},
     }
     t0 = min([r["time"] for recs in [trainer, *explorers.values()] for r in recs[:1] if "time" in r], default=0.0)
     for name, recs in explorers.items():
-        for key in sorted({k for r in recs for k in r if k.startswith("eval/") and k.endswith("/accuracy")}):
-            taskset = key[len("eval/"):-len("/accuracy")]
-            data["eval"][taskset if len(explorers) == 1 else f"{name}: {taskset}"] = _series(recs, key)
+        for key in sorted({k for r in recs for k in r if k.startswith("eval/") and k.endswith(EVAL_METRICS)}):
+            taskset, metric = key[len("eval/"):].rsplit("/", 1)
+            label = taskset if metric == "accuracy" else f"{taskset} ({metric.replace('_', ' ')})"
+            data["eval"][label if len(explorers) == 1 else f"{name}: {label}"] = _series(recs, key)
+        for key, series in EPISODE_SERIES.items():
+            xs, ys = _series(recs, key)
+            if xs:
+                data["episodes"][f"{series} ({name})" if len(explorers) > 1 else series] = (xs, ys)
         xs, ys = _series(recs, "rollout/tokens_per_s", x="time")
         if xs:
             data["throughput"][f"explorer {name} (generated)"] = ([x - t0 for x in xs], ys)
@@ -134,6 +145,26 @@ def draw_eval(ax: Any, data: dict[str, Any]) -> None:
            ylim=(-0.02, 1.05))
 
 
+def draw_episodes(ax: Any, data: dict[str, Any]) -> None:
+    """Success rate (left axis) and turns per episode (right axis) of the training episodes."""
+    rates = {k: v for k, v in data["episodes"].items() if k.startswith("success rate")}
+    turns = {k: v for k, v in data["episodes"].items() if k.startswith("turns per episode")}
+    if not rates and not turns:
+        _no_data(ax)
+    for label, (xs, ys) in rates.items():
+        ax.plot(xs, rolling_mean(ys, SMOOTH_STEPS), color="tab:green", label=f"{label} (mean of {SMOOTH_STEPS})")
+    if rates:
+        ax.legend(loc="upper left", fontsize=8)
+    if turns:
+        turn_ax = ax.twinx()
+        for label, (xs, ys) in turns.items():
+            turn_ax.plot(xs, rolling_mean(ys, SMOOTH_STEPS), color="tab:brown", label=label)
+        turn_ax.set_ylabel("turns per episode")
+        turn_ax.legend(loc="upper right", fontsize=8)
+    ax.set(title="Episodes (training, multi-turn)", xlabel="explorer step", ylabel="success rate",
+           ylim=(-0.02, 1.05))
+
+
 def draw_staleness(ax: Any, data: dict[str, Any]) -> None:
     """Histogram of the staleness of the experience the trainer consumed."""
     hist = data["staleness"]
@@ -183,8 +214,8 @@ def draw_timeline(ax: Any, data: dict[str, Any]) -> None:
 
 
 CHARTS: dict[str, Callable[[Any, dict[str, Any]], None]] = {
-    "reward": draw_reward, "eval": draw_eval, "staleness": draw_staleness, "throughput": draw_throughput,
-    "timeline": draw_timeline,
+    "reward": draw_reward, "eval": draw_eval, "episodes": draw_episodes, "staleness": draw_staleness,
+    "throughput": draw_throughput, "timeline": draw_timeline,
 }
 
 
@@ -207,10 +238,10 @@ def plot_run(run_dir: Path) -> list[Path]:
         fig.tight_layout()
         paths.append(_save(fig, out / f"{name}.png"))
         plt.close(fig)
-    # Four charts in a grid, the timeline across the bottom.
+    # All six charts in a 3 x 2 grid.
     fig = plt.figure(figsize=(12, 11))
     grid = fig.add_gridspec(3, 2)
-    axes = [fig.add_subplot(grid[i // 2, i % 2]) for i in range(4)] + [fig.add_subplot(grid[2, :])]
+    axes = [fig.add_subplot(grid[i // 2, i % 2]) for i in range(len(CHARTS))]
     for ax, draw in zip(axes, CHARTS.values(), strict=True):
         draw(ax, data)
     fig.suptitle(f"{run.root.parent.name}/{run.root.name}")

@@ -48,7 +48,7 @@ CHAT_TEMPLATE = (
 
 # Digits are split one per token (as Qwen2 does) so arithmetic is learnable by a small model;
 # words keep a leading space; runs of other symbols such as `####` stay together.
-_PRETOKENIZE_PATTERN = r"\p{N}| ?\p{L}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+PRETOKENIZE_PATTERN = r"\p{N}| ?\p{L}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 
 # The tokenizer corpus is fixed (not seeded by the model seed): every model of one size shares a
 # tokenizer, and only the weights depend on the seed.
@@ -100,10 +100,16 @@ def tokenizer_corpus(n_problems: int = 1000) -> list[str]:
     return texts
 
 
-def build_tokenizer(vocab_size: int, model_max_length: int = 2048) -> PreTrainedTokenizerFast:
-    """Train a ByteLevel BPE on `tokenizer_corpus()` and wrap it as a Qwen-style fast tokenizer.
+def build_tokenizer(
+    vocab_size: int, model_max_length: int = 2048, corpus: Sequence[str] | None = None,
+    pretokenize_pattern: str = PRETOKENIZE_PATTERN,
+) -> PreTrainedTokenizerFast:
+    """Train a ByteLevel BPE on `corpus` (default `tokenizer_corpus()`) and wrap it as a Qwen-style
+    fast tokenizer.
 
-    Every byte is in the base alphabet, so any text can be encoded.
+    Every byte is in the base alphabet, so any text can be encoded; the corpus decides which
+    texts take few tokens, and `pretokenize_pattern` which characters are never merged (the
+    agentic demo keeps each cell of its map a token of its own).
     """
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -111,7 +117,7 @@ def build_tokenizer(vocab_size: int, model_max_length: int = 2048) -> PreTrained
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(_PRETOKENIZE_PATTERN), behavior="isolated"),
+            pre_tokenizers.Split(Regex(pretokenize_pattern), behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
@@ -122,7 +128,7 @@ def build_tokenizer(vocab_size: int, model_max_length: int = 2048) -> PreTrained
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(tokenizer_corpus(), trainer=trainer)
+    tok.train_from_iterator(tokenizer_corpus() if corpus is None else corpus, trainer=trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token=IM_END,
@@ -135,11 +141,14 @@ def build_tokenizer(vocab_size: int, model_max_length: int = 2048) -> PreTrained
 
 
 def build_tiny_model(
-    out_dir: str | Path, size: Size = "tiny", seed: int = 0, tie_word_embeddings: bool = True
+    out_dir: str | Path, size: Size = "tiny", seed: int = 0, tie_word_embeddings: bool = True,
+    corpus: Sequence[str] | None = None, pretokenize_pattern: str = PRETOKENIZE_PATTERN,
 ) -> Path:
     """Write a random-init float32 Qwen2ForCausalLM with tokenizer and chat template to `out_dir`.
 
-    Deterministic: the same `size` and `seed` give byte-identical weights. Tied embeddings are the
+    The tokenizer is trained on `corpus` (default: GSM8K-format problems, `tokenizer_corpus()`)
+    split first by `pretokenize_pattern`.
+    Deterministic: the same `size`, `seed` and corpus give byte-identical weights. Tied embeddings are the
     default because Qwen2.5-0.5B/1.5B tie them (and weight reloads must handle that case).
     """
     import torch
@@ -149,7 +158,8 @@ def build_tiny_model(
         raise UserError(f"tiny model size {size!r}: choose one of {sorted(SIZES)}")
     shape = SIZES[size]
     out = Path(out_dir)
-    tokenizer = build_tokenizer(shape.vocab_target, shape.max_position_embeddings)
+    tokenizer = build_tokenizer(shape.vocab_target, shape.max_position_embeddings, corpus,
+                                pretokenize_pattern)
     pad_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN)
     eos_id = tokenizer.convert_tokens_to_ids(IM_END)
     config = Qwen2Config(

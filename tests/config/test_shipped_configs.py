@@ -10,6 +10,7 @@ from rfthpc.config import load_config
 from tests.config.conftest import CONFIGS
 
 SHIPPED = ["grpo.yaml", "async/explorer.yaml", "async/trainer.yaml", "async/explorer_new.yaml", "tiny-cpu.yaml",
+           "frozenlake-cpu.yaml",
            "examples/verl-gspo.yaml", "examples/trinity-sapo.yaml"]
 
 
@@ -24,6 +25,12 @@ def test_shipped_config_validates(name: str, local_paths: Path, monkeypatch: pyt
     for d in ("model", "gsm8k"):
         (demo / d).mkdir(parents=True)
     (demo / "sft.jsonl").write_text("")
+    # The agentic demo's (`rfthpc make-demo --task frozenlake`): tasks are environment seeds.
+    (demo / "frozenlake" / "model").mkdir(parents=True)
+    (demo / "frozenlake" / "sft.jsonl").write_text("")
+    for split in ("train", "test"):
+        (demo / "frozenlake" / f"{split}.jsonl").write_text('{"prompt": "frozen_lake size 4 seed 1", "env_args": '
+                                                            '{"size": 4, "seed": 1, "is_slippery": false}}\n')
     monkeypatch.setenv("RFTHPC_DEMO_DIR", str(demo))
     loaded = load_config(CONFIGS / name)
     assert loaded.config.project and loaded.config.name

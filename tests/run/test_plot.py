@@ -40,6 +40,17 @@ def _two_stage_run(root: Path) -> RunDir:
     return run
 
 
+def test_collect_charts_multi_turn_success_and_turns(tmp_path: Path) -> None:
+    run = RunDir(tmp_path / "run").create()
+    explorer = Monitor(run, "explorer_explorer_0", MonitorConfig(monitor_type=[]), "p", "n")
+    explorer.log({"eval/lake-eval/success_rate": 0.2, "eval/lake-eval/turns_mean": 7.5}, 0)
+    explorer.log({"rollout/success_rate": 0.25, "rollout/turns_mean": 8.0, "rollout/reward_mean": 0.25}, 1)
+    explorer.log({"rollout/success_rate": 0.5, "rollout/turns_mean": 6.5}, 2)
+    data = collect(run)
+    assert data["eval"] == {"lake-eval (success rate)": ([0], [0.2])}
+    assert data["episodes"] == {"success rate": ([1, 2], [0.25, 0.5]), "turns per episode": ([1, 2], [8.0, 6.5])}
+
+
 def test_rolling_mean_averages_the_trailing_window() -> None:
     assert rolling_mean([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0]
     assert rolling_mean([], 10) == []
@@ -78,8 +89,8 @@ def test_timeline_shares_cover_the_window_asked_for() -> None:
 
 def test_plot_writes_every_chart(tmp_path: Path) -> None:
     paths = plot_run(_two_stage_run(tmp_path / "run").root)
-    assert [p.name for p in paths] == ["reward.png", "eval.png", "staleness.png", "throughput.png", "timeline.png",
-                                       "overview.png"]
+    assert [p.name for p in paths] == ["reward.png", "eval.png", "episodes.png", "staleness.png", "throughput.png",
+                                       "timeline.png", "overview.png"]
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not [p for p in paths[0].parent.iterdir() if p.name.startswith(".tmp-")]

@@ -1,0 +1,167 @@
+"""`rfthpc make-demo --task frozenlake`: the agentic demo's maps, demonstrations and tokenizer."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from rfthpc.agent_demo import (
+    ACTIONS,
+    FrozenLakeDemoArgs,
+    default_make_env,
+    first_observation,
+    goal_distances,
+    make_frozenlake_demo,
+    optimal_moves,
+    walk,
+)
+from rfthpc.demo import split_task
+from rfthpc.errors import UserError
+
+SMALL = {"train": 40, "test": 10, "sft": 20}
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small FrozenLake demo directory (seed 3)."""
+    out = tmp_path_factory.mktemp("frozenlake")
+    make_frozenlake_demo(FrozenLakeDemoArgs(out=out, seed=3, **SMALL))
+    return out
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_shortest_paths_avoid_holes() -> None:
+    grid = ["SFFF", "FHFH", "FFFH", "HFFG"]
+    distance = goal_distances(grid)
+    assert distance[(0, 0)] == 6 and (1, 1) not in distance and distance[(3, 3)] == 0
+    # From the start and from (2, 1) two moves begin a shortest path; from (0, 3) only Left (Down is a hole).
+    assert sorted(optimal_moves(grid, distance, (0, 0))) == ["Down", "Right"]
+    assert sorted(optimal_moves(grid, distance, (2, 1))) == ["Down", "Right"]
+    assert optimal_moves(grid, distance, (0, 3)) == ["Left"]
+    # Always optimal: a shortest path, reaching the goal.
+    for seed in range(5):
+        assert len(walk(grid, random.Random(seed), optimal=1.0, max_turns=20)) == 6
+
+
+def test_demonstrations_are_valid_moves_that_replay_to_the_same_chat(made: Path) -> None:
+    train = _rows(made / "train.jsonl")
+    chats = [row["messages"] for row in _rows(made / "sft.jsonl")]
+    assert len(chats) == SMALL["sft"]
+    reached = 0
+    for row, chat in zip(train, chats, strict=False):
+        args = row["env_args"]
+        env = default_make_env({k: v for k, v in args.items() if k != "seed"})
+        observation, _ = env.reset(seed=args["seed"])
+        assert [m["role"] for m in chat] == ["user", "assistant"] * (len(chat) // 2)
+        assert chat[0]["content"] == observation
+        for i in range(1, len(chat), 2):
+            assert chat[i]["content"] in ACTIONS
+            observation, _, terminated, _, info = env.step(chat[i]["content"])
+            assert not info.get("invalid_action")
+            if terminated:
+                assert info["success"] and i == len(chat) - 1, "a demonstration fell into a hole"
+                reached += 1
+            else:
+                assert i == len(chat) - 1 or chat[i + 1]["content"] == observation
+                assert "You are at the edge" not in observation, "a demonstrated move did not move"
+        assert len(chat) // 2 <= FrozenLakeDemoArgs.max_turns
+    # Half the moves are optimal: some demonstrations reach the goal within the turn limit, not all.
+    assert 0 < reached < len(chats)
+
+
+def test_assets_are_reproducible_by_seed(made: Path, tmp_path: Path) -> None:
+    again = tmp_path / "again"
+    make_frozenlake_demo(FrozenLakeDemoArgs(out=again, seed=3, **SMALL))
+    for name in ("train.jsonl", "test.jsonl", "sft.jsonl", "model/tokenizer.json", "model/model.safetensors"):
+        assert (again / name).read_bytes() == (made / name).read_bytes(), name
+    other = tmp_path / "other"
+    make_frozenlake_demo(FrozenLakeDemoArgs(out=other, seed=4, **SMALL))
+    assert (other / "train.jsonl").read_text() != (made / "train.jsonl").read_text()
+
+
+def test_held_out_maps_are_not_training_maps(made: Path) -> None:
+    train, test = _rows(made / "train.jsonl"), _rows(made / "test.jsonl")
+    assert len(train) == SMALL["train"] and len(test) == SMALL["test"]
+    assert all(r["env_args"]["size"] == 4 and r["env_args"]["is_slippery"] is False for r in train + test)
+    assert not {r["env_args"]["seed"] for r in train} & {r["env_args"]["seed"] for r in test}
+    maps = {first_observation(default_make_env, r["env_args"]) for r in train}
+    assert not maps & {first_observation(default_make_env, r["env_args"]) for r in test}
+
+
+def test_tokenizer_round_trips_the_environment_and_keeps_cells_apart(made: Path) -> None:
+    from transformers import AutoTokenizer
+
+    # Loaded as vLLM and the trainer load it (transformers may replace the pre-split by Qwen2's).
+    tok = AutoTokenizer.from_pretrained(made / "model")
+    texts = [m["content"] for row in _rows(made / "sft.jsonl") for m in row["messages"]]
+    texts += [first_observation(default_make_env, r["env_args"]) for r in _rows(made / "test.jsonl")]
+    for text in texts:
+        ids = tok.encode(text, add_special_tokens=False)
+        assert tok.decode(ids) == text
+        for line in text.splitlines():
+            if line and set(line) <= set("_PGO"):
+                assert len(tok.encode(line, add_special_tokens=False)) == len(line), line
+    for action in ACTIONS:
+        assert len(tok.encode(action, add_special_tokens=False)) == 1, action
+
+
+def test_same_settings_are_made_once(made: Path) -> None:
+    stamp = (made / "demo.json").stat().st_mtime_ns
+    make_frozenlake_demo(FrozenLakeDemoArgs(out=made, seed=3, **SMALL))
+    assert (made / "demo.json").stat().st_mtime_ns == stamp
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"sft": 50}, "--sft <= --train"),
+    ({"optimal": 1.5}, "--optimal 1.5: a probability"),
+    ({"max_turns": 0}, "at least 1 turn"),
+])
+def test_bad_settings_are_user_errors(tmp_path: Path, change: dict, message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        make_frozenlake_demo(FrozenLakeDemoArgs(out=tmp_path, **{**SMALL, **change}))
+
+
+def test_make_demo_task_flag() -> None:
+    assert split_task(["--out", "x"]) == ("arith", ["--out", "x"])
+    assert split_task(["--task", "frozenlake", "--seed", "2"]) == ("frozenlake", ["--seed", "2"])
+    assert split_task(["--task=frozenlake"]) == ("frozenlake", [])
+    with pytest.raises(UserError, match="choose one of arith, frozenlake"):
+        split_task(["--task", "chess"])
+    with pytest.raises(UserError, match="name one of"):
+        split_task(["--task"])
+
+
+@pytest.mark.slow
+def test_a_short_run_of_the_config_finishes(made: Path, tmp_path: Path) -> None:
+    """configs/frozenlake-cpu.yaml, shortened (2 SFT steps, 2 RL steps, the transformers engine):
+    both stages run, episodes are trained on, and the held-out maps are evaluated before and after."""
+    import yaml
+
+    from rfthpc.agent_demo import print_figures
+    from tests.run.conftest import ROOT, _merge, env_for, finish, rfthpc
+
+    demo = tmp_path / "demo"
+    demo.mkdir()
+    (demo / "frozenlake").symlink_to(made)
+    raw = yaml.safe_load((ROOT / "configs" / "frozenlake-cpu.yaml").read_text())
+    raw = _merge(raw, {"buffer": {"total_steps": 2, "batch_size": 2},
+                       "algorithm": {"repeat_times": 4},
+                       "explorer": {"rollout_model": {"engine_type": "transformers"}, "runner_per_model": 2},
+                       "monitor": {"monitor_type": ["console"]}})
+    raw["stages"][0] = _merge(raw["stages"][0], {"buffer": {"total_steps": 2, "train_batch_size": 4}})
+    config = tmp_path / "frozenlake.yaml"
+    config.write_text(yaml.safe_dump(raw, sort_keys=False))
+    code, out, err = finish(rfthpc("run", "--config", str(config), env=env_for(demo, tmp_path / "ckpt")), 600)
+    assert code == 0, f"exit {code}\n{out[-2000:]}\n{err[-3000:]}"
+    run_dir = tmp_path / "ckpt" / "rfthpc-demo" / "frozenlake-cpu"
+    trainer = _rows(run_dir / "monitor" / "trainer.jsonl")
+    assert [r["training/stage_index"] for r in trainer] == [0, 0, 1, 1]
+    explorer = _rows(run_dir / "monitor" / "explorer_explorer_0.jsonl")
+    assert any("rollout/turns_mean" in r for r in explorer)
+    print_figures(run_dir, 1.0)  # raises unless the held-out maps were evaluated at versions 2 and 4
