@@ -80,8 +80,10 @@ EnvFactory = Callable[[Mapping[str, Any]], TextEnv]
 
 
 def env_args(size: int, seed: int) -> dict[str, Any]:
-    """A task's `env_args`: one map of the given size, not slippery; the seed is the episodes' seed."""
-    return {"size": size, "seed": seed, "is_slippery": False}
+    """A task's `env_args`: one map of the given size, not slippery, its surroundings described in
+    words (the demo's model is too small to read its position off the grid in minutes); the seed is
+    the episodes' seed."""
+    return {"size": size, "seed": seed, "is_slippery": False, "describe_surroundings": True}
 
 
 def task_row(size: int, seed: int) -> dict[str, Any]:

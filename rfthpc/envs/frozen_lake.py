@@ -45,12 +45,15 @@ class FrozenLake:
     """gymnasium's FrozenLake-v1 with a text grid for observations and direction words for actions."""
 
     def __init__(self, *, size: int = 4, p: float = 0.8, is_slippery: bool = False, max_steps: int = 100,
-                 desc: list[str] | None = None) -> None:
+                 desc: list[str] | None = None, describe_surroundings: bool = False) -> None:
         """`size`: side of the random maps; `p`: probability that a cell is frozen (not a hole);
         `is_slippery`: gymnasium's slippery ice (a move goes as chosen 1/3 of the time, else sideways);
         `max_steps`: steps before the episode is truncated; `desc`: a fixed map in gymnasium's letters
         (rows of S start, F frozen, H hole, G goal), used instead of random maps (then `size` and `p`
-        are unused)."""
+        are unused); `describe_surroundings`: each observation also says in words what lies one
+        move away in each direction and where the goal is from the player (`Around you: Left ice,
+        Down hole, Right edge, Up edge. The goal is 2 Down and 3 Right.`), for a policy too small to
+        read positions off the grid."""
         self.size = int_arg("size", size, 2, 32)
         # Below about 0.5, maps with a path from start to goal are so rare that drawing one can take minutes.
         self.p = float_arg("p", p, 0.5, 1.0)
@@ -59,6 +62,7 @@ class FrozenLake:
         self.desc = None if desc is None else rows_arg("desc", desc, "SFHG")
         if self.desc is not None and ("".join(self.desc).count("S") != 1 or "G" not in "".join(self.desc)):
             raise bad_arg("desc", desc, "must hold exactly one start S and at least one goal G")
+        self.describe_surroundings = bool_arg("describe_surroundings", describe_surroundings)
         self._seeds = random.Random()
         self._env: FrozenLakeEnv | None = None
         self._steps = 0
@@ -82,9 +86,27 @@ class FrozenLake:
             for r in range(self._env.nrow)
         )
 
+    def surroundings(self) -> str:
+        """What lies one move away in each direction, and the goal's offset from the player, in words."""
+        assert self._env is not None
+        row, col = self._position
+        names = {"_": "ice", "O": "hole", "G": "goal"}
+        around = []
+        for word, (dr, dc) in _MOVES.items():
+            r, c = row + dr, col + dc
+            inside = 0 <= r < self._env.nrow and 0 <= c < self._env.ncol
+            around.append(f"{word} {names[_CELLS[self._cell(r, c)]] if inside else 'edge'}")
+        goal_row, goal_col = divmod(int(self._env.desc.ravel().tolist().index(b"G")), self._env.ncol)
+        offsets = [f"{abs(d)} {word}" for d, word in ((goal_row - row, "Down" if goal_row > row else "Up"),
+                                                       (goal_col - col, "Right" if goal_col > col else "Left")) if d]
+        where = " and ".join(offsets) if offsets else "here"
+        return f"Around you: {', '.join(around)}. The goal is {where}."
+
     def _observation(self, feedback: str) -> str:
         lines = [feedback] if feedback else []
         lines += [LEGEND, self.render()]
+        if self.describe_surroundings and not self._done:
+            lines.append(self.surroundings())
         if not self._done:
             lines.append(format_hint(ACTIONS))
         return "\n".join(lines)

@@ -151,3 +151,16 @@ def test_unseeded_resets_follow_the_last_seed() -> None:
 def test_bad_arguments_are_config_errors_naming_the_key(args: dict, says: str) -> None:
     with pytest.raises(ConfigError, match="^" + says):
         FrozenLake(**args)
+
+
+def test_the_surroundings_are_described_in_words_when_asked() -> None:
+    env = FrozenLake(desc=["SFF", "FHF", "FFG"], describe_surroundings=True)
+    first, _ = env.reset(seed=0)
+    assert "Around you: Left edge, Down ice, Right ice, Up edge. The goal is 2 Down and 2 Right." in first
+    moved = env.step("Right")[0]
+    assert "Around you: Left ice, Down hole, Right ice, Up edge. The goal is 2 Down and 1 Right." in moved
+    env.step("Right")
+    env.step("Down")
+    won = env.step("Down")[0]
+    assert "Around you" not in won and "You reached the goal!" in won
+    assert "Around you" not in FrozenLake(desc=["SF", "FG"]).reset(seed=0)[0]
