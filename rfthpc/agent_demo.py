@@ -14,8 +14,9 @@ success on held-out maps is evaluated greedily before and after. Everything is m
 
 A demonstration plays one training map from its reset: each move is, with probability
 `--optimal`, one that starts a shortest path to the goal, and otherwise a random safe move (one
-that moves the player and does not fall into a hole). So the warm-up teaches the move format and
-some competence, but not the optimal policy: reinforcement learning has something left to learn.
+that moves the player and does not fall into a hole). With the default (every move optimal) the
+warm-up shows shortest paths only; in its few minutes the demo's tiny model learns the move format
+and only part of the policy, so reinforcement learning has something left to learn.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ class FrozenLakeDemoArgs:
     """Held-out eval tasks (maps not among the training maps)."""
     sft: int = 1000
     """Warm-up demonstrations (one episode each, on the first training maps)."""
-    optimal: float = 0.5
+    optimal: float = 1.0
     """Probability that a demonstrated move starts a shortest path (otherwise: a random safe move)."""
     max_turns: int = 10
     """Most moves per demonstration (and per episode in the config)."""
