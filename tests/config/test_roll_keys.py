@@ -29,8 +29,8 @@ def test_a_synchronizer_that_agrees_is_accepted(tmp_path: Path, base: str) -> No
 
 @pytest.mark.parametrize(("extra", "message"), [
     ("async_generation_ratio: 1\nsynchronizer:\n  sync_interval: 2\n",
-     r"async_generation_ratio: 1 means synchronizer.sync_interval: 1 and sync_offset: 1, but the config sets "
-     r"synchronizer.sync_interval: 2; keep one of the two"),
+     (r"async_generation_ratio: 1 means synchronizer.sync_interval: 1 and sync_offset: 1, but the config sets "
+      r"synchronizer.sync_interval: 2; keep one of the two")),
     ("async_generation_ratio: 1\nsynchronizer:\n  sync_offset: 3\n", r"sets synchronizer.sync_offset: 3"),
     ("async_generation_ratio: 0.5\n", r"async_generation_ratio: 0.5; use a whole number >= 0"),
     ("async_generation_ratio: -1\n", r"async_generation_ratio: -1; use a whole number >= 0"),

@@ -40,7 +40,7 @@ def test_submit_explores_an_environment_taskset(slurm_cluster: None, demo_data: 
         },
     }, model={"max_prompt_tokens": 160, "max_response_tokens": 400})
     run = submit(write_yaml(tmp_path / "run.yaml", cfg))
-    trainer_id, explorer_id = job_ids(run)
+    trainer_id, _ = job_ids(run)
     assert wait_done(run, trainer_id)["step"] == steps
     assert wait_terminal(trainer_id, 120) == {trainer_id: "COMPLETED"}, log_tails(run)
     check_exactly_once(consumption(run), expected_consumed=steps * batch)
