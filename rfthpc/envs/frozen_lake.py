@@ -22,7 +22,6 @@ steps. The step that ends an episode has `success` in its info.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,6 +29,7 @@ from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv, generate_random_m
 
 from rfthpc.envs.actions import InvalidAction, format_hint, read_action
 from rfthpc.envs.args import bad_arg, bool_arg, float_arg, int_arg, rows_arg
+from rfthpc.envs.seeds import EpisodeSeeds
 
 ACTIONS = ("Left", "Down", "Right", "Up")
 """In gymnasium's order: its action ids are their indices."""
@@ -63,7 +63,7 @@ class FrozenLake:
         if self.desc is not None and ("".join(self.desc).count("S") != 1 or "G" not in "".join(self.desc)):
             raise bad_arg("desc", desc, "must hold exactly one start S and at least one goal G")
         self.describe_surroundings = bool_arg("describe_surroundings", describe_surroundings)
-        self._seeds = random.Random()
+        self._seeds = EpisodeSeeds()
         self._env: FrozenLakeEnv | None = None
         self._steps = 0
         self._done = False
@@ -113,11 +113,7 @@ class FrozenLake:
 
     def reset(self, seed: int | None = None, options: Mapping[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         """A new episode on the map of `seed` (or of a seed drawn from the last seeded one); info `map`."""
-        if seed is not None:
-            self._seeds = random.Random(seed)
-            episode_seed = seed
-        else:
-            episode_seed = self._seeds.randrange(2**31)
+        episode_seed = self._seeds.next(seed)
         desc = self.desc or generate_random_map(size=self.size, p=self.p, seed=episode_seed)
         self._env = FrozenLakeEnv(desc=desc, is_slippery=self.is_slippery)
         self._env.reset(seed=episode_seed)

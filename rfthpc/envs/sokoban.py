@@ -22,12 +22,12 @@ target, -1 for pushing one off, +10 when every box is on a target, which termina
 from __future__ import annotations
 
 import dataclasses
-import random
 from collections.abc import Mapping
 from typing import Any
 
 from rfthpc.envs.actions import InvalidAction, format_hint, read_action
 from rfthpc.envs.args import bad_arg, int_arg, rows_arg
+from rfthpc.envs.seeds import EpisodeSeeds
 from rfthpc.envs.sokoban_levels import CELLS, DIRECTIONS, Level, generate_level, parse_level
 
 ACTIONS = ("Up", "Down", "Left", "Right")
@@ -63,7 +63,7 @@ class Sokoban:
                 self.level = parse_level(rows_arg("level", level, CELLS))
             except ValueError as e:
                 raise bad_arg("level", level, str(e)) from None
-        self._seeds = random.Random()
+        self._seeds = EpisodeSeeds()
         self._state: Level | None = None
         self._steps = 0
         self._done = False
@@ -82,11 +82,7 @@ class Sokoban:
 
     def reset(self, seed: int | None = None, options: Mapping[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         """A new episode on the level of `seed` (or of a seed drawn from the last seeded one)."""
-        if seed is not None:
-            self._seeds = random.Random(seed)
-            episode_seed = seed
-        else:
-            episode_seed = self._seeds.randrange(2**31)
+        episode_seed = self._seeds.next(seed)
         self._state = self.level or generate_level(episode_seed, *self.dim_room, self.num_boxes, self.search_depth)
         self._steps = 0
         self._done = False
