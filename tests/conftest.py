@@ -19,6 +19,12 @@ from pathlib import Path
 
 import pytest
 
+# The suite proves the CPU path in float32: its tolerances are float32's, its runs publish float32 snapshots, and
+# its multi-rank tests put every rank on one machine. On a machine with GPUs, the GPU path (bf16, CUDA, FSDP2) is
+# checked by tools/gpu_check.sh instead; the suite keeps to the CPU there too (set before anything imports torch,
+# and inherited by every process a test starts).
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
 LOCAL_SLURM = Path(__file__).resolve().parents[1] / "tools" / "local_slurm.sh"
 SESSION_PID_FILE = "rfthpc-test-session.pid"
 _ENDED = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",

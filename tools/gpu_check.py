@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STEPS = 4
 
 
-def config(demo: Path, root: Path, device: str) -> dict:
+def config(demo: Path, root: Path) -> dict:
     """A short GRPO run on the demo task: every part of a real run, minutes on a CPU."""
     arith = {"path": str(demo / "gsm8k"), "format": {"prompt_key": "question", "response_key": "answer"}}
     return {
@@ -38,7 +38,9 @@ def config(demo: Path, root: Path, device: str) -> dict:
                       "optimizer": {"lr": 1e-5}},
         "model": {"model_path": str(demo / "model"), "max_prompt_tokens": 48, "max_response_tokens": 16,
                   "dtype": "auto"},
-        "cluster": {"node_num": 1, "gpu_per_node": 1 if device == "cuda" else 0},
+        # `cluster` sizes Slurm jobs (the trainer gets the GPUs the explorers leave); these local processes share
+        # the machine's GPU, whatever it says, so it stays unset as on a workstation.
+        "cluster": {"node_num": 1, "gpu_per_node": 0},
         "buffer": {"total_steps": STEPS, "batch_size": 4, "explorer_input": {
             "system_prompt": "",
             "taskset": {"name": "arith", "split": "train", **arith, "rollout_args": {"temperature": 1.0}},
@@ -76,7 +78,7 @@ def main() -> int:
         work = Path(tmp)
         _rfthpc("make-demo", "--out", str(work / "demo"))
         cfg = work / "check.yaml"
-        cfg.write_text(yaml.safe_dump(config(work / "demo", work / "runs", device)))
+        cfg.write_text(yaml.safe_dump(config(work / "demo", work / "runs")))
         _rfthpc("run", "--config", str(cfg))
         run = work / "runs" / "gpu-check" / "check"
         trainer = [r for r in _records(run / "monitor" / "trainer.jsonl") if "perf/time_per_step" in r]
