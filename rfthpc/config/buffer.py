@@ -60,10 +60,11 @@ class RolloutArgs:
 
 @dataclass
 class TaskSelectorConfig:
-    """Order in which tasks of a taskset are handed out."""
+    """Order in which tasks of a taskset are handed out (Trinity-RFT's `data_selector`)."""
 
     selector_type: Literal["sequential", "shuffle"] = "sequential"
-    """sequential: dataset order; shuffle: a new seeded permutation per epoch."""
+    """sequential: dataset order; shuffle: a new seeded permutation per epoch. Trinity-RFT's random,
+    offline_easy2hard and difficulty_based are errors that name the alternative."""
     seed: int = 42
     """Seed of the shuffle."""
 
@@ -97,7 +98,8 @@ class TasksetConfig:
     reward_fn_args: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the reward function."""
     task_selector: TaskSelectorConfig = field(default_factory=TaskSelectorConfig)
-    """Task order (training tasksets; an evaluation runs every task of an eval taskset)."""
+    """Task order (training tasksets; an evaluation runs every task of an eval taskset). Also read
+    under Trinity-RFT's current name `data_selector` (both given and different: an error)."""
     total_epochs: Optional[int] = None
     """Passes over this training taskset; defaults to `buffer.total_epochs` (eval tasksets: every
     evaluation is one pass)."""

@@ -94,6 +94,77 @@ def apply_roll_keys(raw: dict[str, Any], source: str) -> None:
         alg.setdefault("policy_loss_fn", variant)
 
 
+SELECTORS_ELSEWHERE = {
+    "random": "Trinity-RFT's `random` draws each batch independently, so a task may come again before the "
+              "epoch has handed out every task; use selector_type: shuffle (a new seeded order each epoch, "
+              "every task once per epoch)",
+    "offline_easy2hard": "rfthpc has no curriculum selector; sort the dataset by your difficulty columns "
+                         "(feature_keys) beforehand, easiest first, and use selector_type: sequential",
+    "difficulty_based": "rfthpc's explorers feed no pass rates back to a selector; use selector_type: shuffle "
+                        "(algorithm.filter_groups drops groups whose responses all score the same)",
+}
+"""Trinity-RFT's task selectors that rfthpc does not have, and the alternative each error names."""
+
+_SELECTOR_DEFAULTS = {"selector_type": "sequential", "seed": 42}
+
+
+def _selector_problems(selector: Any, key: str) -> list[str]:
+    """What rfthpc cannot honour in one task selector mapping; Trinity's estimator keys, left empty
+    (as in its dumped configs), are dropped."""
+    if not isinstance(selector, dict):
+        return []  # typed conversion reports the type
+    problems = []
+    kind = selector.get("selector_type")
+    if isinstance(kind, str) and kind.lower() in SELECTORS_ELSEWHERE:
+        problems.append(f"{key}.selector_type: {kind!r} is not one of rfthpc's selectors (sequential, shuffle): "
+                        f"{SELECTORS_ELSEWHERE[kind.lower()]}")
+    for name in ("feature_keys", "kwargs"):
+        if name in selector and not selector[name]:
+            del selector[name]
+        elif name in selector:
+            problems.append(f"{key}.{name}: read by Trinity-RFT's offline_easy2hard and difficulty_based selectors, "
+                            "which rfthpc does not have; sequential and shuffle take only `seed`: remove it")
+    return problems
+
+
+def apply_data_selector(raw: dict[str, Any], source: str) -> None:
+    """Read Trinity-RFT's `data_selector` (its current name for a taskset's `task_selector`) as
+    `task_selector`, in every taskset of `raw` (a config, or a stage's sections), in place. Both given
+    and different is an error, as is a Trinity selector rfthpc does not have (the error names the
+    alternative)."""
+    from rfthpc.config.typed import Problems
+
+    buffer = raw.get("buffer")
+    inp = buffer.get("explorer_input") if isinstance(buffer, dict) else None
+    if not isinstance(inp, dict):
+        return
+    tasksets = [("buffer.explorer_input.taskset", inp.get("taskset"))]
+    for group in ("tasksets", "eval_tasksets"):
+        if isinstance(inp.get(group), list):
+            tasksets += [(f"buffer.explorer_input.{group}[{i}]", ts) for i, ts in enumerate(inp[group])]
+    problems = Problems(source)
+    for key, ts in tasksets:
+        if not isinstance(ts, dict):
+            continue
+        for name in ("task_selector", "data_selector"):
+            for message in _selector_problems(ts.get(name), f"{key}.{name}"):
+                problems.add(message)
+        if ts.get("data_selector") is None:
+            ts.pop("data_selector", None)
+            continue
+        data = ts.pop("data_selector")
+        if not isinstance(data, dict):
+            problems.add(f"{key}.data_selector: expected a mapping, got {type(data).__name__} {data!r}")
+            continue
+        task = ts.get("task_selector")
+        if task is None:
+            ts["task_selector"] = data
+        elif isinstance(task, dict) and {**_SELECTOR_DEFAULTS, **task} != {**_SELECTOR_DEFAULTS, **data}:
+            problems.add(f"{key}: task_selector {task} and data_selector {data} differ; they are one key "
+                         "(data_selector is Trinity-RFT's current name): keep one")
+    problems.raise_if_any()
+
+
 def value_notes(raw: dict[str, Any]) -> list[str]:
     """Notes for values rfthpc accepts but reads differently from Trinity-RFT."""
     notes = []

@@ -1,0 +1,119 @@
+"""Trinity-RFT's current names and forms of keys rfthpc has: read as Trinity-RFT and veRL read them,
+or refused with an error that names the alternative."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from rfthpc.config import load_config
+from rfthpc.errors import ConfigError
+from tests.config.conftest import write
+
+BASE = """
+project: p
+name: n
+algorithm:
+  algorithm_type: grpo
+  repeat_times: 4
+model:
+  model_path: {model}
+  max_prompt_tokens: 64
+  max_response_tokens: 32
+buffer:
+  batch_size: 4
+  explorer_input:
+    taskset:
+      name: t
+      path: {data}
+      format:
+        prompt_key: question
+        response_key: answer
+"""
+
+
+@pytest.fixture
+def base(tmp_path: Path) -> str:
+    (tmp_path / "model").mkdir()
+    (tmp_path / "data.jsonl").write_text('{"question": "1+1", "answer": "#### 2"}\n')
+    return textwrap.dedent(BASE).format(model=tmp_path / "model", data=tmp_path / "data.jsonl")
+
+
+def _taskset(base: str, extra: str) -> str:
+    """`base` with `extra` (YAML at the taskset's indentation) added to its taskset."""
+    return base.replace("      name: t\n", "      name: t\n" + textwrap.indent(textwrap.dedent(extra), "      "))
+
+
+def _error(path: Path) -> str:
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    return str(e.value)
+
+
+# data_selector ----------------------------------------------------------------------------------
+
+def test_data_selector_is_read_as_task_selector(tmp_path: Path, base: str) -> None:
+    cfg = write(tmp_path, _taskset(base, "data_selector:\n  selector_type: shuffle\n  seed: 7\n"))
+    selector = load_config(cfg).config.buffer.explorer_input.tasksets[0].task_selector
+    assert (selector.selector_type, selector.seed) == ("shuffle", 7)
+
+
+def test_data_selector_in_tasksets_lists(tmp_path: Path, base: str) -> None:
+    text = base.replace("    taskset:\n      name: t\n", "    tasksets:\n    - name: t\n      data_selector: {selector_type: shuffle}\n")
+    assert load_config(write(tmp_path, text)).config.buffer.explorer_input.tasksets[0].task_selector.selector_type \
+        == "shuffle"
+    evals = text + "    eval_tasksets:\n    - name: e\n      path: x\n      data_selector: {selector_type: shuffle}\n"
+    assert "eval_tasksets[0].task_selector: 'shuffle' has no effect" in _error(write(tmp_path, evals))
+
+
+def test_data_selector_in_a_stage(tmp_path: Path, base: str) -> None:
+    text = _taskset(base, "data_selector: {selector_type: shuffle}\n") + textwrap.dedent("""
+        stages:
+        - stage_name: a
+        - stage_name: b
+          buffer:
+            explorer_input:
+              taskset:
+                data_selector: {selector_type: sequential}
+        """)
+    stages = load_config(write(tmp_path, text)).stages
+    assert [s.config.buffer.explorer_input.tasksets[0].task_selector.selector_type for s in stages] == [
+        "shuffle", "sequential"]
+
+
+def test_same_selector_under_both_names_is_accepted(tmp_path: Path, base: str) -> None:
+    cfg = write(tmp_path, _taskset(base, """\
+        task_selector: {selector_type: shuffle, seed: 42}
+        data_selector: {selector_type: shuffle}
+        """))
+    assert load_config(cfg).config.buffer.explorer_input.tasksets[0].task_selector.selector_type == "shuffle"
+
+
+def test_different_selectors_under_both_names_are_an_error(tmp_path: Path, base: str) -> None:
+    msg = _error(write(tmp_path, _taskset(base, """\
+        task_selector: {selector_type: shuffle}
+        data_selector: {selector_type: sequential}
+        """)))
+    assert "buffer.explorer_input.taskset: task_selector" in msg
+    assert "differ" in msg and "keep one" in msg
+
+
+@pytest.mark.parametrize(("kind", "alternative"), [
+    ("random", "selector_type: shuffle"), ("offline_easy2hard", "selector_type: sequential"),
+    ("difficulty_based", "selector_type: shuffle"),
+])
+def test_trinity_selectors_rfthpc_lacks_name_the_alternative(tmp_path: Path, base: str, kind: str,
+                                                              alternative: str) -> None:
+    msg = _error(write(tmp_path, _taskset(base, f"data_selector: {{selector_type: {kind}}}\n")))
+    assert f"buffer.explorer_input.taskset.data_selector.selector_type: {kind!r} is not one of rfthpc's" in msg
+    assert alternative in msg
+
+
+def test_estimator_keys_empty_are_accepted_and_set_are_an_error(tmp_path: Path, base: str) -> None:
+    empty = _taskset(base, "data_selector: {selector_type: shuffle, feature_keys: [], kwargs: {}}\n")
+    assert load_config(write(tmp_path, empty)).config.buffer.explorer_input.tasksets[0].task_selector.selector_type \
+        == "shuffle"
+    msg = _error(write(tmp_path, _taskset(base, "task_selector: {feature_keys: [difficulty]}\n")))
+    assert "buffer.explorer_input.taskset.task_selector.feature_keys: read by Trinity-RFT's" in msg
