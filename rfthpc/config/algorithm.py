@@ -18,8 +18,10 @@ class OptimizerConfig:
     """Warm-up length as a fraction of the total trainer steps (used when `lr_warmup_steps` < 0)."""
     min_lr_ratio: float = 0.0
     """Floor of the cosine schedule, as a fraction of `lr`."""
-    warmup_style: Literal["constant", "cosine"] = "constant"
-    """Schedule after warm-up: hold `lr` (constant) or decay to `min_lr_ratio * lr` (cosine)."""
+    lr_scheduler_type: Literal["constant", "cosine"] = "constant"
+    """Schedule after warm-up: hold `lr` (constant) or decay to `min_lr_ratio * lr` over the stage's
+    remaining steps (cosine, which needs `buffer.total_steps`). veRL's and Trinity-RFT's current name;
+    their older name `warmup_style` is read as this key (both given and different: an error)."""
     optimizer_type: Literal["adamw"] = "adamw"
     """Optimizer; rfthpc trains with AdamW."""
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])

@@ -1,6 +1,7 @@
 """Where rfthpc differs from Trinity-RFT and veRL, said out loud.
 
-Four kinds of difference:
+Five kinds of difference:
+- keys Trinity-RFT or veRL renamed: both names are read as rfthpc's one key (`apply_renamed_keys`);
 - keys Trinity-RFT has that rfthpc deliberately does not support: an error naming the reason;
 - values of accepted keys that rfthpc cannot honour (e.g. `bench_on_latest_checkpoint: true`): an
   error naming the reason and the fix, when the config is validated (`unsupported_values`);
@@ -21,6 +22,7 @@ from rfthpc.errors import ConfigError
 
 if TYPE_CHECKING:
     from rfthpc.config.schema import Config
+    from rfthpc.config.typed import Problems
 
 _NO_RAY = "rfthpc runs on Slurm and a shared filesystem, without Ray"
 _NO_SQL = "Trinity-RFT's retries of SQL buffer access; rfthpc's buffers are files on the shared filesystem"
@@ -127,41 +129,63 @@ def _selector_problems(selector: Any, key: str) -> list[str]:
     return problems
 
 
-def apply_data_selector(raw: dict[str, Any], source: str) -> None:
-    """Read Trinity-RFT's `data_selector` (its current name for a taskset's `task_selector`) as
-    `task_selector`, in every taskset of `raw` (a config, or a stage's sections), in place. Both given
-    and different is an error, as is a Trinity selector rfthpc does not have (the error names the
-    alternative)."""
+def _same_selector(a: Any, b: Any) -> bool:
+    return isinstance(a, dict) and isinstance(b, dict) and {**_SELECTOR_DEFAULTS, **a} == {**_SELECTOR_DEFAULTS, **b}
+
+
+def _same_text(a: Any, b: Any) -> bool:
+    return str(a).lower() == str(b).lower()
+
+
+def _rename(section: dict[str, Any], old: str, new: str, key: str, problems: Problems,
+            same: Callable[[Any, Any], bool]) -> None:
+    """Move `section[old]` to `section[new]`; both given and not `same` is a problem (a null is not given)."""
+    if section.get(old) is None:
+        section.pop(old, None)
+        return
+    value = section.pop(old)
+    if section.get(new) is None:
+        section[new] = value
+    elif not same(section[new], value):
+        problems.add(f"{key}: {new} ({section[new]}) and {old} ({value}) differ; they are one key under two "
+                     "names: keep one")
+
+
+def apply_renamed_keys(raw: dict[str, Any], source: str) -> None:
+    """Read the keys Trinity-RFT or veRL renamed under rfthpc's one name for each, in `raw` (a config,
+    or a stage's sections), in place:
+
+    - `algorithm.optimizer.warmup_style` (their older name) is `lr_scheduler_type`;
+    - a taskset's `data_selector` (Trinity-RFT's current name) is its `task_selector`; a Trinity
+      selector rfthpc does not have is an error that names the alternative.
+
+    Both names given with different values is an error.
+    """
     from rfthpc.config.typed import Problems
 
+    problems = Problems(source)
+    alg = raw.get("algorithm")
+    opt = alg.get("optimizer") if isinstance(alg, dict) else None
+    if isinstance(opt, dict):
+        _rename(opt, "warmup_style", "lr_scheduler_type", "algorithm.optimizer", problems, _same_text)
     buffer = raw.get("buffer")
     inp = buffer.get("explorer_input") if isinstance(buffer, dict) else None
-    if not isinstance(inp, dict):
-        return
-    tasksets = [("buffer.explorer_input.taskset", inp.get("taskset"))]
-    for group in ("tasksets", "eval_tasksets"):
-        if isinstance(inp.get(group), list):
-            tasksets += [(f"buffer.explorer_input.{group}[{i}]", ts) for i, ts in enumerate(inp[group])]
-    problems = Problems(source)
+    tasksets = []
+    if isinstance(inp, dict):
+        tasksets.append(("buffer.explorer_input.taskset", inp.get("taskset")))
+        for group in ("tasksets", "eval_tasksets"):
+            if isinstance(inp.get(group), list):
+                tasksets += [(f"buffer.explorer_input.{group}[{i}]", ts) for i, ts in enumerate(inp[group])]
     for key, ts in tasksets:
         if not isinstance(ts, dict):
             continue
         for name in ("task_selector", "data_selector"):
             for message in _selector_problems(ts.get(name), f"{key}.{name}"):
                 problems.add(message)
-        if ts.get("data_selector") is None:
-            ts.pop("data_selector", None)
+        if ts.get("data_selector") is not None and not isinstance(ts["data_selector"], dict):
+            problems.add(f"{key}.data_selector: expected a mapping, got {ts.pop('data_selector')!r}")
             continue
-        data = ts.pop("data_selector")
-        if not isinstance(data, dict):
-            problems.add(f"{key}.data_selector: expected a mapping, got {type(data).__name__} {data!r}")
-            continue
-        task = ts.get("task_selector")
-        if task is None:
-            ts["task_selector"] = data
-        elif isinstance(task, dict) and {**_SELECTOR_DEFAULTS, **task} != {**_SELECTOR_DEFAULTS, **data}:
-            problems.add(f"{key}: task_selector {task} and data_selector {data} differ; they are one key "
-                         "(data_selector is Trinity-RFT's current name): keep one")
+        _rename(ts, "data_selector", "task_selector", key, problems, _same_selector)
     problems.raise_if_any()
 
 
@@ -333,7 +357,11 @@ VERL_MAP: dict[str, str | VerlChoice | VerlFnArg | None] = {
     "actor_rollout_ref.actor.fsdp_config.param_offload": "trainer.param_offload",
     "actor_rollout_ref.actor.fsdp_config.optimizer_offload": "trainer.optimizer_offload",
     "actor_rollout_ref.actor.optim.lr": "algorithm.optimizer.lr",
+    "actor_rollout_ref.actor.optim.lr_warmup_steps": "algorithm.optimizer.lr_warmup_steps",
     "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": "algorithm.optimizer.lr_warmup_steps_ratio",
+    "actor_rollout_ref.actor.optim.lr_scheduler_type": "algorithm.optimizer.lr_scheduler_type",
+    "actor_rollout_ref.actor.optim.warmup_style": "algorithm.optimizer.lr_scheduler_type",
+    "actor_rollout_ref.actor.optim.min_lr_ratio": "algorithm.optimizer.min_lr_ratio",
     "actor_rollout_ref.actor.optim.weight_decay": "algorithm.optimizer.weight_decay",
     "actor_rollout_ref.actor.entropy_coeff": "algorithm.entropy_loss_fn_args.entropy_coef",
     "actor_rollout_ref.actor.loss_agg_mode": "algorithm.loss_agg_mode",
@@ -389,8 +417,17 @@ VERL_MAP: dict[str, str | VerlChoice | VerlFnArg | None] = {
         "bypass_mode", "loss_type")},
 }
 
+def _older_scheduler_name(value: Any, given: Mapping[str, Any]) -> Any:
+    current = given.get(_ACTOR + "optim.lr_scheduler_type")
+    if current is not None and not _same_text(current, value):
+        raise ConfigError(f"trainer.trainer_config.{_ACTOR}optim: lr_scheduler_type ({current}) and warmup_style "
+                          f"({value}, its older name) differ; keep lr_scheduler_type")
+    return value
+
+
 _VALUE_TRANSLATIONS: dict[str, Callable[[Any, Mapping[str, Any]], Any]] = {
     "algorithm.kl_ctrl.type": _kl_ctrl_type,
+    _ACTOR + "optim.warmup_style": _older_scheduler_name,
 }
 """veRL keys mapped onto a plain rfthpc key whose value is spelled differently."""
 

@@ -282,8 +282,8 @@ def resolve_stages(cfg: Config, source: str = "config") -> list[Stage]:
         if sections["trainer"].get("trainer_config_path"):
             raise ConfigError(f"{where}: trainer.trainer_config_path is read for the whole run only; give the "
                               "stage's veRL settings inline as trainer.trainer_config")
+        compat.apply_renamed_keys(sections, where)
         compat.apply_verl_trainer_config(sections, where, inherited=base)
-        compat.apply_data_selector(sections, where)
         _stage_taskset_into_list(sections["buffer"], merged["buffer"])
         for section in STAGE_SECTIONS:
             merged[section] = deep_merge(merged[section], sections[section])

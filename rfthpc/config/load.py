@@ -94,8 +94,8 @@ def config_from_dict(raw: dict[str, Any], source: str) -> Config:
             raise ConfigError(f"{source}: trainer.trainer_config_path: {e}") from None
         trainer["trainer_config"] = deep_merge(from_file, trainer.get("trainer_config") or {})
     compat.apply_roll_keys(raw, source)
+    compat.apply_renamed_keys(raw, source)
     compat.apply_verl_trainer_config(raw, source)
-    compat.apply_data_selector(raw, source)
     problems = Problems(source)
     cfg = build(Config, raw, "", problems)
     problems.raise_if_any()

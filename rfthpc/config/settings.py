@@ -50,7 +50,7 @@ class OptimizerSettings:
     weight_decay: float
     lr_warmup_steps: int
     lr_warmup_steps_ratio: float
-    warmup_style: str
+    lr_scheduler_type: str
     min_lr_ratio: float
 
     @classmethod
@@ -59,7 +59,7 @@ class OptimizerSettings:
             raise ConfigError(f"algorithm.optimizer.betas: {opt.betas} must hold two numbers, e.g. [0.9, 0.999]")
         return cls(float(opt.lr), (float(opt.betas[0]), float(opt.betas[1])), float(opt.eps),
                    float(opt.weight_decay), int(opt.lr_warmup_steps), float(opt.lr_warmup_steps_ratio),
-                   opt.warmup_style, float(opt.min_lr_ratio))
+                   opt.lr_scheduler_type, float(opt.min_lr_ratio))
 
 
 @dataclass(frozen=True)

@@ -43,9 +43,9 @@ class LRSchedule:
                 )
             warmup_steps = round(warmup_ratio * (total_steps or 0))
         if style == "cosine" and total_steps is None:
-            raise ConfigError(f"{key}.warmup_style cosine decays over buffer.total_steps; set it, or use constant")
+            raise ConfigError(f"{key}.lr_scheduler_type cosine decays over buffer.total_steps; set it, or use constant")
         if style not in ("constant", "cosine"):
-            raise ConfigError(f"{key}.warmup_style: unknown style {style!r}; use constant or cosine")
+            raise ConfigError(f"{key}.lr_scheduler_type: unknown schedule {style!r}; use constant or cosine")
         self.lr = lr
         self.total = total_steps
         self.warmup = warmup_steps
@@ -55,7 +55,7 @@ class LRSchedule:
     @classmethod
     def from_settings(cls, cfg: OptimizerSettings, total_steps: int | None) -> LRSchedule:
         """The schedule of `algorithm.optimizer` over a stage of `total_steps` steps."""
-        return cls(cfg.lr, total_steps, cfg.lr_warmup_steps, cfg.lr_warmup_steps_ratio, cfg.warmup_style,
+        return cls(cfg.lr, total_steps, cfg.lr_warmup_steps, cfg.lr_warmup_steps_ratio, cfg.lr_scheduler_type,
                    cfg.min_lr_ratio)
 
     def __call__(self, k: int) -> float:

@@ -117,3 +117,64 @@ def test_estimator_keys_empty_are_accepted_and_set_are_an_error(tmp_path: Path, 
         == "shuffle"
     msg = _error(write(tmp_path, _taskset(base, "task_selector: {feature_keys: [difficulty]}\n")))
     assert "buffer.explorer_input.taskset.task_selector.feature_keys: read by Trinity-RFT's" in msg
+
+
+# lr_scheduler_type -------------------------------------------------------------------------------
+
+def _optimizer(base: str, extra: str) -> str:
+    return base.replace("  repeat_times: 4\n", "  repeat_times: 4\n  optimizer:\n" + textwrap.indent(extra, "    "))
+
+
+@pytest.mark.parametrize("key", ["lr_scheduler_type", "warmup_style"])
+def test_scheduler_under_either_name(tmp_path: Path, base: str, key: str) -> None:
+    opt = load_config(write(tmp_path, _optimizer(base, f"{key}: cosine\n"))).config.algorithm.optimizer
+    assert opt.lr_scheduler_type == "cosine" and not hasattr(opt, "warmup_style")
+
+
+def test_scheduler_defaults_to_constant_and_names_may_agree(tmp_path: Path, base: str) -> None:
+    assert load_config(write(tmp_path, base)).config.algorithm.optimizer.lr_scheduler_type == "constant"
+    both = _optimizer(base, "lr_scheduler_type: cosine\nwarmup_style: cosine\n")
+    assert load_config(write(tmp_path, both)).config.algorithm.optimizer.lr_scheduler_type == "cosine"
+
+
+def test_scheduler_names_that_disagree_are_an_error(tmp_path: Path, base: str) -> None:
+    msg = _error(write(tmp_path, _optimizer(base, "lr_scheduler_type: cosine\nwarmup_style: constant\n")))
+    assert "algorithm.optimizer: lr_scheduler_type (cosine) and warmup_style (constant) differ" in msg
+
+
+def test_a_stage_overrides_the_scheduler_under_the_other_name(tmp_path: Path, base: str) -> None:
+    text = _optimizer(base, "lr_scheduler_type: cosine\n") + textwrap.dedent("""
+        stages:
+        - stage_name: sft
+          algorithm: {optimizer: {warmup_style: constant}}
+        - stage_name: rft
+        """)
+    stages = load_config(write(tmp_path, text)).stages
+    assert [s.config.algorithm.optimizer.lr_scheduler_type for s in stages] == ["constant", "cosine"]
+
+
+def _verl(base: str, optim: str) -> str:
+    return base + "trainer:\n  trainer_config:\n    actor_rollout_ref:\n      actor:\n        optim:\n" + \
+        textwrap.indent(optim, "          ")
+
+
+@pytest.mark.parametrize("key", ["lr_scheduler_type", "warmup_style"])
+def test_verl_scheduler_is_mapped(tmp_path: Path, base: str, key: str) -> None:
+    text = _verl(base, f"{key}: cosine\nmin_lr_ratio: 0.1\nlr_warmup_steps: 3\n")
+    opt = load_config(write(tmp_path, text)).config.algorithm.optimizer
+    assert (opt.lr_scheduler_type, opt.min_lr_ratio, opt.lr_warmup_steps) == ("cosine", 0.1, 3)
+
+
+def test_verl_scheduler_names_that_disagree_are_an_error(tmp_path: Path, base: str) -> None:
+    msg = _error(write(tmp_path, _verl(base, "lr_scheduler_type: cosine\nwarmup_style: constant\n")))
+    assert "lr_scheduler_type (cosine) and warmup_style (constant, its older name) differ" in msg
+
+
+def test_rfthpc_scheduler_key_wins_over_verl(tmp_path: Path, base: str) -> None:
+    text = _verl(_optimizer(base, "warmup_style: constant\n"), "lr_scheduler_type: cosine\n")
+    assert load_config(write(tmp_path, text)).config.algorithm.optimizer.lr_scheduler_type == "constant"
+
+
+def test_a_scheduler_rfthpc_lacks_is_an_error(tmp_path: Path, base: str) -> None:
+    msg = _error(write(tmp_path, _verl(base, "lr_scheduler_type: linear\n")))
+    assert "algorithm.optimizer.lr_scheduler_type: 'linear' is not one of 'constant', 'cosine'" in msg

@@ -18,6 +18,7 @@ from rfthpc.config import resolve_stages
 from rfthpc.config.algorithm import AlgorithmConfig
 from rfthpc.config.buffer import ExperienceBufferConfig
 from rfthpc.config.derive import finalize
+from rfthpc.config.load import config_from_dict
 from rfthpc.config.model import ModelConfig
 from rfthpc.config.schema import Config, StageConfig
 from rfthpc.config.settings import AlgorithmSettings, TrainerStageSettings, trainer_settings
@@ -188,6 +189,16 @@ def test_lr_schedule_warmup_constant_and_cosine() -> None:
         LRSchedule(1.0, total_steps=None, style="cosine")
     with pytest.raises(ConfigError, match="lr_warmup_steps_ratio"):
         LRSchedule(1.0, total_steps=None, warmup_ratio=0.1)
+
+
+def test_lr_schedule_follows_the_scheduler_under_its_older_name() -> None:
+    raw = {"model": {"model_path": "m", "max_prompt_tokens": 8, "max_response_tokens": 8},
+           "algorithm": {"optimizer": {"warmup_style": "cosine", "min_lr_ratio": 0.5}}, "buffer": {"total_steps": 4}}
+    optimizer = trainer_settings(resolve_stages(config_from_dict(raw, "test"))).stages[0].algorithm.optimizer
+    schedule = LRSchedule.from_settings(optimizer, 4)
+    assert optimizer.lr_scheduler_type == "cosine"
+    assert [schedule(k) / schedule(0) for k in range(4)] == pytest.approx(
+        [0.5 + 0.25 * (1 + math.cos(math.pi * k / 4)) for k in range(4)])
 
 
 # ---- sample checks ---------------------------------------------------------------------------
