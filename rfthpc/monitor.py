@@ -1,8 +1,10 @@
-"""Metrics of one role: `monitor/<role>.jsonl` always, plus the console and wandb when configured.
+"""Metrics of one role: `monitor/<role>.jsonl` always, plus the console, wandb and TensorBoard when configured.
 
 Each process writes its own jsonl file (one writer per file, like everything in the run
 directory). wandb runs are named `<name>_<role>` and grouped by the experiment name, offline by
 default because compute nodes have no internet (`wandb sync <run dir>/monitor/wandb/...` later).
+TensorBoard event files go to `monitor/tensorboard/<role>/` (a restarted role adds a file there;
+TensorBoard reads them as one run), each record's numbers as scalars at its step.
 
 A role that logs several series with steps of their own (the explorer: rollouts per explorer step,
 evaluations per policy version) gives each record the name of its step, its `axis`. wandb drops a
@@ -24,7 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rfthpc.config.monitor import MonitorConfig
+from rfthpc.config.monitor import MonitorConfig, tensorboard_missing
+from rfthpc.errors import ConfigError
 from rfthpc.fsutil import append_line, make_dirs
 from rfthpc.rundir import RunDir
 
@@ -70,13 +73,15 @@ class Monitor:
         config: MonitorConfig,
         project: str,
         name: str,
-        use_wandb: bool = True,
+        primary: bool = True,
         run_config: dict[str, Any] | None = None,
     ) -> None:
-        """`role` names the file (`monitor/<role>.jsonl`) and the wandb run (`<name>_<role>`).
+        """`role` names the file (`monitor/<role>.jsonl`), the wandb run (`<name>_<role>`) and the
+        TensorBoard directory (`monitor/tensorboard/<role>/`).
 
-        `use_wandb=False` keeps extra processes of one role (array tasks beyond the first, trainer
-        ranks beyond 0) out of wandb while they still write their own jsonl.
+        `primary=False` keeps extra processes of one role (array tasks beyond the first) out of wandb
+        and TensorBoard while they still write their own jsonl. A ConfigError says that TensorBoard is
+        configured but its package is missing.
         """
         self.role = role
         self.path = make_dirs(run_dir.monitor) / f"{role}.jsonl"
@@ -84,7 +89,10 @@ class Monitor:
         self._wandb = None
         self._declared: set[str] = set()
         """Axes, and metrics charted against one, already declared to wandb."""
-        if use_wandb and "wandb" in config.monitor_type and config.wandb_mode != "disabled":
+        self._tensorboard = None
+        if primary and "tensorboard" in config.monitor_type:
+            self._tensorboard = _summary_writer(make_dirs(run_dir.monitor / "tensorboard" / role))
+        if primary and "wandb" in config.monitor_type and config.wandb_mode != "disabled":
             quiet_wandb_env()
             import wandb
 
@@ -113,6 +121,8 @@ class Monitor:
         if self.console:
             body = " ".join(f"{k}={_short(v)}" for k, v in sorted(record.items()) if k not in ("step", "time"))
             print(f"[{self.role}] step {step} {body}", file=sys.stderr, flush=True)
+        if self._tensorboard is not None:
+            self._log_tensorboard(metrics, step, record["time"])
         if self._wandb is None:
             return
         data = {k: v for k, v in record.items() if k != "time" and not isinstance(v, str)}
@@ -126,6 +136,20 @@ class Monitor:
         except Exception as e:  # noqa: BLE001 — a sink that fails is a warning, never the role's end
             self._drop_wandb("log", e)
 
+    def _log_tensorboard(self, metrics: dict[str, Any], step: int, walltime: float) -> None:
+        """Each number of `metrics` as a scalar at `step` (its series' own step: TensorBoard keeps a step
+        per scalar, so no axis is needed)."""
+        assert self._tensorboard is not None
+        try:
+            for key, value in metrics.items():
+                value = value.item() if hasattr(value, "item") else value
+                if isinstance(value, (int, float)):
+                    self._tensorboard.add_scalar(key, value, global_step=step, walltime=walltime)
+            self._tensorboard.flush()
+        except Exception as e:  # noqa: BLE001 — a sink that fails is a warning, never the role's end
+            log.warning("tensorboard stopped working (%s: %s); metrics go on to %s", type(e).__name__, e, self.path)
+            self._tensorboard = None
+
     def _declare_axis(self, data: dict[str, Any], axis: str) -> None:
         """Tell wandb to chart the metrics of `data` against `axis` (once per metric)."""
         assert self._wandb is not None
@@ -137,7 +161,14 @@ class Monitor:
             self._declared.add(key)
 
     def close(self) -> None:
-        """Finish the wandb run (the jsonl file needs no closing); a run that cannot finish is a warning."""
+        """Close the TensorBoard writer and finish the wandb run (the jsonl file needs no closing); a sink
+        that cannot finish is a warning."""
+        if self._tensorboard is not None:
+            try:
+                self._tensorboard.close()
+            except Exception as e:  # noqa: BLE001 — a sink that fails is a warning, never the role's end
+                log.warning("tensorboard could not close its event file (%s: %s)", type(e).__name__, e)
+            self._tensorboard = None
         if self._wandb is None:
             return
         try:
@@ -163,6 +194,15 @@ class Monitor:
         # Teardown talks to the same dead service; its failure is the one already reported.
         with contextlib.suppress(Exception):
             wandb.teardown()
+
+
+def _summary_writer(log_dir: Path) -> Any:
+    """torch's TensorBoard writer into `log_dir`; a ConfigError if the tensorboard package is missing."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise ConfigError(tensorboard_missing()) from None
+    return SummaryWriter(log_dir=str(log_dir))
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

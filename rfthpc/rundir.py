@@ -110,7 +110,7 @@ class RunDir:
 
     @property
     def monitor(self) -> Path:
-        """Metrics (jsonl per role), wandb offline runs, plots."""
+        """Metrics (jsonl per role), wandb offline runs, TensorBoard event files, plots."""
         return self.root / "monitor"
 
     @property

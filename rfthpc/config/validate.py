@@ -12,6 +12,7 @@ from rfthpc.algorithms.declare import Needs
 from rfthpc.config import compat
 from rfthpc.config.buffer import TasksetConfig
 from rfthpc.config.derive import explorer_gpus, explorer_task_gpus, trainer_gpus_per_node
+from rfthpc.config.monitor import sink_problems
 from rfthpc.config.schema import Config, explores
 from rfthpc.config.typed import Problems
 from rfthpc.errors import ConfigError
@@ -396,6 +397,8 @@ def validate(cfg: Config, source: str = "config", check_paths: bool = True) -> N
     _check_functions(cfg, problems)
     _check_reward_shaping(cfg, problems)
     _check_inputs(cfg, problems, check_paths)
+    for message in sink_problems(cfg.monitor):
+        problems.add(message)
     for message in compat.unsupported_values(cfg):
         problems.add(message)
     problems.raise_if_any()

@@ -222,7 +222,7 @@ class Explorer:
         self.waiter = Waiter(WaitPolicy(slow_s=settings.weights_poll_interval))
         self.monitor = Monitor(self.rundir, f"explorer_{self.name}_{self.rank}", settings.monitor, settings.project,
                                settings.name,
-                               use_wandb=self.rank == 0)
+                               primary=self.rank == 0)
         self.writer = ChunkWriter(self.rundir.root, self.name, self.rank, settings.groups_per_chunk,
                                   settings.max_chunk_delay)
         # The tokenizer and chat template are checked before minutes go into starting an engine.

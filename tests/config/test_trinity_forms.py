@@ -3,11 +3,13 @@ or refused with an error that names the alternative."""
 
 from __future__ import annotations
 
+import importlib.util
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from rfthpc.cli import main
 from rfthpc.config import load_config
 from rfthpc.errors import ConfigError
 from tests.config.conftest import write
@@ -178,3 +180,27 @@ def test_rfthpc_scheduler_key_wins_over_verl(tmp_path: Path, base: str) -> None:
 def test_a_scheduler_rfthpc_lacks_is_an_error(tmp_path: Path, base: str) -> None:
     msg = _error(write(tmp_path, _verl(base, "lr_scheduler_type: linear\n")))
     assert "algorithm.optimizer.lr_scheduler_type: 'linear' is not one of 'constant', 'cosine'" in msg
+
+
+# monitor_type: tensorboard ------------------------------------------------------------------------
+
+def _tensorboard_installed(monkeypatch: pytest.MonkeyPatch, installed: bool) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: (real("json") if installed else None) if name == "tensorboard"
+                        else real(name, *a))
+
+
+def test_tensorboard_is_a_monitor(tmp_path: Path, base: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    _tensorboard_installed(monkeypatch, True)
+    cfg = write(tmp_path, base + "monitor:\n  monitor_type: tensorboard\n")
+    assert load_config(cfg).config.monitor.monitor_type == ["tensorboard"]
+
+
+def test_tensorboard_without_its_package_fails_validation_with_exit_2(
+        tmp_path: Path, base: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    _tensorboard_installed(monkeypatch, False)
+    cfg = write(tmp_path, base + "monitor:\n  monitor_type: [console, tensorboard]\n")
+    assert "monitor.monitor_type: tensorboard needs the tensorboard package" in _error(cfg)
+    assert main(["config", "validate", "--config", str(cfg)]) == 2
+    assert "`pip install tensorboard`" in capsys.readouterr().err
