@@ -1,7 +1,8 @@
 """`rfthpc explore --run-dir R [--name N] [--rank K]`: one explorer process (a Slurm array task or local process).
 
 It reads `R/explorers/<N>/config.yaml` if that exists (explorers added mid-run with their own
-config), else `R/config.yaml`. `--rank` defaults to `$SLURM_ARRAY_TASK_ID`, else 0. Exit codes:
+config), else `R/config.yaml`, and sets that config's `explorer.env_vars` in its environment before
+the explorer's modules are imported. `--rank` defaults to `$SLURM_ARRAY_TASK_ID`, else 0. Exit codes:
 0 done, 124 stopped by SIGTERM/SIGUSR2 (requeue), 2 a user error (bad input, sync timeout), 1 an engine failed.
 """
 
@@ -27,7 +28,6 @@ def default_rank() -> int:
 def _run(args: argparse.Namespace, overrides: list[str]) -> int:
     from rfthpc.config import load_resolved
     from rfthpc.config.settings import explorer_settings
-    from rfthpc.explorer.loop import Explorer
 
     run = RunDir(args.run_dir)
     path = run.role_config(args.name)
@@ -37,6 +37,11 @@ def _run(args: argparse.Namespace, overrides: list[str]) -> int:
             "(and --name for an explorer array with its own config)"
         )
     loaded = load_resolved(path)
+    settings = explorer_settings(loaded.stages)
+    # Before the explorer's modules are imported: some libraries read their variables on import.
+    os.environ.update(settings.env_vars)
+    from rfthpc.explorer.loop import Explorer
+
     name = args.name or loaded.config.explorer.name
     rank = default_rank() if args.rank is None else args.rank
     logging.basicConfig(
@@ -46,7 +51,7 @@ def _run(args: argparse.Namespace, overrides: list[str]) -> int:
     # math-verify warns on every call made outside the main thread (workflows run in runner
     # threads, where its SIGALRM timeouts cannot work); once per response drowns the log.
     logging.getLogger("math_verify").setLevel(logging.ERROR)
-    return Explorer(run.root, name, rank, explorer_settings(loaded.stages)).run()
+    return Explorer(run.root, name, rank, settings).run()
 
 
 def register(sub: argparse._SubParsersAction) -> None:

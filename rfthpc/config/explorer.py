@@ -68,6 +68,11 @@ class ExplorerConfig:
     """Retries of a timed-out or failed workflow run before the task is given up (and counted)."""
     max_retry_interval: float = 1.0
     """Seconds between those retries."""
+    env_vars: dict[str, str] = field(default_factory=dict)
+    """Environment variables set in each explorer process before its engines start (the workflows,
+    reward functions and vLLM's engine processes see them), under `rfthpc run` and Slurm alike; they
+    override the inherited environment. Numbers are written as text (quote a value to keep its exact
+    text); credentials are refused, as the config is stored in the run directory: export those instead."""
     rollout_model: InferenceModelConfig = field(default_factory=InferenceModelConfig)
     """The policy's rollout engine."""
     auxiliary_models: list[InferenceModelConfig] = field(default_factory=list)

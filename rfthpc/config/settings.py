@@ -331,6 +331,8 @@ class ExplorerSettings:
     min_response_tokens: int
     enable_prompt_truncation: bool
     runner_per_model: int
+    env_vars: Mapping[str, str]
+    """`explorer.env_vars`: set in the explorer's process environment before its engines start."""
     max_timeout: float
     max_retry_times: int
     max_retry_interval: float
@@ -410,6 +412,12 @@ def explorer_settings(stages: list[Stage]) -> ExplorerSettings:
     from the first stage that explores: the engines start once and serve every stage."""
     explored = [s for s in stages if explores(s.config.mode)] or stages[:1]
     first = explored[0].config
+    for stage in explored[1:]:
+        if stage.config.explorer.env_vars != first.explorer.env_vars:
+            raise ConfigError(
+                f"stage {stage.name!r}: explorer.env_vars differ from those of stage {explored[0].name!r}; an explorer "
+                "process sets them once, before its engines start: set explorer.env_vars for the whole run"
+            )
     ex, fs, buf = first.explorer, first.filesystem, first.buffer.trainer_input.experience_buffer
     return ExplorerSettings(
         # The policy's token limits are the model's (validation refuses rollout_model values that differ).
@@ -418,6 +426,7 @@ def explorer_settings(stages: list[Stage]) -> ExplorerSettings:
                               max_response_tokens=first.model.max_response_tokens),
         auxiliary_models=_auxiliary_models(first), min_response_tokens=first.model.min_response_tokens,
         enable_prompt_truncation=first.model.enable_prompt_truncation, runner_per_model=ex.runner_per_model,
+        env_vars=_frozen(ex.env_vars),
         max_timeout=ex.max_timeout, max_retry_times=ex.max_retry_times, max_retry_interval=ex.max_retry_interval,
         weights_poll_interval=ex.weights_poll_interval, groups_per_chunk=buf.groups_per_chunk,
         max_chunk_delay=buf.max_chunk_delay, lease_s=fs.lease_s, poll_interval_s=fs.poll_interval_s,

@@ -94,7 +94,11 @@ def convert(tp: Any, value: Any, path: str, problems: Problems) -> Any:
         if not isinstance(value, dict):
             problems.add(f"{path}: expected a mapping, got {type(value).__name__} {value!r}")
             return {}
-        return dict(value)
+        value_tp = get_args(tp)[1] if get_args(tp) else Any
+        if value_tp is Any:
+            return dict(value)
+        converted = {str(k): convert(value_tp, v, f"{path}.{k}", problems) for k, v in value.items()}
+        return {k: v for k, v in converted.items() if v is not None}
     if dataclasses.is_dataclass(tp):
         return build(tp, value, path, problems)
     if tp is Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -292,6 +293,23 @@ def _check_sizes(cfg: Config, problems: Problems) -> None:
                 problems.add(f"slurm.{role}.{name}: {value} must be >= {least}")
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _check_env_vars(cfg: Config, problems: Problems) -> None:
+    """`explorer.env_vars` names variables a shell could set, and no credential (the config is stored
+    in the run directory, readable by whoever reads it)."""
+    from rfthpc.launch.resources import SECRET_PATTERN
+
+    for name in cfg.explorer.env_vars:
+        key = f"explorer.env_vars.{name}"
+        if not _ENV_NAME.fullmatch(name):
+            problems.add(f"{key}: not an environment variable name (letters, digits and _, not starting with a digit)")
+        elif SECRET_PATTERN.search(name):
+            problems.add(f"{key}: a credential would be stored in the run directory's config.yaml; export it in your "
+                         "shell before `rfthpc submit` or `rfthpc run` instead (the roles inherit the environment)")
+
+
 def _check_gpus(cfg: Config, problems: Problems) -> None:
     c = cfg.cluster
     if c.gpu_per_node <= 0:
@@ -393,6 +411,7 @@ def validate(cfg: Config, source: str = "config", check_paths: bool = True) -> N
     if not cfg.model.model_path:
         problems.add("model.model_path: missing; give the local directory of the model to fine-tune")
     _check_sizes(cfg, problems)
+    _check_env_vars(cfg, problems)
     _check_gpus(cfg, problems)
     _check_functions(cfg, problems)
     _check_reward_shaping(cfg, problems)

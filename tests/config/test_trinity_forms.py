@@ -11,6 +11,7 @@ import pytest
 
 from rfthpc.cli import main
 from rfthpc.config import load_config
+from rfthpc.config.settings import explorer_settings
 from rfthpc.errors import ConfigError
 from tests.config.conftest import write
 
@@ -63,7 +64,8 @@ def test_data_selector_is_read_as_task_selector(tmp_path: Path, base: str) -> No
 
 
 def test_data_selector_in_tasksets_lists(tmp_path: Path, base: str) -> None:
-    text = base.replace("    taskset:\n      name: t\n", "    tasksets:\n    - name: t\n      data_selector: {selector_type: shuffle}\n")
+    text = base.replace("    taskset:\n      name: t\n",
+                        "    tasksets:\n    - name: t\n      data_selector: {selector_type: shuffle}\n")
     assert load_config(write(tmp_path, text)).config.buffer.explorer_input.tasksets[0].task_selector.selector_type \
         == "shuffle"
     evals = text + "    eval_tasksets:\n    - name: e\n      path: x\n      data_selector: {selector_type: shuffle}\n"
@@ -204,3 +206,33 @@ def test_tensorboard_without_its_package_fails_validation_with_exit_2(
     assert "monitor.monitor_type: tensorboard needs the tensorboard package" in _error(cfg)
     assert main(["config", "validate", "--config", str(cfg)]) == 2
     assert "`pip install tensorboard`" in capsys.readouterr().err
+
+
+# explorer.env_vars --------------------------------------------------------------------------------
+
+def test_env_vars_are_strings(tmp_path: Path, base: str) -> None:
+    cfg = write(tmp_path, base + "explorer:\n  env_vars: {NCCL_DEBUG: INFO, OMP_NUM_THREADS: 4, RATIO: 0.5}\n")
+    loaded = load_config(cfg)
+    assert loaded.config.explorer.env_vars == {"NCCL_DEBUG": "INFO", "OMP_NUM_THREADS": "4", "RATIO": "0.5"}
+    assert dict(explorer_settings(loaded.stages).env_vars) == loaded.config.explorer.env_vars
+
+
+@pytest.mark.parametrize(("env_vars", "expected"), [
+    ("[A, B]", "explorer.env_vars: expected a mapping, got list"),
+    ("{FLAG: true}", "explorer.env_vars.FLAG: expected a string, got True"),
+    ("{UNSET: null}", "explorer.env_vars.UNSET: expected a string, got None"),
+    ("{MY-VAR: x}", "explorer.env_vars.MY-VAR: not an environment variable name"),
+    ("{HF_TOKEN: x}", "explorer.env_vars.HF_TOKEN: a credential would be stored"),
+])
+def test_bad_env_vars(tmp_path: Path, base: str, env_vars: str, expected: str) -> None:
+    assert expected in _error(write(tmp_path, base + f"explorer:\n  env_vars: {env_vars}\n"))
+
+
+def test_env_vars_are_set_for_the_whole_run(tmp_path: Path, base: str) -> None:
+    text = base + textwrap.dedent("""
+        stages:
+        - stage_name: a
+        - stage_name: b
+          explorer: {env_vars: {A: "1"}}
+        """)
+    assert "stage 'b': explorer.env_vars differ from those of stage 'a'" in _error(write(tmp_path, text))
