@@ -33,7 +33,6 @@ UNSUPPORTED_KEYS: dict[str, str] = {
     "service": "Trinity's data-juicer service is not part of rfthpc",
     "log": "rfthpc writes role logs to <run dir>/log/ (Slurm stdout/stderr)",
     "explorer.runner_num": "deprecated in Trinity-RFT; use explorer.runner_per_model",
-    "explorer.max_repeat_times_per_runner": "each engine generates a task's repeat_times responses in one request",
     "explorer.rollout_model.enable_openai_api": "rfthpc's explorers call vLLM in process; no OpenAI server is started",
     "explorer.rollout_model.enable_history": "workflows receive completions directly; no history recording is needed",
     "buffer.explorer_input.taskset.wrap_in_ray": _NO_RAY,

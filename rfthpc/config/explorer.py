@@ -68,6 +68,11 @@ class ExplorerConfig:
     """Retries of a timed-out or failed workflow run before the task is given up (and counted)."""
     max_retry_interval: float = 1.0
     """Seconds between those retries."""
+    max_repeat_times_per_runner: int | None = None
+    """Most responses one request to the rollout engine asks for (Trinity-RFT's key): a task's
+    `repeat_times` responses (a group) are asked for in requests of at most this many, all in the
+    same engine call, and the group still gets every response; a seeded taskset gets the samples one
+    request would give with vLLM. None: one request per prompt."""
     env_vars: dict[str, str] = field(default_factory=dict)
     """Environment variables set in each explorer process before its engines start (the workflows,
     reward functions and vLLM's engine processes see them), under `rfthpc run` and Slurm alike; they

@@ -331,6 +331,8 @@ class ExplorerSettings:
     min_response_tokens: int
     enable_prompt_truncation: bool
     runner_per_model: int
+    max_repeat_times_per_runner: int | None
+    """Most samples one request to the rollout engine asks for (None: no limit)."""
     env_vars: Mapping[str, str]
     """`explorer.env_vars`: set in the explorer's process environment before its engines start."""
     max_timeout: float
@@ -426,7 +428,7 @@ def explorer_settings(stages: list[Stage]) -> ExplorerSettings:
                               max_response_tokens=first.model.max_response_tokens),
         auxiliary_models=_auxiliary_models(first), min_response_tokens=first.model.min_response_tokens,
         enable_prompt_truncation=first.model.enable_prompt_truncation, runner_per_model=ex.runner_per_model,
-        env_vars=_frozen(ex.env_vars),
+        max_repeat_times_per_runner=ex.max_repeat_times_per_runner, env_vars=_frozen(ex.env_vars),
         max_timeout=ex.max_timeout, max_retry_times=ex.max_retry_times, max_retry_interval=ex.max_retry_interval,
         weights_poll_interval=ex.weights_poll_interval, groups_per_chunk=buf.groups_per_chunk,
         max_chunk_delay=buf.max_chunk_delay, lease_s=fs.lease_s, poll_interval_s=fs.poll_interval_s,

@@ -247,6 +247,9 @@ def _check_sizes(cfg: Config, problems: Problems) -> None:
         problems.add(f"synchronizer.keep_published: {sync.keep_published} must be >= 2: an explorer may have "
                      "chosen the previous policy just before the newest was published, and load it while the "
                      "trainer cleans up")
+    if cfg.explorer.max_repeat_times_per_runner is not None and cfg.explorer.max_repeat_times_per_runner < 1:
+        problems.add(f"explorer.max_repeat_times_per_runner: {cfg.explorer.max_repeat_times_per_runner} must be >= 1 "
+                     "(responses per engine request), or null for no limit")
     if cfg.explorer.claim_shards < 0:
         problems.add(f"explorer.claim_shards: {cfg.explorer.claim_shards} must be >= 0 (0: by the array size)")
     if cfg.explorer.claim_batches < 0:

@@ -10,6 +10,10 @@ multi-turn workflows batch their later turns the same way.
 
 Only the serving thread touches the engines, so engines need not be thread-safe.
 
+A client may cap the samples of one request (`explorer.max_repeat_times_per_runner`, Trinity-RFT's
+key): a call for n samples of a prompt then becomes requests of at most that many, served in the
+same engine call, and the caller still gets its n samples in one list.
+
 A request the engine refuses (a `ValueError`, e.g. `PromptTooLong`) fails only the call that made
 it. Any other error of the engine's generate call means the engine failed (vLLM's EngineDeadError
 after a CUDA error: every later call would fail too): the batcher keeps it as `failure` and fails
@@ -18,6 +22,7 @@ that call and every later one with `EngineFailed`, without touching the engine a
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -54,12 +59,24 @@ class _Call:
     error: BaseException | None = None
 
 
+def split_samples(n: int, params: SamplingArgs, most: int | None) -> list[tuple[int, SamplingArgs]]:
+    """`n` samples of one prompt as requests of at most `most` samples each (None: one request), as
+    (samples, sampling) pairs. The request starting at sample b of a seeded request is seeded seed + b:
+    vLLM samples the i-th of a request with seed + i, so the split gives the samples one request would."""
+    if most is None or n <= most:
+        return [(n, params)]
+    return [(min(most, n - b), params if params.seed is None else dataclasses.replace(params, seed=params.seed + b))
+            for b in range(0, n, most)]
+
+
 class BatchedClient:
     """What a workflow sees as its engine: `generate` blocks until the serving thread has run it."""
 
-    def __init__(self, batcher: RequestBatcher, engine: str) -> None:
+    def __init__(self, batcher: RequestBatcher, engine: str, max_n: int | None = None) -> None:
         self._batcher = batcher
         self.engine = engine
+        self.max_n = max_n
+        """Most samples one request asks for (`split_samples`); None: no limit."""
 
     @property
     def max_model_len(self) -> int | None:
@@ -70,7 +87,12 @@ class BatchedClient:
         self, prompts_token_ids: Sequence[Sequence[int]], n: int, params: SamplingArgs
     ) -> list[list[Completion]]:
         """For each prompt, `n` samples (served together with the other runners' calls)."""
-        return self._batcher.submit(self.engine, [GenerateRequest(list(p), n, params) for p in prompts_token_ids])
+        chunks = split_samples(n, params, self.max_n)
+        requests = [GenerateRequest(list(p), k, chunk) for p in prompts_token_ids for k, chunk in chunks]
+        results = self._batcher.submit(self.engine, requests)
+        if len(chunks) == 1:
+            return results
+        return [[c for part in results[i:i + len(chunks)] for c in part] for i in range(0, len(results), len(chunks))]
 
 
 class RequestBatcher:
@@ -89,11 +111,12 @@ class RequestBatcher:
         self.failure: EngineFailed | None = None
         """The first engine failure; then every call fails at once (a failed engine does not recover)."""
 
-    def client(self, engine: str) -> BatchedClient:
-        """A `RolloutEngine` for workflows that routes to the engine named `engine`."""
+    def client(self, engine: str, max_n: int | None = None) -> BatchedClient:
+        """A `RolloutEngine` for workflows that routes to the engine named `engine`, asking for at most
+        `max_n` samples per request (None: no limit)."""
         if engine not in self.engines:
             raise KeyError(f"no engine named {engine!r}; engines: {', '.join(self.engines)}")
-        return BatchedClient(self, engine)
+        return BatchedClient(self, engine, max_n)
 
     @contextmanager
     def runner(self) -> Iterator[int]:

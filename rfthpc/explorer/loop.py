@@ -238,7 +238,7 @@ class Explorer:
         self.follower.attach(self.engines[POLICY_ENGINE], version)
         self.batcher = RequestBatcher(self.engines)
         self.ctx = WorkflowContext(
-            engine=self.batcher.client(POLICY_ENGINE),
+            engine=self.batcher.client(POLICY_ENGINE, max_n=settings.max_repeat_times_per_runner),
             prompts=prompts,
             auxiliary={aux.name: setup.auxiliary_model(settings, aux, self.batcher.client(aux.name))
                        for aux in settings.auxiliary_models},

@@ -236,3 +236,16 @@ def test_env_vars_are_set_for_the_whole_run(tmp_path: Path, base: str) -> None:
           explorer: {env_vars: {A: "1"}}
         """)
     assert "stage 'b': explorer.env_vars differ from those of stage 'a'" in _error(write(tmp_path, text))
+
+
+# explorer.max_repeat_times_per_runner -------------------------------------------------------------
+
+def test_max_repeat_times_per_runner_is_accepted(tmp_path: Path, base: str) -> None:
+    loaded = load_config(write(tmp_path, base + "explorer:\n  max_repeat_times_per_runner: 2\n"))
+    assert explorer_settings(loaded.stages).max_repeat_times_per_runner == 2
+    assert explorer_settings(load_config(write(tmp_path, base)).stages).max_repeat_times_per_runner is None
+
+
+def test_max_repeat_times_per_runner_below_one_is_an_error(tmp_path: Path, base: str) -> None:
+    msg = _error(write(tmp_path, base + "explorer:\n  max_repeat_times_per_runner: 0\n"))
+    assert "explorer.max_repeat_times_per_runner: 0 must be >= 1" in msg

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from rfthpc.engines import EngineSettings, make_engine
-from rfthpc.engines.base import PromptTooLong
-from rfthpc.engines.batching import EngineFailed, GenerationCancelled, RequestBatcher
-from rfthpc.workflows.base import SamplingArgs
+from rfthpc.engines.base import GenerateRequest, PromptTooLong
+from rfthpc.engines.batching import EngineFailed, GenerationCancelled, RequestBatcher, split_samples
+from rfthpc.workflows.base import Completion, SamplingArgs
 from tests.engines.helpers import DyingEngine
 
 
@@ -105,3 +105,43 @@ def test_cancel_releases_waiting_callers_and_refuses_new_calls(engine) -> None:
 def test_unknown_engine_name(engine) -> None:
     with pytest.raises(KeyError, match="judge"):
         RequestBatcher({"policy": engine}).client("judge")
+
+
+class RecordingEngine:
+    """Answers each request with its n samples, each naming the request and the sample's place in it."""
+
+    max_model_len = None
+
+    def __init__(self) -> None:
+        self.calls: list[list[GenerateRequest]] = []
+
+    def generate_batch(self, requests: list[GenerateRequest]) -> list[list[Completion]]:
+        self.calls.append(list(requests))
+        return [[Completion([i], [0.0], f"{r.prompt_token_ids[0]}/{r.params.seed}/{j}", "stop") for j in range(r.n)]
+                for i, r in enumerate(requests)]
+
+
+def test_split_samples_caps_each_request_and_offsets_seeds() -> None:
+    unseeded, seeded = SamplingArgs(), SamplingArgs(seed=10)
+    assert split_samples(5, unseeded, None) == [(5, unseeded)] == split_samples(5, unseeded, 5)
+    assert split_samples(5, unseeded, 2) == [(2, unseeded), (2, unseeded), (1, unseeded)]
+    assert [(k, p.seed) for k, p in split_samples(5, seeded, 2)] == [(2, 10), (2, 12), (1, 14)]
+
+
+def test_a_capped_client_asks_in_parts_and_returns_whole_groups() -> None:
+    """`explorer.max_repeat_times_per_runner`: a call for 5 samples of each of two prompts is six
+    requests of at most 2 in one engine call, and each prompt gets its 5 samples back, in order."""
+    engine = RecordingEngine()
+    batcher = RequestBatcher({"policy": engine}, max_wait_s=30.0)
+    results: list = []
+
+    def call() -> None:
+        with batcher.runner():
+            results.append(batcher.client("policy", max_n=2).generate([[7], [8]], 5, SamplingArgs(seed=3)))
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    serve_until_done(batcher, [thread])
+    assert [[r.n for r in call] for call in engine.calls] == [[2, 2, 1, 2, 2, 1]]
+    assert [[c.text for c in group] for group in results[0]] == [
+        ["7/3/0", "7/3/1", "7/5/0", "7/5/1", "7/7/0"], ["8/3/0", "8/3/1", "8/5/0", "8/5/1", "8/7/0"]]

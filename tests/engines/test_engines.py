@@ -13,6 +13,7 @@ import torch
 
 from rfthpc.engines import EngineSettings, GenerateRequest, make_engine
 from rfthpc.engines.base import PromptTooLong, RequestRejected, check_prompt_fits
+from rfthpc.engines.batching import split_samples
 from rfthpc.errors import UserError
 from rfthpc.workflows.base import SamplingArgs
 from tests.engines.helpers import forward_logprobs, load_hf, publish_changed
@@ -108,6 +109,16 @@ def check_seeds(engine, model_dir: Path) -> None:
     assert [c.token_ids for c in engine.generate_batch([reseeded])[0]] != alone
 
 
+def check_split_seeded_request(engine, model_dir: Path) -> None:
+    """vLLM samples the i-th sample of a seeded request with seed + i: a request for 3 split into
+    requests of at most 2 (`explorer.max_repeat_times_per_runner`) gives the same 3 samples."""
+    p = prompts(model_dir)[1]
+    params = SamplingArgs(temperature=1.0, max_tokens=10, seed=11)
+    whole = [c.token_ids for c in engine.generate_batch([GenerateRequest(p, 3, params)])[0]]
+    parts = engine.generate_batch([GenerateRequest(p, k, chunk) for k, chunk in split_samples(3, params, 2)])
+    assert [c.token_ids for part in parts for c in part] == whole
+
+
 def check_near_zero_temperature(engine, model_dir: Path) -> None:
     """Temperature 1e-6 is greedy decoding (vLLM's rule), n samples included: n equal greedy responses
     with the logprobs of the plain logits."""
@@ -162,6 +173,7 @@ def check_engine(engine_type: str, model_dir: Path, run_dir: Path) -> None:
         check_near_zero_temperature(engine, model_dir)
         if engine_type == "vllm":
             check_refused_request(engine, model_dir)
+            check_split_seeded_request(engine, model_dir)
         step_dir = publish_changed(run_dir, 1, model_dir, seed=1)
         engine.load_weights(step_dir)
         assert max_logprob_error(engine, reqs, step_dir) <= TOL
