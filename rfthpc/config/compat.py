@@ -150,6 +150,19 @@ def _rename(section: dict[str, Any], old: str, new: str, key: str, problems: Pro
                      "names: keep one")
 
 
+RENAMED_FLAGS = {"--algorithm.optimizer.warmup_style": "--algorithm.optimizer.lr_scheduler_type"}
+"""Command-line overrides under an older name, and rfthpc's flag for each."""
+
+
+def renamed_flags(args: list[str]) -> list[str]:
+    """Command-line overrides with older flag names (`--algorithm.optimizer.warmup_style`) renamed."""
+    out = []
+    for arg in args:
+        flag, eq, value = arg.partition("=")
+        out.append(RENAMED_FLAGS.get(flag, flag) + eq + value)
+    return out
+
+
 def apply_renamed_keys(raw: dict[str, Any], source: str) -> None:
     """Read the keys Trinity-RFT or veRL renamed under rfthpc's one name for each, in `raw` (a config,
     or a stage's sections), in place:

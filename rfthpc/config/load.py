@@ -107,6 +107,7 @@ def apply_overrides(cfg: Config, args: list[str], prog: str = "rfthpc") -> Confi
     """Apply dotted command-line overrides (`--buffer.batch_size 32`) on top of `cfg` with tyro."""
     if not args:
         return cfg
+    args = compat.renamed_flags(args)
     new = tyro.cli(Config, default=cfg, args=args, prog=prog, use_underscores=True)
     if not compat.apply_verl_overrides(new, cfg.trainer.trainer_config, args):
         return new

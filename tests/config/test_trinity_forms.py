@@ -135,6 +135,14 @@ def test_scheduler_under_either_name(tmp_path: Path, base: str, key: str) -> Non
     assert opt.lr_scheduler_type == "cosine" and not hasattr(opt, "warmup_style")
 
 
+def test_scheduler_override_under_either_name(tmp_path: Path, base: str) -> None:
+    cfg = write(tmp_path, base)
+    for flag in ("--algorithm.optimizer.lr_scheduler_type", "--algorithm.optimizer.warmup_style"):
+        assert load_config(cfg, [flag, "cosine"]).config.algorithm.optimizer.lr_scheduler_type == "cosine"
+    assert load_config(cfg, ["--algorithm.optimizer.warmup_style=cosine"]).config.algorithm.optimizer \
+        .lr_scheduler_type == "cosine"
+
+
 def test_scheduler_defaults_to_constant_and_names_may_agree(tmp_path: Path, base: str) -> None:
     assert load_config(write(tmp_path, base)).config.algorithm.optimizer.lr_scheduler_type == "constant"
     both = _optimizer(base, "lr_scheduler_type: cosine\nwarmup_style: cosine\n")
