@@ -429,6 +429,7 @@ VERL_MAP: dict[str, str | VerlChoice | VerlFnArg | None] = {
         "bypass_mode", "loss_type")},
 }
 
+
 def _older_scheduler_name(value: Any, given: Mapping[str, Any]) -> Any:
     current = given.get(_ACTOR + "optim.lr_scheduler_type")
     if current is not None and not _same_text(current, value):
