@@ -47,6 +47,30 @@ UNSUPPORTED_KEYS: dict[str, str] = {
 }
 
 
+TRINITY_OVERLONG_KEYS = ("enable_overlong_penalty", "penalty_factor", "max_response_length", "cache_length")
+"""Trinity-RFT's settings of DAPO's overlong penalty, in the `reward_fn_args` of `math_dapo_reward` or the
+`workflow_args` of `math_dapo_workflow` (its DAPO example also puts them in `math_boxed_workflow`'s)."""
+
+
+def trinity_overlong_problem(key: str, args: Mapping[str, Any]) -> str | None:
+    """The error for Trinity-RFT's overlong-penalty settings in `args` (the mapping at config key `key`),
+    naming the `algorithm.overlong_buffer` that replaces them; None if there are none."""
+    given = [k for k in TRINITY_OVERLONG_KEYS if k in args]
+    if not given:
+        return None
+    message = (f"{key}: {', '.join(given)} set Trinity-RFT's DAPO overlong penalty, which rfthpc's explorer "
+               f"adds to every reward as algorithm.overlong_buffer; remove {'them' if len(given) > 1 else 'it'}")
+    if not args.get("enable_overlong_penalty"):
+        return message + " (the penalty is off)"
+    buffer = {"enable": True, **{ours: args[theirs] for theirs, ours in
+                                 (("cache_length", "len"), ("penalty_factor", "penalty_factor")) if theirs in args}}
+    message += f" and set algorithm.overlong_buffer: {buffer}"
+    if "max_response_length" in args:
+        message += (f"; the penalty's limit is model.max_response_tokens (Trinity's max_response_length: "
+                    f"{args['max_response_length']})")
+    return message
+
+
 def unsupported_reason(path: str) -> str | None:
     """The reason a Trinity-RFT key is not supported, or None if rfthpc does not know the key."""
     generic = path
@@ -285,6 +309,18 @@ def unsupported_values(cfg: Config) -> list[str]:
                 f"{key}.task_selector: {ts.task_selector.selector_type!r} has no effect: every evaluation runs "
                 "all tasks of an eval taskset; remove it"
             )
+    for group in ("tasksets", "eval_tasksets"):
+        for i, ts in enumerate(getattr(inp, group)):
+            key = f"buffer.explorer_input.{group}[{i}]"
+            problem = trinity_overlong_problem(f"{key}.reward_fn_args", ts.reward_fn_args)
+            if problem:
+                problems.append(problem)
+            if ts.default_reward_fn_type == "rm_gallery_reward":
+                problems.append(
+                    f"{key}.default_reward_fn_type: 'rm_gallery_reward' calls RM-Gallery, which is not part of "
+                    "rfthpc; score with a reward model served as an auxiliary model (math_rm_workflow) or an "
+                    "LLM judge (rubric_judge_workflow), or name your own function as module:function"
+                )
     f = cfg.buffer.trainer_input.experience_buffer.format
     for name in ("reply_prefix", "workflow_key", "reward_fn_key"):
         if getattr(f, name):

@@ -99,7 +99,8 @@ def _check_functions(cfg: Config, problems: Problems) -> None:
                 )
     for group, sets in (("tasksets", inp.tasksets), ("eval_tasksets", inp.eval_tasksets)):
         for i, ts in enumerate(sets):
-            _check_workflow(problems, f"buffer.explorer_input.{group}[{i}]", ts)
+            _check_workflow(problems, f"buffer.explorer_input.{group}[{i}]", ts,
+                            [aux.name for aux in cfg.explorer.auxiliary_models])
 
 
 def _check_loss_scale_factor(problems: Problems, mode: str | None, factor: float | None) -> None:
@@ -199,8 +200,9 @@ def _groupless_advantages() -> list[str]:
             if not (algos.ADVANTAGE_FNS.needs(n).groups or algos.ADVANTAGE_FNS.needs(n).critic)]
 
 
-def _check_workflow(problems: Problems, key: str, ts: TasksetConfig) -> None:
-    """The taskset's workflow and reward function exist and get the arguments and columns they need."""
+def _check_workflow(problems: Problems, key: str, ts: TasksetConfig, auxiliary: list[str]) -> None:
+    """The taskset's workflow and reward function exist and get the arguments, columns and auxiliary
+    models (`auxiliary`: their names) they need."""
     from rfthpc.rewards.registry import REWARDS
     from rfthpc.rewards.scoring import check_reward_args
     from rfthpc.workflows.base import needs_of
@@ -216,7 +218,7 @@ def _check_workflow(problems: Problems, key: str, ts: TasksetConfig) -> None:
     reward = ts.default_reward_fn_type
     if declared is not None:
         for message in declared.problems(ts.default_workflow_type, ts.workflow_args, reward,
-                                         ts.format.response_key is not None):
+                                         ts.format.response_key is not None, auxiliary):
             problems.add(f"{key}.{message}")
         reward = declared.reward(reward)
     if reward is not None:

@@ -6,6 +6,13 @@ with no number, e.g. LaTeX, is taken whole), else the content of its last `\\box
 number. Equivalence is decided by `math-verify` (symbolic: `42`,
 `42.0`, `$42$`, `\\frac{84}{2}` are equal), with a numeric comparison as a fallback for what
 it cannot parse.
+
+`math_boxed_reward` and `math_dapo_reward` are Trinity-RFT's rewards of those names: only an answer in
+`\\boxed{}` counts, and a reference answer that holds a `\\boxed{}` (a MATH solution) is read as
+that box's content. Trinity decides equivalence by normalised strings (`math_boxed_reward`, the
+Hendrycks MATH normalisation) or by normalisation then sympy (`math_dapo_reward`); here both use
+`answers_equal`, symbolic: it also accepts forms a string normalisation cannot match
+(`\\frac{84}{2}` for `42`).
 """
 
 from __future__ import annotations
@@ -107,10 +114,51 @@ def accuracy_reward(response: str, truth: str | None) -> dict[str, float]:
     return {"accuracy": 1.0 if ok else 0.0}
 
 
-def boxed_accuracy_reward(response: str, truth: str | None) -> dict[str, float]:
-    """Like `accuracy_reward`, but only an answer inside `\\boxed{}` counts (MATH-style prompts)."""
+def reference_answer(truth: str) -> str:
+    """The reference answer of a solution: its last `\\boxed{}` (a MATH solution), else `gold_answer`."""
+    return _last_boxed(truth) or gold_answer(truth)
+
+
+def has_think_pattern(response: str) -> bool:
+    """True if the response holds exactly one `<think>` and one `</think>`, in that order (Trinity's check)."""
+    return (response.count("<think>") == 1 and response.count("</think>") == 1
+            and response.index("<think>") < response.index("</think>"))
+
+
+def boxed_accuracy_reward(
+    response: str, truth: str | None, *, with_think: bool = False, format_score_coef: float = 0.1
+) -> dict[str, float]:
+    """Trinity-RFT's `math_boxed_reward`: {"accuracy": 1} if the last `\\boxed{}` of the response equals
+    the reference answer (`reference_answer`), else 0.
+
+    `with_think`: also {"format_score": -format_score_coef} unless the response holds one
+    `<think>...</think>` (else 0). Trinity reads a coefficient of 0 as 0.1; here 0 means no penalty.
+    """
     if truth is None:
         raise ValueError("the task has no ground truth: set format.response_key for this taskset")
     predicted = _last_boxed(response)
-    ok = bool(predicted) and answers_equal(predicted, gold_answer(truth))
-    return {"accuracy": 1.0 if ok else 0.0}
+    ok = bool(predicted) and answers_equal(predicted, reference_answer(truth))
+    scores = {"accuracy": 1.0 if ok else 0.0}
+    if with_think:
+        scores["format_score"] = 0.0 if has_think_pattern(response) else -format_score_coef
+    return scores
+
+
+def math_dapo_reward(response: str, truth: str | None) -> dict[str, float]:
+    """Trinity-RFT's `math_dapo_reward`, DAPO's rule-based outcome reward: {"accuracy": 1} if the answer
+    is right, else -1 (arXiv:2503.14476, section 2.4).
+
+    The answer is the last `\\boxed{}` after the last `</think>`; with no box there, that text counts
+    only if it is the bare answer (no spaces), as Trinity's normalised comparison of the whole text
+    in effect requires. DAPO's overlong penalty, which Trinity computes in this function when its
+    `enable_overlong_penalty` is set, is rfthpc's `algorithm.overlong_buffer`, added by the explorer.
+    """
+    if truth is None:
+        raise ValueError("the task has no ground truth: set format.response_key for this taskset")
+    tail = response.rsplit("</think>", 1)[-1]
+    predicted = _last_boxed(tail)
+    if predicted is None:
+        bare = tail.strip()
+        predicted = bare if bare and not any(c.isspace() for c in bare) else None
+    ok = bool(predicted) and answers_equal(predicted, reference_answer(truth))
+    return {"accuracy": 1.0 if ok else -1.0}

@@ -12,4 +12,7 @@ REWARDS: Registry[Callable[..., Any]] = Registry("reward function", "buffer.expl
     "math_reward": "rfthpc.rewards.math_reward:accuracy_reward",
     "math_boxed_reward": "rfthpc.rewards.math_reward:boxed_accuracy_reward",
     "format_reward": "rfthpc.rewards.format_reward:format_reward",
+    "countdown_reward": "rfthpc.rewards.countdown_reward:countdown_reward",
+    "math_dapo_reward": "rfthpc.rewards.math_reward:math_dapo_reward",
+    "toolcall_reward": "rfthpc.rewards.toolcall_reward:toolcall_reward",
 })

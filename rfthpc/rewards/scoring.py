@@ -45,6 +45,12 @@ def _accepted(fn: Callable[..., Any]) -> tuple[set[str], bool]:
     return names, any(p.kind is p.VAR_KEYWORD for p in params)
 
 
+def takes(fn: Callable[..., Any], name: str) -> bool:
+    """True if `fn` takes a keyword argument `name` (by name or through `**kwargs`)."""
+    names, var_kw = _accepted(fn)
+    return var_kw or name in names
+
+
 def check_reward_args(fn: Callable[..., Any], name: str, args: Mapping[str, Any]) -> None:
     """Raise ConfigError if `fn` cannot take `reward_fn_args` (a config mistake, not a bad group)."""
     names, var_kw = _accepted(fn)

@@ -245,10 +245,14 @@ class WorkflowNeeds:
     """It scores with a reward function (False: its rewards come from elsewhere, e.g. an environment)."""
     check: Callable[[Mapping[str, Any]], list[str]] | None = None
     """Checks the values of its `workflow_args` (e.g. an environment's name and arguments): the problems."""
+    auxiliary: str | None = None
+    """It asks an auxiliary model (a judge, a reward model): the `workflow_args` key that names it (unset:
+    the only one of `explorer.auxiliary_models`). None: it uses none."""
 
     def problems(self, workflow: str, workflow_args: Mapping[str, Any], reward_fn: str | None,
-                 has_truth: bool) -> list[str]:
-        """What is wrong with a taskset's settings for this workflow, each naming the key and the fix."""
+                 has_truth: bool, auxiliary: Sequence[str] | None = None) -> list[str]:
+        """What is wrong with a taskset's settings for this workflow, each naming the key and the fix.
+        `auxiliary`: the names of the auxiliary models there are (None: not checked)."""
         out = []
         unknown = sorted(set(workflow_args) - set(self.args))
         if unknown:
@@ -256,6 +260,10 @@ class WorkflowNeeds:
                        f"takes: {', '.join(self.args) or '(none)'}")
         if not unknown and self.check is not None:
             out.extend(self.check(workflow_args))
+        if self.auxiliary is not None and auxiliary is not None:
+            problem = auxiliary_problem(workflow, self.auxiliary, workflow_args.get(self.auxiliary), auxiliary)
+            if problem:
+                out.append(problem)
         if self.reward_fn and reward_fn is None and self.default_reward is None:
             out.append(f"default_reward_fn_type: workflow {workflow!r} needs a reward function; name one "
                        "(e.g. accuracy_reward, format_reward or module:function)")
@@ -267,6 +275,34 @@ class WorkflowNeeds:
     def reward(self, reward_fn: str | None) -> str | None:
         """The reward function a task uses: its own, else this workflow's default."""
         return reward_fn or self.default_reward
+
+
+def auxiliary_problem(workflow: str, key: str, name: str | None, names: Sequence[str]) -> str | None:
+    """Why `workflow` cannot find the auxiliary model `workflow_args[key]` = `name` (unset: the only
+    one) among those named `names`; None if it can."""
+    if name is not None:
+        if name in names:
+            return None
+        return (f"workflow_args.{key}: {name!r} is not an auxiliary model of the explorers; "
+                f"explorer.auxiliary_models are: {', '.join(names) or '(none)'}")
+    if len(names) == 1:
+        return None
+    if not names:
+        return (f"default_workflow_type: workflow {workflow!r} asks an auxiliary model (a judge or a reward model) "
+                "and explorer.auxiliary_models is empty; add one")
+    return (f"workflow_args.{key}: workflow {workflow!r} asks one auxiliary model; name which of "
+            f"{', '.join(names)}")
+
+
+def auxiliary_of(task: Task, ctx: WorkflowContext, key: str) -> AuxiliaryModel:
+    """The auxiliary model named by the task's `workflow_args[key]`, else the only one; a ConfigError
+    naming the fix if there is no such model."""
+    name = task.workflow_args.get(key)
+    problem = auxiliary_problem(task.workflow, key, name, list(ctx.auxiliary))
+    if problem:
+        raise ConfigError(f"taskset {task.taskset!r}: {problem}")
+    model = ctx.auxiliary[name] if name is not None else next(iter(ctx.auxiliary.values()))
+    return model  # type: ignore[return-value]
 
 
 def needs(**declared: Any) -> Callable[[Workflow], Workflow]:

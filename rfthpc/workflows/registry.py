@@ -16,6 +16,12 @@ WORKFLOWS: Registry[Workflow] = Registry("workflow", "buffer.explorer_input.defa
     "simple_workflow": "rfthpc.workflows.simple:simple_workflow",
     "math_workflow": "rfthpc.workflows.math:math_workflow",
     "env_workflow": "rfthpc.workflows.env:env_workflow",
+    "math_boxed_workflow": "rfthpc.workflows.math:math_boxed_workflow",
+    "math_dapo_workflow": "rfthpc.workflows.math:math_dapo_workflow",
+    "math_rm_workflow": "rfthpc.workflows.judge:math_rm_workflow",
+    "rubric_judge_workflow": "rfthpc.workflows.judge:rubric_judge_workflow",
+    "toolcall_workflow": "rfthpc.workflows.toolcall:toolcall_workflow",
+    "tool_call_workflow": "rfthpc.workflows.toolcall:toolcall_workflow",
 })
 
 
@@ -26,7 +32,8 @@ def run_workflow(task: Task, ctx: WorkflowContext) -> WorkflowResult:
     fn = WORKFLOWS.get(task.workflow)
     declared = needs_of(fn)
     if declared is not None:
-        problems = declared.problems(task.workflow, task.workflow_args, task.reward_fn, task.truth is not None)
+        problems = declared.problems(task.workflow, task.workflow_args, task.reward_fn, task.truth is not None,
+                                     list(ctx.auxiliary))
         if problems:
             raise ConfigError(f"taskset {task.taskset!r}, task {task.task_id}: " + "; ".join(problems))
         task = dataclasses.replace(task, reward_fn=declared.reward(task.reward_fn))

@@ -2,39 +2,73 @@
 
 from __future__ import annotations
 
-from rfthpc.data.tasksets import Task
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rfthpc.data.tasksets import EncodedPrompt, Task
 from rfthpc.rewards.registry import REWARDS
-from rfthpc.rewards.scoring import score_group
-from rfthpc.workflows.base import Experience, WorkflowContext, WorkflowResult, needs
+from rfthpc.rewards.scoring import score_group, takes
+from rfthpc.workflows.base import Completion, Experience, WorkflowContext, WorkflowResult, needs
+
+SKIPPED = "prompt longer than max_prompt_tokens"
+"""`WorkflowResult.info["skipped"]` of a task whose prompt is too long (and not truncated)."""
+
+
+def sample_group(
+    task: Task, ctx: WorkflowContext, messages: Sequence[Mapping[str, Any]], chat_template: str | None = None
+) -> tuple[EncodedPrompt, list[Completion]] | None:
+    """The prompt of `messages` (with the task's reply prefix; `chat_template`, else the task's) and its
+    `repeat_times` sampled responses; None if the prompt is too long and not truncated."""
+    prompt = ctx.prompts.encode(messages, chat_template or task.chat_template, task.reply_prefix)
+    if prompt is None:
+        return None
+    return prompt, ctx.engine.generate([prompt.token_ids], task.repeat_times, task.rollout_args)[0]
+
+
+def group_result(
+    prompt: EncodedPrompt, completions: Sequence[Completion], rewards: Sequence[float],
+    components: Sequence[dict[str, float]], infos: Sequence[dict[str, Any]] | None = None,
+    info: Mapping[str, Any] | None = None,
+) -> WorkflowResult:
+    """The scored group: one single-turn experience per completion, with its reward, its reward
+    components and its own `infos[i]`; `info` goes on the group."""
+    infos = infos if infos is not None else [{} for _ in completions]
+    experiences = [
+        Experience.from_completion(prompt.token_ids, c, r, reward_components=comp, info=dict(i))
+        for c, r, comp, i in zip(completions, rewards, components, infos, strict=True)
+    ]
+    return WorkflowResult(experiences, {"prompt_truncated": prompt.truncated, **(info or {})})
 
 
 def run_single_turn(
-    task: Task, ctx: WorkflowContext, reward_fn: str, default_system_prompt: str | None = None
+    task: Task, ctx: WorkflowContext, reward_fn: str, default_system_prompt: str | None = None, *,
+    messages: Sequence[Mapping[str, Any]] | None = None, chat_template: str | None = None,
+    reward_args: Mapping[str, Any] | None = None,
 ) -> WorkflowResult:
     """Generate the group for one task and score it with the named reward function.
+
+    The prompt is `messages`, else the task's chat (`PromptBuilder.messages`) with
+    `default_system_prompt`; `chat_template` replaces the task's. `reward_args` are passed to the
+    reward function where it takes them; the taskset's `reward_fn_args` win over them.
 
     A prompt that is too long (and not truncated) gives an empty, `skipped` result. A reward
     function that raises gives rewards 0 and `info["reward_error"]` on the group and on each
     experience, so the caller can log it, count it and keep going.
     """
     fn = REWARDS.get(reward_fn)
-    prompt = ctx.prompts.task_prompt(task, default_system_prompt)
-    if prompt is None:
-        return WorkflowResult([], {"skipped": "prompt longer than max_prompt_tokens"})
-    completions = ctx.engine.generate([prompt.token_ids], task.repeat_times, task.rollout_args)[0]
+    chat = messages if messages is not None else ctx.prompts.messages(task, default_system_prompt)
+    sampled = sample_group(task, ctx, chat, chat_template)
+    if sampled is None:
+        return WorkflowResult([], {"skipped": SKIPPED})
+    prompt, completions = sampled
+    args = {**{k: v for k, v in (reward_args or {}).items() if takes(fn, k)}, **task.reward_fn_args}
     outcome = score_group(
-        fn, reward_fn, [c.text for c in completions], task.truth, task.reward_fn_args,
+        fn, reward_fn, [c.text for c in completions], task.truth, args,
         {"prompt": task.prompt, "task": task, "auxiliary": ctx.auxiliary},
     )
-    info = {"prompt_truncated": prompt.truncated}
-    exp_info = {}
-    if outcome.error is not None:
-        info["reward_error"] = exp_info["reward_error"] = outcome.error
-    experiences = [
-        Experience.from_completion(prompt.token_ids, c, r, reward_components=comp, info=dict(exp_info))
-        for c, r, comp in zip(completions, outcome.rewards, outcome.components)
-    ]
-    return WorkflowResult(experiences, info)
+    error = {} if outcome.error is None else {"reward_error": outcome.error}
+    return group_result(prompt, completions, outcome.rewards, outcome.components,
+                        [dict(error) for _ in completions], error)
 
 
 @needs()
