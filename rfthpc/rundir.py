@@ -162,6 +162,30 @@ def prepare_run_dir(loaded: LoadedConfig, resume: bool = False) -> RunDir:
                 f"run directory {run.root} exists and continue_from_checkpoint is false; "
                 "choose another `name`, remove the directory, or pass --resume"
             )
+    _check_pair_sync_styles(run, loaded, target)
     run.create()
     write_text_atomic(target, text)
     return run
+
+
+def _check_pair_sync_styles(run: RunDir, loaded: LoadedConfig, target: Path) -> None:
+    """The configs of one run's trainer and explorers must agree on `synchronizer.sync_style`, stage by
+    stage: under explorer_driven the trainer publishes only when explorers ask, so a trainer and
+    explorers of different styles would wait for each other until `sync_timeout`."""
+    from rfthpc.config import load_resolved
+    from rfthpc.errors import ConfigError
+
+    mine = {s.name: s.config.synchronizer.sync_style for s in loaded.stages}
+    others = [run.config] if target != run.config else sorted(run.root.glob(f"explorers/*/{CONFIG_FILE}"))
+    for path in others:
+        if not path.is_file():
+            continue
+        theirs = {s.name: s.config.synchronizer.sync_style for s in load_resolved(path).stages}
+        for name in sorted(mine.keys() & theirs.keys()):
+            if mine[name] != theirs[name]:
+                raise ConfigError(
+                    f"{loaded.source or 'config'}: synchronizer.sync_style {mine[name]!r} (stage {name!r}) differs "
+                    f"from {theirs[name]!r} in {path}, the config of the other role of this run: trainer and "
+                    "explorers must agree on who decides when weights move (explorer_driven: the trainer publishes "
+                    "only when explorers ask). Set the same sync_style in both configs"
+                )

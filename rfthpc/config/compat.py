@@ -225,6 +225,31 @@ def apply_renamed_keys(raw: dict[str, Any], source: str) -> None:
     problems.raise_if_any()
 
 
+def apply_sync_style_names(raw: dict[str, Any], source: str) -> None:
+    """Read Trinity-RFT's former sync_style names (`dynamic_by_explorer`, `dynamic_by_trainer`, which
+    Trinity-RFT still accepts, in any case) as the current ones, in the run's and each stage's
+    synchronizer section (in place). `fully_async`, Trinity-RFT's newest style, is an error naming the
+    closest rfthpc style."""
+    from rfthpc.config.synchronizer import SYNC_STYLE_ALIASES
+
+    sections = [("synchronizer", raw.get("synchronizer"))]
+    stages = raw.get("stages")
+    if isinstance(stages, list):
+        sections += [(f"stages[{i}].synchronizer", st.get("synchronizer")) for i, st in enumerate(stages)
+                     if isinstance(st, dict)]
+    for key, sync in sections:
+        if not isinstance(sync, dict) or not isinstance(sync.get("sync_style"), str):
+            continue
+        style = sync["sync_style"].lower()
+        if style == "fully_async":
+            raise ConfigError(
+                f"{source}: {key}.sync_style: 'fully_async' (Trinity-RFT's explorer that loads every publication "
+                "as it appears and never waits) is not an rfthpc style; 'fixed' comes closest: explorers load the "
+                "newest publication before each batch and wait only as synchronizer.max_staleness requires"
+            )
+        sync["sync_style"] = SYNC_STYLE_ALIASES.get(style, sync["sync_style"])
+
+
 def value_notes(raw: dict[str, Any]) -> list[str]:
     """Notes for values rfthpc accepts but reads differently from Trinity-RFT."""
     notes = []

@@ -10,6 +10,7 @@ from typing import Any
 from rfthpc.config import compat
 from rfthpc.config.buffer import TasksetConfig
 from rfthpc.config.schema import STAGE_SECTIONS, Config, explores, trains
+from rfthpc.config.synchronizer import default_max_staleness
 from rfthpc.config.typed import Problems, build, to_dict
 from rfthpc.errors import ConfigError
 
@@ -216,7 +217,7 @@ def finalize(cfg: Config, source: str = "config") -> Config:
     _derive_steps(cfg, source)
     sync = cfg.synchronizer
     if sync.max_staleness is None:
-        sync.max_staleness = sync.sync_interval - 1 + sync.sync_offset
+        sync.max_staleness = default_max_staleness(sync.sync_style, sync.sync_interval, sync.sync_offset)
     t = cfg.trainer
     if t.max_token_len_per_gpu is None and cfg.model.max_model_len is not None:
         t.max_token_len_per_gpu = 2 * cfg.model.max_model_len

@@ -95,6 +95,7 @@ def config_from_dict(raw: dict[str, Any], source: str) -> Config:
         trainer["trainer_config"] = deep_merge(from_file, trainer.get("trainer_config") or {})
     compat.apply_roll_keys(raw, source)
     compat.apply_renamed_keys(raw, source)
+    compat.apply_sync_style_names(raw, source)
     compat.apply_verl_trainer_config(raw, source)
     problems = Problems(source)
     cfg = build(Config, raw, "", problems)

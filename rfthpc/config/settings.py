@@ -146,6 +146,8 @@ class TrainerStageSettings:
     save_interval: int
     save_hf_checkpoint: str
     max_checkpoints_to_keep: int | None
+    sync_style: str
+    """`synchronizer.sync_style`: explorer_driven publishes when explorers ask, the others every `sync_interval` steps."""
     sync_interval: int
     max_staleness: int
     keep_published: int
@@ -224,7 +226,8 @@ def _trainer_stage(stage: Stage, claim_sets: tuple[str, ...]) -> TrainerStageSet
         token_budget=t.max_token_len_per_gpu if t.use_dynamic_bsz else None,
         grad_clip=t.grad_clip, critic_lr=t.critic_lr, critic_lr_warmup_steps_ratio=t.critic_lr_warmup_steps_ratio,
         critic_warmup=t.critic_warmup, save_interval=t.save_interval, save_hf_checkpoint=t.save_hf_checkpoint,
-        max_checkpoints_to_keep=t.max_checkpoints_to_keep, sync_interval=cfg.synchronizer.sync_interval,
+        max_checkpoints_to_keep=t.max_checkpoints_to_keep, sync_style=cfg.synchronizer.sync_style,
+        sync_interval=cfg.synchronizer.sync_interval,
         max_staleness=int(_required(cfg.synchronizer.max_staleness, "synchronizer.max_staleness")),
         keep_published=cfg.synchronizer.keep_published, read_timeout_s=eb.max_read_timeout,
         chunk_delay_s=eb.max_chunk_delay, sft_data=copy.deepcopy(eb), claim_sets=claim_sets,
@@ -312,6 +315,10 @@ class ExplorerStageSettings:
     """Tasks one explorer claims at a time: its share of a batch (`batch_size` / array size)."""
     max_staleness: int
     sync_timeout: float
+    sync_style: str
+    """`synchronizer.sync_style`: when this explorer loads new weights (`rfthpc.explorer.sync`)."""
+    sync_interval: int
+    sync_offset: int
     eval_interval: int
     eval_on_startup: bool
     filter_groups: GroupFilter | None = None
@@ -402,7 +409,8 @@ def _explorer_stage(index: int, stage: Stage, claim_sets: tuple[str, ...]) -> Ex
         claim_batches=claim_batches(ex.claim_batches, array_size),
         claim_shards=claim_shards(ex.claim_shards, array_size),
         max_staleness=int(_required(sync.max_staleness, "synchronizer.max_staleness")),
-        sync_timeout=sync.sync_timeout, eval_interval=ex.eval_interval, eval_on_startup=ex.eval_on_startup,
+        sync_timeout=sync.sync_timeout, sync_style=sync.sync_style, sync_interval=sync.sync_interval,
+        sync_offset=sync.sync_offset, eval_interval=ex.eval_interval, eval_on_startup=ex.eval_on_startup,
         filter_groups=group_filter(cfg.algorithm.filter_groups),
         overlong=overlong_penalty(cfg.algorithm.overlong_buffer, cfg.model.max_response_tokens),
         greedy_baseline=needs_greedy_baseline(cfg.algorithm.advantage_fn),

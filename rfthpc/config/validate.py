@@ -15,6 +15,7 @@ from rfthpc.config.buffer import TasksetConfig
 from rfthpc.config.derive import explorer_gpus, explorer_task_gpus, trainer_gpus_per_node
 from rfthpc.config.monitor import sink_problems
 from rfthpc.config.schema import Config, explores
+from rfthpc.config.synchronizer import SynchronizerConfig, default_max_staleness
 from rfthpc.config.typed import Problems
 from rfthpc.errors import ConfigError
 from rfthpc.registry import Registry
@@ -228,6 +229,28 @@ def _check_workflow(problems: Problems, key: str, ts: TasksetConfig, auxiliary: 
             problems.add(f"{key}.{e}")
 
 
+def _check_sync_style(sync: SynchronizerConfig, problems: Problems) -> None:
+    """A staleness bound below what explorer_driven or trainer_driven needs: explorers would wait for
+    the trainer before the sync points these styles set, so sync_interval and sync_offset would not
+    mean what they say."""
+    if sync.sync_style == "fixed" or sync.max_staleness is None or sync.sync_interval < 1 or sync.sync_offset < 0:
+        return
+    least = default_max_staleness(sync.sync_style, sync.sync_interval, sync.sync_offset)
+    if sync.max_staleness >= least:
+        return
+    formula = ("2 * sync_interval - 1 + sync_offset" if sync.sync_style == "trainer_driven"
+               else "sync_interval - 1 + sync_offset")
+    takes = ("asks the trainer for weights" if sync.sync_style == "explorer_driven"
+             else "takes a new publication")
+    problems.add(
+        f"synchronizer.max_staleness: {sync.max_staleness} is below what sync_style {sync.sync_style} needs "
+        f"({formula} = {least}): an explorer {takes} only every sync_interval ({sync.sync_interval}) batches "
+        f"after sync_offset ({sync.sync_offset}), so it would have to wait for the trainer in between. Remove "
+        f"max_staleness (it defaults to {least}), lower sync_interval or sync_offset, or use sync_style fixed "
+        "(explorers load the newest publication before every batch)"
+    )
+
+
 def _check_sizes(cfg: Config, problems: Problems) -> None:
     b, alg, m, sync = cfg.buffer, cfg.algorithm, cfg.model, cfg.synchronizer
     if alg.repeat_times < 1:
@@ -245,6 +268,7 @@ def _check_sizes(cfg: Config, problems: Problems) -> None:
                      "(trainer steps between publications)")
     if sync.sync_offset < 0:
         problems.add(f"synchronizer.sync_offset: {sync.sync_offset} must be >= 0")
+    _check_sync_style(sync, problems)
     if sync.keep_published < 2:
         problems.add(f"synchronizer.keep_published: {sync.keep_published} must be >= 2: an explorer may have "
                      "chosen the previous policy just before the newest was published, and load it while the "
