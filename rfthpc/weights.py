@@ -7,6 +7,8 @@
     weights/delta_<N>.rfd              version N as the XOR of version B's bits (`rfthpc.weight_delta`)
     weights/latest                     text: N of the newest published version (replaced atomically)
     weights/.readers/<explorer>-<rank>.json   what each explorer is reading (`ReaderLease`)
+    weights/.requests/                 explorers asking for weights (`sync_style: explorer_driven`,
+                                       `rfthpc.weight_requests`)
 
 A version has a full snapshot, a delta, or both; every K-th is full (`rfthpc.weight_publisher`),
 and `rfthpc.weight_chain` finds how to rebuild any version and removes what nobody needs.
