@@ -9,7 +9,9 @@ A step (global step t, the trainer holding policy version t - 1):
     baseline), the critic's values (GAE);
  3. rewards are shaped and advantages computed (every rank, whole batch);
  4. the critic, then the policy, take `ppo_epochs` passes of mini-batch updates;
- 5. every `sync_interval` steps of an RL stage the policy is published under `weights/step_<t>`;
+ 5. every `sync_interval` steps of an RL stage the policy is published under `weights/step_<t>`
+    (`sync_style: explorer_driven`: when an explorer asked for weights, `rfthpc.weight_requests`;
+    the trainer also looks for requests while it waits for experience);
  6. every `save_interval` steps, at the end of each stage and on SIGTERM/SIGUSR2 a checkpoint is
     written (then a signal makes the trainer exit with 124 to be requeued).
 A NaN/inf loss or gradient abandons the batch: that update makes no optimizer step, the rest of the
@@ -32,7 +34,7 @@ from typing import Any
 
 import torch
 
-from rfthpc import weight_chain, weights
+from rfthpc import weight_chain, weight_requests, weights
 from rfthpc.config import load_resolved
 from rfthpc.config.settings import TrainerSettings, TrainerStageSettings, trainer_settings
 from rfthpc.errors import EXIT_PREEMPTED, UserError
@@ -119,6 +121,8 @@ class Trainer:
         """What the last publication wrote (rank 0)."""
         self.meta: TrainerMeta | None = None
         """The last report written to trainer_meta.json (rank 0)."""
+        self.requests = weight_requests.RequestDesk(self.rundir.root) if env.is_main else None
+        """Rank 0's view of the explorers' requests for weights (`sync_style: explorer_driven`)."""
 
     # ---- entry ---------------------------------------------------------------------------------
 
@@ -215,8 +219,9 @@ class Trainer:
             # The step's timeline (docs/performance.md): waiting for experience, computing, publishing
             # and checkpointing add up to the time since the previous step's record.
             timeline = {"timing/wait_experience_s": waited, "timing/compute_s": metrics["perf/time_per_step"]}
-            publish = st.is_rl and pos.step_in_stage % st.stage.sync_interval == 0
-            timeline["timing/publish_s"] = _timed(self._publish, pos.step, st.stage) if publish else 0.0
+            began = time.perf_counter()
+            publish = self._publish_due(st, pos)
+            timeline["timing/publish_s"] = time.perf_counter() - began if publish else 0.0
             if publish and self.publication is not None:
                 timeline["publish/full_mb"] = self.publication.full_bytes / 1e6
                 timeline["publish/delta_mb"] = self.publication.delta_bytes / 1e6
@@ -229,6 +234,8 @@ class Trainer:
         # Rank 0 decides: every rank must take part in a publication (it gathers the weights).
         if st.is_rl and self.env.broadcast_object(weights.read_latest(self.rundir.root) != pos.step):
             self._publish(pos.step, st.stage)
+        if st.is_rl and st.stage.sync_style == "explorer_driven":
+            self._serve_requests(st, pos)  # explorers asking now get the stage's final policy
         self._save(st, pos, stage_finished=True)
         following = next_trainable(self.stages, pos.stage_index + 1)
         nxt = None if following is None else Position(following, pos.step, pos.step)
@@ -337,6 +344,10 @@ class Trainer:
             poll = self.env.on_main(poll_store)
             if poll.status != "wait":
                 return poll
+            if st.is_rl and st.stage.sync_style == "explorer_driven":
+                # As Trinity-RFT's trainer, it answers while it waits: the explorers asking may be the
+                # ones whose experience it waits for.
+                self._serve_requests(st, pos)
 
     def _updates(self, pos: Position, updater: ShardedUpdater, role: str, batches: list[list[int]],
                  samples: list[Sample], mask: torch.Tensor, loss: MicroLoss, results: list[UpdateResult]) -> bool:
@@ -453,6 +464,38 @@ class Trainer:
                          f"{what} {size / 1e6:.1f} MB" for what, size in (("full", p.full_bytes),
                                                                           ("delta", p.delta_bytes)) if size),
                      f"; removed versions {removed}" if removed else "")
+
+    def _publish_due(self, st: _StageState, pos: Position) -> bool:
+        """After step `pos.step`: publish now if the style says so (every rank calls it); True if published."""
+        if not st.is_rl:
+            return False
+        if st.stage.sync_style == "explorer_driven":
+            return self._serve_requests(st, pos)
+        if pos.step_in_stage % st.stage.sync_interval:
+            return False
+        self._publish(pos.step, st.stage)
+        return True
+
+    def _serve_requests(self, st: _StageState, pos: Position) -> bool:
+        """`sync_style: explorer_driven`: if an explorer asked for weights since the last answer,
+        publish the policy unless it is published already (nothing trained since), then answer every
+        request with the newest version. Every rank calls it (a publication gathers the weights);
+        True if it published."""
+        def asked() -> bool | None:
+            assert self.requests is not None
+            if not self.requests.pending():
+                return None
+            return weights.read_latest(self.rundir.root) != pos.step
+
+        publish = self.env.on_main(asked)
+        if publish is None:
+            return False
+        if publish:
+            self._publish(pos.step, st.stage)
+        if self.requests is not None:
+            latest = weights.read_latest(self.rundir.root)
+            self.requests.answer(pos.step if latest is None else latest)
+        return publish
 
     def _save(self, st: _StageState, pos: Position, stage_finished: bool) -> None:
         """Write checkpoint `pos.step` (all ranks), then let the store and old checkpoints be collected.
