@@ -6,10 +6,11 @@ One process (one Slurm array task, or one local process) runs it:
    has started the stage (the first stage needs no wait), then explore its tasksets one after
    another.
 2. Each step claims this process's share of a batch (`ceil(buffer.batch_size / array size)` tasks)
-   from the taskset's claims (`ClaimSet`), loads the newest complete published weights, waits (bounded
-   by `synchronizer.sync_timeout`) while the policy held is older than the staleness bound allows
-   for these tasks (`rfthpc.explorer.staleness`), then runs the tasks' workflows concurrently with
-   their generate calls batched into one engine call (`rfthpc.explorer.rollout`).
+   from the taskset's claims (`ClaimSet`), loads the newest complete published weights (`sync_style:
+   fixed`; the other styles at their sync points after a batch, `rfthpc.explorer.sync`), waits
+   (bounded by `synchronizer.sync_timeout`) while the policy held is older than the staleness bound
+   allows for these tasks (`rfthpc.explorer.staleness`), then runs the tasks' workflows concurrently
+   with their generate calls batched into one engine call (`rfthpc.explorer.rollout`).
 3. Each finished group, stamped with the policy version that generated it, goes to the
    `ChunkWriter`; a claim is completed only once its group's chunk is committed, so a crash never
    loses a task (a requeued or other explorer redoes it). Tasks that failed every attempt or were
@@ -42,6 +43,7 @@ from typing import Any, Self
 
 import numpy as np
 
+from rfthpc import weight_requests
 from rfthpc.config.settings import POLICY_ENGINE, ExplorerSettings, ExplorerStageSettings
 from rfthpc.data.tasksets import Task
 from rfthpc.engines.base import EngineSettings, EngineType, PolicyEngine, is_greedy, make_engine
@@ -56,6 +58,7 @@ from rfthpc.explorer.heartbeat import Heartbeat
 from rfthpc.explorer.meta import Progress
 from rfthpc.explorer.rollout import RolloutPolicy, TaskOutcome, run_tasks
 from rfthpc.explorer.staleness import expected_train_step, required_version, staleness, taskset_offsets
+from rfthpc.explorer.sync import is_sync_point
 from rfthpc.fsutil import set_share_group
 from rfthpc.handoff import Waiter, WaitPolicy
 from rfthpc.monitor import Monitor
@@ -190,6 +193,8 @@ class Explorer:
         """Groups kept (dynamic sampling) towards this explorer's share of the next trainer batch."""
         self._batches_since_share = 0
         """Batches explored since the last share was filled (`filter_groups.max_num_gen_batches`)."""
+        self._asked_s = 0.0
+        """Seconds the last sync waited for the trainer's answer (`sync_style: explorer_driven`)."""
         self.follower = WeightFollower(self.rundir, name, rank, Path(settings.staging_dir) if settings.staging_dir
                                        else None, poll_s=settings.weights_poll_interval)
 
@@ -255,6 +260,7 @@ class Explorer:
         except Exception:
             log.exception("could not commit the last groups; their tasks will be redone by another explorer")
         self.follower.close()
+        weight_requests.withdraw(self.rundir.root, self.name, self.rank)
         if self.monitor is not None:
             self.monitor.close()
         for engine in self.engines.values():
@@ -427,15 +433,17 @@ class Explorer:
         bs = stage.batch_size
         steps = [expected_train_step(stage_start, c.position, bs, source.offset) for c in claims]
         need = required_version(max(steps), stage.max_staleness)
-        wait_s = 0.0
-        self._follow(stage, evals)
+        # explorer_driven: the wait for the trainer's answer after the previous batch counts as this one's.
+        wait_s, self._asked_s = self._asked_s, 0.0
+        if stage.sync_style == "fixed":
+            self._follow(stage, evals)
         if self.follower.version < need:
             self._flush()
             began = time.monotonic()
             status = self._wait_for_version(need, stage, evals)
             if status is not None:
                 return status
-            wait_s = time.monotonic() - began
+            wait_s += time.monotonic() - began
         version = self.follower.version
         tasks = [source.taskset.tasks[c.index] for c in claims]
         # ReMax: one greedy response per task, scored alike, generated in the same engine calls.
@@ -490,7 +498,7 @@ class Explorer:
             return StageEnd.STOPPED
         if extra:
             self._log_evaluation(evals, evaluated, elapsed)
-        return None
+        return self._sync(stage, evals)
 
     def _shape(self, stage: ExplorerStageSettings, outcome: TaskOutcome, baseline: TaskOutcome | None) -> bool:
         """Add the overlong penalty to the group's rewards (and the greedy baseline's); False if dynamic
@@ -627,8 +635,14 @@ class Explorer:
                  need, self.follower.version, stage.max_staleness)
         self.progress.update(state="waiting_for_weights", version=self.follower.version, need_version=need)
 
+        # explorer_driven: the trainer publishes only when asked, so waiting is asking, again after
+        # each answer that is not new enough.
+        asking = stage.sync_style == "explorer_driven"
+        request = self._ask() if asking and self.follower.version < need else None
+
         def held_or_over() -> StageEnd | bool | None:
             """True once version `need` is loaded, how the wait ended if it is over otherwise."""
+            nonlocal request
             if _trainer_done(self.rundir):
                 return StageEnd.TRAINER_DONE
             if time.monotonic() >= deadline:
@@ -640,16 +654,70 @@ class Explorer:
                 )
             self._tick()
             self._follow(stage, evals)
-            return self.follower.version >= need or None
+            if self.follower.version >= need:
+                return True
+            if request is not None:
+                answer = weight_requests.answer_to(self.rundir.root, self.name, self.rank, request)
+                if answer is not None and answer < need:
+                    request = self._ask()
+            return None
 
         if self.follower.version < need:
             # Woken by the publication itself (weights/latest replaced), or every weights_poll_interval.
-            outcome = self.waiter.wait(held_or_over, self.follower.doorbells(), None,
-                                       stop=lambda: self.stop.requested)
+            bells = [*self.follower.doorbells(), *([weight_requests.answers_doorbell(self.rundir.root)] if asking
+                                                   else [])]
+            outcome = self.waiter.wait(held_or_over, bells, None, stop=lambda: self.stop.requested)
             if outcome is None:
                 return StageEnd.STOPPED
             if isinstance(outcome, StageEnd):
                 return outcome
+        self.progress.update(state="exploring", version=self.follower.version)
+        return None
+
+    def _sync(self, stage: ExplorerStageSettings, evals: list[setup.Taskset]) -> StageEnd | None:
+        """After a batch: at a sync point of trainer_driven or explorer_driven, take new weights
+        (`rfthpc.explorer.sync`); a status if the wait for them ends the stage."""
+        if stage.sync_style == "fixed" or not is_sync_point(self.progress.record.steps, stage.sync_interval,
+                                                             stage.sync_offset):
+            return None
+        if stage.sync_style == "trainer_driven":
+            self._follow(stage, evals)
+            return None
+        return self._ask_for_weights(stage, evals)
+
+    def _ask(self) -> str:
+        """Ask the trainer for weights; the request's id."""
+        return weight_requests.ask(self.rundir.root, self.name, self.rank, self.follower.version)
+
+    def _ask_for_weights(self, stage: ExplorerStageSettings, evals: list[setup.Taskset]) -> StageEnd | None:
+        """explorer_driven's sync: ask the trainer for weights and wait, at most `sync_timeout`, until the
+        version it answers with is loaded (on timeout, go on with the version held)."""
+        began = time.monotonic()
+        request = self._ask()
+        self.progress.update(state="asking_for_weights", version=self.follower.version)
+
+        def answered() -> StageEnd | bool | None:
+            if _trainer_done(self.rundir):
+                return StageEnd.TRAINER_DONE
+            self._tick()
+            answer = weight_requests.answer_to(self.rundir.root, self.name, self.rank, request)
+            if answer is None:
+                return None
+            self._follow(stage, evals)
+            return self.follower.version >= answer or None
+
+        bells = [*self.follower.doorbells(), weight_requests.answers_doorbell(self.rundir.root)]
+        outcome = self.waiter.wait(answered, bells, stage.sync_timeout, stop=lambda: self.stop.requested)
+        self._asked_s = time.monotonic() - began
+        if isinstance(outcome, StageEnd):
+            return outcome
+        if outcome is None:
+            if self.stop.requested:
+                return StageEnd.STOPPED
+            log.warning("explorer %s rank %d: the trainer did not answer a request for weights within "
+                        "synchronizer.sync_timeout=%.0f s; going on with version %d and asking again at the next "
+                        "sync (check the trainer's log and trainer_meta.json)", self.name, self.rank,
+                        stage.sync_timeout, self.follower.version)
         self.progress.update(state="exploring", version=self.follower.version)
         return None
 

@@ -31,8 +31,8 @@ class ExplorerProgress:
     name: str
     rank: int
     state: str = "starting"
-    """starting, started, exploring, waiting_for_stage, waiting_for_weights, waiting_for_trainer;
-    then one of FINAL_STATES."""
+    """starting, started, exploring, waiting_for_stage, waiting_for_weights, asking_for_weights,
+    waiting_for_trainer; then one of FINAL_STATES."""
     stage: int | None = None
     stage_name: str | None = None
     taskset: str | None = None
