@@ -693,6 +693,8 @@ class Explorer:
         """explorer_driven's sync: ask the trainer for weights and wait, at most `sync_timeout`, until the
         version it answers with is loaded (on timeout, go on with the version held)."""
         began = time.monotonic()
+        log.info("explorer %s rank %d: asking the trainer for weights (holding version %d)", self.name, self.rank,
+                 self.follower.version)
         request = self._ask()
         self.progress.update(state="asking_for_weights", version=self.follower.version)
 

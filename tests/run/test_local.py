@@ -226,3 +226,29 @@ def test_each_role_gets_its_share_of_the_cores(tmp_path: Path, monkeypatch: pyte
     assert available_cores() == len(os.sched_getaffinity(0))
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     assert set(threads(cores=8).values()) == {"3"}
+
+
+@pytest.mark.parametrize("style", ["explorer_driven", "trainer_driven"])
+def test_each_sync_style_runs_to_the_end(style: str, demo_dir: Path, tmp_path: Path) -> None:
+    """Trainer and explorer processes of each non-fixed style (sync_interval 2) finish the run with
+    every group trained on once and none dropped as stale. trainer_driven publishes every second
+    step; explorer_driven when the explorer asks (when depends on the two processes' pace)."""
+    import re
+
+    from rfthpc import weight_requests
+
+    steps = 4
+    env = env_for(demo_dir, tmp_path / "ckpt")
+    config = rl_only(tmp_path / "run.yaml", style, steps=steps,
+                     synchronizer={"sync_style": style, "sync_interval": 2})
+    code, out, err = finish(rfthpc("run", "--config", str(config), env=env), 300)
+    assert code == 0, f"exit {code}\n{out[-2000:]}\n{err[-3000:]}"
+    run = RunDir(tmp_path / "ckpt" / "rfthpc-demo" / style)
+    _assert_consumed_once(run, steps)
+    published = [int(v) for v in re.findall(r"published policy version (\d+)", (run.log / "trainer.log").read_text())]
+    answers = run.weights / weight_requests.REQUESTS / weight_requests.ANSWERS
+    if style == "trainer_driven":
+        assert published == [0, 2, 4] and not answers.exists()
+    else:
+        assert "explorer-0" in json.loads(answers.read_text())["answered"]
+        assert published[0] == 0 and published[-1] == steps and published == sorted(set(published))
