@@ -250,6 +250,21 @@ def apply_sync_style_names(raw: dict[str, Any], source: str) -> None:
         sync["sync_style"] = SYNC_STYLE_ALIASES.get(style, sync["sync_style"])
 
 
+_EXPLORER_DRIVEN_NOTE = (
+    "synchronizer.sync_style: explorer_driven: explorers ask for weights through files under "
+    "<run dir>/weights/.requests/ (no Synchronizer actor); a request the trainer does not answer within "
+    "sync_timeout lets the explorer go on with its weights; synchronizer.max_staleness still bounds staleness"
+)
+_TRAINER_DRIVEN_NOTE = (
+    "synchronizer.sync_style: trainer_driven: the trainer publishes every sync_interval steps without waiting "
+    "for explorers (no NCCL rendezvous); explorers take the newest publication at their sync points without "
+    "waiting; synchronizer.max_staleness still bounds staleness"
+)
+SYNC_STYLE_NOTES = {"explorer_driven": _EXPLORER_DRIVEN_NOTE, "dynamic_by_explorer": _EXPLORER_DRIVEN_NOTE,
+                    "trainer_driven": _TRAINER_DRIVEN_NOTE, "dynamic_by_trainer": _TRAINER_DRIVEN_NOTE}
+"""What a Trinity-RFT user of each style should know about rfthpc's (docs/configuration.md)."""
+
+
 def value_notes(raw: dict[str, Any]) -> list[str]:
     """Notes for values rfthpc accepts but reads differently from Trinity-RFT."""
     notes = []
@@ -259,6 +274,12 @@ def value_notes(raw: dict[str, Any]) -> list[str]:
             f"synchronizer.sync_method: {sync['sync_method']!r} is read as 'checkpoint': trainer and "
             "explorers are separate Slurm jobs and exchange weights through <run dir>/weights/"
         )
+    stages = raw.get("stages") if isinstance(raw.get("stages"), list) else []
+    styles = [sync.get("sync_style")] + [(st.get("synchronizer") or {}).get("sync_style") for st in stages
+                                         if isinstance(st, dict) and isinstance(st.get("synchronizer"), dict)]
+    for note in dict.fromkeys(SYNC_STYLE_NOTES.get(s.lower()) for s in styles if isinstance(s, str)):
+        if note is not None:
+            notes.append(note)
     buf = ((raw.get("buffer") or {}).get("trainer_input") or {}).get("experience_buffer") or {}
     path = buf.get("path")
     if isinstance(path, str) and path.startswith(("sqlite:", "postgresql:", "mysql:")):

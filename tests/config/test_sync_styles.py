@@ -89,3 +89,14 @@ def test_the_two_halves_of_a_pair_must_agree_on_the_style(tmp_path: Path, base: 
     changed = write(tmp_path, base + root + "mode: train\n" + _sync("sync_style: fixed"), "train2.yaml")
     with pytest.raises(ConfigError, match=r"'fixed' \(stage 'rft'\) differs from 'explorer_driven' in .*explorers"):
         prepare_run_dir(load_config(changed), resume=True)
+
+
+def test_each_non_fixed_style_says_how_rfthpc_runs_it(tmp_path: Path, base: str) -> None:  # noqa: F811
+    fixed = load_config(write(tmp_path, base + _sync("sync_style: fixed"))).notes
+    assert not any("sync_style" in n for n in fixed)
+    (note,) = [n for n in load_config(write(tmp_path, base + _sync("sync_style: dynamic_by_explorer"))).notes
+               if "sync_style" in n]
+    assert "explorer_driven: explorers ask for weights through files under <run dir>/weights/.requests/" in note
+    text = base + "stages:\n  - stage_name: a\n    synchronizer:\n      sync_style: trainer_driven\n  - stage_name: b\n"
+    (note,) = [n for n in load_config(write(tmp_path, text)).notes if "sync_style" in n]
+    assert "trainer_driven: the trainer publishes every sync_interval steps without waiting" in note
