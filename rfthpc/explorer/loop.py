@@ -638,7 +638,7 @@ class Explorer:
         # explorer_driven: the trainer publishes only when asked, so waiting is asking, again after
         # each answer that is not new enough.
         asking = stage.sync_style == "explorer_driven"
-        request = self._ask() if asking and self.follower.version < need else None
+        request: str | None = None
 
         def held_or_over() -> StageEnd | bool | None:
             """True once version `need` is loaded, how the wait ended if it is over otherwise."""
@@ -656,9 +656,10 @@ class Explorer:
             self._follow(stage, evals)
             if self.follower.version >= need:
                 return True
-            if request is not None:
-                answer = weight_requests.answer_to(self.rundir.root, self.name, self.rank, request)
-                if answer is not None and answer < need:
+            if asking:
+                answer = None if request is None else weight_requests.answer_to(self.rundir.root, self.name,
+                                                                                self.rank, request)
+                if request is None or (answer is not None and answer < need):
                     request = self._ask()
             return None
 
@@ -695,12 +696,15 @@ class Explorer:
         began = time.monotonic()
         log.info("explorer %s rank %d: asking the trainer for weights (holding version %d)", self.name, self.rank,
                  self.follower.version)
-        request = self._ask()
         self.progress.update(state="asking_for_weights", version=self.follower.version)
+        request = self._ask()
 
         def answered() -> StageEnd | bool | None:
-            if _trainer_done(self.rundir):
+            view = read_trainer_meta(self.rundir)
+            if view is not None and view.done:
                 return StageEnd.TRAINER_DONE
+            if view is not None and view.stage_index > stage.index:
+                return StageEnd.SKIPPED  # the trainer left the stage: so does this explorer
             self._tick()
             answer = weight_requests.answer_to(self.rundir.root, self.name, self.rank, request)
             if answer is None:
