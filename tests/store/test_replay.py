@@ -8,6 +8,7 @@ expects, not against this implementation.
 
 from __future__ import annotations
 
+import io
 import json
 import random
 from pathlib import Path
@@ -222,3 +223,24 @@ def test_bad_replay_settings_are_config_errors() -> None:
         ReplayPolicy(priority_fn="decay_limit_randomization", priority_fn_args={"use_count_limit": 1.5})
     with pytest.raises(ConfigError, match="unknown replay priority function 'fifo'"):
         ReplayPolicy(priority_fn="fifo")
+
+
+def test_inspect_and_the_audit_count_unread_groups_in_the_buffer_as_pending(run_dir: Path) -> None:
+    from rfthpc.store.audit import consumption, export_groups
+    from rfthpc.store.inspect import format_inspect, inspect_store
+
+    _write(run_dir, [0, 1, 2, 3, 4])
+    reader = StoreReader(run_dir, replay=ReplayPolicy(capacity=4, reuse_cooldown_s=0.0))
+    assert _take(reader, 2) == ["v4", "v3"]
+    reader.mark_checkpointed(reader.state())
+    counts = inspect_store(run_dir)["counts"]
+    assert (counts["committed"], counts["consumed"], counts["evicted"], counts["pending"]) == (5, 2, 1, 2)
+    assert counts["replay_buffer"] == 4
+    assert "replay: 4 groups in the buffer, 0 reads after the first, 1 pushed out" in format_inspect(
+        inspect_store(run_dir))
+    seen = consumption(run_dir)
+    assert sorted(g.task_id for g in seen.covered) == ["v0", "v3", "v4"]
+    assert sorted(g.task_id for g in seen.pending) == ["v1", "v2"]
+    assert seen.groups_taken_twice() == 0
+    out = io.StringIO()
+    assert export_groups(run_dir, out) == {"taken": 3, "pending": 2}
