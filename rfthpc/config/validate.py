@@ -14,7 +14,7 @@ from rfthpc.config import compat
 from rfthpc.config.buffer import TasksetConfig
 from rfthpc.config.derive import explorer_gpus, explorer_task_gpus, trainer_gpus_per_node
 from rfthpc.config.monitor import sink_problems
-from rfthpc.config.schema import Config, explores, trains
+from rfthpc.config.schema import Config, explores
 from rfthpc.config.typed import Problems
 from rfthpc.errors import ConfigError
 from rfthpc.registry import Registry
@@ -143,6 +143,28 @@ def _check_reward_shaping(cfg: Config, problems: Problems) -> None:
             )
 
 
+def _check_replay(cfg: Config, problems: Problems) -> None:
+    """`experience_buffer.replay_buffer` builds (name, arguments and values checked), and a group read
+    can be read again before it is too stale."""
+    from rfthpc.config.schema import trains
+    from rfthpc.replay import policy_problems
+
+    eb = cfg.buffer.trainer_input.experience_buffer
+    rb = eb.replay_buffer
+    if not rb.enable or cfg.algorithm.algorithm_type == "sft":
+        return
+    found = policy_problems(eb.capacity, rb.reuse_cooldown_time, rb.priority_fn, rb.priority_fn_args)
+    for message in found:
+        problems.add(message)
+    if not found and rb.reuse_cooldown_time is not None and trains(cfg.mode) and cfg.synchronizer.max_staleness == 0:
+        problems.add(
+            "buffer.trainer_input.experience_buffer.replay_buffer.reuse_cooldown_time: a group read would be read "
+            "again, but synchronizer.max_staleness is 0 and every trainer step makes it one version staler, so it "
+            "would only ever leave the buffer; raise synchronizer.max_staleness to the number of steps a group may "
+            "be reused over, or set reuse_cooldown_time: null"
+        )
+
+
 def _check_rollout_correction(cfg: Config, problems: Problems) -> None:
     """`algorithm.rollout_correction` parses and fits the policy loss (an sft stage ignores it: no
     behaviour policy)."""
@@ -226,27 +248,6 @@ def _check_workflow(problems: Problems, key: str, ts: TasksetConfig, auxiliary: 
             check_reward_args(REWARDS.get(reward), reward, ts.reward_fn_args)
         except ConfigError as e:
             problems.add(f"{key}.{e}")
-
-
-def _check_replay(cfg: Config, problems: Problems) -> None:
-    """`experience_buffer.replay_buffer` builds (name, arguments and values checked), and a group read
-    can be read again before it is too stale."""
-    from rfthpc.replay import policy_problems
-
-    eb = cfg.buffer.trainer_input.experience_buffer
-    rb = eb.replay_buffer
-    if not rb.enable or cfg.algorithm.algorithm_type == "sft":
-        return
-    found = policy_problems(eb.capacity, rb.reuse_cooldown_time, rb.priority_fn, rb.priority_fn_args)
-    for message in found:
-        problems.add(message)
-    if not found and rb.reuse_cooldown_time is not None and trains(cfg.mode) and cfg.synchronizer.max_staleness == 0:
-        problems.add(
-            "buffer.trainer_input.experience_buffer.replay_buffer.reuse_cooldown_time: a group read would be read "
-            "again, but synchronizer.max_staleness is 0 and every trainer step makes it one version staler, so it "
-            "would only ever leave the buffer; raise synchronizer.max_staleness to the number of steps a group may "
-            "be reused over, or set reuse_cooldown_time: null"
-        )
 
 
 def _check_sizes(cfg: Config, problems: Problems) -> None:
