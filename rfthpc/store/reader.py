@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-import math
 import random
 import sys
 import time
@@ -215,7 +214,7 @@ class StoreReader:
 
     def _order_key(self, ref: ChunkRef) -> tuple[int, int, str, int]:
         # Commit order across explorers: chunks listed earlier first, and within one listing by
-        # commit time. A stream's own chunks are visited strictly in sequence (see _select).
+        # commit time. A stream's own chunks are visited strictly in sequence (see _walk).
         return (self._seen_at.get((ref.stream, ref.seq), 0), ref.commit_ns, ref.stream, ref.seq)
 
     def _walk(self, limit: int | None, current_version: int, sel: _Selection) -> list[tuple[ChunkRef, int, Group]]:
@@ -312,12 +311,12 @@ class StoreReader:
             else:
                 task = TaskRef.of(g)
                 priority = policy.priority(g.policy_version, 0, self._rng)
-                entry = Entry(g.policy_version, 0, priority if priority is not None else -math.inf, at,
+                entry = Entry(g.policy_version, 0, 0.0 if priority is None else priority, at,
                               task=None if task is None else (task.claims, task.epoch, task.index))
-                if priority is None:
+                if priority is None:  # the priority function turns it away at once
                     self._left_unread(sel, entry, "evicted")
                     continue
-            for gone_slot, gone in buf.enter(slot, entry, capacity):
+            for _, gone in buf.enter(slot, entry, capacity):
                 self._left_unread(sel, gone, "evicted")
         for slot in buf.order():
             if len(sel.picked) == n:
@@ -337,6 +336,12 @@ class StoreReader:
                 buf.remove(slot)
             else:
                 buf.read(slot, policy, self._rng, now)
+        if policy is None and len(sel.picked) < n:
+            # The buffer's last unread groups are not a batch: the rest comes in commit order.
+            more = [g for _, _, g in self._walk(n - len(sel.picked), current_version, sel)]
+            sel.picked += more
+            sel.reads += [1] * len(more)
+            sel.delta["consumed"] += len(more)
         return sel
 
     def _left_unread(self, sel: _Selection, entry: Entry, counter: str) -> None:
@@ -379,13 +384,17 @@ class StoreReader:
         except FileNotFoundError:
             return None
         except OSError as e:
-            log.warning("chunk %s could not be read (%s); its groups in the replay buffer wait", ref.path, e)
+            if key not in self._unreadable:
+                log.warning("chunk %s could not be read (%s); its groups in the replay buffer wait for the next "
+                            "poll", ref.path, e)
+            self._unreadable.add(key)
             return None
         except ChunkCorrupt as e:
             dest = quarantine(self.store, ref, str(e))
             self._pool_refs[key] = ChunkRef(ref.explorer, ref.rank, ref.token, ref.seq, ref.commit_ns, ref.n_groups,
                                             dest, quarantined=True)
             return []
+        self._unreadable.discard(key)
         self._pool_cache[key] = groups
         return groups
 

@@ -188,13 +188,14 @@ def test_gc_keeps_the_chunks_the_replay_buffer_points_into(run_dir: Path) -> Non
 
 
 def test_without_replay_the_groups_left_unread_in_the_buffer_are_still_read_once(run_dir: Path) -> None:
-    _write(run_dir, [0, 1, 2, 3])
+    _write(run_dir, [0, 1, 2, 3, 4])
     reader = StoreReader(run_dir, replay=ReplayPolicy(reuse_cooldown_s=0.0))
-    assert _take(reader, 2) == ["v3", "v2"]
+    assert _take(reader, 2) == ["v4", "v3"]
     reader.replay = None  # the next stage reads without replay
-    _write(run_dir, [7], rank=1)
-    assert _take(reader, 2) == ["v1", "v0"]
-    assert _take(reader, 1) == ["v7"]
+    _write(run_dir, [7, 8], rank=1)
+    assert _take(reader, 2) == ["v2", "v1"]
+    assert _take(reader, 2) == ["v0", "v7"]  # the buffer's last one, then commit order
+    assert _take(reader, 1) == ["v8"]
     with pytest.raises(StoreTimeout):
         reader.take(1, 0, timeout_s=0.2)
     assert reader.state().replay == {}
@@ -244,3 +245,23 @@ def test_inspect_and_the_audit_count_unread_groups_in_the_buffer_as_pending(run_
     assert seen.groups_taken_twice() == 0
     out = io.StringIO()
     assert export_groups(run_dir, out) == {"taken": 3, "pending": 2}
+
+
+def test_a_missing_chunk_is_warned_about_and_its_entries_wait_until_they_leave(
+        run_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    _write(run_dir, [5, 4], per_chunk=1)
+    policy = ReplayPolicy(reuse_cooldown_s=0.0, priority_fn_args={"decay": 0.0})
+    reader = StoreReader(run_dir, max_staleness=2, replay=policy)
+    assert _take(reader, 2, version=5) == ["v5", "v4"]
+    saved = reader.state()
+    (first,) = [ref for ref in list_chunks(run_dir / "experiences") if ref.seq == 0]
+    first.path.unlink()  # by hand, or collected after a resume from an older checkpoint
+    resumed = StoreReader(run_dir, max_staleness=2, replay=policy)
+    resumed.load_state(saved)
+    with caplog.at_level("WARNING"):
+        assert _take(resumed, 1, version=6) == ["v4"]
+        assert _take(resumed, 1, version=6) == ["v4"]
+    assert sum("is not in the store" in r.message for r in caplog.records) == 1
+    assert len(resumed.state().replay) == 2
+    with pytest.raises(StoreTimeout):  # v4 and v5 are both too stale at version 8, none left to read
+        resumed.take(1, 8, timeout_s=0.2)
