@@ -170,6 +170,8 @@ class ReplayBuffer:
 
     def __init__(self, entries: Mapping[Slot, Entry] | None = None) -> None:
         self.entries: dict[Slot, Entry] = dict(entries or {})
+        """Read it freely; change it only through the methods below (they keep the counts)."""
+        self._waiting = sum(not e.cooling for e in self.entries.values())
         self._low: list[tuple[float, float, Slot, Entry]] | None = None
         """Min-heap of waiting entries by (priority, since): the next to push out. Stale items (the slot
         since removed or changed) are skipped when popped; None until a full buffer needs it."""
@@ -182,20 +184,22 @@ class ReplayBuffer:
 
     def waiting(self) -> int:
         """Entries in the buffer (not cooling down): what `capacity` bounds."""
-        return sum(not e.cooling for e in self.entries.values())
+        return self._waiting
 
     def enter(self, slot: Slot, entry: Entry, capacity: int) -> list[tuple[Slot, Entry]]:
         """Put `entry` (not cooling) at `slot`, replacing a cooling entry there; return what the capacity
         pushed out: the lowest waiting entry, or `entry` itself when its priority is lower than all."""
-        self.entries.pop(slot, None)
+        if slot in self.entries:
+            self.remove(slot)
         out: list[tuple[Slot, Entry]] = []
-        if self.waiting() >= capacity:
+        if self._waiting >= capacity:
             low = self._lowest()
             if low is not None and self.entries[low].priority > entry.priority:
                 return [(slot, entry)]
             if low is not None:
-                out.append((low, self.entries.pop(low)))
+                out.append((low, self.remove(low)))
         self.entries[slot] = entry
+        self._waiting += 1
         if self._low is not None:
             heapq.heappush(self._low, (entry.priority, entry.since, slot, entry))
         return out
@@ -223,12 +227,14 @@ class ReplayBuffer:
         return (s for _, _, s in ready)
 
     def remove(self, slot: Slot) -> Entry:
-        return self.entries.pop(slot)
+        entry = self.entries.pop(slot)
+        self._waiting -= not entry.cooling
+        return entry
 
     def read(self, slot: Slot, policy: ReplayPolicy, rng: random.Random, now: float) -> Entry | None:
         """Record a read of `slot` at `now`: it leaves (returned None) unless the policy reuses groups and
         its priority after the read is a number; then it cools down until `now + reuse_cooldown_s`."""
-        entry = self.entries.pop(slot)
+        entry = self.remove(slot)
         uses = entry.uses + 1
         if not policy.reuses:
             return None
