@@ -70,6 +70,23 @@ def test_function_names_and_arguments_are_still_checked_without_torch(tmp_path: 
     assert heavy == []
 
 
+def test_replay_settings_are_checked_without_torch_or_h5py(tmp_path: Path) -> None:
+    cfg = yaml.safe_load((ROOT / "configs" / "grpo.yaml").read_text())
+    cfg["buffer"]["trainer_input"] = {"experience_buffer": {"replay_buffer": {
+        "enable": True, "reuse_cooldown_time": 1.0, "priority_fn": "decay_limit_randomization",
+        "priority_fn_args": {"decay": 1.0, "use_count_limit": 2}}}}
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump(cfg))
+    cfg["buffer"]["trainer_input"]["experience_buffer"]["replay_buffer"]["priority_fn_args"] = {"sigma": -1}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(cfg))
+    (ok, refused), heavy = run_commands(*(["config", "validate", "--no-path-checks", "--config", str(p)]
+                                          for p in (good, bad)))
+    assert ok["code"] == 0, ok
+    assert refused["code"] == 2 and "sigma must be >= 0" in refused["stderr"], refused
+    assert heavy == []
+
+
 def test_help_and_submit_dry_run_import_no_torch(tmp_path: Path) -> None:
     helps = [["--help"], *([cmd, "--help"] for cmd in ("submit", "status", "cancel", "plot", "add-explorers"))]
     dry_run = ["submit", "--config", "configs/grpo.yaml", "--no-path-checks", "--dry-run",

@@ -131,6 +131,28 @@ class ExplorerInputConfig:
 
 
 @dataclass
+class ReplayBufferConfig:
+    """Experience replay (RL stages): the highest-priority groups are read first, and may be read again.
+
+    Trinity-RFT's priority-queue buffer, kept in the trainer's checkpoints (docs/store.md, "Replay")."""
+
+    enable: bool = False
+    """Read through the replay buffer. Off: each group once, in commit order."""
+    priority_fn: str = "linear_decay"
+    """What is read first: `linear_decay` (policy_version - decay x reads: the newest policy's groups, the
+    less read first), `decay_limit_randomization` (the same plus N(0, sigma) noise; a group leaves after
+    `use_count_limit` reads, <= 0: never), or your own `module:function` taking (policy_version, reads,
+    rng, *, <args>) and returning a priority, or None to let the group leave."""
+    reuse_cooldown_time: float | None = None
+    """Seconds after a read before a group may be read again; null: each group is read once (the buffer
+    only orders reading). Every read counts against `synchronizer.max_staleness`: a group leaves once
+    it is too stale."""
+    priority_fn_args: dict[str, Any] = field(default_factory=lambda: {"decay": 2.0})
+    """Keyword arguments of the priority function (`decay`; also `use_count_limit`, `sigma` for
+    decay_limit_randomization); unset ones keep the function's defaults."""
+
+
+@dataclass
 class ExperienceBufferConfig:
     """The trainer's input. In RL stages it is the run directory's HDF5 store; in SFT stages a dataset."""
 
@@ -156,6 +178,13 @@ class ExperienceBufferConfig:
     max_chunk_delay: float = 5.0
     """Seconds an explorer may hold finished groups before committing a partial chunk (it also commits
     at the end of each batch of tasks and before waiting for new weights)."""
+    capacity: int = 10000
+    """With `replay_buffer.enable`: the most groups the replay buffer holds (Trinity-RFT counts explorer
+    writes); a group entering a full buffer pushes out the lowest-priority one, counted as lost
+    if it was never read. Without replay it has no effect: explorers are held back by
+    `synchronizer.max_staleness` instead."""
+    replay_buffer: ReplayBufferConfig = field(default_factory=ReplayBufferConfig)
+    """Experience replay: reading order and reuse of groups."""
 
 
 @dataclass

@@ -27,6 +27,7 @@ from rfthpc.config.monitor import MonitorConfig
 from rfthpc.config.schema import Config, explores, trains
 from rfthpc.errors import ConfigError
 from rfthpc.explorer.shaping import GroupFilter, OverlongPenalty, group_filter, overlong_penalty
+from rfthpc.replay import ReplayPolicy
 
 
 def _frozen(args: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -159,6 +160,8 @@ class TrainerStageSettings:
     """The SFT dataset (SFT stages); a copy the trainer owns."""
     claim_sets: tuple[str, ...]
     """The `TaskClaims` names of the stage's tasksets, as its explorers name them."""
+    replay: ReplayPolicy | None = None
+    """How the store is read with experience replay; None: each group once, in commit order."""
 
     @property
     def is_sft(self) -> bool:
@@ -231,7 +234,19 @@ def _trainer_stage(stage: Stage, claim_sets: tuple[str, ...]) -> TrainerStageSet
         max_staleness=int(_required(cfg.synchronizer.max_staleness, "synchronizer.max_staleness")),
         keep_published=cfg.synchronizer.keep_published, read_timeout_s=eb.max_read_timeout,
         chunk_delay_s=eb.max_chunk_delay, sft_data=copy.deepcopy(eb), claim_sets=claim_sets,
+        replay=replay_policy(cfg),
     )
+
+
+def replay_policy(cfg: Config) -> ReplayPolicy | None:
+    """The replay policy of a (finalized) stage; None without replay, and for an sft stage, which reads
+    a dataset (as Trinity-RFT, whose replay buffer is a queue's). Raises ConfigError for bad values."""
+    eb = cfg.buffer.trainer_input.experience_buffer
+    rb = eb.replay_buffer
+    if not rb.enable or cfg.algorithm.algorithm_type == "sft":
+        return None
+    return ReplayPolicy(capacity=eb.capacity, reuse_cooldown_s=rb.reuse_cooldown_time, priority_fn=rb.priority_fn,
+                        priority_fn_args=_frozen(rb.priority_fn_args))
 
 
 def trainer_settings(stages: list[Stage]) -> TrainerSettings:

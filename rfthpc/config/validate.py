@@ -144,6 +144,28 @@ def _check_reward_shaping(cfg: Config, problems: Problems) -> None:
             )
 
 
+def _check_replay(cfg: Config, problems: Problems) -> None:
+    """`experience_buffer.replay_buffer` builds (name, arguments and values checked), and a group read
+    can be read again before it is too stale."""
+    from rfthpc.config.schema import trains
+    from rfthpc.replay import policy_problems
+
+    eb = cfg.buffer.trainer_input.experience_buffer
+    rb = eb.replay_buffer
+    if not rb.enable or cfg.algorithm.algorithm_type == "sft":
+        return
+    found = policy_problems(eb.capacity, rb.reuse_cooldown_time, rb.priority_fn, rb.priority_fn_args)
+    for message in found:
+        problems.add(message)
+    if not found and rb.reuse_cooldown_time is not None and trains(cfg.mode) and cfg.synchronizer.max_staleness == 0:
+        problems.add(
+            "buffer.trainer_input.experience_buffer.replay_buffer.reuse_cooldown_time: a group read would be read "
+            "again, but synchronizer.max_staleness is 0 and every trainer step makes it one version staler, so it "
+            "would only ever leave the buffer; raise synchronizer.max_staleness to the number of steps a group may "
+            "be reused over, or set reuse_cooldown_time: null"
+        )
+
+
 def _check_rollout_correction(cfg: Config, problems: Problems) -> None:
     """`algorithm.rollout_correction` parses and fits the policy loss (an sft stage ignores it: no
     behaviour policy)."""
@@ -444,6 +466,7 @@ def validate(cfg: Config, source: str = "config", check_paths: bool = True) -> N
     _check_gpus(cfg, problems)
     _check_functions(cfg, problems)
     _check_reward_shaping(cfg, problems)
+    _check_replay(cfg, problems)
     _check_inputs(cfg, problems, check_paths)
     for message in sink_problems(cfg.monitor):
         problems.add(message)

@@ -1,7 +1,8 @@
 """The experience store: the only channel from explorers to the trainer (docs/store.md).
 
 Explorers write groups with `ChunkWriter` and share their tasksets through `ClaimSet` (sharded `TaskClaims`); the
-trainer takes groups with `StoreReader`, exactly once, and checkpoints its `state()` (a `ReaderState`).
+trainer takes groups with `StoreReader`, exactly once (with experience replay, as often as its
+`rfthpc.replay.ReplayPolicy` allows), and checkpoints its `state()` (a `ReaderState`).
 """
 
 from rfthpc.store.claims import Claim, ClaimSet, TaskClaims

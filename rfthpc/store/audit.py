@@ -22,7 +22,7 @@ import numpy as np
 from rfthpc.errors import UserError
 from rfthpc.store.chunks import ChunkCorrupt, read_chunk
 from rfthpc.store.layout import ChunkRef, list_chunks
-from rfthpc.store.reader_files import read_checkpointed
+from rfthpc.store.reader_files import ReaderState, read_checkpointed
 from rfthpc.store.schema import Group, TaskRef
 
 
@@ -33,7 +33,7 @@ class Consumption:
     covered: list[Group]
     """Training groups the cursor moved past (trained, or dropped), in stream order."""
     pending: list[Group]
-    """Committed groups after the cursor (never taken)."""
+    """Committed groups after the cursor, and those in the replay buffer never read (never taken)."""
     counters: dict[str, int]
     """The reader's counters (consumed, dropped_stale, dropped_duplicate, ...)."""
 
@@ -43,7 +43,8 @@ class Consumption:
         whose first group was dropped as too stale may be covered again). 0 in a correct run."""
         tasks = Counter(TaskRef.of(g) for g in self.covered)
         extra = sum(n - 1 for key, n in tasks.items() if key is not None)
-        return max(0, extra - self.counters.get("dropped_duplicate", 0) - self.counters.get("dropped_stale", 0))
+        dropped = sum(self.counters.get(k, 0) for k in ("dropped_duplicate", "dropped_stale", "evicted"))
+        return max(0, extra - dropped)
 
     def groups_taken_twice(self) -> int:
         """Groups (by id) the cursor moved past more than once. 0 in a correct run."""
@@ -68,11 +69,18 @@ def consumption(run_dir: Path) -> Consumption:
         raise UserError(f"{store}: no checkpointed reader state; the trainer never saved a checkpoint")
     covered: list[Group] = []
     pending: list[Group] = []
+    unread = _unread(state)
     for ref, groups in _readable_chunks(store):
         taken = state.at(ref.stream).taken(ref.seq, len(groups))
-        covered += [g for g in groups[:taken] if not g.is_eval]
-        pending += [g for g in groups[taken:] if not g.is_eval]
+        for position, g in enumerate(groups):
+            if not g.is_eval:
+                (covered if position < taken and (ref.stream, ref.seq, position) not in unread else pending).append(g)
     return Consumption(covered, pending, dict(state.counters))
+
+
+def _unread(state: ReaderState) -> set[tuple[str, int, int]]:
+    """Where the groups are that the replay buffer holds but the trainer never read."""
+    return {tuple(slot) for slot, e in state.replay.items() if not e.uses}
 
 
 def stored_tasks(run_dir: Path) -> set[TaskRef]:
@@ -97,16 +105,18 @@ def _plain(value: Any) -> Any:
 def export_groups(run_dir: Path, out: IO[str]) -> dict[str, int]:
     """Write every readable group of the store to `out`, one JSON object per line, oldest stream
     position first, with `status`: `taken` (the trainer's newest checkpoint moved past it: trained,
-    or dropped as stale or a duplicate), `pending` (committed, not taken), or `unknown` (no
-    checkpoint yet); `eval` groups are evaluations. Returns the count per status."""
+    or dropped as stale or a duplicate), `pending` (committed, not taken; with replay also waiting in
+    the replay buffer, never read), or `unknown` (no checkpoint yet); `eval` groups are evaluations.
+    Returns the count per status."""
     store = Path(run_dir) / "experiences"
     state = read_checkpointed(store)
+    unread = set() if state is None else _unread(state)
     counts: Counter[str] = Counter()
     for ref, groups in _readable_chunks(store):
         taken = None if state is None else state.at(ref.stream).taken(ref.seq, len(groups))
         for position, g in enumerate(groups):
             status = "eval" if g.is_eval else "unknown" if taken is None else \
-                "taken" if position < taken else "pending"
+                "taken" if position < taken and (ref.stream, ref.seq, position) not in unread else "pending"
             counts[status] += 1
             record = {
                 "group_id": g.group_id, "task_id": g.task_id, "status": status, "policy_version": g.policy_version,

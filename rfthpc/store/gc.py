@@ -2,9 +2,9 @@
 
 Rules (docs/store.md, "Garbage collection"):
 - a chunk is deleted only when the consumption state of the newest complete trainer checkpoint
-  (`StoreReader.mark_checkpointed`) says it is fully consumed, so a trainer that resumes from that
-  checkpoint still finds every group it has not consumed, and the live trainer (which is ahead of
-  its checkpoint) has already read it;
+  (`StoreReader.mark_checkpointed`) says it is fully consumed and its replay buffer holds none of its
+  groups, so a trainer that resumes from that checkpoint still finds every group it may read, and
+  the live trainer (which is ahead of its checkpoint) has already read it and no longer can;
 - a `.tmp-` file is deleted when its writer is provably dead (same host, process gone) or it is
   older than `tmp_max_age_s` (writing a chunk takes seconds; a live writer never leaves one that old);
 - quarantined chunks are kept for a person to look at; directories are kept (a live writer may be
@@ -67,9 +67,11 @@ def collect_garbage(
     store = open_store(run_dir)
     state = consumed_state if consumed_state is not None else read_checkpointed(store)
     cursor = state.cursor if state is not None else {}
+    replayed = {(slot.stream, slot.seq) for slot in state.replay} if state is not None else set()
     removed = {"chunks": 0, "chunk_bytes": 0, "tmp_files": 0}
     doomed = [ref.path for ref in list_chunks(store)
-              if not (keep_chunks or ref.quarantined or ref.seq >= cursor.get(ref.stream, Cursor()).seq)]
+              if not (keep_chunks or ref.quarantined or ref.seq >= cursor.get(ref.stream, Cursor()).seq
+                      or (ref.stream, ref.seq) in replayed)]
     # Each removal waits on the metadata server (milliseconds on NFS, Lustre, GPFS), and many
     # explorers leave hundreds of chunks per checkpoint: they are removed in parallel.
     with ThreadPoolExecutor(max_workers=_REMOVERS) as pool:

@@ -30,7 +30,7 @@ def inspect_store(run_dir: Path, rate_window_s: float = 300.0) -> dict[str, Any]
     """Summarise a run's experience store (refuses a directory that is not a store).
 
     Returns counts of groups (committed = consumed + dropped_stale + dropped_duplicate + skipped_eval +
-    quarantined + pending), per-explorer chunk/group counts and commit rates over the last `rate_window_s`,
+    quarantined + evicted + pending; with replay, `reused` counts the reads after a group's first), per-explorer chunk/group counts and commit rates over the last `rate_window_s`,
     histograms of policy versions (pending) and staleness (consumed, and pending as of the trainer's
     next take: its current version + 1), and the task-claim progress of each taskset.
     """
@@ -92,6 +92,11 @@ def inspect_store(run_dir: Path, rate_window_s: float = 300.0) -> dict[str, Any]
     in_progress = sum(
         1 for d in explorer_dirs(store) for name in _names(d) if is_temporary(name)
     )
+    # Groups in the replay buffer never read are pending too (the cursors moved past them).
+    unread = [e for e in state.replay.values() if not e.uses]
+    pending += len(unread)
+    pending_versions.update(e.version for e in unread)
+    evicted = int(counters.get("evicted", 0))
     consumed = int(counters.get("consumed", 0))
     dropped = int(counters.get("dropped_stale", 0))
     duplicates = int(counters.get("dropped_duplicate", 0))
@@ -122,7 +127,7 @@ def inspect_store(run_dir: Path, rate_window_s: float = 300.0) -> dict[str, Any]
         "store": str(store),
         "time": now,
         "counts": {
-            "committed": consumed + dropped + duplicates + skipped + quarantined_groups + pending,
+            "committed": consumed + dropped + duplicates + skipped + quarantined_groups + evicted + pending,
             "consumed": consumed,
             "dropped_stale": dropped,
             "dropped_duplicate": duplicates,
@@ -130,6 +135,9 @@ def inspect_store(run_dir: Path, rate_window_s: float = 300.0) -> dict[str, Any]
             "quarantined": quarantined_groups,
             "pending": pending,
             "pending_eval": pending_eval,
+            "evicted": evicted,
+            "reused": int(counters.get("reused", 0)),
+            "replay_buffer": len(state.replay),
         },
         "files": {
             "chunks": sum(e["chunks"] for e in explorers.values()),
@@ -190,6 +198,9 @@ def format_inspect(d: dict[str, Any]) -> str:
         [["", c["committed"], c["consumed"], c["dropped_stale"], c["dropped_duplicate"], c["skipped_eval"],
           c["quarantined"], c["pending"]]],
     )
+    if c["replay_buffer"] or c["reused"] or c["evicted"]:
+        lines.append(f"replay: {c['replay_buffer']} groups in the buffer, {c['reused']} reads after the first, "
+                     f"{c['evicted']} pushed out before their first read")
     lines.append(
         f"files: {f['chunks']} chunks, {f['in_progress_tmp']} being written, {f['quarantined']} quarantined"
         + (f", {f['unreadable_pending']} pending unreadable" if f["unreadable_pending"] else "")

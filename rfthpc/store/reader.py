@@ -18,17 +18,30 @@ chunk no longer says which tasks they were). For the
 claim sets the trainer consumes (`track_tasksets`) the counts are published in `_reader/losses.json`
 as soon as a take walks past a drop, even one that does not complete a batch: the trainer may be
 waiting for exactly those replacements (`TaskClaims` hands out a fresh task per lost group).
+
+With replay (`replay`, a `ReplayPolicy`), "exactly once" becomes "at most as often as the policy
+allows": every listed training group enters a replay buffer (rfthpc.replay) as the cursors move past
+it, and a take reads the ready groups of highest priority. The buffer, each entry with its read count,
+priority and cooldown, is part of the same state, so a trainer resumed from a checkpoint reads a group
+no more often, in all, than the steps it kept read it plus what the policy still allows. A group that
+leaves the buffer before its first read (pushed out by the capacity, too stale, or its chunk
+quarantined) is counted and lost like a stale one; garbage collection keeps the chunks the buffer
+still points into.
 """
 
 from __future__ import annotations
 
 import heapq
 import logging
+import random
+import sys
 import time
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rfthpc.handoff import Waiter, WaitPolicy
+from rfthpc.replay import Entry, ReplayBuffer, ReplayPolicy, Slot
 from rfthpc.store.chunks import ChunkCorrupt, read_chunk
 from rfthpc.store.layout import ChunkRef, experience_doorbell, list_chunks, open_store, quarantine
 from rfthpc.store.reader_files import (
@@ -46,23 +59,48 @@ log = logging.getLogger(__name__)
 
 _STALL_WARN_S = 60.0
 _PROGRESS_EVERY_S = 1.0
+_POOL_CHUNKS_CACHED = 8
+"""Chunks behind the cursors (read again for replay) kept in memory between takes."""
 
 
 class StoreTimeout(TimeoutError):
     """Fewer groups than asked for were committed before the timeout (nothing was consumed)."""
 
 
+@dataclass
+class _Selection:
+    """What one attempt at a batch picked, on copies of the consumption state (committed if complete)."""
+
+    cursor: dict[str, Cursor]
+    taken: dict[str, int]
+    buffer: ReplayBuffer | None = None
+    picked: list[Group] = field(default_factory=list)
+    reads: list[int] = field(default_factory=list)
+    """How many times each picked group has been read, this read included."""
+    delta: Counter[str] = field(default_factory=Counter)
+    lost: Counter[str] = field(default_factory=Counter)
+
+
 class StoreReader:
     """The single consumer of a run's experience store (the trainer's rank 0)."""
 
-    def __init__(self, run_dir: Path, max_staleness: int | None = None, poll_s: float = 0.1) -> None:
+    def __init__(self, run_dir: Path, max_staleness: int | None = None, poll_s: float = 0.1,
+                 replay: ReplayPolicy | None = None) -> None:
         """`max_staleness`: drop (and count) groups with `current_version - policy_version` above it
         (None keeps all). `poll_s`: the longest a waiting `take` goes without listing the store; it looks
-        again at once when an explorer rings the store's doorbell (rfthpc.handoff)."""
+        again at once when an explorer rings the store's doorbell (rfthpc.handoff). `replay`: read
+        through a replay buffer (rfthpc.replay) instead of once each in commit order."""
         if max_staleness is not None and max_staleness < 0:
             raise ValueError(f"max_staleness must be >= 0 or None, got {max_staleness}")
         self.store = open_store(run_dir, create=True)
         self.max_staleness = max_staleness
+        self.replay = replay
+        self._buffer = ReplayBuffer()
+        self._rng = random.Random()
+        self._pool_refs: dict[tuple[str, int], ChunkRef] = {}
+        """Chunks behind the cursors that hold replay buffer entries."""
+        self._pool_cache: OrderedDict[tuple[str, int], list[Group]] = OrderedDict()
+        self._missing_warned: set[tuple[str, int]] = set()
         self.doorbell = experience_doorbell(self.store)
         self.waiter = Waiter(WaitPolicy(slow_s=poll_s))
         self._cursor: dict[str, Cursor] = {}
@@ -94,10 +132,14 @@ class StoreReader:
         now = time.time()
         self._scans += 1
         listed: set[tuple[str, int]] = set()
+        pooled = {(slot.stream, slot.seq) for slot in self._buffer.entries}
         for ref in list_chunks(self.store):
             key = (ref.stream, ref.seq)
             listed.add(key)
             if ref.seq < self._cursor.get(ref.stream, Cursor()).seq:
+                old = self._pool_refs.get(key)
+                if key in pooled and (old is None or (ref.quarantined and not old.quarantined)):
+                    self._pool_refs[key] = ref
                 continue
             chunks = self._known.setdefault(ref.stream, {})
             old = chunks.get(ref.seq)
@@ -172,72 +214,194 @@ class StoreReader:
 
     def _order_key(self, ref: ChunkRef) -> tuple[int, int, str, int]:
         # Commit order across explorers: chunks listed earlier first, and within one listing by
-        # commit time. A stream's own chunks are visited strictly in sequence (see _select).
+        # commit time. A stream's own chunks are visited strictly in sequence (see _walk).
         return (self._seen_at.get((ref.stream, ref.seq), 0), ref.commit_ns, ref.stream, ref.seq)
 
-    def _select(
-        self, n: int, current_version: int
-    ) -> tuple[list[Group], dict[str, Cursor], Counter[str], Counter[str], dict[str, int]]:
-        """Walk the unconsumed groups in commit order on a copy of the cursors.
+    def _walk(self, limit: int | None, current_version: int, sel: _Selection) -> list[tuple[ChunkRef, int, Group]]:
+        """Walk the unconsumed groups in commit order, moving `sel`'s copy of the cursors past them.
 
-        Returns the groups picked (at most n), the cursors after them, the counter changes, the
-        stale drops per claim set and the taken-task bitmaps with the picked tasks added; nothing in
-        `self` moves (the caller commits a full batch).
+        Eval groups are skipped, second groups of a task taken and stale groups dropped (counted in
+        `sel`); the others are returned with their chunk and position, at most `limit` (None: all
+        listed), their tasks marked in `sel.taken`.
         """
-        cursor = dict(self._cursor)
-        taken = dict(self._taken)
-        delta: Counter[str] = Counter()
-        lost: Counter[str] = Counter()
         heap = []
         for stream, chunks in self._known.items():
-            ref = chunks.get(cursor.get(stream, Cursor()).seq)
+            ref = chunks.get(sel.cursor.get(stream, Cursor()).seq)
             if ref is not None:
                 heap.append((self._order_key(ref), ref))
         heapq.heapify(heap)
-        picked: list[Group] = []
-        while heap and len(picked) < n:
+        accepted: list[tuple[ChunkRef, int, Group]] = []
+        while heap and (limit is None or len(accepted) < limit):
             _, ref = heapq.heappop(heap)
             loaded = self._load(ref)
             if loaded is None:
                 continue
             ref, groups = loaded
-            seq, done = cursor.get(ref.stream, Cursor())
+            seq, done = sel.cursor.get(ref.stream, Cursor())
             pos = done if seq == ref.seq else 0
-            while pos < len(groups) and len(picked) < n:
+            while pos < len(groups) and (limit is None or len(accepted) < limit):
                 g = groups[pos]
                 pos += 1
                 task = TaskRef.of(g)
                 if g.is_eval:
-                    delta["skipped_eval"] += 1
-                elif task is not None and taken.get(_bitmap(task), 0) >> task.index & 1:
-                    delta["dropped_duplicate"] += 1
+                    sel.delta["skipped_eval"] += 1
+                elif task is not None and sel.taken.get(_bitmap(task), 0) >> task.index & 1:
+                    sel.delta["dropped_duplicate"] += 1
                 elif self.max_staleness is not None and g.staleness(current_version) > self.max_staleness:
-                    delta["dropped_stale"] += 1
+                    sel.delta["dropped_stale"] += 1
                     if g.info.get("claims"):
-                        lost[str(g.info["claims"])] += 1
+                        sel.lost[str(g.info["claims"])] += 1
                 else:
-                    picked.append(g)
+                    accepted.append((ref, pos - 1, g))
                     if task is not None:
-                        taken[_bitmap(task)] = taken.get(_bitmap(task), 0) | 1 << task.index
+                        sel.taken[_bitmap(task)] = sel.taken.get(_bitmap(task), 0) | 1 << task.index
             if pos < len(groups):
-                cursor[ref.stream] = Cursor(ref.seq, pos)
+                sel.cursor[ref.stream] = Cursor(ref.seq, pos)
                 continue
-            cursor[ref.stream] = Cursor(ref.seq + 1, 0)
+            sel.cursor[ref.stream] = Cursor(ref.seq + 1, 0)
             if ref.quarantined:
-                delta["quarantined_chunks"] += 1
-                delta["quarantined_groups"] += ref.n_groups
+                sel.delta["quarantined_chunks"] += 1
+                sel.delta["quarantined_groups"] += ref.n_groups
                 if self._tracked:
                     # An unreadable chunk no longer says which tasks its groups were made from; fresh
                     # tasks of a claim set the trainer consumes replace them, or it would wait at the
                     # end of the run for groups that never come.
-                    lost[self._tracked[0]] += ref.n_groups
+                    sel.lost[self._tracked[0]] += ref.n_groups
             nxt = self._known[ref.stream].get(ref.seq + 1)
             if nxt is not None:
                 heapq.heappush(heap, (self._order_key(nxt), nxt))
-        return picked, cursor, delta, lost, taken
+        return accepted
+
+    def _select(self, n: int, current_version: int) -> _Selection:
+        """Without replay: the next `n` groups in commit order, each read once; nothing in `self`
+        moves (the caller commits a full batch)."""
+        sel = _Selection(dict(self._cursor), dict(self._taken))
+        sel.picked = [g for _, _, g in self._walk(n, current_version, sel)]
+        sel.reads = [1] * len(sel.picked)
+        sel.delta["consumed"] += len(sel.picked)
+        return sel
+
+    def _select_replay(self, n: int, current_version: int) -> _Selection:
+        """With replay (or a replay buffer left by a stage that had it): admit every listed group to a
+        copy of the buffer, then pick the `n` ready groups of highest priority (rfthpc.replay)."""
+        policy, now = self.replay, time.time()
+        sel = _Selection(dict(self._cursor), dict(self._taken), buffer=self._buffer.copy())
+        buf = sel.buffer
+        while len(self._pool_cache) > _POOL_CHUNKS_CACHED:
+            self._pool_cache.popitem(last=False)
+        if policy is None:
+            # This stage reads without replay: the groups never read are still owed, the others are done.
+            for slot, e in list(buf.entries.items()):
+                if e.uses:
+                    buf.remove(slot)
+        if self.max_staleness is not None:
+            for slot, e in list(buf.entries.items()):
+                if current_version - e.version > self.max_staleness:
+                    buf.remove(slot)
+                    self._left_unread(sel, e, "dropped_stale")
+        capacity = policy.capacity if policy is not None else sys.maxsize
+        events: list[tuple[float, Slot, Group | None]] = [(buf.entries[s].since, s, None) for s in buf.due(now)]
+        if policy is not None:
+            events += [(ref.commit_ns / 1e9, Slot(ref.stream, ref.seq, pos), g)
+                       for ref, pos, g in self._walk(None, current_version, sel)]
+        # Groups enter in the order they arrived: committed, or back from their cooldown.
+        for at, slot, g in sorted(events, key=lambda ev: (ev[0], ev[1])):
+            if g is None:
+                entry = replace(buf.entries[slot], cooling=False)
+            else:
+                task = TaskRef.of(g)
+                priority = policy.priority(g.policy_version, 0, self._rng)
+                entry = Entry(g.policy_version, 0, 0.0 if priority is None else priority, at,
+                              task=None if task is None else (task.claims, task.epoch, task.index))
+                if priority is None:  # the priority function turns it away at once
+                    self._left_unread(sel, entry, "evicted")
+                    continue
+            for _, gone in buf.enter(slot, entry, capacity):
+                self._left_unread(sel, gone, "evicted")
+        for slot in buf.order():
+            if len(sel.picked) == n:
+                break
+            groups = self._pool_groups(slot)
+            if groups is None:
+                continue
+            entry = buf.entries[slot]
+            if slot.pos >= len(groups):  # its chunk was quarantined since it was admitted
+                buf.remove(slot)
+                self._left_unread(sel, entry, "quarantined_groups")
+                continue
+            sel.picked.append(groups[slot.pos])
+            sel.reads.append(entry.uses + 1)
+            sel.delta["reused" if entry.uses else "consumed"] += 1
+            if policy is None:
+                buf.remove(slot)
+            else:
+                buf.read(slot, policy, self._rng, now)
+        if policy is None and len(sel.picked) < n:
+            # The buffer's last unread groups are not a batch: the rest comes in commit order.
+            more = [g for _, _, g in self._walk(n - len(sel.picked), current_version, sel)]
+            sel.picked += more
+            sel.reads += [1] * len(more)
+            sel.delta["consumed"] += len(more)
+        return sel
+
+    def _left_unread(self, sel: _Selection, entry: Entry, counter: str) -> None:
+        """Count a group that leaves the replay buffer; one never read is lost (its task is no longer
+        taken, and a tracked claim set's explorers replace it). One read before simply ends its reuse."""
+        if entry.uses:
+            return
+        sel.delta[counter] += 1
+        if entry.task is not None:
+            claims, epoch, index = entry.task
+            sel.lost[claims] += 1
+            key = _bitmap(TaskRef(claims, epoch, index))
+            sel.taken[key] = sel.taken.get(key, 0) & ~(1 << index)
+
+    def _pool_groups(self, slot: Slot) -> list[Group] | None:
+        """The groups of the chunk holding a replay buffer entry: from the reader's caches or read again;
+        None when it cannot be read now (missing from the listing, vanished, or a filesystem error),
+        an empty list when it turned out damaged (quarantined)."""
+        key = (slot.stream, slot.seq)
+        if key in self._cache:
+            return self._cache[key]
+        if key in self._pool_cache:
+            self._pool_cache.move_to_end(key)
+            return self._pool_cache[key]
+        ref = self._pool_refs.get(key) or self._known.get(slot.stream, {}).get(slot.seq)
+        if ref is None:
+            if key not in self._missing_warned:
+                self._missing_warned.add(key)
+                log.warning("replay buffer: chunk %d of experience stream %s is not in the store; its groups in the "
+                            "buffer are skipped until it reappears or they leave the buffer (too stale, or pushed "
+                            "out)", slot.seq, slot.stream)
+            return None
+        if ref.quarantined:
+            return []
+        try:
+            attrs, groups = read_chunk(ref.path)
+            if (attrs.get("stream"), attrs.get("seq"), len(groups)) != (ref.stream, ref.seq, ref.n_groups):
+                raise ChunkCorrupt(ref.path, f"its content says stream {attrs.get('stream')} chunk {attrs.get('seq')} "
+                                             f"with {len(groups)} groups, not what its name says")
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            if key not in self._unreadable:
+                log.warning("chunk %s could not be read (%s); its groups in the replay buffer wait for the next "
+                            "poll", ref.path, e)
+            self._unreadable.add(key)
+            return None
+        except ChunkCorrupt as e:
+            dest = quarantine(self.store, ref, str(e))
+            self._pool_refs[key] = ChunkRef(ref.explorer, ref.rank, ref.token, ref.seq, ref.commit_ns, ref.n_groups,
+                                            dest, quarantined=True)
+            return []
+        self._unreadable.discard(key)
+        self._pool_cache[key] = groups
+        return groups
 
     def take(self, n_groups: int, current_version: int, timeout_s: float | None = None) -> list[Group]:
-        """Return the next `n_groups` committed training groups in commit order, each exactly once.
+        """Return the next `n_groups` training groups: without replay the next committed in commit order,
+        each exactly once; with replay the `n_groups` of highest priority in the replay buffer, each at
+        most as often as the replay policy allows (rfthpc.replay).
 
         Eval groups are skipped and stale groups (`current_version - policy_version > max_staleness`)
         dropped, both counted in `metrics()`. Waits for groups to arrive; raises StoreTimeout after
@@ -248,14 +412,17 @@ class StoreReader:
         start = time.monotonic()
         got = 0
 
-        def attempt() -> tuple[list[Group], dict[str, list[int]], Counter[str], dict[str, int]] | None:
+        def attempt() -> _Selection | None:
             nonlocal got
             self._scan()
-            picked, cursor, delta, lost, taken = self._select(n_groups, current_version)
-            self._lost_pending = lost
+            if self.replay is not None or len(self._buffer):
+                sel = self._select_replay(n_groups, current_version)
+            else:
+                sel = self._select(n_groups, current_version)
+            self._lost_pending = sel.lost
             self._report_losses()
-            got = len(picked)
-            return (picked, cursor, delta, taken) if got == n_groups else None
+            got = len(sel.picked)
+            return sel if got == n_groups else None
 
         found = self.waiter.wait(attempt, [self.doorbell], timeout_s)
         if found is None:
@@ -263,38 +430,43 @@ class StoreReader:
                 f"only {got} of {n_groups} experience groups were committed to {self.store} within "
                 f"{timeout_s:.1f} s; explorers may be slow, dead or not started (see `rfthpc store inspect`)"
             )
-        picked, cursor, delta, taken = found
-        self._commit(picked, cursor, taken, delta, current_version, time.monotonic() - start)
-        return picked
+        self._commit(found, current_version, time.monotonic() - start)
+        return found.picked
 
-    def _commit(
-        self,
-        picked: list[Group],
-        cursor: dict[str, Cursor],
-        taken: dict[str, int],
-        delta: Counter[str],
-        current_version: int,
-        waited_s: float,
-    ) -> None:
+    def _commit(self, sel: _Selection, current_version: int, waited_s: float) -> None:
+        picked, cursor = sel.picked, sel.cursor
         self._cursor = cursor
-        self._taken = taken
-        self._counters.update(delta)
-        self._counters["consumed"] += len(picked)
+        self._taken = sel.taken
+        if sel.buffer is not None:
+            self._buffer = sel.buffer
+        self._counters.update(sel.delta)
         self._lost.update(self._lost_pending)
         self._lost_pending = Counter()
         staleness = [g.staleness(current_version) for g in picked]
         self._staleness_hist.update(staleness)
         self._version_hist.update(g.policy_version for g in picked)
+        pooled = {(slot.stream, slot.seq) for slot in self._buffer.entries}
         for stream, chunks in self._known.items():
             seq = cursor.get(stream, Cursor()).seq
             for s in [s for s in chunks if s < seq]:
-                del chunks[s]
-                self._cache.pop((stream, s), None)
+                ref = chunks.pop(s)
+                groups = self._cache.pop((stream, s), None)
                 self._seen_at.pop((stream, s), None)
+                if (stream, s) in pooled:
+                    # Behind the cursor now, but the replay buffer will read it again.
+                    self._pool_refs[(stream, s)] = ref
+                    if groups is not None:
+                        self._pool_cache[(stream, s)] = groups
+        for key in [k for k in self._pool_refs if k not in pooled]:
+            del self._pool_refs[key]
+        for key in [k for k in self._pool_cache if k not in pooled]:
+            del self._pool_cache[key]
         self._last = {
             "take_wait_s": waited_s,
             "batch_staleness_mean": sum(staleness) / len(staleness),
             "batch_staleness_max": float(max(staleness)),
+            "batch_reused": float(sum(r > 1 for r in sel.reads)),
+            "batch_reads_max": float(max(sel.reads)),
             "current_version": current_version,
         }
         # For `rfthpc store inspect`; not the durable state (that is the checkpoint's `state()`).
@@ -341,6 +513,7 @@ class StoreReader:
             taken=dict(self._taken),
             staleness_hist=dict(self._staleness_hist),
             version_hist=dict(self._version_hist),
+            replay=dict(self._buffer.entries),
         )
 
     def load_state(self, state: ReaderState) -> None:
@@ -351,11 +524,14 @@ class StoreReader:
         self._version_hist = Counter(state.version_hist)
         self._lost = Counter(state.lost)
         self._taken = dict(state.taken)
+        self._buffer = ReplayBuffer(state.replay)
         self._lost_pending = Counter()
         self._report_losses()
         self._known.clear()
         self._cache.clear()
         self._seen_at.clear()
+        self._pool_refs.clear()
+        self._pool_cache.clear()
 
     def mark_checkpointed(self, state: ReaderState) -> None:
         """Record `state` as the one in the newest complete trainer checkpoint.
@@ -372,8 +548,13 @@ class StoreReader:
         for stream, chunks in self._known.items():
             seq, done = self._cursor.get(stream, Cursor())
             pending += sum(r.n_groups for r in chunks.values() if not r.quarantined) - (done if seq in chunks else 0)
+        entries = self._buffer.entries.values()
+        pending += sum(not e.uses for e in entries)
         out = {f"store/{k}": float(self._counters[k]) for k in COUNTERS}
         out["store/pending"] = float(pending)
+        if self.replay is not None or entries:
+            out["store/replay_size"] = float(len(entries))
+            out["store/replay_cooling"] = float(sum(e.cooling for e in entries))
         if self.visible_latencies:
             lat = sorted(self.visible_latencies)
             out["store/visible_latency_p50_s"] = lat[len(lat) // 2]

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 from rfthpc.fsutil import make_dirs, read_json, write_json_atomic
+from rfthpc.replay import Entry, Slot
 from rfthpc.store.layout import READER_DIR
 
 PROGRESS_FILE = "progress.json"
@@ -25,8 +26,11 @@ LOSSES_FILE = "losses.json"
 STATE_FORMAT = 1
 LOSSES_FORMAT = 1
 COUNTERS = ("consumed", "dropped_stale", "dropped_duplicate", "skipped_eval", "quarantined_chunks",
-            "quarantined_groups")
-"""The reader's counters; every committed group ends in one of them or is still pending."""
+            "quarantined_groups", "evicted", "reused")
+"""The reader's counters. Every committed group ends in one of them but `reused` and
+`quarantined_chunks`, or is still pending (in the replay buffer unread, or not listed yet): `consumed`
+counts first reads, `reused` the reads after them, `evicted` groups a full replay buffer pushed out
+or turned away before their first read."""
 T = TypeVar("T")
 
 
@@ -55,7 +59,12 @@ class ReaderState:
     taken: Mapping[str, int] = field(default_factory=dict)
     """`<claims>:<epoch>` -> bitmap of the task indices taken for training (de-duplication)."""
     staleness_hist: Mapping[int, int] = field(default_factory=dict)
+    """Staleness -> reads (first reads and reuses)."""
     version_hist: Mapping[int, int] = field(default_factory=dict)
+    """Policy version -> reads."""
+    replay: Mapping[Slot, Entry] = field(default_factory=dict)
+    """The replay buffer (rfthpc.replay): groups past the cursors that may still be read, by where they
+    are stored. Empty without replay."""
 
     def at(self, stream: str) -> Cursor:
         """The position in `stream` (the start when nothing of it was consumed)."""
@@ -71,6 +80,7 @@ class ReaderState:
             "taken": {k: format(v, "x") for k, v in sorted(self.taken.items())},
             "staleness_hist": {str(k): v for k, v in sorted(self.staleness_hist.items())},
             "version_hist": {str(k): v for k, v in sorted(self.version_hist.items())},
+            **({"replay": _replay_to_dict(self.replay)} if self.replay else {}),
         }
 
     @classmethod
@@ -86,9 +96,33 @@ class ReaderState:
                 taken={str(k): int(v, 16) for k, v in data.get("taken", {}).items()},
                 staleness_hist={int(k): int(v) for k, v in data["staleness_hist"].items()},
                 version_hist={int(k): int(v) for k, v in data["version_hist"].items()},
+                replay=_replay_from_dict(data.get("replay", {})),
             )
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
             raise ValueError(f"malformed experience-store reader state ({e!r}): {str(data)[:200]}") from e
+
+
+def _replay_to_dict(replay: Mapping[Slot, Entry]) -> dict[str, list[list[Any]]]:
+    """Per stream, one row per entry: seq, pos, version, uses, priority, since, cooling (0/1), then the
+    task's claim set, epoch and index (or nothing)."""
+    out: dict[str, list[list[Any]]] = {}
+    for slot, e in sorted(replay.items()):
+        out.setdefault(slot.stream, []).append(
+            [slot.seq, slot.pos, e.version, e.uses, e.priority, e.since, int(e.cooling), *(e.task or ())])
+    return out
+
+
+def _replay_from_dict(data: Mapping[str, Any]) -> dict[Slot, Entry]:
+    replay = {}
+    for stream, rows in data.items():
+        for row in rows:
+            seq, pos, version, uses, priority, since, cooling, *task = row
+            if len(task) not in (0, 3):
+                raise ValueError(f"replay entry {row!r} has {len(task)} task fields")
+            replay[Slot(str(stream), int(seq), int(pos))] = Entry(
+                int(version), int(uses), float(priority), float(since), bool(cooling),
+                (str(task[0]), int(task[1]), int(task[2])) if task else None)
+    return replay
 
 
 @dataclass(frozen=True)

@@ -278,6 +278,7 @@ class Trainer:
             st.source = _SFTSource(sft, n)
         if st.is_rl and self.env.is_main:
             self.reader.max_staleness = stage.max_staleness
+            self.reader.replay = stage.replay
             poll_s = self.settings.poll_interval_s
             st.source = ExperienceSource(
                 self.rundir.root, self.reader, stage.groups_per_step, list(stage.claim_sets),

@@ -2,6 +2,7 @@
 
     python tests/store/procs.py writer RUN_DIR EXPLORER RANK N_GROUPS GROUPS_PER_CHUNK ACK_FILE
     python tests/store/procs.py reader RUN_DIR LOG_FILE CKPT_FILE DONE_FLAG BATCH
+    python tests/store/procs.py replay_reader RUN_DIR LOG_FILE CKPT_FILE DONE_FLAG BATCH USE_COUNT_LIMIT
     python tests/store/procs.py claimer RUN_DIR OWNER N_TASKS EPOCHS LEASE_S LOCK_KIND OUT_FILE
 
 The writer derives every group's content from its id, and appends the ids of each chunk it has
@@ -9,7 +10,10 @@ committed to ACK_FILE. The reader appends one JSON line per batch it takes (ids,
 content does not match their id) and saves a checkpoint (its state_dict and the number of log lines
 it covers) every third batch; restarted, it truncates the log to its checkpoint, as a trainer
 resumed from a checkpoint forgets the steps after it. Once DONE_FLAG exists and nothing more
-arrives, it drains the store and exits. The claimer claims tasks three at a time from a shuffled
+arrives, it drains the store and exits. The replay reader does the same through a replay buffer
+that lets it read each group USE_COUNT_LIMIT times (noisy priorities, no cooldown), its version
+one higher per batch; after each checkpoint it lets the store be garbage-collected, as the trainer
+does. The claimer claims tasks three at a time from a shuffled
 taskset until it is finished, appending its name and the (epoch, index) pairs `complete` accepted
 to OUT_FILE.
 """
@@ -26,7 +30,9 @@ from pathlib import Path
 import numpy as np
 
 from rfthpc.fsutil import append_line, read_json, write_json_atomic, write_text_atomic
+from rfthpc.replay import ReplayPolicy
 from rfthpc.store.claims import ClaimSet
+from rfthpc.store.gc import collect_garbage
 from rfthpc.store.reader import StoreReader, StoreTimeout
 from rfthpc.store.reader_files import ReaderState
 from rfthpc.store.schema import Experience, Group
@@ -86,8 +92,18 @@ def writer(run_dir: str, explorer: str, rank: str, n_groups: str, per_chunk: str
 
 
 def reader(run_dir: str, log_file: str, ckpt_file: str, done_flag: str, batch: str) -> None:
-    log, ckpt = Path(log_file), Path(ckpt_file)
-    r = StoreReader(Path(run_dir), poll_s=0.02)
+    _consume(StoreReader(Path(run_dir), poll_s=0.02), Path(log_file), Path(ckpt_file), Path(done_flag), int(batch))
+
+
+def replay_reader(run_dir: str, log_file: str, ckpt_file: str, done_flag: str, batch: str,
+                  use_count_limit: str) -> None:
+    policy = ReplayPolicy(reuse_cooldown_s=0.0, priority_fn="decay_limit_randomization",
+                          priority_fn_args={"decay": 1.0, "use_count_limit": int(use_count_limit), "sigma": 0.5})
+    r = StoreReader(Path(run_dir), poll_s=0.02, replay=policy)
+    _consume(r, Path(log_file), Path(ckpt_file), Path(done_flag), int(batch), replay=True)
+
+
+def _consume(r: StoreReader, log: Path, ckpt: Path, done_flag: Path, size: int, replay: bool = False) -> None:
     saved = read_json(ckpt)
     lines = log.read_text().splitlines(keepends=True) if log.exists() else []
     if saved is not None:
@@ -97,12 +113,12 @@ def reader(run_dir: str, log_file: str, ckpt_file: str, done_flag: str, batch: s
         lines = []
     write_text_atomic(log, "".join(lines))
     n_lines, takes = len(lines), 0
-    size = int(batch)
     while True:
         try:
-            groups = r.take(size, current_version=0, timeout_s=1.0)
+            # With replay the version moves on with every batch, as a trainer's does with every step.
+            groups = r.take(size, current_version=n_lines if replay else 0, timeout_s=1.0)
         except StoreTimeout:
-            if not Path(done_flag).exists():
+            if not done_flag.exists():
                 continue
             if size == 1:
                 break
@@ -112,8 +128,13 @@ def reader(run_dir: str, log_file: str, ckpt_file: str, done_flag: str, batch: s
         append_line(log, json.dumps({"ids": [g.group_id for g in groups], "bad": bad}))
         n_lines += 1
         takes += 1
+        if replay:
+            time.sleep(0.01)  # a training step: the test has time to kill the reader while it drains the buffer
         if takes % 3 == 0:
             write_json_atomic(ckpt, {"state": r.state().to_dict(), "n_lines": n_lines})
+            if replay:
+                r.mark_checkpointed(r.state())
+                collect_garbage(r.store.parent)
     write_json_atomic(ckpt, {"state": r.state().to_dict(), "n_lines": n_lines})
 
 
@@ -129,4 +150,5 @@ def claimer(run_dir: str, owner: str, n_tasks: str, epochs: str, lease_s: str, l
 
 
 if __name__ == "__main__":
-    {"writer": writer, "reader": reader, "claimer": claimer}[sys.argv[1]](*sys.argv[2:])
+    procs = {"writer": writer, "reader": reader, "replay_reader": replay_reader, "claimer": claimer}
+    procs[sys.argv[1]](*sys.argv[2:])

@@ -61,7 +61,8 @@ def test_a_damaged_reader_state_is_an_error_and_a_damaged_checkpointed_file_read
     assert read_checkpointed(store) == ReaderState(cursor={"ex/0-ab": Cursor(2, 1)},
                                                    counters={"consumed": 9, "dropped_stale": 0,
                                                              "dropped_duplicate": 0, "skipped_eval": 0,
-                                                             "quarantined_chunks": 0, "quarantined_groups": 0})
+                                                             "quarantined_chunks": 0, "quarantined_groups": 0,
+                                                             "evicted": 0, "reused": 0})
     assert [Cursor(2, 1).taken(seq, 4) for seq in (1, 2, 3)] == [4, 1, 0]
     (store / "_reader" / "checkpointed.json").write_text('{"format": 1, "cursor": ')
     assert read_checkpointed(store) is None

@@ -242,3 +242,24 @@ def test_the_stage_ends_cleanly_when_stale_groups_cannot_be_replaced(tmp_path: P
     assert reader.counters["dropped_stale"] == 1 and reader.lost == {"math": 1}
     status = TaskClaims.read_status(run.root, "math")
     assert status is not None and status.exhausted and status.refill == 1
+
+
+def test_replay_trains_on_groups_again_and_reports_the_reuse(tmp_path: Path, tiny_model: Path) -> None:
+    from rfthpc.config.buffer import ReplayBufferConfig
+
+    cfg = rl_config(tiny_model, **{"trainer.save_interval": 2, "trainer.save_hf_checkpoint": "never"})
+    cfg.buffer.trainer_input.experience_buffer.replay_buffer = ReplayBufferConfig(
+        enable=True, reuse_cooldown_time=0.0, priority_fn="decay_limit_randomization",
+        priority_fn_args={"decay": 1.0, "use_count_limit": 2})
+    run = make_run(tmp_path / "run", cfg)
+    write_groups(run, 4)  # 4 steps of 2 groups from 4 groups: each is trained twice
+    assert run_trainer_inprocess(run) == 0
+    records = _records(run)
+    assert [(records[s]["store/consumed"], records[s]["store/reused"]) for s in (1, 2, 3, 4)] == \
+        [(2, 0), (4, 0), (4, 2), (4, 4)]
+    assert records[4]["store/batch_reused"] == 2 and records[4]["store/batch_reads_max"] == 2
+    assert records[2]["store/replay_size"] == 4 and records[4]["store/replay_size"] == 0
+    assert read_checkpoint_meta(run.root, 2).reader.replay
+    assert not read_checkpoint_meta(run.root, 4).reader.replay
+    # Every chunk was read twice over: checkpoint 4 let them all be collected.
+    assert list_chunks(run.root / "experiences") == []
