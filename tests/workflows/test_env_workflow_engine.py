@@ -9,6 +9,7 @@ import dataclasses
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from rfthpc.data.tasksets import PromptBuilder
@@ -49,7 +50,6 @@ class Recording:
 
     def __init__(self, engine) -> None:
         self.engine = engine
-        self.tokenizer = engine.tokenizer
         self.max_model_len = engine.max_model_len
         self.replies: list[tuple[list[int], list[float]]] = []
 
@@ -61,13 +61,18 @@ class Recording:
 
 def engine_settings(model_dir: Path) -> EngineSettings:
     # min_response_tokens=0: a minimum length masks the end token, which the plain forward pass does not.
-    return EngineSettings(str(model_dir), max_model_len=512, seed=3, min_response_tokens=0)
+    return EngineSettings(str(model_dir), max_model_len=512, seed=3, min_response_tokens=0, cpu_kvcache_space_gb=1)
 
 
-def test_trainer_logprobs_equal_the_explorers_on_multi_turn_episodes(tiny_model: Path, tokenizer) -> None:
-    engine = Recording(make_engine("transformers", engine_settings(tiny_model)))
+@pytest.mark.parametrize("engine_type", ["transformers", pytest.param("vllm", marks=[pytest.mark.vllm, pytest.mark.slow])])
+def test_trainer_logprobs_equal_the_explorers_on_multi_turn_episodes(engine_type: str, tiny_model: Path,
+                                                                     tokenizer) -> None:
+    engine = Recording(make_engine(engine_type, engine_settings(tiny_model)))
     task = env_task(index=2, repeat=3, max_tokens=6, max_turns=3, max_context_tokens=400)
-    experiences = run_workflow(task, context(engine, tokenizer)).experiences
+    try:
+        experiences = run_workflow(task, context(engine, tokenizer)).experiences
+    finally:
+        engine.engine.close()
     assert len(experiences) == 3
     for exp in experiences:
         runs = spans(exp.loss_mask)
