@@ -61,10 +61,33 @@ def _assert_consumed_once(run: RunDir, steps: int) -> None:
 def test_async_pair_runs_in_either_order(first: str, demo_dir: Path, tmp_path: Path) -> None:
     """The two halves of an asynchronous pair (`mode: explore`, `mode: train`, one run directory)
     are two `rfthpc run` commands; either may start first, and every group is consumed once."""
+    _run_pair(first, demo_dir, tmp_path)
+
+
+def test_async_pair_explores_an_environment_taskset(demo_dir: Path, tmp_path: Path) -> None:
+    """The pair with a taskset of FrozenLake maps (`env_workflow` episodes): the same hand-off, every
+    multi-turn group consumed once, episode metrics in the explorer's log."""
+    lake = tmp_path / "lake"
+    lake.mkdir()
+    rows = [{"prompt": f"frozen lake {seed}", "env_args": {"seed": seed}} for seed in range(40)]
+    (lake / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = _run_pair("train", demo_dir, tmp_path, buffer={"explorer_input": {
+        "taskset": {"name": "lake", "path": str(lake), "split": "train",
+                    "format": {"prompt_key": "prompt", "response_key": ""},
+                    "workflow_args": {"env": "frozen_lake", "env_args": {"size": 3, "max_steps": 2},
+                                      "max_turns": 3, "max_tokens_per_turn": 8}},
+        "default_workflow_type": "env_workflow"}}, model={"max_prompt_tokens": 160, "max_response_tokens": 400})
+    rollouts = [json.loads(line) for line in (run.monitor / "explorer_explorer_0.jsonl").read_text().splitlines()]
+    grouped = [r for r in rollouts if "rollout/groups" in r]
+    assert grouped and all("rollout/turns_mean" in r and "rollout/success_rate" in r for r in grouped)
+
+
+def _run_pair(first: str, demo_dir: Path, tmp_path: Path, **changes) -> RunDir:
+    """Run the two halves of a pair, `first` started first, and check that every group was consumed once."""
     steps = 4
     env = env_for(demo_dir, tmp_path / "ckpt")
     configs = {mode: rl_only(tmp_path / f"{mode}.yaml", "pair", mode=mode, steps=steps,
-                             synchronizer={"sync_offset": 1}) for mode in ("explore", "train")}
+                             synchronizer={"sync_offset": 1}, **changes) for mode in ("explore", "train")}
     run = RunDir(tmp_path / "ckpt" / "rfthpc-demo" / "pair")
     second = "train" if first == "explore" else "explore"
     a = rfthpc("run", "--config", str(configs[first]), env=env)
@@ -80,6 +103,7 @@ def test_async_pair_runs_in_either_order(first: str, demo_dir: Path, tmp_path: P
     meta = json.loads(run.trainer_meta.read_text())
     assert meta["done"] and meta["step"] == steps
     _assert_consumed_once(run, steps)
+    return run
 
 
 def store_counts_or_none(run: RunDir) -> int:
