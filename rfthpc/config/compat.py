@@ -648,7 +648,7 @@ def _answer(key: str, value: Any, given: Mapping[str, Any], answers: Mapping[str
     if isinstance(found, foreign.Ignored):
         problems.ignored(where, found.why)
     elif isinstance(found, foreign.Refused):
-        problems.add(f"{where}: {framework} key not supported by rfthpc: {found.why}", REFUSED)
+        problems.refuse(where, framework, found.why)
     else:
         close = foreign.close_key(key, known)
         hint = f" (did you mean {close}?)" if close else ""

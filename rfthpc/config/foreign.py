@@ -135,7 +135,7 @@ def close_key(key: str, known: Iterable[str]) -> str | None:
 # ---- Trinity-RFT --------------------------------------------------------------------------------
 
 NO_RAY = "rfthpc runs on Slurm and a shared filesystem, without Ray"
-SET_BY_TRINITY = "Trinity-RFT sets it itself at start-up (its config says \"DO NOT SET\"); rfthpc derives what it needs"
+SET_BY_TRINITY = "set by Trinity-RFT itself (its config says \"DO NOT SET\")"
 RUN_DIR = "rfthpc's run directory is <checkpoint_root_dir>/<project>/<name>"
 NO_SQL = ("Trinity-RFT's retries of SQL buffer access; rfthpc's buffers are files on the shared filesystem (a failed "
           "task is retried explorer.max_retry_times times, explorer.max_retry_interval s apart)")
@@ -167,11 +167,8 @@ _STORAGE_KEYS: dict[str, Answer] = {
     "ray_namespace": Ignored(NO_RAY),
     "max_retry_times": Ignored(NO_SQL),
     "max_retry_interval": Ignored(NO_SQL),
-    "schema_type": Ignored(SET_BY_TRINITY),
-    "is_eval": Ignored(SET_BY_TRINITY),
-    "batch_size": Ignored(SET_BY_TRINITY),
-    "tokenizer_path": Ignored(SET_BY_TRINITY),
-    "total_steps": Ignored(SET_BY_TRINITY),
+    **{k: Ignored(SET_BY_TRINITY + "; rfthpc derives what it needs") for k in (
+        "schema_type", "is_eval", "batch_size", "tokenizer_path", "total_steps")},
     "mm_data_kwargs": Refused(MULTIMODAL, _off),
     "format.image_key": Refused(MULTIMODAL, _off),
     "format.video_key": Refused(MULTIMODAL, _off),
@@ -211,10 +208,8 @@ TRINITY_KEYS: dict[str, Answer] = {
         "an older Trinity-RFT switch of the SFT loss: set algorithm.loss_agg_mode (token-mean for true, "
         "seq-mean-token-mean for false)", _is(True),
         "an older Trinity-RFT switch of the SFT loss; true is token-mean, the default of algorithm.loss_agg_mode"),
-    "buffer.explorer_output": Ignored(SET_BY_TRINITY),
-    "buffer.tokenizer_path": Ignored(SET_BY_TRINITY),
-    "buffer.pad_token_id": Ignored(SET_BY_TRINITY),
-    "buffer.cache_dir": Ignored(SET_BY_TRINITY),
+    **{f"buffer.{k}": Ignored(SET_BY_TRINITY + "; rfthpc derives what it needs") for k in (
+        "explorer_output", "tokenizer_path", "pad_token_id", "cache_dir")},
     "buffer.max_retry_times": Ignored(NO_SQL),
     "buffer.max_retry_interval": Ignored(NO_SQL),
     "buffer.trainer_input.sft_warmup_dataset": Refused(
@@ -233,7 +228,7 @@ TRINITY_KEYS: dict[str, Answer] = {
     _TASKSET + "rollout_args.n": Ignored("the responses per task are algorithm.repeat_times (Trinity-RFT overrides n "
                                          "with it too)"),
     **{_EXPERIENCE + k: v for k, v in _STORAGE_KEYS.items()},
-    _EXPERIENCE + "index": Ignored(SET_BY_TRINITY),
+    _EXPERIENCE + "index": Ignored(SET_BY_TRINITY + "; rfthpc derives what it needs"),
     _EXPERIENCE + "total_epochs": Ignored(f"{SET_BY_TRINITY} from buffer.total_epochs"),
     _EXPERIENCE + "enable_progress_bar": Ignored("a progress bar of Trinity-RFT's dataset reader"),
     _EXPERIENCE + "capacity": Ignored("the size of Trinity-RFT's experience queue; rfthpc's experience store is "
@@ -254,10 +249,10 @@ TRINITY_KEYS: dict[str, Answer] = {
                                          "record"),
     _ROLLOUT + "ignore_eos": Refused("generation past the end-of-sequence token (Trinity-RFT: for testing long "
                                      "responses) is not available; remove it", _off),
-    _ROLLOUT + "bundle_indices": Ignored(SET_BY_TRINITY),
+    _ROLLOUT + "bundle_indices": Ignored(SET_BY_TRINITY + "; rfthpc derives what it needs"),
     **{_ROLLOUT + k: Ignored(f"{SET_BY_TRINITY} from model.lora_configs") for k in (
         "enable_lora", "lora_modules", "lora_kwargs")},
-    **{_ROLLOUT + k: Ignored(f"{SET_BY_TRINITY} from model.{k}; sampling is model.temperature / top_p / top_k / "
+    **{_ROLLOUT + k: Ignored(f"{SET_BY_TRINITY} from model.*; sampling is model.temperature / top_p / top_k / "
                              "logprobs and each taskset's rollout_args")
        for k in ("temperature", "top_p", "top_k", "logprobs")},
     _ROLLOUT + "min_response_tokens": Ignored(f"{SET_BY_TRINITY} from model.min_response_tokens, which rfthpc reads"),

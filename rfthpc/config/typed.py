@@ -53,6 +53,8 @@ class _Problem:
     kind: str
     message: str
     stage: str | None
+    key: str | None = None
+    """A refused key: the keys refused for one reason share a line."""
 
 
 class Problems:
@@ -82,16 +84,21 @@ class Problems:
     @property
     def items(self) -> list[str]:
         """The messages recorded so far (every stage)."""
-        return [p.message for p in self._root._items]
+        return [f"{p.key}: {p.message}" if p.key else p.message for p in self._root._items]
 
     def add(self, message: str, kind: str = INVALID) -> None:
         """Record one problem of `kind` (one of KINDS)."""
         self._root._items.append(_Problem(kind, message, self.stage))
 
+    def refuse(self, key: str, framework: str, why: str) -> None:
+        """Record that `framework`'s `key` is refused, and why (with the alternative)."""
+        message = f"{framework} key not supported by rfthpc: {why}"
+        self._root._items.append(_Problem(REFUSED, message, self.stage, key))
+
     def extend(self, other: Problems, prefix: str = "") -> None:
         """Record the problems of `other` here, each message with `prefix`."""
         for p in other._root._items:
-            self._root._items.append(_Problem(p.kind, prefix + p.message, self.stage))
+            self._root._items.append(dataclasses.replace(p, message=prefix + p.message, stage=self.stage))
 
     def for_stage(self, name: str) -> Problems:
         """A view recording the problems of stage `name`."""
@@ -121,27 +128,41 @@ class Problems:
         return bool(self._root._items)
 
     def message(self) -> str:
-        """Every problem, grouped by kind; one found in some stages only names them."""
+        """Every problem, grouped by kind; one found in some stages only names them, and keys refused
+        for one reason share a line."""
         root = self._root
         everywhere = set(root.stages)
-        found: dict[tuple[str, str], list[str | None]] = {}
+        found: dict[tuple[str, str, str | None], list[str | None]] = {}
         for p in root._items:
-            found.setdefault((p.kind, p.message), []).append(p.stage)
-        lines: dict[str, list[str]] = {}
-        for (kind, message), stages in found.items():
+            found.setdefault((p.kind, p.message, p.key), []).append(p.stage)
+        lines: dict[str, list[str | tuple[str, str]]] = {}
+        keys: dict[tuple[str, str], list[str]] = {}
+        for (kind, message, key), stages in found.items():
             named = [s for s in dict.fromkeys(stages) if s is not None]
-            if None in stages or set(named) == everywhere:
-                text = message
-            else:
-                text = f"stage{'s' if len(named) > 1 else ''} {', '.join(repr(s) for s in named)}: {message}"
+            where = "" if None in stages or set(named) == everywhere else \
+                f"stage{'s' if len(named) > 1 else ''} {', '.join(repr(s) for s in named)}: "
             group = lines.setdefault(kind, [])
-            if text not in group:
-                group.append(text)
+            if key is None:
+                if where + message not in group:
+                    group.append(where + message)
+            elif (where, message) in keys:
+                keys[where, message].append(key)
+            else:
+                keys[where, message] = [key]
+                group.append((where, message))
+
+        def text(line: str | tuple[str, str]) -> str:
+            if isinstance(line, str):
+                return line
+            named = keys[line]
+            message = line[1].replace(" key ", " keys ", 1) if len(named) > 1 else line[1]
+            return f"{line[0]}{', '.join(named)}: {message}"
+
         count = sum(len(v) for v in lines.values())
         out = [f"invalid config ({self.source}): {count} problem{'s' if count > 1 else ''}"]
         for kind in sorted(lines, key=lambda k: KINDS.index(k) if k in KINDS else len(KINDS)):
             out.append(f"{kind}:")
-            out += [f"  - {m}" for m in lines[kind]]
+            out += [f"  - {text(line)}" for line in lines[kind]]
         if root._checks_from is not None and 0 < root._checks_from < len(root._items):
             out.append("(the checks after reading ran on the rest of the config: a key or value that could not "
                        "be read was left at its default)")
@@ -279,7 +300,7 @@ def build(cls: type[T], data: Any, path: str, problems: Problems) -> T:
                 problems.ignored(full, found.why)
                 continue
             if isinstance(found, foreign.Refused):
-                problems.add(f"{full}: Trinity-RFT key not supported by rfthpc: {found.why}", REFUSED)
+                problems.refuse(full, "Trinity-RFT", found.why)
                 continue
             close = foreign.close_name(key, names)
             hint = f"; did you mean '{_join(path, close)}'?" if close else ""
