@@ -144,6 +144,8 @@ OPENAI_SERVER = ("an option of the OpenAI API server, which rfthpc does not star
                  "process (workflows reach the policy as ctx.engine, auxiliary models as ctx.auxiliary[name])")
 SERVE = "Trinity-RFT's serve mode; rfthpc has no serve mode"
 NO_LORA = "rfthpc trains every weight (FSDP2), without LoRA adapters; remove it"
+OLD_REPLAY = ("Trinity-RFT's older replay settings: use experience_buffer.replay_buffer (enable, "
+              "reuse_cooldown_time, priority_fn, priority_fn_args), their current form")
 
 _TASKSET = "buffer.explorer_input.taskset."
 _EXPERIENCE = "buffer.trainer_input.experience_buffer."
@@ -156,10 +158,6 @@ def _no_pipeline(value: Any, _given: Given) -> bool:
         return not value
     experience = value.get("experience_pipeline") or {}
     return not value.get("task_pipeline") and not (isinstance(experience, Mapping) and experience.get("operators"))
-
-
-def _no_replay(value: Any, _given: Given) -> bool:
-    return not value or (isinstance(value, Mapping) and not value.get("enable"))
 
 
 _STORAGE_KEYS: dict[str, Answer] = {
@@ -231,13 +229,8 @@ TRINITY_KEYS: dict[str, Answer] = {
     _EXPERIENCE + "index": Ignored(SET_BY_TRINITY + "; rfthpc derives what it needs"),
     _EXPERIENCE + "total_epochs": Ignored(f"{SET_BY_TRINITY} from buffer.total_epochs"),
     _EXPERIENCE + "enable_progress_bar": Ignored("a progress bar of Trinity-RFT's dataset reader"),
-    _EXPERIENCE + "capacity": Ignored("the size of Trinity-RFT's experience queue; rfthpc's experience store is "
-                                      "chunks on the shared filesystem, bounded by synchronizer.max_staleness"),
-    **{_EXPERIENCE + k: Refused("Trinity-RFT's replay of experience: rfthpc trains on each group once; remove it",
-                                _no_replay if k == "replay_buffer" else _off)
-       for k in ("replay_buffer", "use_priority_queue", "reuse_cooldown_time")},
-    _EXPERIENCE + "replay_buffer_kwargs": Refused("Trinity-RFT's replay of experience: rfthpc trains on each group "
-                                                  "once; remove it", _unless("use_priority_queue")),
+    **{_EXPERIENCE + k: Refused(OLD_REPLAY, _off) for k in ("use_priority_queue", "reuse_cooldown_time")},
+    _EXPERIENCE + "replay_buffer_kwargs": Refused(OLD_REPLAY, _unless("use_priority_queue")),
     "explorer.runner_num": Ignored("deprecated in Trinity-RFT, which warns and uses explorer.runner_per_model"),
     **{f"explorer.{k}": Ignored(SERVE) for k in (
         "api_port", "listen_address", "service_status_check_interval", "min_running_model_num")},
