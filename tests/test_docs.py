@@ -35,7 +35,7 @@ def test_relative_links_resolve() -> None:
 
 def _sections(text: str, marker: str) -> dict[str, str]:
     """The parts of `text` under each heading that starts with `marker` (e.g. "## "), by title."""
-    parts = re.split(rf"^{marker}(.+)$", text, flags=re.M)
+    parts = re.split(rf"^{marker}(.+)$", text, flags=re.MULTILINE)
     return {title.strip(): body for title, body in zip(parts[1::2], parts[2::2], strict=True)}
 
 
