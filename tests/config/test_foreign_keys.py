@@ -12,7 +12,7 @@ import pytest
 
 from rfthpc.config import load_config
 from rfthpc.errors import ConfigError
-from tests.config.conftest import write
+from tests.config.conftest import SEEDS, write
 from tests.config.test_bad_input import base  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -189,3 +189,28 @@ def test_roll_and_verl_keys_that_are_not_known_at_all_stay_errors_with_a_close_h
             "actor_rollout_ref.actor.ppo_epochs?)") in msg
     assert ("trainer.trainer_config.actor_rollout_ref.hybrid_engin: unknown veRL key (did you mean "
             "actor_rollout_ref.hybrid_engine?)") in msg
+
+
+def test_a_config_trinity_rft_wrote_back_loads_with_notes(local_paths: Path) -> None:
+    """Every key Trinity-RFT adds when it saves a checked config (Ray, derived paths, serve mode, its
+    veRL defaults) is ignored with a note, or refused only where its value would change results."""
+    loaded = load_config(SEEDS / "trinity_dumped.yaml")
+    assert loaded.config.trainer.max_checkpoints_to_keep == 5  # veRL's max_actor_ckpt_to_keep
+    notes = "\n".join(loaded.notes)
+    for key in ("checkpoint_job_dir", "ray_namespace", "cluster.ray_address", "buffer.pad_token_id",
+                "explorer.runner_num", "explorer.api_port", "explorer.rollout_model.enable_openai_api",
+                "trainer.enable_preview", "synchronizer.explorer_world_size", "log", "data_processor", "service",
+                "trainer.trainer_config.actor_rollout_ref.hybrid_engine", "trainer.trainer_config.trainer.balance_batch",
+                "trainer.trainer_config.trainer.max_critic_ckpt_to_keep"):
+        assert key in notes, key
+
+
+def test_trinity_rft_s_older_replay_keys_name_the_current_ones(tmp_path: Path, base: str) -> None:  # noqa: F811
+    eb = "  trainer_input:\n    experience_buffer:\n      use_priority_queue: {on}\n      reuse_cooldown_time: {t}\n"
+    text = base.replace("  batch_size: 4\n", "  batch_size: 4\n" + eb.format(on="true", t=30))
+    msg = _error(write(tmp_path, text))
+    assert ("buffer.trainer_input.experience_buffer.use_priority_queue, "
+            "buffer.trainer_input.experience_buffer.reuse_cooldown_time: Trinity-RFT keys not supported") in msg
+    assert "experience_buffer.replay_buffer (enable, reuse_cooldown_time, priority_fn, priority_fn_args)" in msg
+    off = base.replace("  batch_size: 4\n", "  batch_size: 4\n" + eb.format(on="false", t="null"))
+    assert "use_priority_queue" in "\n".join(load_config(write(tmp_path, off)).notes)
