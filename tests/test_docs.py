@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
@@ -30,3 +31,43 @@ def test_relative_links_resolve() -> None:
             if not (md.parent / target).exists():
                 broken.append(f"{md.relative_to(ROOT)} -> {target}")
     assert not broken, broken
+
+
+def _sections(text: str, marker: str) -> dict[str, str]:
+    """The parts of `text` under each heading that starts with `marker` (e.g. "## "), by title."""
+    parts = re.split(rf"^{marker}(.+)$", text, flags=re.MULTILINE)
+    return {title.strip(): body for title, body in zip(parts[1::2], parts[2::2], strict=True)}
+
+
+def _keys(text: str) -> set[str]:
+    """The keys a doc names in backticks, `a.{b,c}` expanded, a value (`key: value`) left off."""
+    keys = set()
+    for span in re.findall(r"`([^`]+)`", text):
+        key = span.split(": ", 1)[0]
+        groups = re.findall(r"\{([^}]*)\}", key)
+        for choice in itertools.product(*(g.split(",") for g in groups)):
+            expanded = key
+            for part in choice:
+                expanded = re.sub(r"\{[^}]*\}", part, expanded, count=1)
+            keys.add(expanded)
+    return keys
+
+
+def test_migration_gives_every_foreign_key_its_answer() -> None:
+    """docs/migration.md lists each Trinity-RFT, veRL and ROLL key rfthpc maps, ignores or refuses, in
+    its framework's table of that answer (the code's tables are the truth; the doc must follow)."""
+    from rfthpc.config import compat, foreign
+
+    sections = _sections((ROOT / "docs" / "migration.md").read_text(), "## ")
+    missing = []
+    for title, mapped, answers in (
+        ("Trinity-RFT keys", compat.RENAMED_KEYS, foreign.TRINITY_KEYS),
+        ("veRL settings", compat.VERL_MAP, foreign.VERL_KEYS),
+        ("ROLL settings", [*compat.ROLL_MAP, "async_generation_ratio"], foreign.ROLL_KEYS),
+    ):
+        tables = {name: _keys(body) for name, body in _sections(sections[title], "### ").items()}
+        expected = [("Mapped", key) for key in mapped] + [
+            ("Ignored (a note)" if isinstance(answer, foreign.Ignored) else "Refused (an error)", key)
+            for key, answer in answers.items()]
+        missing += [f"{title} / {table}: {key}" for table, key in expected if key not in tables[table]]
+    assert not missing, "\n".join(missing)

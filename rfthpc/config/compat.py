@@ -1,50 +1,29 @@
-"""Where rfthpc differs from Trinity-RFT and veRL, said out loud.
+"""Where rfthpc differs from Trinity-RFT, veRL and ROLL, said out loud.
 
-Five kinds of difference:
 - keys Trinity-RFT or veRL renamed: both names are read as rfthpc's one key (`apply_renamed_keys`);
-- keys Trinity-RFT has that rfthpc deliberately does not support: an error naming the reason;
+- veRL settings under `trainer.trainer_config` (`VERL_MAP`) and ROLL's keys (`ROLL_MAP`): mapped onto
+  rfthpc's typed fields; the keys they do not map are ignored with a note or refused (foreign.py);
 - values of accepted keys that rfthpc cannot honour (e.g. `bench_on_latest_checkpoint: true`): an
   error naming the reason and the fix, when the config is validated (`unsupported_values`);
-- values rfthpc accepts but reads differently (e.g. `sync_method: nccl`): a note on stderr;
-- veRL settings under `trainer.trainer_config`: mapped onto rfthpc's typed fields, or named as
-  having no effect, or rejected as unknown.
+- values rfthpc accepts but reads differently (e.g. `sync_method: nccl`): a note on stderr.
+
+Each mapped value is recorded (`Problems.map`) for `rfthpc config show`; an explicit rfthpc key wins
+over a mapped one, with a note when they differ.
 """
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rfthpc.config import foreign
+from rfthpc.config.typed import ALGORITHM, INVALID, REFUSED, UNKNOWN, Problems
 from rfthpc.errors import ConfigError
 
 if TYPE_CHECKING:
     from rfthpc.config.schema import Config
-    from rfthpc.config.typed import Problems
-
-_NO_RAY = "rfthpc runs on Slurm and a shared filesystem, without Ray"
-_NO_SQL = "Trinity-RFT's retries of SQL buffer access; rfthpc's buffers are files on the shared filesystem"
-
-UNSUPPORTED_KEYS: dict[str, str] = {
-    "ray_namespace": _NO_RAY,
-    "data_processor": "Trinity's data pipelines are not part of rfthpc; prepare datasets beforehand",
-    "service": "Trinity's data-juicer service is not part of rfthpc",
-    "log": "rfthpc writes role logs to <run dir>/log/ (Slurm stdout/stderr)",
-    "explorer.runner_num": "deprecated in Trinity-RFT; use explorer.runner_per_model",
-    "explorer.rollout_model.enable_openai_api": "rfthpc's explorers call vLLM in process; no OpenAI server is started",
-    "explorer.rollout_model.enable_history": "workflows receive completions directly; no history recording is needed",
-    "buffer.explorer_input.taskset.wrap_in_ray": _NO_RAY,
-    "buffer.trainer_input.experience_buffer.wrap_in_ray": _NO_RAY,
-    "buffer.trainer_input.sft_warmup_dataset": "use `stages:` with an sft_warmup stage (Trinity-RFT's current form)",
-    "buffer.trainer_input.sft_warmup_steps": "use `stages:` with an sft_warmup stage (Trinity-RFT's current form)",
-    "synchronizer.explorer_world_size": "explorers never join the trainer's process group in rfthpc",
-    "trainer.enable_preview": "no preview in rfthpc",
-    "monitor.enable_ray_timeline": _NO_RAY,
-    "buffer.max_retry_times": _NO_SQL + "; a failed or timed-out task is retried explorer.max_retry_times times",
-    "buffer.max_retry_interval": _NO_SQL + "; the pause between retries of a task is explorer.max_retry_interval",
-}
 
 
 TRINITY_OVERLONG_KEYS = ("enable_overlong_penalty", "penalty_factor", "max_response_length", "cache_length")
@@ -70,53 +49,6 @@ def trinity_overlong_problem(key: str, args: Mapping[str, Any]) -> str | None:
                     f"{args['max_response_length']})")
     return message
 
-
-def unsupported_reason(path: str) -> str | None:
-    """The reason a Trinity-RFT key is not supported, or None if rfthpc does not know the key."""
-    generic = path
-    for prefix in ("buffer.explorer_input.tasksets[", "buffer.explorer_input.eval_tasksets["):
-        if path.startswith(prefix):
-            generic = "buffer.explorer_input.taskset." + path.split("].", 1)[-1]
-    return UNSUPPORTED_KEYS.get(generic)
-
-
-ROLL_PG_VARIANTS = ("vanilla", "tis", "topr", "cispo", "kimi15", "ppo")
-"""ROLL's `pg_variant` values; each is the rfthpc policy loss of the same name (ROLL's `vanilla` is the
-plain policy gradient, as rfthpc's)."""
-
-
-def apply_roll_keys(raw: dict[str, Any], source: str) -> None:
-    """Read ROLL's top-level keys rfthpc understands into its own (in place):
-
-    - `async_generation_ratio: N` (ROLL: generation runs N batches ahead of training; 0 is
-      synchronous) is `synchronizer.sync_interval: 1, sync_offset: N`; a synchronizer section that
-      says otherwise is an error, since the two would disagree on the staleness bound;
-    - `pg_variant: name` is `algorithm.policy_loss_fn: name` (an explicit policy_loss_fn wins).
-    """
-    if "async_generation_ratio" in raw:
-        ratio = raw.pop("async_generation_ratio")
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or ratio < 0 or ratio != int(ratio):
-            raise ConfigError(f"{source}: async_generation_ratio: {ratio!r}; use a whole number >= 0 (ROLL: batches "
-                              "generated ahead of training; rfthpc's synchronizer.sync_offset)")
-        sync = raw.setdefault("synchronizer", {})
-        if not isinstance(sync, dict):
-            raise ConfigError(f"{source}: synchronizer must be a mapping")
-        wanted = {"sync_interval": 1, "sync_offset": int(ratio)}
-        clash = {k: sync[k] for k, v in wanted.items() if sync.get(k) is not None and sync[k] != v}
-        if clash:
-            given = ", ".join(f"synchronizer.{k}: {v}" for k, v in clash.items())
-            raise ConfigError(f"{source}: async_generation_ratio: {int(ratio)} means synchronizer.sync_interval: 1 "
-                              f"and sync_offset: {int(ratio)}, but the config sets {given}; keep one of the two")
-        sync.update(wanted)
-    if "pg_variant" in raw:
-        variant = raw.pop("pg_variant")
-        if variant not in ROLL_PG_VARIANTS:
-            raise ConfigError(f"{source}: pg_variant: {variant!r}; ROLL's variants rfthpc has: "
-                              f"{', '.join(ROLL_PG_VARIANTS)} (or set algorithm.policy_loss_fn)")
-        alg = raw.setdefault("algorithm", {})
-        if not isinstance(alg, dict):
-            raise ConfigError(f"{source}: algorithm must be a mapping")
-        alg.setdefault("policy_loss_fn", variant)
 
 
 SELECTORS_ELSEWHERE = {
@@ -160,6 +92,7 @@ def _same_text(a: Any, b: Any) -> bool:
     return str(a).lower() == str(b).lower()
 
 
+
 def _rename(section: dict[str, Any], old: str, new: str, key: str, problems: Problems,
             same: Callable[[Any, Any], bool]) -> None:
     """Move `section[old]` to `section[new]`; both given and not `same` is a problem (a null is not given)."""
@@ -169,10 +102,18 @@ def _rename(section: dict[str, Any], old: str, new: str, key: str, problems: Pro
     value = section.pop(old)
     if section.get(new) is None:
         section[new] = value
+        problems.map(f"{key}.{new}", value, f"{key}.{old}", "Trinity-RFT")
     elif not same(section[new], value):
         problems.add(f"{key}: {new} ({section[new]}) and {old} ({value}) differ; they are one key under two "
                      "names: keep one")
 
+
+RENAMED_KEYS = {
+    "algorithm.optimizer.warmup_style": "algorithm.optimizer.lr_scheduler_type",
+    "trainer.actor_grad_clip": "trainer.grad_clip",
+    "buffer.explorer_input.taskset.data_selector": "buffer.explorer_input.taskset.task_selector",
+}
+"""Keys Trinity-RFT (or veRL) renamed or moved -> rfthpc's key (a taskset's as `taskset`'s)."""
 
 RENAMED_FLAGS = {"--algorithm.optimizer.warmup_style": "--algorithm.optimizer.lr_scheduler_type"}
 """Command-line overrides under an older name, and rfthpc's flag for each."""
@@ -187,23 +128,18 @@ def renamed_flags(args: list[str]) -> list[str]:
     return out
 
 
-def apply_renamed_keys(raw: dict[str, Any], source: str) -> None:
-    """Read the keys Trinity-RFT or veRL renamed under rfthpc's one name for each, in `raw` (a config,
-    or a stage's sections), in place:
 
-    - `algorithm.optimizer.warmup_style` (their older name) is `lr_scheduler_type`;
-    - a taskset's `data_selector` (Trinity-RFT's current name) is its `task_selector`; a Trinity
-      selector rfthpc does not have is an error that names the alternative.
-
-    Both names given with different values is an error.
-    """
-    from rfthpc.config.typed import Problems
-
-    problems = Problems(source)
+def apply_renamed_keys(raw: dict[str, Any], problems: Problems) -> None:
+    """Read the keys of RENAMED_KEYS under rfthpc's one name for each, in `raw` (a config, or a stage's
+    sections), in place; a taskset selector rfthpc does not have is a problem that names the
+    alternative. Both names given with different values is a problem."""
     alg = raw.get("algorithm")
     opt = alg.get("optimizer") if isinstance(alg, dict) else None
     if isinstance(opt, dict):
         _rename(opt, "warmup_style", "lr_scheduler_type", "algorithm.optimizer", problems, _same_text)
+    trainer = raw.get("trainer")
+    if isinstance(trainer, dict):
+        _rename(trainer, "actor_grad_clip", "grad_clip", "trainer", problems, lambda a, b: a == b)
     buffer = raw.get("buffer")
     inp = buffer.get("explorer_input") if isinstance(buffer, dict) else None
     tasksets = []
@@ -217,18 +153,18 @@ def apply_renamed_keys(raw: dict[str, Any], source: str) -> None:
             continue
         for name in ("task_selector", "data_selector"):
             for message in _selector_problems(ts.get(name), f"{key}.{name}"):
-                problems.add(message)
+                problems.add(message, REFUSED)
         if ts.get("data_selector") is not None and not isinstance(ts["data_selector"], dict):
             problems.add(f"{key}.data_selector: expected a mapping, got {ts.pop('data_selector')!r}")
             continue
         _rename(ts, "data_selector", "task_selector", key, problems, _same_selector)
-    problems.raise_if_any()
 
 
-def apply_sync_style_names(raw: dict[str, Any], source: str) -> None:
+
+def apply_sync_style_names(raw: dict[str, Any], problems: Problems) -> None:
     """Read Trinity-RFT's former sync_style names (`dynamic_by_explorer`, `dynamic_by_trainer`, which
     Trinity-RFT still accepts, in any case) as the current ones, in the run's and each stage's
-    synchronizer section (in place). `fully_async`, Trinity-RFT's newest style, is an error naming the
+    synchronizer section (in place). `fully_async`, Trinity-RFT's newest style, is a problem naming the
     closest rfthpc style."""
     from rfthpc.config.synchronizer import SYNC_STYLE_ALIASES
 
@@ -242,11 +178,12 @@ def apply_sync_style_names(raw: dict[str, Any], source: str) -> None:
             continue
         style = sync["sync_style"].lower()
         if style == "fully_async":
-            raise ConfigError(
-                f"{source}: {key}.sync_style: 'fully_async' (Trinity-RFT's explorer that loads every publication "
-                "as it appears and never waits) is not an rfthpc style; 'fixed' comes closest: explorers load the "
-                "newest publication before each batch and wait only as synchronizer.max_staleness requires"
-            )
+            del sync["sync_style"]  # reported here, not again as a bad choice
+            problems.add(
+                f"{key}.sync_style: 'fully_async' (Trinity-RFT's explorer that loads every publication as it appears "
+                "and never waits) is not an rfthpc style; 'fixed' comes closest: explorers load the newest "
+                "publication before each batch and wait only as synchronizer.max_staleness requires", REFUSED)
+            continue
         sync["sync_style"] = SYNC_STYLE_ALIASES.get(style, sync["sync_style"])
 
 
@@ -377,24 +314,45 @@ def unsupported_values(cfg: Config) -> list[str]:
     return problems
 
 
+
+
 @dataclass(frozen=True)
-class VerlChoice:
-    """A veRL setting that chooses a function: `algorithm.<fn_key>` = translate(value, settings),
-    where settings are all the veRL settings given (some choices read two keys)."""
+class FnChoice:
+    """A setting that chooses a function: `algorithm.<fn_key>` = translate(value, settings), where
+    settings are all the settings of that framework given (some choices read two keys)."""
 
     fn_key: str
     translate: Callable[[Any, Mapping[str, Any]], str]
 
 
 @dataclass(frozen=True)
-class VerlFnArg:
-    """A veRL setting that only some functions read: it becomes `algorithm.<fn_key>_args.<arg>`
-    when the function chosen for `algorithm.<fn_key>` takes `arg`, and has no effect otherwise
-    (as in veRL, where each function reads its own settings from a shared config)."""
+class FnArg:
+    """A setting that only some functions read: it becomes `algorithm.<fn_key>_args.<arg>` when the
+    function chosen for `algorithm.<fn_key>` takes `arg`, and has no effect otherwise (as in veRL and
+    ROLL, where each function reads its own settings from a shared config)."""
 
     fn_key: str
     arg: str
 
+
+@dataclass(frozen=True)
+class Translated:
+    """A setting of a plain rfthpc key spelled differently: `target` = translate(value, settings); a
+    None result sets nothing."""
+
+    target: str
+    translate: Callable[[Any, Mapping[str, Any]], Any]
+
+
+@dataclass(frozen=True)
+class ReadWith:
+    """A setting only the mappings of `keys` read; it has no effect of its own (as in its framework)."""
+
+    keys: str
+
+
+Target = str | FnChoice | FnArg | Translated | ReadWith
+"""What a mapped key of another framework sets: an rfthpc dotted key (the value as given), or one of the above."""
 
 _ACTOR = "actor_rollout_ref.actor."
 _USE_KL_LOSS, _KL_LOSS_TYPE = _ACTOR + "use_kl_loss", _ACTOR + "kl_loss_type"
@@ -412,9 +370,16 @@ variants compute the same advantages); the others (gae, grpo, rloo, reinforce_pl
 
 def _kl_ctrl_type(value: Any, _given: Mapping[str, Any]) -> bool:
     if value not in ("fixed", "adaptive"):
-        raise ConfigError(f"trainer.trainer_config.algorithm.kl_ctrl.type: {value!r}; veRL's controllers are "
-                          "'fixed' and 'adaptive'")
+        raise ConfigError(f"{value!r}; veRL's controllers are 'fixed' and 'adaptive'")
     return value == "adaptive"
+
+
+def _older_scheduler_name(value: Any, given: Mapping[str, Any]) -> Any:
+    current = given.get(_ACTOR + "optim.lr_scheduler_type")
+    if current is not None and not _same_text(current, value):
+        raise ConfigError(f"lr_scheduler_type ({current}) and warmup_style ({value}, its older name) differ; keep "
+                          "lr_scheduler_type")
+    return value
 
 
 # veRL switches a KL term with a flag and names its estimator in another key. The flag false means
@@ -436,17 +401,18 @@ def _kl_penalty_from_type(name: Any, given: Mapping[str, Any]) -> str:
     return "none" if given.get(_USE_KL_IN_REWARD) is False else str(name)
 
 
-# veRL path under trainer.trainer_config -> rfthpc dotted path, a function choice or argument
-# (VerlChoice, VerlFnArg), or None: accepted, no effect, with why. A null value is veRL's "unset".
-VERL_MAP: dict[str, str | VerlChoice | VerlFnArg | None] = {
+# veRL path under trainer.trainer_config -> what it sets in rfthpc. A null value is veRL's "unset".
+VERL_MAP: dict[str, Target] = {
+    "actor_rollout_ref.model.path": "model.model_path",
+    "actor_rollout_ref.model.custom_chat_template": "model.custom_chat_template",
     "actor_rollout_ref.model.enable_gradient_checkpointing": "trainer.enable_gradient_checkpointing",
-    "actor_rollout_ref.model.use_remove_padding": None,
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "trainer.ppo_micro_batch_size_per_gpu",
     "actor_rollout_ref.actor.ppo_mini_batch_size": "trainer.ppo_mini_batch_size",
     "actor_rollout_ref.actor.ppo_epochs": "trainer.ppo_epochs",
     "actor_rollout_ref.actor.use_dynamic_bsz": "trainer.use_dynamic_bsz",
     "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": "trainer.max_token_len_per_gpu",
     "actor_rollout_ref.actor.grad_clip": "trainer.grad_clip",
+    "actor_rollout_ref.actor.optim.clip_grad": "trainer.grad_clip",
     "actor_rollout_ref.actor.ulysses_sequence_parallel_size": "trainer.ulysses_sequence_parallel_size",
     "actor_rollout_ref.actor.fsdp_config.param_offload": "trainer.param_offload",
     "actor_rollout_ref.actor.fsdp_config.optimizer_offload": "trainer.optimizer_offload",
@@ -454,77 +420,204 @@ VERL_MAP: dict[str, str | VerlChoice | VerlFnArg | None] = {
     "actor_rollout_ref.actor.optim.lr_warmup_steps": "algorithm.optimizer.lr_warmup_steps",
     "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": "algorithm.optimizer.lr_warmup_steps_ratio",
     "actor_rollout_ref.actor.optim.lr_scheduler_type": "algorithm.optimizer.lr_scheduler_type",
-    "actor_rollout_ref.actor.optim.warmup_style": "algorithm.optimizer.lr_scheduler_type",
+    "actor_rollout_ref.actor.optim.warmup_style": Translated("algorithm.optimizer.lr_scheduler_type",
+                                                             _older_scheduler_name),
     "actor_rollout_ref.actor.optim.min_lr_ratio": "algorithm.optimizer.min_lr_ratio",
     "actor_rollout_ref.actor.optim.weight_decay": "algorithm.optimizer.weight_decay",
+    "actor_rollout_ref.actor.optim.betas": "algorithm.optimizer.betas",
     "actor_rollout_ref.actor.entropy_coeff": "algorithm.entropy_loss_fn_args.entropy_coef",
     "actor_rollout_ref.actor.loss_agg_mode": "algorithm.loss_agg_mode",
     "actor_rollout_ref.actor.loss_scale_factor": "algorithm.loss_scale_factor",
-    "actor_rollout_ref.actor.policy_loss.loss_mode": VerlChoice(
+    "actor_rollout_ref.actor.policy_loss.loss_mode": FnChoice(
         "policy_loss_fn", lambda name, _given: VERL_POLICY_LOSSES.get(str(name), str(name))),
-    "actor_rollout_ref.actor.clip_ratio": VerlFnArg("policy_loss_fn", "clip_range"),
-    "actor_rollout_ref.actor.clip_ratio_low": VerlFnArg("policy_loss_fn", "clip_range_low"),
-    "actor_rollout_ref.actor.clip_ratio_high": VerlFnArg("policy_loss_fn", "clip_range_high"),
-    "actor_rollout_ref.actor.clip_ratio_c": VerlFnArg("policy_loss_fn", "clip_ratio_c"),
-    "actor_rollout_ref.actor.tau_pos": VerlFnArg("policy_loss_fn", "tau_pos"),
-    "actor_rollout_ref.actor.tau_neg": VerlFnArg("policy_loss_fn", "tau_neg"),
-    **{f"actor_rollout_ref.actor.policy_loss.{verl}": VerlFnArg("policy_loss_fn", ours)
+    "actor_rollout_ref.actor.clip_ratio": FnArg("policy_loss_fn", "clip_range"),
+    "actor_rollout_ref.actor.clip_ratio_low": FnArg("policy_loss_fn", "clip_range_low"),
+    "actor_rollout_ref.actor.clip_ratio_high": FnArg("policy_loss_fn", "clip_range_high"),
+    "actor_rollout_ref.actor.clip_ratio_c": FnArg("policy_loss_fn", "clip_ratio_c"),
+    "actor_rollout_ref.actor.tau_pos": FnArg("policy_loss_fn", "tau_pos"),
+    "actor_rollout_ref.actor.tau_neg": FnArg("policy_loss_fn", "tau_neg"),
+    **{f"actor_rollout_ref.actor.policy_loss.{verl}": FnArg("policy_loss_fn", ours)
        for verl, ours in (("clip_cov_ratio", "clip_cov_ratio"), ("clip_cov_lb", "clip_cov_lb"),
                           ("clip_cov_ub", "clip_cov_ub"), ("kl_cov_ratio", "kl_cov_ratio"),
                           ("ppo_kl_coef", "ppo_kl_coef"), ("dro_beta", "beta"))},
-    _USE_KL_LOSS: VerlChoice("kl_loss_fn", _kl_loss_from_flag),
-    _KL_LOSS_TYPE: VerlChoice("kl_loss_fn", _kl_loss_from_type),
+    _USE_KL_LOSS: FnChoice("kl_loss_fn", _kl_loss_from_flag),
+    _KL_LOSS_TYPE: FnChoice("kl_loss_fn", _kl_loss_from_type),
     "actor_rollout_ref.actor.kl_loss_coef": "algorithm.kl_loss_fn_args.kl_coef",
-    "actor_rollout_ref.ref.fsdp_config.param_offload": None,
-    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": None,
-    "algorithm.adv_estimator": VerlChoice(
+    "algorithm.adv_estimator": FnChoice(
         "advantage_fn", lambda name, _given: VERL_ADVANTAGES.get(str(name), str(name))),
-    "algorithm.norm_adv_by_std_in_grpo": VerlFnArg("advantage_fn", "std_normalize"),
-    "algorithm.gamma": VerlFnArg("advantage_fn", "gamma"),
-    "algorithm.lam": VerlFnArg("advantage_fn", "lam"),
-    _USE_KL_IN_REWARD: VerlChoice("kl_penalty_fn", _kl_penalty_from_flag),
-    _KL_PENALTY: VerlChoice("kl_penalty_fn", _kl_penalty_from_type),
-    "algorithm.kl_ctrl.type": "algorithm.kl_penalty_fn_args.adaptive",
+    "algorithm.norm_adv_by_std_in_grpo": FnArg("advantage_fn", "std_normalize"),
+    "algorithm.gamma": FnArg("advantage_fn", "gamma"),
+    "algorithm.lam": FnArg("advantage_fn", "lam"),
+    _USE_KL_IN_REWARD: FnChoice("kl_penalty_fn", _kl_penalty_from_flag),
+    _KL_PENALTY: FnChoice("kl_penalty_fn", _kl_penalty_from_type),
+    "algorithm.kl_ctrl.type": Translated("algorithm.kl_penalty_fn_args.adaptive", _kl_ctrl_type),
     "algorithm.kl_ctrl.kl_coef": "algorithm.kl_penalty_fn_args.kl_coef",
     "algorithm.kl_ctrl.horizon": "algorithm.kl_penalty_fn_args.horizon",
     "algorithm.kl_ctrl.target_kl": "algorithm.kl_penalty_fn_args.target_kl",
+    "critic.model.path": "model.critic_model_path",
     "critic.model.enable_gradient_checkpointing": "trainer.enable_gradient_checkpointing",
-    "critic.model.use_remove_padding": None,
     "critic.model.fsdp_config.param_offload": "trainer.param_offload",
     "critic.model.fsdp_config.optimizer_offload": "trainer.optimizer_offload",
     "critic.optim.lr": "trainer.critic_lr",
     "critic.optim.lr_warmup_steps_ratio": "trainer.critic_lr_warmup_steps_ratio",
     "critic.ppo_micro_batch_size_per_gpu": "trainer.ppo_micro_batch_size_per_gpu",
     "trainer.critic_warmup": "trainer.critic_warmup",
+    "trainer.max_actor_ckpt_to_keep": "trainer.max_checkpoints_to_keep",
+    "trainer.remove_previous_ckpt_in_save": Translated("trainer.max_checkpoints_to_keep",
+                                                       lambda remove, _given: 1 if remove else None),
     # DAPO: dynamic sampling and the overlong penalty (veRL's DAPO recipe passes the latter as the
     # reward manager's overlong_buffer_cfg; veRL's own trainer config has it under reward_model).
     "algorithm.filter_groups.enable": "algorithm.filter_groups.enable",
     "algorithm.filter_groups.metric": "algorithm.filter_groups.metric",
     "algorithm.filter_groups.max_num_gen_batches": "algorithm.filter_groups.max_num_gen_batches",
-    "algorithm.filter_groups.max_inflight_gen_batches": None,
-    **{f"{prefix}.{key}": None if key == "log" else f"algorithm.overlong_buffer.{key}"
+    **{f"{prefix}.{key}": f"algorithm.overlong_buffer.{key}"
        for prefix in ("reward_model.overlong_buffer", "reward_model.reward_kwargs.overlong_buffer_cfg",
                       "reward.reward_kwargs.overlong_buffer_cfg")
-       for key in ("enable", "len", "penalty_factor", "log")},
+       for key in ("enable", "len", "penalty_factor")},
     **{f"algorithm.rollout_correction.{k}": f"algorithm.rollout_correction.{k}" for k in (
         "rollout_is", "rollout_is_threshold", "rollout_is_batch_normalize", "rollout_rs", "rollout_rs_threshold",
         "bypass_mode", "loss_type")},
 }
 
 
-def _older_scheduler_name(value: Any, given: Mapping[str, Any]) -> Any:
-    current = given.get(_ACTOR + "optim.lr_scheduler_type")
-    if current is not None and not _same_text(current, value):
-        raise ConfigError(f"trainer.trainer_config.{_ACTOR}optim: lr_scheduler_type ({current}) and warmup_style "
-                          f"({value}, its older name) differ; keep lr_scheduler_type")
-    return value
 
 
-_VALUE_TRANSLATIONS: dict[str, Callable[[Any, Mapping[str, Any]], Any]] = {
-    "algorithm.kl_ctrl.type": _kl_ctrl_type,
-    _ACTOR + "optim.warmup_style": _older_scheduler_name,
+ROLL_PG_VARIANTS = ("vanilla", "tis", "topr", "cispo", "kimi15", "ppo")
+"""ROLL's `pg_variant` values; each is the rfthpc policy loss of the same name (ROLL's `vanilla` is the
+plain policy gradient, as rfthpc's)."""
+
+
+def _roll_pg_variant(variant: Any, _given: Mapping[str, Any]) -> str:
+    if variant not in ROLL_PG_VARIANTS:
+        raise ConfigError(f"{variant!r}; ROLL's variants rfthpc has: {', '.join(ROLL_PG_VARIANTS)} (or set "
+                          "algorithm.policy_loss_fn)")
+    return str(variant)
+
+
+def _roll_kl(use: Any, given: Mapping[str, Any]) -> str:
+    """ROLL switches each KL term with a flag and names the estimator of both in `kl_penalty`."""
+    return str(given.get("kl_penalty") or "kl") if use else "none"
+
+
+def _roll_dtype(value: Any, _given: Mapping[str, Any]) -> Any:
+    return {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(value, value)
+
+
+def _roll_resume(value: Any, _given: Mapping[str, Any]) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ConfigError(f"{value!r}: rfthpc resumes from the newest checkpoint in its own run directory "
+                      "(continue_from_checkpoint: true); to start from another model, set model.model_path")
+
+
+_INFER = "actor_infer.strategy_args.strategy_config."
+
+ROLL_MAP: dict[str, Target] = {
+    "pretrain": "model.model_path",
+    "exp_name": "name",
+    "rollout_batch_size": "buffer.batch_size",
+    "num_return_sequences_in_group": "algorithm.repeat_times",
+    "prompt_length": "model.max_prompt_tokens",
+    "response_length": "model.max_response_tokens",
+    "sequence_length": "model.max_model_len",
+    "max_steps": "buffer.total_steps",
+    "save_steps": "trainer.save_interval",
+    "eval_steps": "explorer.eval_interval",
+    "max_ckpt_to_keep": Translated("trainer.max_checkpoints_to_keep", lambda keep, _given: keep or None),
+    "resume_from_checkpoint": Translated("continue_from_checkpoint", _roll_resume),
+    "track_with": Translated("monitor.monitor_type", lambda sink, _given: "console" if sink == "stdout" else sink),
+    "num_nodes": "cluster.node_num",
+    "num_gpus_per_node": "cluster.gpu_per_node",
+    "ppo_epochs": "trainer.ppo_epochs",
+    "max_grad_norm": "trainer.grad_clip",
+    "critic_warmup": "trainer.critic_warmup",
+    "adv_estimator": FnChoice("advantage_fn", lambda name, _given: str(name)),
+    "pg_variant": FnChoice("policy_loss_fn", _roll_pg_variant),
+    "loss_agg_mode": "algorithm.loss_agg_mode",
+    "entropy_loss_coef": "algorithm.entropy_loss_fn_args.entropy_coef",
+    "use_kl_loss": FnChoice("kl_loss_fn", _roll_kl),
+    "kl_loss_coef": "algorithm.kl_loss_fn_args.kl_coef",
+    "add_token_level_kl": FnChoice("kl_penalty_fn", _roll_kl),
+    "init_kl_coef": "algorithm.kl_penalty_fn_args.kl_coef",
+    "kl_penalty": ReadWith("use_kl_loss, add_token_level_kl"),
+    "lambd": FnArg("advantage_fn", "lam"),
+    "gamma": FnArg("advantage_fn", "gamma"),
+    "pg_clip": FnArg("policy_loss_fn", "clip_range"),
+    "actor_train.pg_variant": FnChoice("policy_loss_fn", _roll_pg_variant),
+    "actor_train.topr_positive_weight": FnArg("policy_loss_fn", "positive_weight"),
+    "actor_train.topr_negative_weight": FnArg("policy_loss_fn", "negative_weight"),
+    "actor_train.model_args.model_name_or_path": "model.model_path",
+    "actor_train.model_args.dtype": Translated("model.dtype", _roll_dtype),
+    "actor_train.model_args.disable_gradient_checkpointing": Translated(
+        "trainer.enable_gradient_checkpointing", lambda disable, _given: not disable),
+    "actor_train.training_args.learning_rate": "algorithm.optimizer.lr",
+    "actor_train.training_args.weight_decay": "algorithm.optimizer.weight_decay",
+    "actor_train.training_args.warmup_steps": "algorithm.optimizer.lr_warmup_steps",
+    "actor_train.training_args.warmup_ratio": "algorithm.optimizer.lr_warmup_steps_ratio",
+    "actor_train.training_args.lr_scheduler_type": "algorithm.optimizer.lr_scheduler_type",
+    "actor_train.training_args.per_device_train_batch_size": "trainer.ppo_micro_batch_size_per_gpu",
+    "actor_train.training_args.save_hf_model": Translated("trainer.save_hf_checkpoint",
+                                                          lambda save, _given: "always" if save else None),
+    "actor_train.use_dynamic_batching_in_train": "trainer.use_dynamic_bsz",
+    "actor_train.max_tokens_per_microbatch_in_train": "trainer.max_token_len_per_gpu",
+    "actor_infer.model_args.dtype": Translated("explorer.rollout_model.dtype", _roll_dtype),
+    "actor_infer.generating_args.max_new_tokens": "model.max_response_tokens",
+    "actor_infer.generating_args.temperature": "model.temperature",
+    "actor_infer.generating_args.top_p": "model.top_p",
+    "actor_infer.generating_args.top_k": "model.top_k",
+    "actor_infer.generating_args.logprobs": "model.logprobs",
+    "actor_infer.generating_args.num_return_sequences": "algorithm.repeat_times",
+    **{_INFER + k: f"explorer.rollout_model.{k}" for k in (
+        "gpu_memory_utilization", "tensor_parallel_size", "enforce_eager", "enable_prefix_caching",
+        "enable_chunked_prefill")},
+    "critic.model_args.model_name_or_path": "model.critic_model_path",
+    "critic.training_args.learning_rate": "trainer.critic_lr",
+    "critic.training_args.warmup_ratio": "trainer.critic_lr_warmup_steps_ratio",
 }
-"""veRL keys mapped onto a plain rfthpc key whose value is spelled differently."""
+"""ROLL keys (top level, or dotted within a role section) -> what they set in rfthpc. A null value is
+ROLL's "unset". `async_generation_ratio` is read by `apply_roll_keys` itself."""
+
+
+def _async_generation_ratio(raw: dict[str, Any], problems: Problems) -> None:
+    """ROLL's `async_generation_ratio: N` (generation runs N batches ahead of training; 0 is
+    synchronous) is `synchronizer.sync_interval: 1, sync_offset: N`; a synchronizer section that says
+    otherwise is a problem, since the two would disagree on the staleness bound."""
+    ratio = raw.pop("async_generation_ratio")
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or ratio < 0 or ratio != int(ratio):
+        problems.add(f"async_generation_ratio: {ratio!r}; use a whole number >= 0 (ROLL: batches generated ahead "
+                     "of training; rfthpc's synchronizer.sync_offset)")
+        return
+    sync = raw.setdefault("synchronizer", {})
+    if not isinstance(sync, dict):
+        return  # typed conversion reports it
+    wanted = {"sync_interval": 1, "sync_offset": int(ratio)}
+    clash = {k: sync[k] for k, v in wanted.items() if sync.get(k) is not None and sync[k] != v}
+    if clash:
+        given = ", ".join(f"synchronizer.{k}: {v}" for k, v in clash.items())
+        problems.add(f"async_generation_ratio: {int(ratio)} means synchronizer.sync_interval: 1 and sync_offset: "
+                     f"{int(ratio)}, but the config sets {given}; keep one of the two")
+        return
+    for key, value in wanted.items():
+        if sync.get(key) is None:
+            sync[key] = value
+            problems.map(f"synchronizer.{key}", value, "async_generation_ratio", "ROLL")
+
+
+def apply_roll_keys(raw: dict[str, Any], problems: Problems) -> None:
+    """Take ROLL's keys out of `raw` (in place): its top-level keys and role sections (foreign.ROLL_SECTIONS).
+    Each is mapped onto rfthpc's keys (ROLL_MAP; an explicit rfthpc key wins), ignored with a note or
+    refused (foreign.ROLL_KEYS); any other key of a role section is refused by the section's entry."""
+    if "async_generation_ratio" in raw:
+        _async_generation_ratio(raw, problems)
+    flat: dict[str, Any] = {}
+    for key in list(raw):
+        if key in foreign.ROLL_SECTIONS:
+            value = raw.pop(key)
+            flat.update(_flatten(value, key) if isinstance(value, dict) else {key: value})
+        elif key in ROLL_MAP or key in foreign.ROLL_KEYS:
+            flat[key] = raw.pop(key)
+    if flat:
+        _apply(raw, _read(flat, flat, ROLL_MAP, foreign.ROLL_KEYS, "ROLL", "", problems), problems, "ROLL")
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -538,55 +631,88 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _set_default(raw: dict[str, Any], dotted: str, value: Any) -> None:
-    *parents, leaf = dotted.split(".")
+@dataclass
+class _Reading:
+    """What another framework's settings stand for in rfthpc."""
+
+    targets: dict[str, tuple[Any, str]]
+    """rfthpc dotted key -> (value, the key it was read from)."""
+    fn_args: dict[tuple[str, str], tuple[Any, str]]
+    """(fn_key, argument) -> (value, the key it was read from): set if the chosen function takes it."""
+
+
+def _answer(key: str, value: Any, given: Mapping[str, Any], answers: Mapping[str, foreign.Answer],
+            known: list[str], framework: str, where: str, problems: Problems) -> None:
+    """Say what becomes of a key no mapping reads: ignored (a note), refused, or unknown."""
+    found = foreign.answer(answers, key, value, given)
+    if isinstance(found, foreign.Ignored):
+        problems.ignored(where, found.why)
+    elif isinstance(found, foreign.Refused):
+        problems.refuse(where, framework, found.why)
+    else:
+        close = foreign.close_key(key, known)
+        hint = f" (did you mean {close}?)" if close else ""
+        problems.add(f"{where}: unknown {framework} key{hint}; docs/migration.md lists the {framework} keys rfthpc "
+                     "maps, ignores or refuses", UNKNOWN)
+
+
+def _read(flat: dict[str, Any], given: Mapping[str, Any], mapping: Mapping[str, Target],
+          answers: Mapping[str, foreign.Answer], framework: str, prefix: str, problems: Problems) -> _Reading:
+    """What `framework`'s settings `flat` (dotted key -> value, written under `prefix` in the config)
+    stand for: rfthpc settings and function arguments. `given`: every setting of it in force (a
+    mapping may read two). Keys `mapping` does not read are answered from `answers`."""
+    out = _Reading({}, {})
+    known = [*mapping, *answers]
+    for key, value in flat.items():
+        where = prefix + key
+        if key.rsplit(".", 1)[-1] == "_target_" or value == {}:
+            continue  # Hydra's class to instantiate (in dumped configs), or an empty section: nothing to set
+        target = mapping.get(key)
+        if target is None:
+            _answer(key, value, given, answers, known, framework, where, problems)
+            continue
+        if value is None or isinstance(target, ReadWith):
+            continue  # null is "unset"
+        if isinstance(target, FnArg):
+            out.fn_args.setdefault((target.fn_key, target.arg), (value, where))
+            continue
+        try:
+            if isinstance(target, FnChoice):
+                target, value = f"algorithm.{target.fn_key}", target.translate(value, given)
+            elif isinstance(target, Translated):
+                target, value = target.target, target.translate(value, given)
+        except ConfigError as e:
+            problems.add(f"{where}: {e}", ALGORITHM if isinstance(target, FnChoice) else INVALID)
+            continue
+        if value is None:
+            continue
+        if target in out.targets:
+            first, first_key = out.targets[target]
+            if first != value:
+                problems.notes.append(f"{where}: {value!r} is not used: {first_key} ({first!r}) sets {target} too")
+            continue
+        out.targets[target] = (value, where)
+    return out
+
+
+def _set_mapped(raw: dict[str, Any], target: str, value: Any, where: str, framework: str,
+                problems: Problems) -> None:
+    """Set the dotted `target` of the raw config to `value`, read from `where`, unless the config sets
+    it itself (a null does not): then a note if the two differ."""
+    *parents, leaf = target.split(".")
     node = raw
     for p in parents:
         child = node.get(p)
-        if not isinstance(child, dict):
+        if child is None:
             child = node[p] = {}
+        if not isinstance(child, dict):
+            return  # typed conversion reports the section that is not a mapping
         node = child
-    node.setdefault(leaf, value)
-
-
-def _verl_targets(flat: dict[str, Any], source: str,
-                  given: Mapping[str, Any]) -> tuple[dict[str, Any], dict[tuple[str, str], Any]]:
-    """What veRL settings (dotted `trainer_config` paths -> value) stand for: rfthpc settings
-    (dotted path -> value), and function arguments ((fn_key, arg) -> value) that apply if the chosen
-    function takes them. `given`: every veRL setting in force (a choice may read two). Keys without
-    effect and null values (veRL's "unset") are left out; unknown keys are an error, since rfthpc
-    would otherwise ignore them silently."""
-    unknown = []
-    targets: dict[str, Any] = {}
-    fn_args: dict[tuple[str, str], Any] = {}
-    for key, value in flat.items():
-        if key.startswith("actor_rollout_ref.rollout."):
-            continue  # Trinity-RFT ignores these too: the explorer section configures rollouts.
-        if key.rsplit(".", 1)[-1] == "_target_":
-            continue  # Hydra's class to instantiate, in veRL's dumped configs: nothing to set.
-        if key not in VERL_MAP:
-            close = difflib.get_close_matches(key, list(VERL_MAP), n=1)
-            hint = f" (did you mean {close[0]}?)" if close else ""
-            unknown.append(f"trainer.trainer_config.{key}{hint}")
-            continue
-        target = VERL_MAP[key]
-        if target is None or value is None or value == {}:
-            continue
-        if isinstance(target, VerlFnArg):
-            fn_args[(target.fn_key, target.arg)] = value
-            continue
-        if isinstance(target, VerlChoice):
-            target, value = f"algorithm.{target.fn_key}", target.translate(value, given)
-        elif key in _VALUE_TRANSLATIONS:
-            value = _VALUE_TRANSLATIONS[key](value, given)
-        targets.setdefault(target, value)  # the actor's value over the critic's that maps alike
-    if unknown:
-        raise ConfigError(
-            f"{source}: veRL settings rfthpc does not use: {', '.join(unknown)}. "
-            f"rfthpc maps these veRL keys: {', '.join(sorted(VERL_MAP))}; "
-            "remove the others or set the matching rfthpc key (see docs/migration.md)"
-        )
-    return targets, fn_args
+    if node.get(leaf) is None:
+        node[leaf] = value
+        problems.map(target, value, where, framework)
+    elif node[leaf] != value:
+        problems.notes.append(f"{where}: {value!r} is not used: the config sets {target}: {node[leaf]!r}")
 
 
 def _function(fn_key: str, name: str | None, algorithm_type: str | None) -> str | None:
@@ -616,23 +742,33 @@ def _takes(fn_key: str, name: str | None, arg: str) -> bool:
     return True
 
 
-def apply_verl_trainer_config(raw: dict[str, Any], source: str, inherited: Mapping[str, Any] | None = None) -> None:
-    """Map veRL keys in the raw config's `trainer.trainer_config` onto rfthpc fields (explicit rfthpc
-    keys win). Used for the YAML and for each stage's sections (`inherited`: the run's raw config,
-    which supplies the algorithm a stage does not set itself)."""
-    verl = (raw.get("trainer") or {}).get("trainer_config") or {}
-    if not isinstance(verl, dict):
-        raise ConfigError(f"{source}: trainer.trainer_config must be a mapping of veRL settings")
-    flat = _flatten(verl)
-    targets, fn_args = _verl_targets(flat, source, flat)
-    for target, value in targets.items():
-        _set_default(raw, target, value)
+def _apply(raw: dict[str, Any], reading: _Reading, problems: Problems, framework: str,
+           inherited: Mapping[str, Any] | None = None) -> None:
+    """Set what `reading` stands for in the raw config (explicit rfthpc keys win); a function argument
+    only where the function `raw` (or `inherited`, the run's raw config for a stage) chooses takes it."""
+    for target, (value, where) in reading.targets.items():
+        _set_mapped(raw, target, value, where, framework, problems)
     alg = raw.get("algorithm") if isinstance(raw.get("algorithm"), dict) else {}
     base = (inherited or {}).get("algorithm") or {}
     algorithm_type = alg.get("algorithm_type") or base.get("algorithm_type")
-    for (fn_key, arg), value in fn_args.items():
+    for (fn_key, arg), (value, where) in reading.fn_args.items():
         if _takes(fn_key, _function(fn_key, alg.get(fn_key) or base.get(fn_key), algorithm_type), arg):
-            _set_default(raw, f"algorithm.{fn_key}_args.{arg}", value)
+            _set_mapped(raw, f"algorithm.{fn_key}_args.{arg}", value, where, framework, problems)
+
+
+def apply_verl_trainer_config(raw: dict[str, Any], problems: Problems, inherited: Mapping[str, Any] | None = None
+                              ) -> None:
+    """Map veRL keys in the raw config's `trainer.trainer_config` onto rfthpc fields (explicit rfthpc
+    keys win); the others are ignored with a note or refused (foreign.VERL_KEYS). Used for the YAML
+    and for each stage's sections (`inherited`: the run's raw config, which supplies the algorithm a
+    stage does not set itself)."""
+    trainer = raw.get("trainer")
+    verl = trainer.get("trainer_config") if isinstance(trainer, dict) else None
+    if not isinstance(verl, dict):
+        return  # none, or not a mapping: typed conversion reports that
+    flat = _flatten(verl)
+    reading = _read(flat, flat, VERL_MAP, foreign.VERL_KEYS, "veRL", "trainer.trainer_config.", problems)
+    _apply(raw, reading, problems, "veRL", inherited)
 
 
 def _given_on_command_line(target: str, given: set[str]) -> bool:
@@ -641,7 +777,7 @@ def _given_on_command_line(target: str, given: set[str]) -> bool:
     return any(f"--{'.'.join(parts[:n])}" in given for n in range(1, len(parts) + 1))
 
 
-def apply_verl_overrides(cfg: Config, before: dict[str, Any], args: list[str]) -> bool:
+def apply_verl_overrides(cfg: Config, before: dict[str, Any], args: list[str], problems: Problems) -> bool:
     """Map the veRL settings that command-line overrides changed in `cfg.trainer.trainer_config`
     (`before`: its value from the YAML) onto rfthpc fields, unless the same override list sets
     that rfthpc field itself. True if a field was set."""
@@ -649,29 +785,35 @@ def apply_verl_overrides(cfg: Config, before: dict[str, Any], args: list[str]) -
     now = _flatten(cfg.trainer.trainer_config)
     changed = {k: v for k, v in now.items() if k not in old or old[k] != v}
     given = {a.split("=", 1)[0] for a in args if a.startswith("--")}
-    targets, fn_args = _verl_targets(changed, "command line", now)
-    targets = {t: v for t, v in targets.items() if not _given_on_command_line(t, given)}
-    for target, value in targets.items():
+    prefix = "--trainer.trainer_config."
+    reading = _read(changed, now, VERL_MAP, foreign.VERL_KEYS, "veRL", prefix, problems)
+    targets = {t: v for t, v in reading.targets.items() if not _given_on_command_line(t, given)}
+    for target, (value, where) in targets.items():
         _set_path(cfg, target, value)
+        problems.map(target, value, where, "veRL")
     # A function chosen anew gets the veRL arguments it takes, from all of trainer_config; those the
-    # YAML's function took and it does not are dropped (veRL's settings follow veRL's choice).
+    # YAML's function took and it does not are dropped (veRL's settings follow veRL's choice). The
+    # whole trainer_config was answered when the YAML was read: no second note here.
     chosen_anew = {t.split(".", 1)[1] for t in targets} & {"policy_loss_fn", "advantage_fn"}
-    for (fn_key, arg), value in _verl_targets(now, "command line", now)[1].items():
+    fn_args = dict(reading.fn_args)
+    for (fn_key, arg), found in _read(now, now, VERL_MAP, {}, "veRL", prefix, Problems("")).fn_args.items():
         if fn_key in chosen_anew:
-            fn_args.setdefault((fn_key, arg), value)
+            fn_args.setdefault((fn_key, arg), found)
     alg = cfg.algorithm
-    for (fn_key, arg), value in fn_args.items():
+    changed_any = bool(targets)
+    for (fn_key, arg), (value, where) in fn_args.items():
         target = f"algorithm.{fn_key}_args.{arg}"
         if _given_on_command_line(target, given):
             continue
-        args = getattr(alg, f"{fn_key}_args")
+        fn_args_now = getattr(alg, f"{fn_key}_args")
         if _takes(fn_key, _function(fn_key, getattr(alg, fn_key), alg.algorithm_type), arg):
-            args[arg] = value
-            targets[target] = value
-        elif fn_key in chosen_anew and arg in args and args[arg] == value:
-            del args[arg]
-            targets[target] = None
-    return bool(targets)
+            fn_args_now[arg] = value
+            problems.map(target, value, where, "veRL")
+            changed_any = True
+        elif fn_key in chosen_anew and arg in fn_args_now and fn_args_now[arg] == value:
+            del fn_args_now[arg]
+            changed_any = True
+    return changed_any
 
 
 def _set_path(cfg: Config, dotted: str, value: Any) -> None:

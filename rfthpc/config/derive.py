@@ -11,8 +11,7 @@ from rfthpc.config import compat
 from rfthpc.config.buffer import TasksetConfig
 from rfthpc.config.schema import STAGE_SECTIONS, Config, explores, trains
 from rfthpc.config.synchronizer import default_max_staleness
-from rfthpc.config.typed import Problems, build, to_dict
-from rfthpc.errors import ConfigError
+from rfthpc.config.typed import ALGORITHM, PATHS, Problems, build, to_dict
 
 # Algorithm fields a preset may fill; an explicit value in the config always wins.
 PRESET_FIELDS = (
@@ -24,16 +23,15 @@ def _fill(value: Any, default: Any) -> Any:
     return default if value is None else value
 
 
-def _apply_preset(cfg: Config) -> None:
+def _apply_preset(cfg: Config, problems: Problems) -> None:
     from rfthpc.algorithms.presets import ALGORITHM_PRESETS
 
     alg = cfg.algorithm
     preset = ALGORITHM_PRESETS.get(alg.algorithm_type)
     if preset is None:
-        raise ConfigError(
-            f"algorithm.algorithm_type: unknown algorithm {alg.algorithm_type!r}; "
-            f"known: {', '.join(sorted(ALGORITHM_PRESETS))}"
-        )
+        problems.add(f"algorithm.algorithm_type: unknown algorithm {alg.algorithm_type!r}; "
+                     f"known: {', '.join(sorted(ALGORITHM_PRESETS))}", ALGORITHM)
+        preset = {}  # validation leaves the functions of an unknown algorithm unchecked
     if alg.rollout_correction.bypass_mode and alg.policy_loss_fn is None and alg.algorithm_type != "sft":
         # veRL's bypass mode picks the loss by loss_type (an unknown one is reported by validation).
         from rfthpc.algorithms.rollout_settings import BYPASS_LOSSES
@@ -98,7 +96,7 @@ def _derive_model(cfg: Config) -> None:
     rm.enable_thinking = _fill(rm.enable_thinking, m.enable_thinking)
 
 
-def _derive_chat_template(cfg: Config, source: str) -> None:
+def _derive_chat_template(cfg: Config, problems: Problems) -> None:
     """One chat template for the policy, for every role: the trainer trains on the template the
     explorers roll out with. Set in `model.custom_chat_template` (the text) and
     `explorer.rollout_model.chat_template` (the same), from whichever of the three keys is set."""
@@ -107,28 +105,24 @@ def _derive_chat_template(cfg: Config, source: str) -> None:
     if m.chat_template_path:
         path = Path(m.chat_template_path).expanduser()
         if not path.is_file():
-            raise ConfigError(f"{source}: model.chat_template_path: {path} does not exist; give a readable "
-                              "template file")
-        given["model.chat_template_path"] = path.read_text()
+            problems.add(f"model.chat_template_path: {path} does not exist; give a readable template file", PATHS)
+        else:
+            given["model.chat_template_path"] = path.read_text()
     if m.custom_chat_template:
         given["model.custom_chat_template"] = m.custom_chat_template
     if rm.chat_template:
         given["explorer.rollout_model.chat_template"] = rm.chat_template
     if len(set(given.values())) > 1:
-        raise ConfigError(
-            f"{source}: {' and '.join(given)} give different chat templates; the policy has one template, "
-            "used by the trainer and the explorers alike: set one of them"
-        )
+        problems.add(f"{' and '.join(given)} give different chat templates; the policy has one template, used by "
+                     "the trainer and the explorers alike: set one of them")
     m.custom_chat_template = rm.chat_template = next(iter(given.values()), None)
 
 
-def _derive_steps(cfg: Config, source: str) -> None:
+def _derive_steps(cfg: Config, problems: Problems) -> None:
     b, t = cfg.buffer, cfg.trainer
     if b.total_steps is not None and t.total_steps is not None and b.total_steps != t.total_steps:
-        raise ConfigError(
-            f"{source}: buffer.total_steps ({b.total_steps}) and trainer.total_steps ({t.total_steps}) "
-            "disagree; set one of them"
-        )
+        problems.add(f"buffer.total_steps ({b.total_steps}) and trainer.total_steps ({t.total_steps}) disagree; "
+                     "set one of them")
     b.total_steps = t.total_steps = _fill(b.total_steps, t.total_steps)
 
 
@@ -181,24 +175,27 @@ def idle_gpus_note(cfg: Config) -> str | None:
     )
 
 
-def merge_taskset(cfg: Config, source: str) -> None:
+def merge_taskset(cfg: Config, problems: Problems) -> None:
     """Move Trinity's single `taskset` into `tasksets` (in place), the one form the rest of rfthpc reads."""
     inp = cfg.buffer.explorer_input
     if inp.taskset is None:
         return
     if inp.tasksets:
-        raise ConfigError(
-            f"{source}: buffer.explorer_input has both `taskset` and `tasksets`; "
-            "move the single taskset into the `tasksets` list"
-        )
+        problems.add("buffer.explorer_input has both `taskset` and `tasksets`; move the single taskset into the "
+                     "`tasksets` list")
+        inp.taskset = None  # (reported once; the checks go on with the list)
+        return
     inp.tasksets, inp.taskset = [inp.taskset], None
 
 
-def finalize(cfg: Config, source: str = "config") -> Config:
-    """Return a copy of `cfg` with every derivable value filled in."""
+def finalize(cfg: Config, source: str = "config", problems: Problems | None = None) -> Config:
+    """Return a copy of `cfg` with every derivable value filled in. A value that cannot be derived is
+    recorded in `problems` (given one) and the rest is still derived; without one, it is raised."""
+    own = problems is None
+    problems = Problems(source) if problems is None else problems
     cfg = copy.deepcopy(cfg)
-    _apply_preset(cfg)
-    merge_taskset(cfg, source)
+    _apply_preset(cfg, problems)
+    merge_taskset(cfg, problems)
     inp = cfg.buffer.explorer_input
     _derive_model(cfg)
     alg = cfg.algorithm
@@ -206,7 +203,7 @@ def finalize(cfg: Config, source: str = "config") -> Config:
         # Dr. GRPO's constant length: veRL's default is the padded response length, which in rfthpc
         # is each micro-batch's own; the longest response the model may give is one constant.
         alg.loss_scale_factor = _fill(alg.loss_scale_factor, cfg.model.max_response_tokens)
-    _derive_chat_template(cfg, source)
+    _derive_chat_template(cfg, problems)
     for i, ts in enumerate(inp.tasksets):
         _finish_taskset(cfg, ts, i, is_eval=False)
     for i, ts in enumerate(inp.eval_tasksets):
@@ -214,7 +211,7 @@ def finalize(cfg: Config, source: str = "config") -> Config:
     b = cfg.buffer
     if b.train_batch_size is None:
         b.train_batch_size = b.batch_size * cfg.algorithm.repeat_times
-    _derive_steps(cfg, source)
+    _derive_steps(cfg, problems)
     sync = cfg.synchronizer
     if sync.max_staleness is None:
         sync.max_staleness = default_max_staleness(sync.sync_style, sync.sync_interval, sync.sync_offset)
@@ -227,6 +224,8 @@ def finalize(cfg: Config, source: str = "config") -> Config:
     t.ppo_mini_batch_size = _fill(t.ppo_mini_batch_size, max(1, groups_per_step))
     cfg.monitor.monitor_type = list(dict.fromkeys(cfg.monitor.monitor_type))
     _derive_slurm(cfg)
+    if own:
+        problems.raise_if_any()
     return cfg
 
 
@@ -263,35 +262,43 @@ class Stage:
     config: Config
 
 
-def resolve_stages(cfg: Config, source: str = "config") -> list[Stage]:
+def resolve_stages(cfg: Config, source: str = "config", problems: Problems | None = None) -> list[Stage]:
     """The run's stages with their full configs; a config without `stages` is one stage named `rft`.
 
     `cfg` is the config before `finalize` (derivable fields still unset). Each stage's config is it
     with the stage's sections merged over it, then finalized, so derived values follow the stage
-    (e.g. an sft stage has repeat_times 1 and its own batch size).
+    (e.g. an sft stage has repeat_times 1 and its own batch size). Problems are recorded in
+    `problems` (given one; those of a stage marked with it), and every stage is still resolved;
+    without one, they are raised.
     """
+    own = problems is None
+    problems = Problems(source) if problems is None else problems
     if not cfg.stages:
-        return [Stage("rft", finalize(cfg, source))]
-    base = to_dict(cfg)
-    base["stages"] = []
-    stages = []
-    for i, st in enumerate(cfg.stages):
-        name = st.stage_name or f"stage{i}"
-        where = f"{source}, stage {name!r}"
-        merged = copy.deepcopy(base)
-        sections = {section: copy.deepcopy(getattr(st, section)) for section in STAGE_SECTIONS}
-        if sections["trainer"].get("trainer_config_path"):
-            raise ConfigError(f"{where}: trainer.trainer_config_path is read for the whole run only; give the "
-                              "stage's veRL settings inline as trainer.trainer_config")
-        compat.apply_renamed_keys(sections, where)
-        compat.apply_verl_trainer_config(sections, where, inherited=base)
-        _stage_taskset_into_list(sections["buffer"], merged["buffer"])
-        for section in STAGE_SECTIONS:
-            merged[section] = deep_merge(merged[section], sections[section])
-        if st.mode is not None:
-            merged["mode"] = st.mode
-        problems = Problems(where)
-        stage_cfg = build(Config, merged, "", problems)
+        stages = [Stage("rft", finalize(cfg, source, problems))]
+    else:
+        base = to_dict(cfg)
+        base["stages"] = []
+        stages = [_resolve_stage(cfg, base, i, problems) for i in range(len(cfg.stages))]
+    if own:
         problems.raise_if_any()
-        stages.append(Stage(name, finalize(stage_cfg, where)))
     return stages
+
+
+def _resolve_stage(cfg: Config, base: dict[str, Any], index: int, run_problems: Problems) -> Stage:
+    """Stage `index` of `cfg` with its full config: its sections merged over `base` (`cfg` as plain data)."""
+    st = cfg.stages[index]
+    name = st.stage_name or f"stage{index}"
+    problems = run_problems.for_stage(name)
+    merged = copy.deepcopy(base)
+    sections = {section: copy.deepcopy(getattr(st, section)) for section in STAGE_SECTIONS}
+    if sections["trainer"].pop("trainer_config_path", None):
+        problems.add("trainer.trainer_config_path is read for the whole run only; give the stage's veRL settings "
+                     "inline as trainer.trainer_config")
+    compat.apply_renamed_keys(sections, problems)
+    compat.apply_verl_trainer_config(sections, problems, inherited=base)
+    _stage_taskset_into_list(sections["buffer"], merged["buffer"])
+    for section in STAGE_SECTIONS:
+        merged[section] = deep_merge(merged[section], sections[section])
+    if st.mode is not None:
+        merged["mode"] = st.mode
+    return Stage(name, finalize(build(Config, merged, "", problems), run_problems.source, problems))

@@ -20,7 +20,7 @@ from rfthpc.config import compat
 from rfthpc.config.derive import Stage, deep_merge, idle_gpus_note, merge_taskset, resolve_stages
 from rfthpc.config.schema import Config
 from rfthpc.config.settings import explorer_settings, trainer_settings
-from rfthpc.config.typed import Problems, build, to_dict
+from rfthpc.config.typed import PATHS, Mapped, Problems, build, to_dict
 from rfthpc.config.validate import validate
 from rfthpc.errors import ConfigError
 
@@ -82,8 +82,11 @@ def resolve_interpolations(data: dict[str, Any], source: str) -> dict[str, Any]:
         ) from None
 
 
-def config_from_dict(raw: dict[str, Any], source: str) -> Config:
-    """Typed config from plain data; raises one ConfigError listing every problem."""
+def config_from_dict(raw: dict[str, Any], source: str, problems: Problems | None = None) -> Config:
+    """Typed config from plain data, with other frameworks' keys mapped, ignored or refused. Problems
+    are recorded in `problems` (given one; the typed config then holds the rest) or raised together."""
+    own = problems is None
+    problems = Problems(source) if problems is None else problems
     trainer = raw.get("trainer")
     if isinstance(trainer, dict) and trainer.get("trainer_config_path"):
         # Read once, here: the run's config.yaml then holds the settings and no longer needs the file.
@@ -91,31 +94,36 @@ def config_from_dict(raw: dict[str, Any], source: str) -> Config:
         try:
             from_file = read_yaml(verl_path)
         except ConfigError as e:
-            raise ConfigError(f"{source}: trainer.trainer_config_path: {e}") from None
-        trainer["trainer_config"] = deep_merge(from_file, trainer.get("trainer_config") or {})
-    compat.apply_roll_keys(raw, source)
-    compat.apply_renamed_keys(raw, source)
-    compat.apply_sync_style_names(raw, source)
-    compat.apply_verl_trainer_config(raw, source)
-    problems = Problems(source)
+            problems.add(f"trainer.trainer_config_path: {e}", PATHS)
+        else:
+            trainer["trainer_config"] = deep_merge(from_file, trainer.get("trainer_config") or {})
+    compat.apply_roll_keys(raw, problems)
+    compat.apply_renamed_keys(raw, problems)
+    compat.apply_sync_style_names(raw, problems)
+    compat.apply_verl_trainer_config(raw, problems)
     cfg = build(Config, raw, "", problems)
-    problems.raise_if_any()
-    merge_taskset(cfg, source)
+    merge_taskset(cfg, problems)
+    if own:
+        problems.raise_if_any()
     return cfg
 
 
-def apply_overrides(cfg: Config, args: list[str], prog: str = "rfthpc") -> Config:
-    """Apply dotted command-line overrides (`--buffer.batch_size 32`) on top of `cfg` with tyro."""
+def apply_overrides(cfg: Config, args: list[str], prog: str = "rfthpc", problems: Problems | None = None) -> Config:
+    """Apply dotted command-line overrides (`--buffer.batch_size 32`) on top of `cfg` with tyro.
+    Problems of veRL keys given there are recorded in `problems` (given one) or raised."""
     if not args:
         return cfg
+    own = problems is None
+    problems = Problems("command line") if problems is None else problems
     args = compat.renamed_flags(args)
     new = tyro.cli(Config, default=cfg, args=args, prog=prog, use_underscores=True)
-    if not compat.apply_verl_overrides(new, cfg.trainer.trainer_config, args):
-        return new
-    # Typed again: a veRL value mapped onto a field is checked like any other.
-    problems = Problems("command line")
-    new = build(Config, to_dict(new), "", problems)
-    problems.raise_if_any()
+    if compat.apply_verl_overrides(new, cfg.trainer.trainer_config, args, problems):
+        # Typed again: a veRL value mapped onto a field is checked like any other.
+        typed = Problems("command line")
+        new = build(Config, to_dict(new), "", typed)
+        problems.extend(typed, "command line: ")
+    if own:
+        problems.raise_if_any()
     return new
 
 
@@ -130,9 +138,11 @@ class LoadedConfig:
     stages: list[Stage]
     """The stages to run in order, each with its full config."""
     notes: list[str] = field(default_factory=list)
-    """Where rfthpc reads a Trinity-RFT value differently; printed on stderr."""
+    """Where rfthpc reads a value differently, or ignores a key; printed on stderr."""
     source: str = ""
     """The file it came from."""
+    mapped: list[Mapped] = field(default_factory=list)
+    """The rfthpc settings read from other frameworks' keys (`rfthpc config show` lists them)."""
 
 
 def load_config(
@@ -140,33 +150,52 @@ def load_config(
 ) -> LoadedConfig:
     """Load, override, derive and validate a config file.
 
+    Every problem of every phase and stage is reported together, in one ConfigError: each phase
+    runs on what the earlier ones could read (a key that could not be read is left out).
     `check_paths=False` skips existence checks of model and dataset paths (for configs meant for
     another machine); every other check runs.
     """
     raw = read_yaml(Path(path))
+    problems = Problems(str(path))
     notes = compat.value_notes(raw)
-    cfg = config_from_dict(raw, str(path))
-    cfg = apply_overrides(cfg, list(overrides or []), prog=prog)
-    stages = resolve_stages(cfg, source=str(path))
+    cfg = config_from_dict(raw, str(path), problems)
+    cfg = apply_overrides(cfg, list(overrides or []), prog=prog, problems=problems)
+    problems.start_checks()
+    stages = resolve_stages(cfg, str(path), problems)
     for stage in stages:
-        where = f"{path}, stage {stage.name!r}" if cfg.stages else str(path)
-        validate(stage.config, source=where, check_paths=check_paths)
-    try:
-        # What the roles will read, resolved now: a mistake only these find is found before the queue.
-        trainer_settings(stages)
-        explorer_settings(stages)
-    except ConfigError as e:
-        raise ConfigError(f"{path}: {e}") from None
+        validate(stage.config, check_paths=check_paths,
+                 problems=problems.for_stage(stage.name) if cfg.stages else problems)
+    _check_settings(stages, problems)
+    problems.raise_if_any()
+    notes += problems.notes + problems.ignored_notes()
     notes += [note for note in {idle_gpus_note(stage.config): None for stage in stages} if note]
-    return LoadedConfig(cfg, stages[-1].config, stages, notes, str(path))
+    return LoadedConfig(cfg, stages[-1].config, stages, notes, str(path), problems.mapped)
+
+
+def _check_settings(stages: list[Stage], problems: Problems) -> None:
+    """Resolve what the roles will read, now: a mistake only this finds is found before the queue.
+    Each settings builder stops at its first problem; one about a key already named is left out,
+    and so is a failure the problems already found explain."""
+    named = {message.split(":", 1)[0] for message in problems.items}
+    for settings in (trainer_settings, explorer_settings):
+        try:
+            settings(stages)
+        except ConfigError as e:
+            if str(e).split(":", 1)[0] not in named:
+                problems.add(str(e))
+        except Exception:
+            if not problems:
+                raise  # a bug, not a config problem
 
 
 def load_resolved(path: Path | str) -> LoadedConfig:
     """Read the config a run was created with (`<run dir>/config.yaml`); no path checks, no overrides."""
     raw = read_yaml(Path(path))
-    cfg = config_from_dict(raw, str(path))
-    stages = resolve_stages(cfg, source=str(path))
-    return LoadedConfig(cfg, stages[-1].config, stages, [], str(path))
+    problems = Problems(str(path))
+    cfg = config_from_dict(raw, str(path), problems)
+    stages = resolve_stages(cfg, str(path), problems)
+    problems.raise_if_any()
+    return LoadedConfig(cfg, stages[-1].config, stages, [], str(path), problems.mapped)
 
 
 def dump_yaml(cfg: Config) -> str:

@@ -1,7 +1,10 @@
-"""Strict conversion of plain YAML data into the typed config dataclasses.
+"""Strict conversion of plain YAML data into the typed config dataclasses, and `Problems`, which
+collects what every phase of loading a config finds.
 
-Every problem is collected (unknown keys with the closest valid key, wrong types, bad choices)
-and reported together in one `ConfigError`, each naming the full dotted path and the source.
+Every problem is collected (unknown keys with the closest valid key, wrong types, bad choices, and
+the later phases' findings) and reported together in one `ConfigError`, grouped by kind, each naming
+the full dotted path; the error names the source. A key of another framework that rfthpc ignores is
+a note instead (foreign.py).
 """
 
 from __future__ import annotations
@@ -12,28 +15,163 @@ import types
 import typing
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
-from rfthpc.config import compat
+from rfthpc.config import foreign
 from rfthpc.errors import ConfigError
 
 T = TypeVar("T")
 
 
+UNKNOWN = "unknown keys"
+REFUSED = "refused features"
+INVALID = "invalid values"
+ALGORITHM = "algorithm"
+WORKFLOW = "workflow and reward"
+GPUS = "GPU budget"
+PATHS = "paths and datasets"
+KINDS = (UNKNOWN, REFUSED, INVALID, ALGORITHM, WORKFLOW, GPUS, PATHS)
+"""The kinds of config problems, in the order the error lists them."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Mapped:
+    """An rfthpc setting read from another framework's key (shown by `rfthpc config show`)."""
+
+    target: str
+    """The rfthpc key set."""
+    value: Any
+    """The value it was set to."""
+    source: str
+    """The key it was read from, as written in the config."""
+    framework: str
+    """Trinity-RFT, veRL or ROLL."""
+    stage: str | None = None
+    """The stage whose sections held the key; None for the run's config."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Problem:
+    kind: str
+    message: str
+    stage: str | None
+    key: str | None = None
+    """A refused key: the keys refused for one reason share a line."""
+
+
 class Problems:
-    """Accumulates config problems so the user sees all of them at once."""
+    """What reading a config finds, collected so that the user sees all of it at once: problems of
+    every phase and stage (raised together, by kind, in one `ConfigError`), notes for stderr, and the
+    keys of other frameworks read as rfthpc keys.
 
-    def __init__(self, source: str) -> None:
+    `for_stage(name)` gives a view that records into the same lists, marking each problem with the
+    stage; a problem found in every stage is listed once, without a stage.
+    """
+
+    def __init__(self, source: str, stage: str | None = None, _root: Problems | None = None) -> None:
         self.source = source
-        self.items: list[str] = []
+        self.stage = stage
+        root = self if _root is None else _root
+        self._root = root
+        if _root is None:
+            self._items: list[_Problem] = []
+            self.notes: list[str] = []
+            self.mapped: list[Mapped] = []
+            self.stages: list[str] = []
+            self._ignored: dict[str, list[str]] = {}
+            self._checks_from: int | None = None
+        else:
+            self.notes, self.mapped = root.notes, root.mapped
 
-    def add(self, message: str) -> None:
-        """Record one problem."""
-        self.items.append(message)
+    @property
+    def items(self) -> list[str]:
+        """The messages recorded so far (every stage)."""
+        return [f"{p.key}: {p.message}" if p.key else p.message for p in self._root._items]
+
+    def add(self, message: str, kind: str = INVALID) -> None:
+        """Record one problem of `kind` (one of KINDS)."""
+        self._root._items.append(_Problem(kind, message, self.stage))
+
+    def refuse(self, key: str, framework: str, why: str) -> None:
+        """Record that `framework`'s `key` is refused, and why (with the alternative)."""
+        message = f"{framework} key not supported by rfthpc: {why}"
+        self._root._items.append(_Problem(REFUSED, message, self.stage, key))
+
+    def extend(self, other: Problems, prefix: str = "") -> None:
+        """Record the problems of `other` here, each message with `prefix`."""
+        for p in other._root._items:
+            self._root._items.append(dataclasses.replace(p, message=prefix + p.message, stage=self.stage))
+
+    def for_stage(self, name: str) -> Problems:
+        """A view recording the problems of stage `name`."""
+        if name not in self._root.stages:
+            self._root.stages.append(name)
+        return Problems(self.source, name, self._root)
+
+    def ignored(self, key: str, why: str) -> None:
+        """Note a key rfthpc ignores and why; keys ignored for one reason share one note."""
+        keys = self._root._ignored.setdefault(why, [])
+        if key not in keys:
+            keys.append(key)
+
+    def ignored_notes(self) -> list[str]:
+        """One note per reason for ignoring keys, naming the keys."""
+        return [f"{', '.join(keys)}: ignored: {why}" for why, keys in self._root._ignored.items()]
+
+    def map(self, target: str, value: Any, source: str, framework: str) -> None:
+        """Record that the rfthpc key `target` was set to `value` from `framework`'s key `source`."""
+        self.mapped.append(Mapped(target, value, source, framework, self.stage))
+
+    def start_checks(self) -> None:
+        """Mark the end of reading: problems from here on come from checks of the typed config."""
+        self._root._checks_from = len(self._root._items)
+
+    def __bool__(self) -> bool:
+        return bool(self._root._items)
+
+    def message(self) -> str:
+        """Every problem, grouped by kind; one found in some stages only names them, and keys refused
+        for one reason share a line."""
+        root = self._root
+        everywhere = set(root.stages)
+        found: dict[tuple[str, str, str | None], list[str | None]] = {}
+        for p in root._items:
+            found.setdefault((p.kind, p.message, p.key), []).append(p.stage)
+        lines: dict[str, list[str | tuple[str, str]]] = {}
+        keys: dict[tuple[str, str], list[str]] = {}
+        for (kind, message, key), stages in found.items():
+            named = [s for s in dict.fromkeys(stages) if s is not None]
+            where = "" if None in stages or set(named) == everywhere else \
+                f"stage{'s' if len(named) > 1 else ''} {', '.join(repr(s) for s in named)}: "
+            group = lines.setdefault(kind, [])
+            if key is None:
+                if where + message not in group:
+                    group.append(where + message)
+            elif (where, message) in keys:
+                keys[where, message].append(key)
+            else:
+                keys[where, message] = [key]
+                group.append((where, message))
+
+        def text(line: str | tuple[str, str]) -> str:
+            if isinstance(line, str):
+                return line
+            named = keys[line]
+            message = line[1].replace(" key ", " keys ", 1) if len(named) > 1 else line[1]
+            return f"{line[0]}{', '.join(named)}: {message}"
+
+        count = sum(len(v) for v in lines.values())
+        out = [f"invalid config ({self.source}): {count} problem{'s' if count > 1 else ''}"]
+        for kind in sorted(lines, key=lambda k: KINDS.index(k) if k in KINDS else len(KINDS)):
+            out.append(f"{kind}:")
+            out += [f"  - {text(line)}" for line in lines[kind]]
+        if root._checks_from is not None and 0 < root._checks_from < len(root._items):
+            out.append("(the checks after reading ran on the rest of the config: a key or value that could not "
+                       "be read was left at its default)")
+        return "\n".join(out)
 
     def raise_if_any(self) -> None:
         """Raise a ConfigError listing every recorded problem."""
-        if self.items:
-            lines = "\n".join(f"  - {m}" for m in self.items)
-            raise ConfigError(f"invalid config ({self.source}):\n{lines}")
+        if self._root._items:
+            raise ConfigError(self.message())
 
 
 def _join(path: str, key: str) -> str:
@@ -87,7 +225,8 @@ def convert(tp: Any, value: Any, path: str, problems: Problems) -> Any:
                 problems.add(f"{path}: expected {_describe(tp)}, got {type(value).__name__}")
                 return []
             value = [value]  # A single scalar where a list is allowed (e.g. monitor_type: wandb).
-        return [convert(item_tp, v, f"{path}[{i}]", problems) for i, v in enumerate(value)]
+        items = [convert(item_tp, v, f"{path}[{i}]", problems) for i, v in enumerate(value)]
+        return [item for item in items if item is not None]  # (each None is a problem recorded)
     if origin is dict:
         if value is None:
             return {}
@@ -156,13 +295,16 @@ def build(cls: type[T], data: Any, path: str, problems: Problems) -> T:
         key = str(key)
         full = _join(path, key)
         if key not in names:
-            reason = compat.unsupported_reason(full)
-            if reason:
-                problems.add(f"{full}: Trinity-RFT key not supported by rfthpc: {reason}")
+            found = foreign.answer(foreign.TRINITY_KEYS, foreign.trinity_key(full), value, data)
+            if isinstance(found, foreign.Ignored):
+                problems.ignored(full, found.why)
                 continue
-            close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
-            hint = f"; did you mean '{_join(path, close[0])}'?" if close else ""
-            problems.add(f"{full}: unknown key{hint} (valid keys here: {', '.join(names)})")
+            if isinstance(found, foreign.Refused):
+                problems.refuse(full, "Trinity-RFT", found.why)
+                continue
+            close = foreign.close_name(key, names)
+            hint = f"; did you mean '{_join(path, close)}'?" if close else ""
+            problems.add(f"{full}: unknown key{hint} (valid keys here: {', '.join(names)})", UNKNOWN)
             continue
         converted = convert(hints[key], value, full, problems)
         if converted is not None:

@@ -16,7 +16,7 @@ from rfthpc.config.derive import explorer_gpus, explorer_task_gpus, trainer_gpus
 from rfthpc.config.monitor import sink_problems
 from rfthpc.config.schema import Config, explores
 from rfthpc.config.synchronizer import SynchronizerConfig, default_max_staleness
-from rfthpc.config.typed import Problems
+from rfthpc.config.typed import ALGORITHM, GPUS, PATHS, REFUSED, WORKFLOW, Problems
 from rfthpc.errors import ConfigError
 from rfthpc.registry import Registry
 from rfthpc.workflows.base import SamplingArgs
@@ -42,7 +42,7 @@ def _path_problem(key: str, value: str | None, kind: str) -> str | None:
 
 
 def _check_function(problems: Problems, key: str, name: str | None, registry: Registry,
-                    args: Mapping[str, Any] | None = None) -> None:
+                    args: Mapping[str, Any] | None = None, kind: str = ALGORITHM) -> None:
     """Record a problem under `key` if the registry does not know `name` or its function does not take `args`."""
     if not name:
         return
@@ -51,15 +51,23 @@ def _check_function(problems: Problems, key: str, name: str | None, registry: Re
     except ConfigError as e:
         message = str(e)
         problems.add(message if message.startswith(f"{registry.config_key}_args:")
-                     else f"{key}: {message.removeprefix(registry.config_key + ': ')}")
+                     else f"{key}: {message.removeprefix(registry.config_key + ': ')}", kind)
 
 
 def _check_functions(cfg: Config, problems: Problems) -> None:
     # The registries check built-in algorithm names and arguments from the functions' source:
     # validating a config does not import torch.
     from rfthpc import algorithms as algos
+    from rfthpc.algorithms.presets import ALGORITHM_PRESETS
 
     alg = cfg.algorithm
+    inp = cfg.buffer.explorer_input
+    for group, sets in (("tasksets", inp.tasksets), ("eval_tasksets", inp.eval_tasksets)):
+        for i, ts in enumerate(sets):
+            _check_workflow(problems, f"buffer.explorer_input.{group}[{i}]", ts,
+                            [aux.name for aux in cfg.explorer.auxiliary_models])
+    if alg.algorithm_type not in ALGORITHM_PRESETS:
+        return  # reported when it was finalized; it names no functions to check
     # Each function's arguments are checked as the trainer binds them: advantage, policy-loss and
     # entropy arguments are keyword arguments of the function; the KL coefficients go through the
     # same plain-Python functions the trainer builds them with.
@@ -78,14 +86,13 @@ def _check_functions(cfg: Config, problems: Problems) -> None:
         try:
             build_coefficient()
         except ConfigError as e:
-            problems.add(str(e))
+            problems.add(str(e), ALGORITHM)
     if alg.loss_agg_mode not in algos.LOSS_AGG_MODES:
         problems.add(
-            f"algorithm.loss_agg_mode: unknown mode {alg.loss_agg_mode!r}; known: {', '.join(algos.LOSS_AGG_MODES)}"
-        )
+            f"algorithm.loss_agg_mode: unknown mode {alg.loss_agg_mode!r}; known: {', '.join(algos.LOSS_AGG_MODES)}",
+            ALGORITHM)
     _check_loss_scale_factor(problems, alg.loss_agg_mode, alg.loss_scale_factor)
     _check_rollout_correction(cfg, problems)
-    inp = cfg.buffer.explorer_input
     if _advantage_needs(alg.advantage_fn).groups and alg.algorithm_type != "sft":
         # A lone response has nothing to be compared with: its advantage is 0 and only the KL term trains.
         counts = [("algorithm.repeat_times", alg.repeat_times)] if cfg.mode == "train" else [
@@ -96,12 +103,8 @@ def _check_functions(cfg: Config, problems: Problems) -> None:
                 problems.add(
                     f"{key}: 1 response per task, but algorithm.advantage_fn {alg.advantage_fn!r} compares the "
                     "responses to one task, so every advantage would be 0; sample several (repeat_times >= 2) or "
-                    f"use an advantage_fn without groups ({', '.join(_groupless_advantages())})"
+                    f"use an advantage_fn without groups ({', '.join(_groupless_advantages())})", ALGORITHM
                 )
-    for group, sets in (("tasksets", inp.tasksets), ("eval_tasksets", inp.eval_tasksets)):
-        for i, ts in enumerate(sets):
-            _check_workflow(problems, f"buffer.explorer_input.{group}[{i}]", ts,
-                            [aux.name for aux in cfg.explorer.auxiliary_models])
 
 
 def _check_loss_scale_factor(problems: Problems, mode: str | None, factor: float | None) -> None:
@@ -110,12 +113,13 @@ def _check_loss_scale_factor(problems: Problems, mode: str | None, factor: float
     if mode != "seq-mean-token-sum-norm":
         if factor is not None:
             problems.add(f"{key}: {factor} is used by loss_agg_mode seq-mean-token-sum-norm only, and the mode "
-                         f"is {mode!r}; remove it, or set that mode")
+                         f"is {mode!r}; remove it, or set that mode", ALGORITHM)
     elif factor is None:
         problems.add(f"{key}: missing; seq-mean-token-sum-norm divides by a constant length: set it, or "
-                     "model.max_response_tokens (its default)")
+                     "model.max_response_tokens (its default)", ALGORITHM)
     elif factor <= 0 or not math.isfinite(factor):
-        problems.add(f"{key}: {factor}; the constant length must be a positive number (e.g. the longest response)")
+        problems.add(f"{key}: {factor}; the constant length must be a positive number (e.g. the longest response)",
+                     ALGORITHM)
 
 
 def _check_reward_shaping(cfg: Config, problems: Problems) -> None:
@@ -127,12 +131,12 @@ def _check_reward_shaping(cfg: Config, problems: Problems) -> None:
     try:
         filtering = group_filter(alg.filter_groups)
     except ConfigError as e:
-        problems.add(str(e))
+        problems.add(str(e), ALGORITHM)
         filtering = None
     try:
         overlong_penalty(alg.overlong_buffer, cfg.model.max_response_tokens)
     except ConfigError as e:
-        problems.add(str(e))
+        problems.add(str(e), ALGORITHM)
     if filtering is None or not explores(cfg.mode):
         return
     for i, ts in enumerate(cfg.buffer.explorer_input.tasksets):
@@ -140,8 +144,8 @@ def _check_reward_shaping(cfg: Config, problems: Problems) -> None:
             problems.add(
                 f"buffer.explorer_input.tasksets[{i}].repeat_times: {ts.repeat_times} response per task, but "
                 "algorithm.filter_groups drops groups whose responses all score the same, which needs several "
-                "per task: set repeat_times >= 2 (algorithm.repeat_times), or algorithm.filter_groups.enable: false"
-            )
+                "per task: set repeat_times >= 2 (algorithm.repeat_times), or algorithm.filter_groups.enable: false",
+                ALGORITHM)
 
 
 def _check_replay(cfg: Config, problems: Problems) -> None:
@@ -178,21 +182,21 @@ def _check_rollout_correction(cfg: Config, problems: Problems) -> None:
     try:
         rc = RolloutCorrection.of(alg.rollout_correction)
     except ConfigError as e:
-        problems.add(str(e))
+        problems.add(str(e), ALGORITHM)
         return
     loss = alg.policy_loss_fn
     if rc.bypass_mode and loss != BYPASS_LOSSES[rc.loss_type]:
         problems.add(
             f"{KEY}.bypass_mode: with loss_type {rc.loss_type!r} veRL's bypass mode trains policy loss "
             f"{BYPASS_LOSSES[rc.loss_type]!r}, but algorithm.policy_loss_fn is {loss!r}; set policy_loss_fn: "
-            f"{BYPASS_LOSSES[rc.loss_type]} (or remove it), or set bypass_mode: false"
+            f"{BYPASS_LOSSES[rc.loss_type]} (or remove it), or set bypass_mode: false", ALGORITHM
         )
     if not rc.active or not loss:
         return
     if loss == "sft":
         problems.add(f"{KEY}: importance weights and rejection compare the behaviour policy with the trained one, "
                      "but policy loss 'sft' reads no behaviour log-probabilities; remove rollout_is / rollout_rs or "
-                     "choose an RL policy loss")
+                     "choose an RL policy loss", ALGORITHM)
         return
     try:
         needs = algos.POLICY_LOSS_FNS.needs(loss)
@@ -201,7 +205,7 @@ def _check_rollout_correction(cfg: Config, problems: Problems) -> None:
     if rc.rollout_is is not None and needs.behaviour_log_prob:
         problems.add(f"{KEY}.rollout_is: policy loss {loss!r} already weights each token by proximal / behaviour; "
                      "rollout IS weights would correct twice: set rollout_is: null (rejection, rollout_rs, still "
-                     "applies)")
+                     "applies)", ALGORITHM)
 
 
 def _advantage_needs(advantage_fn: str | None) -> Needs:
@@ -232,8 +236,8 @@ def _check_workflow(problems: Problems, key: str, ts: TasksetConfig, auxiliary: 
     from rfthpc.workflows.registry import WORKFLOWS
 
     before = len(problems.items)
-    _check_function(problems, f"{key}.default_workflow_type", ts.default_workflow_type, WORKFLOWS)
-    _check_function(problems, f"{key}.default_reward_fn_type", ts.default_reward_fn_type, REWARDS)
+    _check_function(problems, f"{key}.default_workflow_type", ts.default_workflow_type, WORKFLOWS, kind=WORKFLOW)
+    _check_function(problems, f"{key}.default_reward_fn_type", ts.default_reward_fn_type, REWARDS, kind=WORKFLOW)
     if len(problems.items) > before or not ts.default_workflow_type:
         return
     # The workflow is imported (workflows are light; a user's module:function is imported anyway).
@@ -242,13 +246,13 @@ def _check_workflow(problems: Problems, key: str, ts: TasksetConfig, auxiliary: 
     if declared is not None:
         for message in declared.problems(ts.default_workflow_type, ts.workflow_args, reward,
                                          ts.format.response_key is not None, auxiliary):
-            problems.add(f"{key}.{message}")
+            problems.add(f"{key}.{message}", WORKFLOW)
         reward = declared.reward(reward)
     if reward is not None:
         try:
             check_reward_args(REWARDS.get(reward), reward, ts.reward_fn_args)
         except ConfigError as e:
-            problems.add(f"{key}.{e}")
+            problems.add(f"{key}.{e}", WORKFLOW)
 
 
 def _check_sync_style(sync: SynchronizerConfig, problems: Problems) -> None:
@@ -374,25 +378,25 @@ def _check_gpus(cfg: Config, problems: Problems) -> None:
             f"explorer: {rm.engine_num} engines x {per_task} GPUs each (tensor_parallel_size of the rollout model "
             f"and of every auxiliary model) need {need_explorer} GPUs, more than the cluster's {c.node_num} x "
             f"{c.gpu_per_node} = {total}; lower explorer.rollout_model.engine_num or raise cluster.gpu_per_node / "
-            "cluster.node_num"
+            "cluster.node_num", GPUS
         )
     elif cfg.mode == "both" and trainer_gpus_per_node(cfg) < 1:
         problems.add(
             f"cluster: the explorers take {need_explorer} of {total} GPUs and leave none for the trainer; "
-            "lower explorer.rollout_model.engine_num or add GPUs (cluster.gpu_per_node / node_num)"
+            "lower explorer.rollout_model.engine_num or add GPUs (cluster.gpu_per_node / node_num)", GPUS
         )
     given = cfg.slurm.explorer.gpus_per_node
     if explores(cfg.mode) and given is not None and 0 <= given < per_task:
         problems.add(
             f"slurm.explorer.gpus_per_node: {given}, but an explorer runs its rollout engine "
             f"(tensor_parallel_size {rm.tensor_parallel_size}) and one engine of each auxiliary model: {per_task} "
-            "GPUs; raise it to that or remove it (it defaults to what the explorer needs)"
+            "GPUs; raise it to that or remove it (it defaults to what the explorer needs)", GPUS
         )
     if per_task > c.gpu_per_node:
         problems.add(
             f"explorer: an explorer runs its rollout engine (tensor_parallel_size {rm.tensor_parallel_size}) and one "
             f"engine of each auxiliary model on one node: {per_task} GPUs, more than cluster.gpu_per_node "
-            f"{c.gpu_per_node}; lower the tensor_parallel_size values"
+            f"{c.gpu_per_node}; lower the tensor_parallel_size values", GPUS
         )
 
 
@@ -400,11 +404,11 @@ def _check_inputs(cfg: Config, problems: Problems, check_paths: bool) -> None:
     inp = cfg.buffer.explorer_input
     sft = cfg.algorithm.algorithm_type == "sft"
     if explores(cfg.mode) and not sft and not inp.tasksets:
-        problems.add("buffer.explorer_input.taskset: missing; explorers need at least one training taskset")
+        problems.add("buffer.explorer_input.taskset: missing; explorers need at least one training taskset", PATHS)
     eb = cfg.buffer.trainer_input.experience_buffer
     if sft and not eb.path:
         problems.add("buffer.trainer_input.experience_buffer.path: an sft stage trains on this dataset; "
-                     "give its local path")
+                     "give its local path", PATHS)
     for group, sets in (("tasksets", inp.tasksets), ("eval_tasksets", inp.eval_tasksets)):
         for i, ts in enumerate(sets):
             try:
@@ -427,7 +431,7 @@ def _check_inputs(cfg: Config, problems: Problems, check_paths: bool) -> None:
     for key, value, kind in checks:
         msg = _path_problem(key, value, kind)
         if msg:
-            problems.add(msg)
+            problems.add(msg, PATHS)
             missing.add(key)
     _check_columns(cfg, problems, missing)
 
@@ -453,14 +457,16 @@ def _check_columns(cfg: Config, problems: Problems, missing: set[str]) -> None:
             where = f"{key} ({ds.path}, split {ds.split!r})"
             problem = column_problem(where, columns, required)
             if problem:
-                problems.add(problem)
+                problems.add(problem, PATHS)
 
 
-def validate(cfg: Config, source: str = "config", check_paths: bool = True) -> None:
-    """Raise a ConfigError listing every inconsistency of a finalized config (one stage)."""
-    problems = Problems(source)
+def validate(cfg: Config, source: str = "config", check_paths: bool = True, problems: Problems | None = None) -> None:
+    """Check a finalized config (one stage): record every inconsistency in `problems`, or, without
+    one, raise a ConfigError listing them."""
+    own = problems is None
+    problems = Problems(source) if problems is None else problems
     if not cfg.model.model_path:
-        problems.add("model.model_path: missing; give the local directory of the model to fine-tune")
+        problems.add("model.model_path: missing; give the local directory of the model to fine-tune", PATHS)
     _check_sizes(cfg, problems)
     _check_env_vars(cfg, problems)
     _check_gpus(cfg, problems)
@@ -471,5 +477,6 @@ def validate(cfg: Config, source: str = "config", check_paths: bool = True) -> N
     for message in sink_problems(cfg.monitor):
         problems.add(message)
     for message in compat.unsupported_values(cfg):
-        problems.add(message)
-    problems.raise_if_any()
+        problems.add(message, REFUSED)
+    if own:
+        problems.raise_if_any()

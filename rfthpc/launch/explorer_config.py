@@ -13,7 +13,7 @@ from rfthpc.config import resolve_stages
 from rfthpc.config.derive import deep_merge
 from rfthpc.config.load import apply_overrides, config_from_dict, read_yaml
 from rfthpc.config.schema import Config
-from rfthpc.config.typed import to_dict
+from rfthpc.config.typed import Problems, to_dict
 from rfthpc.config.validate import validate
 from rfthpc.errors import ConfigError
 
@@ -61,8 +61,9 @@ def merged_explorer_config(
         if slurm.get("python"):
             data["slurm"]["python"] = slurm["python"]
     data["mode"] = "explore"
-    cfg = config_from_dict(copy.deepcopy(data), source)
-    cfg = apply_overrides(cfg, list(overrides), prog=f"rfthpc add-explorers --config {new_yaml}")
+    problems = Problems(source)
+    cfg = config_from_dict(copy.deepcopy(data), source, problems)
+    cfg = apply_overrides(cfg, list(overrides), prog=f"rfthpc add-explorers --config {new_yaml}", problems=problems)
     if name:
         cfg.explorer.name = name
     if array_size is not None:
@@ -70,7 +71,9 @@ def merged_explorer_config(
             raise ConfigError(f"--array-size: {array_size} must be >= 1")
         cfg.slurm.explorer.array_size = array_size
         cfg.explorer.rollout_model.engine_num = array_size
-    for stage in resolve_stages(cfg, source=source):
-        where = f"{source}, stage {stage.name!r}" if cfg.stages else source
-        validate(stage.config, source=where, check_paths=check_paths)
+    problems.start_checks()
+    for stage in resolve_stages(cfg, source, problems):
+        validate(stage.config, check_paths=check_paths,
+                 problems=problems.for_stage(stage.name) if cfg.stages else problems)
+    problems.raise_if_any()
     return cfg

@@ -180,9 +180,18 @@ def test_missing_paths_hint_that_compute_nodes_have_no_internet(tmp_path: Path, 
 
 
 def test_unsupported_trinity_key_is_named_with_its_reason(tmp_path: Path, base: str) -> None:
-    msg = _error(write(tmp_path, base + "ray_namespace: x\nexplorer:\n  runner_num: 4\n"))
-    assert "ray_namespace: Trinity-RFT key not supported by rfthpc: rfthpc runs on Slurm" in msg
-    assert "explorer.runner_num: Trinity-RFT key not supported by rfthpc" in msg and "runner_per_model" in msg
+    msg = _error(write(tmp_path, base + "trainer:\n  fix_actor_microbatch_loss_scale: true\n"))
+    assert "trainer.fix_actor_microbatch_loss_scale: Trinity-RFT key not supported by rfthpc" in msg
+    assert "algorithm.loss_agg_mode" in msg
+
+
+def test_trinity_keys_without_meaning_here_are_ignored_with_a_note(tmp_path: Path, base: str) -> None:
+    """Ray's namespace, the deprecated runner_num, the log section: one note per reason, no error."""
+    text = base + "ray_namespace: x\nlog: {level: INFO}\nexplorer:\n  runner_num: 4\n"
+    notes = load_config(write(tmp_path, text)).notes
+    assert any(n.startswith("ray_namespace: ignored: rfthpc runs on Slurm") for n in notes), notes
+    assert any(n.startswith("explorer.runner_num: ignored: deprecated") and "runner_per_model" in n for n in notes)
+    assert any(n.startswith("log: ignored: rfthpc writes each role's log to <run dir>/log/") for n in notes)
 
 
 def test_unsupported_sequence_parallelism(tmp_path: Path, base: str) -> None:

@@ -1,0 +1,96 @@
+"""A config with problems in every phase of loading gets all of them in one error, grouped by kind: a
+user fixes a file in one round, not one round per phase."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rfthpc.config import load_config
+from rfthpc.errors import ConfigError
+from tests.config.conftest import write
+from tests.config.test_bad_input import base  # noqa: F401  (fixture)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# One problem per phase: ROLL's keys, veRL's keys, typed reading (unknown key, refused key, wrong
+# type), then the checks of the finalized config (algorithm, workflow, GPUs, paths).
+PROBLEMS = {
+    "async_generation_ratio: 0.5\n": "async_generation_ratio: 0.5; use a whole number >= 0",
+    "trainr: {}\n": "trainr: unknown key; did you mean 'trainer'?",
+    "trainer:\n  fix_actor_microbatch_loss_scale: true\n  trainer_config:\n    actor_rollout_ref:\n      actor:\n"
+    "        ppo_micro_batch_size_per_gpus: 2\n":
+        "trainer.fix_actor_microbatch_loss_scale: Trinity-RFT key not supported by rfthpc",
+    "explorer:\n  rollout_model:\n    engine_num: 2\n    tensor_parallel_size: 2\n":
+        "need 4 GPUs, more than the cluster's 1 x 2 = 2",
+}
+EDITS = {
+    ("batch_size: 4", "batch_size: four"): "buffer.batch_size: expected an integer, got 'four'",
+    ("repeat_times: 4", "repeat_times: 4\n  advantage_fn: gae2"): "algorithm.advantage_fn: unknown",
+    ("default_workflow_type: math_workflow", "default_workflow_type: maths_workflow"):
+        "default_workflow_type: unknown workflow 'maths_workflow'",
+    ("model_path: {model}", "model_path: {model}/nope"): "model.model_path: ",
+}
+
+
+def _everything_wrong(tmp_path: Path, base: str) -> Path:  # noqa: F811
+    text = base
+    for old, new in EDITS:
+        model = base.split("model_path: ", 1)[1].split("\n", 1)[0]
+        text = text.replace(old.format(model=model), new.format(model=model))
+    return write(tmp_path, text + "".join(PROBLEMS))
+
+
+def test_every_phase_reports_in_one_error_grouped_by_kind(tmp_path: Path, base: str) -> None:  # noqa: F811
+    with pytest.raises(ConfigError) as e:
+        load_config(_everything_wrong(tmp_path, base))
+    msg = str(e.value)
+    for expected in [*PROBLEMS.values(), *EDITS.values()]:
+        assert expected in msg, expected
+    assert "trainer.trainer_config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpus: unknown veRL key" in msg
+    headers = [line[:-1] for line in msg.splitlines() if not line.startswith(" ") and line.endswith(":")]
+    assert headers == ["unknown keys", "refused features", "invalid values", "algorithm", "workflow and reward",
+                       "GPU budget", "paths and datasets"]
+    first, *_ = msg.splitlines()
+    assert first.startswith("invalid config (") and first.endswith(" problems")
+    assert msg.splitlines()[-1].startswith("(the checks after reading ran on the rest of the config")
+
+
+def test_the_command_line_gives_all_of_them_and_exit_code_2(tmp_path: Path, base: str) -> None:  # noqa: F811
+    out = subprocess.run([sys.executable, "-m", "rfthpc", "config", "validate", "--config",
+                          str(_everything_wrong(tmp_path, base))], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    for expected in [*PROBLEMS.values(), *EDITS.values()]:
+        assert expected in out.stderr, expected
+
+
+def test_a_stage_names_its_own_problems_and_a_run_problem_is_listed_once(tmp_path: Path, base: str) -> None:  # noqa: F811
+    text = base.replace("max_prompt_tokens: 64", "max_prompt_tokens: 64\n  max_model_len: 80") + (
+        "stages:\n"
+        "  - stage_name: warm\n    algorithm:\n      policy_loss_fn: ppo2\n"
+        "  - stage_name: rft\n    trainer:\n      save_intervall: 3\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(write(tmp_path, text))
+    lines = str(e.value).splitlines()
+    # In both stages, from the run's own sections: once, without a stage.
+    assert [ln for ln in lines if "exceed max_model_len (80)" in ln] == [
+        ("  - model: max_prompt_tokens (64) + max_response_tokens (32) exceed max_model_len (80); lower one of them "
+         "or raise max_model_len")]
+    assert any(ln.startswith("  - stage 'warm': algorithm.policy_loss_fn: unknown") for ln in lines), lines
+    assert any(ln.startswith("  - stage 'rft': trainer.save_intervall: unknown key; did you mean "
+                             "'trainer.save_interval'?") for ln in lines), lines
+
+
+def test_a_valid_config_still_loads_and_a_single_problem_reads_as_before(tmp_path: Path, base: str) -> None:  # noqa: F811
+    assert load_config(write(tmp_path, base)).config.buffer.batch_size == 4
+    with pytest.raises(ConfigError) as e:
+        load_config(write(tmp_path, base + "monitr: {}\n"))
+    assert str(e.value).splitlines() == [
+        f"invalid config ({tmp_path / 'cfg.yaml'}): 1 problem", "unknown keys:",
+        ("  - monitr: unknown key; did you mean 'monitor'? (valid keys here: project, name, mode, checkpoint_root_dir, "
+         "continue_from_checkpoint, algorithm, model, cluster, buffer, explorer, synchronizer, trainer, monitor, "
+         "stages, slurm, filesystem)")]
