@@ -1,0 +1,900 @@
+"""Import a ROLL pipeline config (RLVR or agentic) as an rfthpc config: `rfthpc config import --from roll`.
+
+ROLL composes its YAML with Hydra (`defaults:` includes, `${...}` interpolations) and reads it into
+its dataclasses, silently dropping keys they lack. This module reads the composed config key by key
+(`importing.Translation`): each ROLL setting becomes rfthpc's, is noted, or is refused with the
+reason and the alternative; a key ROLL itself drops is noted as such. docs/migration.md has the table.
+
+ROLL's defaults matter where rfthpc's differ (learning rate 5e-5, linear decay, weight decay 0,
+sampling at temperature 0.95, top-p 0.7, top-k 50, `seq-mean-token-mean` aggregation, no dual clip):
+a key the file leaves out is written with ROLL's default, marked "ROLL default".
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from rfthpc.config.hydra_compose import Composed, compose
+from rfthpc.config.importing import ROLL_DEFAULT, Translation, render_yaml
+from rfthpc.config.schema import Config
+from rfthpc.errors import ConfigError
+
+_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", None: "auto"}
+
+NO_DUAL_CLIP = 1.0e9
+"""rfthpc's PPO loss always has veRL's dual clip; a bound this large never binds (ROLL's dual_clip_loss: false)."""
+
+_OUTPUT_DIRS = ("output_dir", "base_dir", "logging_dir", "rollout_dump_dir", "profiler_output_dir",
+                "length_profiler_dir", "otlp_output_dir", "render_save_dir")
+_NO_EFFECT_TOP = ("rpc_timeout", "model_update_buffer_size_mb", "profiler_timeline", "profiler_memory",
+                  "report_length_and_rewards", "num_nodes", "model_download_type", "local_rank")
+_SCHEDULING = ("is_num_return_sequences_expand", "max_running_requests", "generate_opt_level",
+               "is_use_additional_prompts", "max_additional_running_prompts")
+
+ROLL_DROPS = {
+    "*.model_args.flash_attn": "not a field of ROLL's ModelArguments (its attention switch is attn_implementation)",
+    "*.data_args.dataset_dir": "not a field of ROLL's DataArguments: file_name is read from the working directory",
+    "*.data_args.interleave_probs": "not a field of ROLL's DataArguments (domain_interleave_probs is)",
+    "validation.eval_steps": "not a field of ROLL's WorkerConfig (the top-level eval_steps sets the interval)",
+    "actor_train.tis_lower_bound": "not a field of ROLL's WorkerConfig: ROLL's tis loss always uses 0.0",
+    "actor_train.tis_upper_bound": "not a field of ROLL's WorkerConfig: ROLL's tis loss always uses 1.0",
+    "actor_train.cispo_epsilon_low": "not a field of ROLL's WorkerConfig: ROLL's cispo loss always uses 0.1",
+    "actor_train.cispo_epsilon_high": "not a field of ROLL's WorkerConfig: ROLL's cispo loss always uses 0.1",
+    "actor_train.cispo_use_unified_mask": "not a field of ROLL's WorkerConfig: ROLL's cispo loss never masks",
+    "actor_train.kimi15_tau": "not a field of ROLL's WorkerConfig: ROLL's kimi15 loss always uses 0.1",
+}
+"""Keys ROLL's dataclasses do not have, which ROLL therefore drops (dacite ignores unknown keys)."""
+
+
+@dataclass
+class Imported:
+    """An imported config: its YAML text and the taskset files it names."""
+
+    text: str
+    config: dict[str, Any]
+    tasksets: dict[Path, list[dict[str, Any]]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Shape:
+    """What several parts of the translation need: group size, groups per step, GPUs of each role."""
+
+    agentic: bool
+    n: int = 1
+    groups: int = 1
+    train_gpus: int = 0
+    engines: int = 1
+    max_new_tokens: int | None = None
+    updates: int = 1
+    """ROLL's optimizer steps per pipeline step (rfthpc's schedules move per trainer step)."""
+
+
+def import_roll(path: Path | str, tasks_dir: Path | None = None, ignore: tuple[str, ...] | list[str] = (),
+                overrides: tuple[str, ...] | list[str] = ()) -> Imported:
+    """Translate the ROLL config at `path` (with its `defaults:` includes and Hydra `overrides`).
+
+    An agentic config's tasksets (environment seeds) are returned for `tasks_dir`, which it then needs;
+    ConfigError lists every ROLL setting that cannot be imported (those in `ignore` become notes)."""
+    path = Path(path)
+    composed = compose(path, overrides)
+    t = Translation(composed.data, "ROLL")
+    agentic = any(t.has(k) for k in ("custom_envs", "train_env_manager", "val_env_manager"))
+    if agentic and tasks_dir is None:
+        raise ConfigError(f"{path}: an agentic ROLL config imports with taskset files of environment seeds, "
+                          "written beside the imported config: give --out FILE")
+    shape = _Shape(agentic)
+    tasksets: dict[Path, list[dict[str, Any]]] = {}
+    for pattern, why in ROLL_DROPS.items():
+        for key in [k for k in t.leaves if _matches(k, pattern)]:
+            t.note(key, f"ROLL ignores it ({why})")
+    _run(t, path)
+    _resources(t, shape)
+    _model(t, shape)
+    _generation(t, shape)
+    _batches(t, shape)
+    _algorithm(t, shape)
+    _optimizer(t, shape)
+    _roles(t)
+    if agentic:
+        from rfthpc.config.roll_envs import translate_envs
+
+        tasksets = translate_envs(t, tasks_dir, groups=shape.groups, n=shape.n, engines=shape.engines,
+                                  max_new_tokens=shape.max_new_tokens)
+    else:
+        _data(t)
+    helpers_ok = composed.referenced | composed.anchored | (set(composed.data) - composed.own_keys)
+    t.sweep(helpers_ok)
+    t.apply_ignores(ignore)
+    t.raise_if_refused(str(path))
+    config = _in_schema_order(t.config)
+    notes = list(dict.fromkeys(t.notes))
+    return Imported(render_yaml(config, t.sources, _header(t, composed, path)), config, tasksets, notes)
+
+
+def _in_schema_order(config: dict[str, Any]) -> dict[str, Any]:
+    """The config's sections in the order of rfthpc's schema (as `config show` prints them)."""
+    order = [f.name for f in fields(Config)]
+    return {k: config[k] for k in sorted(config, key=lambda k: order.index(k) if k in order else len(order))}
+
+
+def _matches(key: str, pattern: str) -> bool:
+    return key == pattern or (pattern.startswith("*.") and key.split(".", 1)[-1] == pattern[2:])
+
+
+def _header(t: Translation, composed: Composed, path: Path) -> list[str]:
+    lines = [f"Imported from ROLL by `rfthpc config import --from roll {path}`.",
+             f"Read: {', '.join(_shown(f) for f in composed.files)}",
+             ("Beside each value: the ROLL key it comes from (\"ROLL default\": ROLL's default for a key the file "
+              "leaves out)."), ""]
+    if t.notes:
+        lines.append("Read differently, or without effect in rfthpc:")
+        lines += [f"- {n}" for n in dict.fromkeys(t.notes)]
+        lines.append("")
+    if t.same:
+        lines.append("Done the same way by rfthpc without a setting: " + "; ".join(dict.fromkeys(t.same)))
+        lines.append("")
+    dropped = ["defaults"] * bool(composed.files[1:]) + ["hydra"] * bool(composed.hydra)
+    if dropped or t.helpers:
+        lines.append("Not ROLL settings (Hydra's own, or helper values for interpolations and includes): "
+                     + ", ".join(dropped + t.helpers))
+        lines.append("")
+    return lines
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _run(t: Translation, path: Path) -> None:
+    name = t.get("exp_name")
+    t.set("name", str(name) if name else re.sub(r"[^\w.-]", "_", path.stem), "exp_name" if name else "the file's name")
+    ckpt = t.get("checkpoint_config.output_dir")
+    if ckpt:
+        t.set("checkpoint_root_dir", str(ckpt), "checkpoint_config.output_dir (rfthpc adds <project>/<name>)")
+    t.same_if("checkpoint_config.type", "file_system", "rfthpc keeps checkpoints on the shared filesystem only")
+    t.note("checkpoint_config.async_upload", "rfthpc writes checkpoints in the trainer job, without uploading")
+    t.note(_OUTPUT_DIRS, "rfthpc writes logs, metrics and checkpoints into the run directory "
+                         "<checkpoint_root_dir>/<project>/<name>/ and renders no frames")
+    t.note(_NO_EFFECT_TOP, "no rfthpc counterpart (Ray timeouts, profiling, node count); no effect on training")
+    envs = t.get("system_envs") or {}
+    if envs:
+        t.set("slurm.setup", [f"export {k}={_shell(v)}" for k, v in envs.items()], "system_envs")
+        t.notes.append("system_envs: exported by every Slurm job's setup lines (slurm.setup); `rfthpc run` "
+                       "does not read them")
+    tracker = t.get("track_with", "tensorboard")
+    sinks = {"tensorboard": ["console", "tensorboard"], "wandb": ["console", "wandb"], "stdout": ["console"]}
+    if tracker in sinks:
+        t.set("monitor.monitor_type", sinks[tracker], "track_with" if t.has("track_with") else ROLL_DEFAULT)
+    else:
+        t.refuse("track_with", f"{tracker!r}: rfthpc writes metrics to console, wandb, tensorboard and jsonl; "
+                               "use one of tensorboard, wandb, stdout")
+    kwargs = t.get("tracker_kwargs") or {}
+    wandb_args = {k: v for k, v in kwargs.items() if k in ("project", "name", "entity", "tags", "notes", "group")}
+    if tracker == "wandb" and wandb_args:
+        t.set("monitor.monitor_args", wandb_args, "tracker_kwargs")
+    if "log_dir" in kwargs:
+        t.notes.append("tracker_kwargs.log_dir: rfthpc writes tensorboard event files to "
+                       "<run dir>/monitor/tensorboard/")
+    if "api_key" in kwargs:
+        t.notes.append("tracker_kwargs.api_key: not copied (the config is stored in the run directory); "
+                       "export WANDB_API_KEY in the environment instead")
+    unused = set(kwargs) - set(wandb_args) - {"log_dir", "api_key"} if tracker == "wandb" else \
+        set(kwargs) - {"log_dir", "api_key"}
+    if unused:
+        t.notes.append(f"tracker_kwargs.{', '.join(sorted(unused))}: not used by rfthpc's {tracker} sink")
+    if t.has("logging_steps"):
+        if t.get("logging_steps") == 1:
+            t.same.append("logging_steps: 1")
+        else:
+            t.note("logging_steps", "rfthpc logs metrics every step")
+    resume = t.get("resume_from_checkpoint", False)
+    if isinstance(resume, str):
+        t.refuse("resume_from_checkpoint", "resuming from a ROLL checkpoint is not possible: rfthpc resumes from "
+                                           "its own run directory; start from a Hugging Face model (pretrain)")
+    elif t.has("resume_from_checkpoint"):
+        t.notes.append(f"resume_from_checkpoint: {resume}: rfthpc resumes a run from its own run directory "
+                       "(continue_from_checkpoint: true, needed for requeues); give a new run a new name")
+    steps = t.get("max_steps", 500)
+    if steps is None or steps <= 0:
+        t.refuse("max_steps", f"{steps!r}: rfthpc needs a number of trainer steps > 0")
+    else:
+        t.set("buffer.total_steps", steps, "max_steps" if t.has("max_steps") else ROLL_DEFAULT)
+    if t.has("save_steps"):
+        t.set("trainer.save_interval", t.get("save_steps"), "save_steps (rfthpc also saves at the end)")
+    t.set("explorer.rollout_model.seed", t.get("seed", 42), "seed" if t.has("seed") else ROLL_DEFAULT)
+    keep = t.get("max_ckpt_to_keep", 0)
+    if keep:
+        t.set("trainer.max_checkpoints_to_keep", keep, "max_ckpt_to_keep")
+    ratio = t.get("async_generation_ratio", 0)
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or ratio < 0 or ratio != int(ratio):
+        t.refuse("async_generation_ratio", f"{ratio!r}: rfthpc's explorers run a whole number of batches "
+                                           "ahead (synchronizer.sync_offset); use a whole number")
+    else:
+        source = "async_generation_ratio" if t.has("async_generation_ratio") else ROLL_DEFAULT
+        t.set("synchronizer.sync_interval", 1, source)
+        t.set("synchronizer.sync_offset", int(ratio), source)
+    t.note(_SCHEDULING, "ROLL's request scheduling; rfthpc's explorers send each task's group as one request "
+                        "(explorer.runner_per_model tasks per engine at once)")
+
+
+def _shell(value: Any) -> str:
+    text = str(value)
+    return text if re.fullmatch(r"[\w./:@%+-]*", text) else "'" + text.replace("'", "'\\''") + "'"
+
+
+def _devices(t: Translation, role: str) -> list[int] | None:
+    key = f"{role}.device_mapping"
+    value = t.get(key)
+    if value is None:
+        return None
+    try:
+        devices = _eval_devices(ast.parse(str(value), mode="eval").body) if isinstance(value, str) else value
+        if not isinstance(devices, list) or not all(isinstance(d, int) and d >= 0 for d in devices):
+            raise ValueError
+    except (SyntaxError, ValueError):
+        t.refuse(key, f"{value!r}: expected a list of GPU ids, e.g. list(range(0,8)) or [0, 1, 2, 3]")
+        return None
+    return devices
+
+
+def _eval_devices(node: ast.AST) -> Any:
+    """The value of ROLL's device_mapping expression; only lists, ranges and `+` of them."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        return node.value
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_eval_devices(e) for e in node.elts]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _eval_devices(node.left) + _eval_devices(node.right)
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("list", "range")
+            and not node.keywords):
+        args = [_eval_devices(a) for a in node.args]
+        if node.func.id == "range" and all(isinstance(a, int) for a in args) and 1 <= len(args) <= 3:
+            return list(range(*args))
+        if node.func.id == "list" and len(args) == 1 and isinstance(args[0], list):
+            return args[0]
+    raise ValueError(ast.dump(node))
+
+
+def _resources(t: Translation, shape: _Shape) -> None:
+    per_node = t.get("num_gpus_per_node", 8)
+    t.set("cluster.gpu_per_node", per_node, "num_gpus_per_node" if t.has("num_gpus_per_node") else ROLL_DEFAULT)
+    train, infer = _devices(t, "actor_train"), _devices(t, "actor_infer")
+    reference = _devices(t, "reference")
+    if train is None:
+        t.refuse("actor_train.device_mapping", "not set: rfthpc's trainer runs on GPUs; give actor_train its GPUs")
+    if infer is None:
+        t.refuse("actor_infer.device_mapping", "not set: rfthpc's explorers run vLLM on GPUs; give actor_infer its GPUs")
+    if train is None or infer is None:
+        return
+    tp = _engine(t)
+    if len(infer) % tp:
+        t.refuse("actor_infer.device_mapping", f"{len(infer)} GPUs do not split into engines of {tp} GPUs")
+        return
+    shape.train_gpus, shape.engines = len(train), len(infer) // tp
+    t.set("explorer.rollout_model.engine_num", shape.engines,
+          f"actor_infer.device_mapping ({len(infer)} GPUs, {tp} per engine)")
+    if per_node <= 0:
+        return
+    nodes = -(-(len(train) + len(infer)) // per_node)
+    t.set("cluster.node_num", nodes, "actor_train + actor_infer device_mapping: their GPUs as separate jobs")
+    trainer_nodes = -(-len(train) // per_node)
+    if trainer_nodes > 1:
+        t.set("slurm.trainer.nodes", trainer_nodes, f"actor_train.device_mapping ({len(train)} GPUs)")
+    if nodes * per_node - len(infer) != len(train):
+        if len(train) % trainer_nodes:
+            t.notes.append(f"actor_train.device_mapping: {len(train)} GPUs do not split evenly over "
+                           f"{trainer_nodes} nodes; the trainer gets {len(train) // trainer_nodes} per node")
+        t.set("slurm.trainer.gpus_per_node", len(train) // trainer_nodes,
+              f"actor_train.device_mapping ({len(train)} GPUs)")
+    if set(train) & set(infer):
+        t.notes.append(f"actor_train and actor_infer share GPUs ({len(set(train) & set(infer))} of them): ROLL "
+                       "time-shares them, rfthpc runs the trainer and the explorers as separate Slurm jobs, so the "
+                       f"run takes {len(train)} + {len(infer)} GPUs (fewer engines: lower "
+                       "explorer.rollout_model.engine_num)")
+    if reference is not None:
+        t.notes.append("reference.device_mapping: rfthpc computes reference log-probabilities in the trainer job, "
+                       "and only when a KL term needs them")
+
+
+def _engine(t: Translation) -> int:
+    """Translate actor_infer's inference strategy; its GPUs per engine."""
+    name = t.get("actor_infer.strategy_args.strategy_name", "vllm")
+    config = {k: t.get(f"actor_infer.strategy_args.strategy_config.{k}")
+              for k in t.keys("actor_infer.strategy_args.strategy_config")}
+    t.get("actor_infer.strategy_args.strategy_config")
+    t.set("explorer.rollout_model.engine_type", "vllm", "actor_infer.strategy_args.strategy_name")
+    noted = []
+    tp = 1
+    if name == "sglang":
+        t.notes.append("actor_infer.strategy_args.strategy_name: sglang: rfthpc's rollout engine is vLLM "
+                       "(the same sampling; SGLang's memory settings are read as vLLM's)")
+        tp = int(config.pop("tp_size", None) or config.pop("tensor_parallel_size", None)
+                 or t.get("actor_infer.num_gpus_per_worker", 1))
+        if "mem_fraction_static" in config:
+            t.set("explorer.rollout_model.gpu_memory_utilization", config.pop("mem_fraction_static"),
+                  "actor_infer.strategy_args.strategy_config.mem_fraction_static")
+    elif name == "vllm":
+        tp = int(config.pop("tensor_parallel_size", 1) or 1)
+        if int(config.pop("pipeline_parallel_size", 1) or 1) > 1:
+            t.refuse("actor_infer.strategy_args.strategy_config.pipeline_parallel_size",
+                     "rfthpc's engines use tensor parallelism only; use tensor_parallel_size")
+        for ours, theirs in (("gpu_memory_utilization", "gpu_memory_utilization"), ("max_model_len", "max_model_len"),
+                             ("enforce_eager", "enforce_eager"), ("enable_prefix_caching", "enable_prefix_caching"),
+                             ("enable_chunked_prefill", "enable_chunked_prefill")):
+            if theirs in config:
+                t.set(f"explorer.rollout_model.{ours}", config.pop(theirs),
+                      f"actor_infer.strategy_args.strategy_config.{theirs}")
+    else:
+        t.refuse("actor_infer.strategy_args.strategy_name", f"{name!r}: ROLL's rollout engines are vllm and sglang")
+    if tp > 1:
+        t.set("explorer.rollout_model.tensor_parallel_size", tp, "actor_infer tensor parallelism")
+    noted = sorted(config)
+    if noted:
+        t.notes.append(f"actor_infer.strategy_args.strategy_config.{', '.join(noted)}: engine tuning "
+                       "rfthpc does not set (it loads weights from the run directory, with vLLM's defaults)")
+    t.note("actor_infer.num_gpus_per_worker", "read as the engine's tensor parallelism")
+    return tp
+
+
+def _dtype(t: Translation, key: str) -> str | None:
+    value = t.get(key, "bf16")
+    if value not in _DTYPES:
+        t.refuse(key, f"{value!r}: ROLL's dtypes are fp32, bf16, fp16")
+        return None
+    return _DTYPES[value]
+
+
+def _model(t: Translation, shape: _Shape) -> None:
+    pretrain = t.get("pretrain")
+    if not pretrain:
+        t.refuse("pretrain", "not set: name the model to fine-tune")
+    else:
+        t.set("model.model_path", str(pretrain), "pretrain")
+        if not str(pretrain).startswith(("/", ".", "~")) and not Path(str(pretrain)).exists():
+            t.notes.append(f"pretrain: {pretrain!r} looks like a Hub id; compute nodes have no internet: download "
+                           "it and set model.model_path to the local directory")
+    dtype = _dtype(t, "actor_train.model_args.dtype")
+    if dtype:
+        t.set("model.dtype", dtype, "actor_train.model_args.dtype" if t.has("actor_train.model_args.dtype")
+              else ROLL_DEFAULT)
+    dtype = _dtype(t, "actor_infer.model_args.dtype")
+    if dtype:
+        t.set("explorer.rollout_model.dtype", dtype, "actor_infer.model_args.dtype"
+              if t.has("actor_infer.model_args.dtype") else ROLL_DEFAULT)
+    megatron = t.get("actor_train.strategy_args.strategy_name", "fsdp2_train") == "megatron_train"
+    recompute = t.get("actor_train.strategy_args.strategy_config.recompute_granularity")
+    disabled = t.get("actor_train.model_args.disable_gradient_checkpointing", False)
+    if megatron:
+        t.set("trainer.enable_gradient_checkpointing", recompute is not None,
+              "actor_train.strategy_args.strategy_config.recompute_granularity" if recompute is not None
+              else f"{ROLL_DEFAULT}: Megatron without recompute_granularity recomputes nothing")
+        t.note("actor_train.model_args.disable_gradient_checkpointing",
+               "no effect with megatron_train (recompute_granularity decides)")
+    else:
+        t.set("trainer.enable_gradient_checkpointing", not disabled,
+              "actor_train.model_args.disable_gradient_checkpointing" if t.has(
+                  "actor_train.model_args.disable_gradient_checkpointing") else ROLL_DEFAULT)
+    for role in ("actor_train", "actor_infer", "reference"):
+        t.same_if(f"{role}.model_args.model_type", None, "ROLL's reward-model types; the policy is a causal LM")
+        t.note(f"{role}.model_args.attn_implementation", "rfthpc picks the attention implementation itself")
+    t.note("actor_infer.model_args.disable_gradient_checkpointing", "no effect on inference")
+    if shape.agentic:
+        length = t.get("sequence_length")
+        prompt = t.get("prompt_length", 1024)
+        if not length:
+            t.refuse("sequence_length", "not set: an agentic config needs the token limit of an episode")
+            return
+        t.set("model.max_model_len", length, "sequence_length (an episode's tokens)")
+        t.set("model.max_prompt_tokens", prompt, "prompt_length" if t.has("prompt_length") else ROLL_DEFAULT)
+        t.set("model.max_response_tokens", length - prompt, "sequence_length - prompt_length")
+        t.note("response_length", "an agentic episode is limited by sequence_length")
+    else:
+        prompt = t.get("prompt_length", 1024)
+        length, response = t.get("sequence_length"), t.get("response_length")
+        if length is None and response is None:
+            t.refuse("response_length", "neither response_length nor sequence_length is set (ROLL needs one)")
+            return
+        new_tokens = length - prompt if length is not None else response
+        t.set("model.max_prompt_tokens", prompt, "prompt_length" if t.has("prompt_length") else ROLL_DEFAULT)
+        t.set("model.max_response_tokens", new_tokens,
+              "sequence_length - prompt_length" if length is not None else "response_length")
+        t.set("model.enable_prompt_truncation", False, "ROLL drops prompts longer than prompt_length")
+        shape.max_new_tokens = new_tokens
+    for key in ("val_prompt_length", "val_sequence_length"):
+        base = "prompt_length" if key == "val_prompt_length" else "sequence_length"
+        if t.has(key) and t.get(key) != t.get(base):
+            t.refuse(key, f"{t.get(key)}: rfthpc evaluates with the training token limits ({base})")
+
+
+def _generation(t: Translation, shape: _Shape) -> None:
+    """actor_infer.generating_args (agentic: train_env_manager's when actor_infer has none)."""
+    section = "actor_infer.generating_args"
+    if shape.agentic and not t.has(section) and t.has("train_env_manager.generating_args"):
+        section = "train_env_manager.generating_args"
+    sampling(t, section, "model", {"temperature": 0.95, "top_p": 0.7, "top_k": 50})
+    new_tokens = t.get(f"{section}.max_new_tokens", 8192)
+    if shape.agentic:
+        shape.max_new_tokens = new_tokens
+        returns = t.get(f"{section}.num_return_sequences")
+        if returns not in (None, 1):
+            t.notes.append(f"{section}.num_return_sequences: {returns}: ROLL's agentic pipeline sets it to 1 "
+                           "(train_env_manager.group_size makes the groups)")
+        elif returns == 1:
+            t.same.append(f"{section}.num_return_sequences: 1 (one episode per environment)")
+    else:
+        if t.has(f"{section}.max_new_tokens") and new_tokens != shape.max_new_tokens:
+            t.notes.append(f"{section}.max_new_tokens: {new_tokens}: ROLL replaces it by sequence_length - "
+                           f"prompt_length ({shape.max_new_tokens})")
+        elif t.has(f"{section}.max_new_tokens"):
+            t.same.append(f"{section}.max_new_tokens: {new_tokens} (model.max_response_tokens)")
+        returns = t.get(f"{section}.num_return_sequences")
+        group = t.get("num_return_sequences_in_group", 1)
+        if returns is not None and returns != group:
+            t.notes.append(f"{section}.num_return_sequences: {returns}: ROLL replaces it by "
+                           f"num_return_sequences_in_group ({group})")
+        elif returns is not None:
+            t.same.append(f"{section}.num_return_sequences: {returns} (algorithm.repeat_times)")
+
+
+def sampling(t: Translation, section: str, target: str, defaults: dict[str, Any]) -> None:
+    """ROLL GeneratingArguments at `section` onto rfthpc sampling settings under `target` (model or a
+    taskset's rollout_args); `defaults` are ROLL's for keys the section leaves out."""
+    greedy = t.get(f"{section}.do_sample", True) is False
+    for key, default in defaults.items():
+        value = t.get(f"{section}.{key}", default)
+        if key == "temperature" and greedy:
+            t.set(f"{target}.temperature", 0.0, f"{section}.do_sample: false (greedy)")
+            continue
+        t.set(f"{target}.{key}", value, f"{section}.{key}" if t.has(f"{section}.{key}") else ROLL_DEFAULT)
+    t.same_if(f"{section}.num_beams", 1, "rfthpc samples; it has no beam search")
+    t.same_if(f"{section}.repetition_penalty", 1.0, "rfthpc's sampling has no repetition penalty")
+    t.same_if(f"{section}.stop_strings", None, "rfthpc stops at the end-of-turn token only")
+    t.note([f"{section}.length_penalty", f"{section}.max_length"],
+           "no effect: it applies to beam search / without max_new_tokens only")
+    t.note([f"{section}.logprobs", f"{section}.include_stop_str_in_output"],
+           "rfthpc always records the sampled tokens' log-probabilities and returns the text it generated")
+
+
+def _batches(t: Translation, shape: _Shape) -> None:
+    """Group size, groups per step, epochs and the optimizer's mini-batches."""
+    if shape.agentic:
+        n = t.get("train_env_manager.group_size", 1)
+        trajectories = t.get("rollout_batch_size", 128)
+        if trajectories <= 0 or trajectories % n:
+            t.refuse("rollout_batch_size", f"{trajectories}: ROLL's agentic batches are whole groups of "
+                                           f"train_env_manager.group_size ({n}) trajectories")
+            return
+        groups = trajectories // n
+        t.set("algorithm.repeat_times", n, "train_env_manager.group_size (episodes of one seed)")
+        t.set("buffer.batch_size", groups, "rollout_batch_size / train_env_manager.group_size")
+    else:
+        n = t.get("num_return_sequences_in_group", 1)
+        groups = t.get("rollout_batch_size", 128)
+        t.set("algorithm.repeat_times", n, "num_return_sequences_in_group" if t.has("num_return_sequences_in_group")
+              else ROLL_DEFAULT)
+        t.set("buffer.batch_size", groups, "rollout_batch_size" if t.has("rollout_batch_size") else ROLL_DEFAULT)
+    shape.n, shape.groups = n, groups
+    epochs = t.get("ppo_epochs", 1)
+    t.set("trainer.ppo_epochs", epochs, "ppo_epochs" if t.has("ppo_epochs") else ROLL_DEFAULT)
+    per_device = t.get("actor_train.training_args.per_device_train_batch_size", 8)
+    accumulation = t.get("actor_train.training_args.gradient_accumulation_steps", 1)
+    dp = _data_parallel(t, shape.train_gpus)
+    update = per_device * accumulation * dp
+    samples = groups * n
+    where = ("actor_train.training_args.per_device_train_batch_size x gradient_accumulation_steps x "
+             f"data parallel {dp}")
+    if not dp:
+        return
+    if samples % update or update % n:
+        t.refuse("actor_train.training_args.gradient_accumulation_steps",
+                 f"ROLL's optimizer steps take {update} samples ({where}) of a batch of {samples}; rfthpc's "
+                 f"take whole groups of {n} and divide the batch evenly: make it a multiple of {n} dividing {samples}")
+        return
+    t.set("trainer.ppo_mini_batch_size", update // n, f"{where} = {update} samples, in groups of {n}")
+    shape_updates = samples // update * epochs
+    t.notes.append(f"{where.split(' x data')[0]}: ROLL's optimizer steps of {update} samples are rfthpc's "
+                   f"mini-batches of {update // n} groups ({shape_updates} update(s) per step); micro-batches are "
+                   "packed by tokens (trainer.max_token_len_per_gpu)")
+    if t.has("actor_train.use_dynamic_batching_in_train"):
+        t.set("trainer.use_dynamic_bsz", bool(t.get("actor_train.use_dynamic_batching_in_train")),
+              "actor_train.use_dynamic_batching_in_train")
+    tokens = t.get("actor_train.max_tokens_per_microbatch_in_train")
+    if tokens:
+        t.set("trainer.max_token_len_per_gpu", tokens, "actor_train.max_tokens_per_microbatch_in_train")
+    t.note(["actor_train.sequence_length_round_in_train", "actor_train.infer_batch_size",
+            "actor_infer.infer_batch_size", "reference.infer_batch_size"],
+           "batching of forward passes; rfthpc packs them by tokens")
+    shape.updates = shape_updates
+
+
+def _data_parallel(t: Translation, gpus: int) -> int:
+    """ROLL's data-parallel size of actor_train: its GPUs over the model-parallel size."""
+    name = t.get("actor_train.strategy_args.strategy_name", "fsdp2_train")
+    if name == "megatron_train":
+        cfg = "actor_train.strategy_args.strategy_config"
+        split = 1
+        for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
+            split *= int(t.leaves.get(f"{cfg}.{key}") or 1)
+    elif name == "fsdp2_train":
+        split = int(t.get("actor_train.model_args.ulysses_size") or 1)
+    else:
+        split = 1
+    if gpus % split:
+        t.refuse("actor_train.device_mapping", f"{gpus} GPUs do not split into model-parallel groups of {split}")
+        return 0
+    return gpus // split
+
+
+def _algorithm(t: Translation, shape: _Shape) -> None:
+    estimator = t.get("adv_estimator", "gae")
+    source = "adv_estimator" if t.has("adv_estimator") else ROLL_DEFAULT
+    if estimator not in ("reinforce", "grpo"):
+        t.refuse("adv_estimator", f"{estimator!r}: the importer translates ROLL's reinforce and grpo (rfthpc's "
+                                  "lite_ppo with ROLL's normalisation); for gae, gigpo or step rewards write the "
+                                  "algorithm section by hand (docs/configuration.md)")
+        return
+    t.set("algorithm.algorithm_type", "lite_ppo", source)
+    t.set("algorithm.advantage_fn", "lite_ppo", f"{source}: {estimator} (ROLL's reward normalisation, "
+                                                 "then its advantage pipeline)")
+    mean, std, where = _normalisation(t, shape, estimator)
+    args = "algorithm.advantage_fn_args"
+    t.set(f"{args}.norm_mean_type", mean, where)
+    t.set(f"{args}.norm_std_type", std, where)
+    if t.get("reward_clip") is not None:
+        t.set(f"{args}.reward_clip", t.get("reward_clip"), "reward_clip")
+    whiten = t.get("whiten_advantages", False)
+    t.set(f"{args}.whiten_advantages", bool(whiten), "whiten_advantages" if t.has("whiten_advantages")
+          else ROLL_DEFAULT)
+    if t.get("advantage_clip") is not None:
+        t.set(f"{args}.advantage_clip", t.get("advantage_clip"), "advantage_clip")
+    t.same_if("gamma", 1, "rfthpc's outcome advantages do not discount (ROLL's reinforce return with gamma 1)")
+    t.note(["lambd", "value_clip", "critic_warmup"], "no effect: GAE and the critic are not used")
+    t.note(["reward_pretrain"], "no effect: ROLL reads it for a critic, which reinforce/grpo do not use")
+    _policy_loss(t, shape)
+    _kl_and_entropy(t)
+    t.set("trainer.grad_clip", t.get("max_grad_norm", 1.0), "max_grad_norm" if t.has("max_grad_norm")
+          else ROLL_DEFAULT)
+    t.same_if("l2", 0.0, "rfthpc has no L2 term; use algorithm.optimizer.weight_decay")
+    for key in ("whiten_rewards", "use_reward_scaling", "use_reward_norm", "add_len_reward", "error_max_len_clip",
+                "difficulty_loss_weight", "length_loss_weight", "dirty_data_mask", "use_token_reward",
+                "open_feedback_turn", "skip_mock_system_prompt", "parse_tool_call_parameter_to_dict"):
+        t.same_if(key, False, "rfthpc has no such step; remove it or set it false")
+    t.note("error_max_len_threshold", "no effect without error_max_len_clip")
+    if shape.agentic:
+        t.note("max_len_mask", "no effect: ROLL's agentic pipeline does not apply it")
+    elif t.get("max_len_mask", False):
+        t.refuse("max_len_mask", "true: ROLL leaves responses cut at the token limit out of the loss, which "
+                                 "rfthpc cannot; its closest is DAPO's soft penalty, algorithm.overlong_buffer")
+    else:
+        t.same_if("max_len_mask", False, "")
+    if t.get("difficulty_mask", False):
+        low, high = t.get("difficulty_low_threshold", 0.0), t.get("difficulty_high_threshold", 1.0)
+        t.refuse("difficulty_mask", f"true: ROLL leaves groups whose mean score is <= {low} or >= {high} out of the "
+                                    "loss, which rfthpc cannot; its closest is algorithm.filter_groups (groups whose "
+                                    "responses all score the same are replaced by fresh tasks)")
+    else:
+        t.same_if("difficulty_mask", False, "")
+        t.note(["difficulty_low_threshold", "difficulty_high_threshold"], "no effect without difficulty_mask")
+    t.note(["enable_reference", "enable_old_logprobs_recompute", "force_disable_old_logprobs_recompute"],
+           "rfthpc decides from the configured losses whether reference and old log-probabilities are computed")
+    for key in ("episode_reward_weight", "step_reward_weight", "step_reward_gamma"):
+        t.note(key, "no effect: used by ROLL's gigpo and step_reinforce only")
+    t.note("batch_adjust_mode", "rfthpc's batches are always whole (explorers keep generating until the "
+                                "trainer has its groups), so nothing is copied or deleted")
+    t.note("partial_gpu_mode", "ROLL's GPU sharing between roles; rfthpc's roles are separate jobs")
+    if t.has("train_infer_correction"):
+        enabled = t.get("train_infer_correction.is_weight.enabled", False) or any(
+            f.get("enabled") for f in t.get("train_infer_correction.filters", []) or [])
+        if enabled:
+            t.refuse("train_infer_correction", "ROLL's train/infer correction: use rfthpc's "
+                                               "algorithm.rollout_correction (veRL's keys; docs/configuration.md)")
+        else:
+            t.get("train_infer_correction")
+            t.same.append("train_infer_correction: off")
+
+
+def _normalisation(t: Translation, shape: _Shape, estimator: str) -> tuple[str | None, str | None, str]:
+    """ROLL's reward normalisation levels (group, batch or None) and the key(s) they come from."""
+    if not shape.agentic:
+        if estimator == "grpo":
+            t.note(["norm_mean_type", "norm_std_type"], "ROLL's grpo normalises within the group (group/group)")
+            return "group", "group", "adv_estimator: grpo (group mean and std)"
+        levels = [t.get(k) for k in ("norm_mean_type", "norm_std_type")]
+        for key, level in zip(("norm_mean_type", "norm_std_type"), levels, strict=True):
+            if level not in ("group", "batch", None):
+                t.refuse(key, f"{level!r}: rfthpc normalises by group or batch statistics (not running ones)")
+        source = "norm_mean_type, norm_std_type" if t.has("norm_mean_type") or t.has("norm_std_type") else \
+            ROLL_DEFAULT
+        return levels[0], levels[1], source
+    grouping = t.get("reward_normalization.grouping", "batch")
+    method = t.get("reward_normalization.method", "identity")
+    mean, std = t.get("reward_normalization.norm_mean_type"), t.get("reward_normalization.norm_std_type")
+    if grouping not in ("traj_group_id", "batch"):
+        t.refuse("reward_normalization.grouping", f"{grouping!r}: rfthpc normalises within a task's group "
+                                                  "(traj_group_id) or over the batch")
+        return None, None, ""
+    level = "group" if grouping == "traj_group_id" else "batch"
+    derived = {"identity": (None, None), "mean": (level, None), "mean_std": (level, level),
+               "asym_clip": (level, level)}.get(method, (None, None))
+    return (mean or derived[0], std or derived[1],
+            "reward_normalization (grouping traj_group_id: a task's group)" if level == "group"
+            else "reward_normalization")
+
+
+def _policy_loss(t: Translation, shape: _Shape) -> None:
+    default_worker = ("roll.pipeline.agentic.agentic_actor_worker.ActorWorker" if shape.agentic
+                      else "roll.pipeline.rlvr.actor_worker.ActorWorker")
+    worker = t.get("actor_train.worker_cls") or default_worker
+    variant = "ppo"
+    if worker.endswith("ActorPGWorker"):
+        variant = t.get("actor_train.pg_variant", "vanilla")
+        if variant not in ("vanilla", "ppo", "tis", "topr", "cispo", "kimi15"):
+            t.refuse("actor_train.pg_variant", f"{variant!r}: ROLL's variants are vanilla, ppo, tis, topr, cispo, "
+                                               "kimi15")
+            return
+    elif worker != default_worker:
+        t.refuse("actor_train.worker_cls", f"{worker!r}: the importer knows ROLL's ActorWorker and ActorPGWorker")
+        return
+    else:
+        t.note("actor_train.pg_variant", "no effect: ROLL reads it with worker_cls ActorPGWorker only")
+    source = f"actor_train.pg_variant: {variant}" if worker.endswith("ActorPGWorker") else \
+        "actor_train.worker_cls: ROLL's PPO loss"
+    t.set("algorithm.policy_loss_fn", variant, source)
+    if t.has("pg_variant"):
+        t.notes.append(f"pg_variant (top level): {t.get('pg_variant')!r} is not a ROLL setting (ROLL reads "
+                       "actor_train.pg_variant); it only feeds interpolations here")
+    args = "algorithm.policy_loss_fn_args"
+    clip = t.get("pg_clip", 0.2)
+    if variant == "ppo":
+        if t.get("use_pg_clip_range", False):
+            t.set(f"{args}.clip_range_low", t.get("pg_clip_low", 0.2), "pg_clip_low (use_pg_clip_range)")
+            t.set(f"{args}.clip_range_high", t.get("pg_clip_high", 0.2), "pg_clip_high (use_pg_clip_range)")
+        else:
+            t.note(["pg_clip_low", "pg_clip_high"], "no effect without use_pg_clip_range")
+        t.set(f"{args}.clip_range", clip, "pg_clip" if t.has("pg_clip") else ROLL_DEFAULT)
+        if t.get("dual_clip_loss", False):
+            t.set(f"{args}.clip_ratio_c", 1 + 2 * clip, "dual_clip_loss: true (ROLL's bound 1 + 2 * pg_clip)")
+        else:
+            t.set(f"{args}.clip_ratio_c", NO_DUAL_CLIP, "dual_clip_loss: false (a bound that never binds)"
+                  if t.has("dual_clip_loss") else f"{ROLL_DEFAULT}: no dual clip (a bound that never binds)")
+    else:
+        t.note(["pg_clip", "dual_clip_loss", "use_pg_clip_range", "pg_clip_low", "pg_clip_high"],
+               f"no effect on ROLL's {variant} loss")
+    if variant == "topr":
+        for ours, theirs in (("positive_weight", "topr_positive_weight"), ("negative_weight", "topr_negative_weight")):
+            t.set(f"{args}.{ours}", t.get(f"actor_train.{theirs}", 1.0), f"actor_train.{theirs}"
+                  if t.has(f"actor_train.{theirs}") else ROLL_DEFAULT)
+    else:
+        t.note(["actor_train.topr_positive_weight", "actor_train.topr_negative_weight"], "no effect without topr")
+    defaults = {"tis": {"lower_bound": 0.0, "upper_bound": 1.0}, "cispo": {"clip_range_low": 0.1,
+                "clip_range_high": 0.1, "use_unified_mask": False}, "kimi15": {"tau": 0.1}}
+    for key, value in defaults.get(variant, {}).items():
+        t.set(f"{args}.{key}", value, f"{ROLL_DEFAULT} of the {variant} loss")
+    mode = t.get("loss_agg_mode", "seq-mean-token-mean")
+    t.set("algorithm.loss_agg_mode", mode, "loss_agg_mode" if t.has("loss_agg_mode") else ROLL_DEFAULT)
+    t.same_if("importance_sampling", "token", "sequence-level ratios with PPO's clip are GSPO: set "
+                                              "algorithm.policy_loss_fn: gspo by hand")
+    t.same_if("rl_loss_coef", 1.0, "rfthpc does not scale the policy loss")
+    t.same_if("ratio_type", "token", "rfthpc's ratios are per token")
+    for key in ("postive_loss_coef", "use_topr_neg_loss_coef"):
+        t.same_if(key, 0.0, "an extra loss term rfthpc does not have")
+    t.same_if("use_policy_loss_type", "PPO", "use actor_train.worker_cls ActorPGWorker with pg_variant vanilla")
+    t.same_if("use_topr_loss", False, "use actor_train.worker_cls ActorPGWorker with pg_variant topr")
+
+
+def _kl_and_entropy(t: Translation) -> None:
+    if t.get("use_kl_loss", False):
+        t.set("algorithm.kl_loss_fn", "low_var_kl", "use_kl_loss: true (ROLL's k3, clamped to [-10, 10])")
+        t.set("algorithm.kl_loss_fn_args.kl_coef", t.get("kl_loss_coef", 0.0), "kl_loss_coef"
+              if t.has("kl_loss_coef") else ROLL_DEFAULT)
+    else:
+        t.set("algorithm.kl_loss_fn", "none", "use_kl_loss: false" if t.has("use_kl_loss") else ROLL_DEFAULT)
+        t.note("kl_loss_coef", "no effect without use_kl_loss")
+    if t.get("add_token_level_kl", False):
+        t.refuse("add_token_level_kl", "true: ROLL subtracts the KL penalty per token after normalising the "
+                                       "reward, rfthpc before its advantage function: use use_kl_loss instead")
+    else:
+        t.set("algorithm.kl_penalty_fn", "none", "add_token_level_kl: false" if t.has("add_token_level_kl")
+              else ROLL_DEFAULT)
+        t.note(["init_kl_coef", "kl_penalty", "target_kl", "kl_horizon"],
+               "no effect on the loss without add_token_level_kl")
+    coef = t.get("entropy_loss_coef", 0.0)
+    if coef:
+        t.set("algorithm.entropy_loss_fn", "default", "entropy_loss_coef")
+        t.set("algorithm.entropy_loss_fn_args.entropy_coef", coef, "entropy_loss_coef")
+    else:
+        t.set("algorithm.entropy_loss_fn", "none", "entropy_loss_coef: 0" if t.has("entropy_loss_coef")
+              else ROLL_DEFAULT)
+
+
+_SCHEDULES = {"linear": "linear", "cosine": "cosine", "constant": "constant", "constant_with_warmup": "constant",
+              "cosine_with_min_lr": "cosine"}
+
+
+def _optimizer(t: Translation, shape: _Shape) -> None:
+    args = "actor_train.training_args"
+    opt = "algorithm.optimizer"
+
+    def src(key: str) -> str:
+        return f"{args}.{key}" if t.has(f"{args}.{key}") else ROLL_DEFAULT
+
+    lr = t.get(f"{args}.learning_rate", 5e-5)
+    t.set(f"{opt}.lr", lr, src("learning_rate"))
+    t.set(f"{opt}.weight_decay", t.get(f"{args}.weight_decay", 0.0), src("weight_decay"))
+    t.set(f"{opt}.betas", [t.get(f"{args}.adam_beta1", 0.9), t.get(f"{args}.adam_beta2", 0.999)],
+          f"{args}.adam_beta1, adam_beta2" if t.has(f"{args}.adam_beta1") or t.has(f"{args}.adam_beta2")
+          else ROLL_DEFAULT)
+    schedule = t.get(f"{args}.lr_scheduler_type", "linear")
+    if schedule not in _SCHEDULES:
+        t.refuse(f"{args}.lr_scheduler_type", f"{schedule!r}: rfthpc's schedules are constant, cosine and linear")
+    else:
+        t.set(f"{opt}.lr_scheduler_type", _SCHEDULES[schedule], src("lr_scheduler_type") +
+              (" (ROLL's Hugging Face / Megatron linear decay to 0)" if schedule == "linear" else ""))
+    kwargs = t.get(f"{args}.lr_scheduler_kwargs") or {}
+    floor = kwargs.pop("min_lr", None)
+    if floor is not None:
+        t.set(f"{opt}.min_lr_ratio", floor / lr, f"{args}.lr_scheduler_kwargs.min_lr / learning_rate")
+    elif "min_lr_rate" in kwargs:
+        t.set(f"{opt}.min_lr_ratio", kwargs.pop("min_lr_rate"), f"{args}.lr_scheduler_kwargs.min_lr_rate")
+    elif schedule != "constant":
+        t.set(f"{opt}.min_lr_ratio", 0.0, f"{ROLL_DEFAULT}: decay to 0")
+    for key in kwargs:
+        t.refuse(f"{args}.lr_scheduler_kwargs.{key}", "rfthpc's schedules take a floor (min_lr) only")
+    updates = shape.updates
+    warmup = t.get(f"{args}.warmup_steps", 0)
+    if warmup:
+        steps = warmup / updates
+        t.set(f"{opt}.lr_warmup_steps", math.ceil(steps), f"{args}.warmup_steps" + (
+            f" ({warmup} optimizer steps = {steps:g} trainer steps of {updates} updates)" if updates > 1 else ""))
+        if steps != int(steps):
+            t.notes.append(f"{args}.warmup_steps: {warmup} optimizer steps are {steps:g} trainer steps; rfthpc's "
+                           "schedule moves per trainer step, so warm-up takes "
+                           f"{math.ceil(steps)}")
+    elif t.get(f"{args}.warmup_ratio", 0.0):
+        t.set(f"{opt}.lr_warmup_steps_ratio", t.get(f"{args}.warmup_ratio"), f"{args}.warmup_ratio")
+    else:
+        t.set(f"{opt}.lr_warmup_steps", 0, src("warmup_steps"))
+    t.note(f"{args}.num_train_epochs", "no effect: ROLL's pipeline runs max_steps steps, cycling through the data")
+    t.note([f"{args}.max_steps", f"{args}.seed", f"{args}.data_seed", f"{args}.output_dir"],
+           "ROLL overwrites it from the top-level settings")
+    t.note([f"{args}.fp16", f"{args}.bf16", f"{args}.tf32", f"{args}.dataloader_num_workers"],
+           "rfthpc's precision follows model.dtype")
+    if t.has(f"{args}.save_hf_model"):
+        t.set("trainer.save_hf_checkpoint", "always" if t.get(f"{args}.save_hf_model") else "never",
+              f"{args}.save_hf_model")
+
+
+def _roles(t: Translation) -> None:
+    """What the roles' strategies, templates and the reference model become."""
+    strategy = t.get("actor_train.strategy_args.strategy_name", "fsdp2_train")
+    config = "actor_train.strategy_args.strategy_config"
+    if strategy == "megatron_train":
+        t.note(config, "Megatron's parallelism, fusions and optimizer sharding: rfthpc trains with FSDP2 "
+                       "(same model and loss; parallelism is data parallel over the trainer's GPUs)")
+        t.notes.append("actor_train.strategy_args.strategy_name: megatron_train: rfthpc trains with FSDP2")
+    elif strategy in ("fsdp2_train", "deepspeed_train"):
+        t.note(config, "trainer sharding and offload settings of ROLL's strategy; rfthpc's are trainer.param_offload "
+                       "and optimizer_offload")
+        if strategy == "deepspeed_train":
+            t.notes.append("actor_train.strategy_args.strategy_name: deepspeed_train: rfthpc trains with FSDP2")
+    else:
+        t.refuse("actor_train.strategy_args.strategy_name", f"{strategy!r}: not a ROLL training strategy")
+    t.note(["reference.strategy_args", "reference.data_args", "reference.model_args"],
+           "rfthpc computes reference log-probabilities in the trainer job, with the trainer's model and dtype, "
+           "only when a KL term needs them")
+    t.note(["actor_train.data_args.template", "actor_infer.data_args.template", "global_template",
+            "tag_to_template"],
+           "ROLL's named chat template; rfthpc renders prompts with the model's own chat template "
+           "(model.custom_chat_template to replace it)")
+    for role in ("actor_train", "actor_infer", "reference"):
+        keys = ["system_envs", "backend_timeout", "offload_nccl", "max_concurrency", "model_update_frequency",
+                "logits_in_fp32", "apply_loss_scale"] + ["num_gpus_per_worker"] * (role != "actor_infer")
+        t.note([f"{role}.{k}" for k in keys], "Ray worker settings without an rfthpc counterpart")
+        t.note(f"{role}.name", "ROLL sets role names itself")
+
+
+def _data(t: Translation) -> None:
+    """RLVR: the training data and rewards, and the validation set."""
+    data = "actor_train.data_args"
+    files = t.get(f"{data}.file_name")
+    files = [files] if isinstance(files, str) else files or []
+    if len(files) != 1:
+        t.refuse(f"{data}.file_name", f"{files!r}: rfthpc reads one file per taskset; concatenate them into one "
+                                      "(ROLL mixes them into one dataset)" if files else "not set: name the data")
+    else:
+        ts = "buffer.explorer_input.tasksets[0]"
+        t.set(f"{ts}.name", "train", "")
+        t.set(f"{ts}.path", str(files[0]), f"{data}.file_name")
+        _format(t, data, f"{ts}.format")
+        t.set(f"{ts}.total_epochs", t.get("max_steps", 500), "ROLL cycles through the data until max_steps")
+        t.set(f"{ts}.task_selector.selector_type", "shuffle", "ROLL shuffles each pass (seed + pass)")
+        t.set(f"{ts}.task_selector.seed", t.get("seed", 42), "seed" if t.has("seed") else ROLL_DEFAULT)
+    domains = t.get(f"{data}.domain_interleave_probs") or {"math_rule": 1.0}
+    if len(domains) > 1:
+        t.refuse(f"{data}.domain_interleave_probs", "rfthpc scores a taskset with one reward function; import each "
+                                                    "domain's data as its own run, or write a reward function that "
+                                                    "dispatches on the row's tag")
+    t.note([f"{data}.preprocessing_num_workers", f"{data}.tag", f"{data}.id"],
+           "rfthpc reads the rows as they are (no tag routing with one reward domain)")
+    t.set("buffer.explorer_input.default_workflow_type", "simple_workflow", "ROLL's RLVR: one turn, the prompt "
+                                                                           "as given")
+    rewards = t.keys("rewards")
+    if not rewards:
+        t.refuse("rewards", "not set: name the reward worker of the domain (e.g. math_rule)")
+    for domain in rewards:
+        _reward(t, domain)
+    _validation(t)
+
+
+def _format(t: Translation, data: str, target: str) -> None:
+    messages, prompt = t.get(f"{data}.messages"), t.get(f"{data}.prompt")
+    if messages or not prompt:
+        t.set(f"{target}.prompt_type", "messages", f"{data}.messages" if messages else ROLL_DEFAULT)
+        t.set(f"{target}.messages_key", messages or "messages", f"{data}.messages" if messages else ROLL_DEFAULT)
+    else:
+        t.set(f"{target}.prompt_key", prompt, f"{data}.prompt")
+    t.set(f"{target}.response_key", "ground_truth", "ROLL's math reward reads the ground_truth column")
+    t.note(f"{data}.response", "ROLL's math reward reads the ground_truth column, not this one")
+
+
+def _reward(t: Translation, domain: str) -> None:
+    key = f"rewards.{domain}"
+    worker = str(t.get(f"{key}.worker_cls", ""))
+    if worker.endswith("MathRuleRewardWorker"):
+        t.set("buffer.explorer_input.default_reward_fn_type", "math_reward",
+              f"{key}.worker_cls: MathRuleRewardWorker (1 if math-verify finds the answer equal, else 0)")
+        t.notes.append(f"{key}.worker_cls: rfthpc's math_reward reads the answer after `####`, else the last "
+                       "\\boxed{}, else the last number; ROLL's reads the last \\boxed{}, else what math-verify "
+                       "parses in the whole response: the same on boxed answers")
+    else:
+        t.refuse(f"{key}.worker_cls", f"{worker!r}: the importer translates ROLL's MathRuleRewardWorker; name an "
+                                      "rfthpc reward function (buffer.explorer_input.default_reward_fn_type, or "
+                                      "module:function), or an LLM judge (rubric_judge_workflow)")
+    t.note([f"{key}.model_args", f"{key}.data_args", f"{key}.world_size", f"{key}.infer_batch_size",
+            f"{key}.tag_included"], "rfthpc scores responses in the explorer, one domain per taskset")
+    t.note([f"{key}.format_pattern", f"{key}.reward_type", f"{key}.response_length_penalty_coef"],
+           "not part of the reward ROLL's math worker trains on")
+    for kind in ("query_filter_config", "response_filter_config"):
+        t.same_if(f"{key}.{kind}.type", "no_filter", "use algorithm.filter_groups (groups without contrast are "
+                                                     "replaced by fresh tasks)")
+        t.note(f"{key}.{kind}.filter_args", "no effect without a filter")
+
+
+def _validation(t: Translation) -> None:
+    if not t.has("validation"):
+        t.note(["eval_steps", "val_batch_size"], "no effect: the config has no validation data")
+        return
+    files = t.get("validation.data_args.file_name")
+    files = [files] if isinstance(files, str) else files or []
+    every = t.get("eval_steps", 10)
+    t.set("explorer.eval_interval", every, "eval_steps" if t.has("eval_steps") else ROLL_DEFAULT)
+    t.set("explorer.eval_on_startup", True, "ROLL evaluates at step 0")
+    greedy = t.get("val_greedy", False)
+    for i, path in enumerate(files):
+        ts = f"buffer.explorer_input.eval_tasksets[{i}]"
+        t.set(f"{ts}.name", Path(str(path)).stem, "")
+        t.set(f"{ts}.path", str(path), "validation.data_args.file_name")
+        _format(t, "actor_train.data_args", f"{ts}.format")
+        sampling(t, "validation.generating_args", f"{ts}.rollout_args",
+                 {"temperature": 0.95, "top_p": 0.7, "top_k": 50})
+        if greedy:
+            t.set(f"{ts}.rollout_args.temperature", 0.0, "val_greedy: true")
+        repeat = t.get("validation.generating_args.num_return_sequences", t.get("val_n_sample", 1))
+        t.set(f"{ts}.repeat_times", repeat, "validation.generating_args.num_return_sequences"
+              if t.has("validation.generating_args.num_return_sequences") else "val_n_sample")
+    if not files:
+        t.refuse("validation.data_args.file_name", "not set: name the validation data, or remove validation")
+    t.note("validation.generating_args.max_new_tokens", "ROLL replaces it by the training token limit")
+    t.note(["validation.data_args.template", "val_batch_size"], "rfthpc evaluates every row of an eval taskset "
+                                                                 "with the model's chat template")
+    t.note(["validation.data_args.messages", "validation.data_args.prompt"],
+           "ROLL encodes the validation data with actor_train.data_args's columns; so does the import")
