@@ -77,6 +77,15 @@ class Translation:
             node = node[part]
         return node
 
+    def whole(self, key: str, default: int, least: int = 1) -> int:
+        """`key` as a whole number >= `least` (or `default`); another value is refused, and `default` stands
+        in for it so the translation goes on to report every problem."""
+        value = self.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            self.refuse(key, f"{scalar(value)}: expected a whole number >= {least}")
+            return default
+        return value
+
     def keys(self, key: str) -> list[str]:
         """The names under the mapping `key` (e.g. the environments of `custom_envs`)."""
         node = self.data
@@ -139,9 +148,9 @@ class Translation:
             if top not in self.looked:
                 close = difflib.get_close_matches(top, candidates, n=1)
                 hint = f" (did you mean {close[0]}?)" if close else ""
-                self.problems.setdefault(top, f"not a {self.origin} key the importer knows{hint}; "
-                                              f"{self.origin} ignores keys it does not know, so check its name, "
-                                              "or remove it")
+                self.problems.setdefault(top, f"a key the importer does not know{hint}: if it is a {self.origin} "
+                                              "setting, the importer does not translate it (set the matching rfthpc "
+                                              f"key by hand); if it is not, {self.origin} ignores it: remove it")
                 continue
             self.problems[leaf] = (f"{scalar(self.leaves[leaf])}: a {self.origin} setting the importer does not translate; "
                                    "remove it, or set the matching rfthpc key in the imported config")

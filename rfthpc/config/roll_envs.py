@@ -51,21 +51,21 @@ def translate_envs(t: Translation, tasks_dir: Path, *, groups: int, n: int, engi
             env = _env(t, tag, max_new_tokens)
             if env is not None:
                 used.append(tag)
-                steps = t.get("max_steps", 500)
+                steps = t.whole("max_steps", 500)
                 path = tasks_dir / "train.jsonl"
                 files[path] = _rows(tag, range(steps * groups))
                 ts = "buffer.explorer_input.tasksets[0]"
                 _taskset(t, ts, tag, path, env, f"max_steps x rollout_batch_size / group_size = {steps * groups} "
                                                  "seeds, each played once")
-                concurrent = t.get("train_env_manager.num_env_groups", 128)
+                concurrent = t.whole("train_env_manager.num_env_groups", 128)
                 t.set("explorer.runner_per_model", -(-concurrent // engines),
                       f"train_env_manager.num_env_groups ({concurrent} groups at once over {engines} engines)")
     val = _manager(t, "val_env_manager")
     if val is not None:
         tags, partition = val
-        episodes = t.get("val_batch_size", 128)
-        size = t.get("val_env_manager.group_size", 1)
-        envs = t.get("val_env_manager.num_env_groups", 128) * size
+        episodes = t.whole("val_batch_size", 128)
+        size = t.whole("val_env_manager.group_size", 1)
+        envs = t.whole("val_env_manager.num_env_groups", 128) * size
         if episodes <= 0 or episodes % envs:
             t.refuse("val_batch_size", f"{episodes}: ROLL needs a multiple of val_env_manager's environments "
                                        f"({envs}); rfthpc evaluates a fixed number of episodes")
@@ -103,7 +103,7 @@ def _manager(t: Translation, key: str) -> tuple[list[str], list[int]] | None:
         return None
     tags = t.get(f"{key}.tags", ["SimpleSokoban"])
     partition = t.get(f"{key}.num_groups_partition", [128])
-    groups = t.get(f"{key}.num_env_groups", 128)
+    groups = t.whole(f"{key}.num_env_groups", 128)
     if sum(partition[:len(tags)]) != groups or len(partition) < len(tags):
         t.refuse(f"{key}.num_groups_partition", f"{partition} for tags {tags}: ROLL needs one entry per tag, "
                                                 f"summing to num_env_groups ({groups})")

@@ -13,7 +13,6 @@ a key the file leaves out is written with ROLL's default, marked "ROLL default".
 from __future__ import annotations
 
 import ast
-import math
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -21,13 +20,12 @@ from typing import Any
 
 from rfthpc.config.hydra_compose import Composed, compose
 from rfthpc.config.importing import ROLL_DEFAULT, Translation, render_yaml
+from rfthpc.config.roll_algorithm import translate_algorithm, translate_optimizer
+from rfthpc.config.roll_data import sampling, translate_data
 from rfthpc.config.schema import Config
 from rfthpc.errors import ConfigError
 
 _DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", None: "auto"}
-
-NO_DUAL_CLIP = 1.0e9
-"""rfthpc's PPO loss always has veRL's dual clip; a bound this large never binds (ROLL's dual_clip_loss: false)."""
 
 _OUTPUT_DIRS = ("output_dir", "base_dir", "logging_dir", "rollout_dump_dir", "profiler_output_dir",
                 "length_profiler_dir", "otlp_output_dir", "render_save_dir")
@@ -98,8 +96,8 @@ def import_roll(path: Path | str, tasks_dir: Path | None = None, ignore: tuple[s
     _model(t, shape)
     _generation(t, shape)
     _batches(t, shape)
-    _algorithm(t, shape)
-    _optimizer(t, shape)
+    translate_algorithm(t, agentic)
+    translate_optimizer(t, shape.updates)
     _roles(t)
     if agentic:
         from rfthpc.config.roll_envs import translate_envs
@@ -107,7 +105,7 @@ def import_roll(path: Path | str, tasks_dir: Path | None = None, ignore: tuple[s
         tasksets = translate_envs(t, tasks_dir, groups=shape.groups, n=shape.n, engines=shape.engines,
                                   max_new_tokens=shape.max_new_tokens)
     else:
-        _data(t)
+        translate_data(t)
     helpers_ok = composed.referenced | composed.anchored | (set(composed.data) - composed.own_keys)
     t.sweep(helpers_ok)
     t.apply_ignores(ignore)
@@ -203,7 +201,7 @@ def _run(t: Translation, path: Path) -> None:
     elif t.has("resume_from_checkpoint"):
         t.notes.append(f"resume_from_checkpoint: {resume}: rfthpc resumes a run from its own run directory "
                        "(continue_from_checkpoint: true, needed for requeues); give a new run a new name")
-    steps = t.get("max_steps", 500)
+    steps = t.whole("max_steps", 500)
     if steps is None or steps <= 0:
         t.refuse("max_steps", f"{steps!r}: rfthpc needs a number of trainer steps > 0")
     else:
@@ -265,7 +263,7 @@ def _eval_devices(node: ast.AST) -> Any:
 
 
 def _resources(t: Translation, shape: _Shape) -> None:
-    per_node = t.get("num_gpus_per_node", 8)
+    per_node = t.whole("num_gpus_per_node", 8, 0)
     t.set("cluster.gpu_per_node", per_node, "num_gpus_per_node" if t.has("num_gpus_per_node") else ROLL_DEFAULT)
     train, infer = _devices(t, "actor_train"), _devices(t, "actor_infer")
     reference = _devices(t, "reference")
@@ -389,7 +387,7 @@ def _model(t: Translation, shape: _Shape) -> None:
     t.note("actor_infer.model_args.disable_gradient_checkpointing", "no effect on inference")
     if shape.agentic:
         length = t.get("sequence_length")
-        prompt = t.get("prompt_length", 1024)
+        prompt = t.whole("prompt_length", 1024)
         if not length:
             t.refuse("sequence_length", "not set: an agentic config needs the token limit of an episode")
             return
@@ -398,7 +396,7 @@ def _model(t: Translation, shape: _Shape) -> None:
         t.set("model.max_response_tokens", length - prompt, "sequence_length - prompt_length")
         t.note("response_length", "an agentic episode is limited by sequence_length")
     else:
-        prompt = t.get("prompt_length", 1024)
+        prompt = t.whole("prompt_length", 1024)
         length, response = t.get("sequence_length"), t.get("response_length")
         if length is None and response is None:
             t.refuse("response_length", "neither response_length nor sequence_length is set (ROLL needs one)")
@@ -437,7 +435,7 @@ def _generation(t: Translation, shape: _Shape) -> None:
         elif t.has(f"{section}.max_new_tokens"):
             t.same.append(f"{section}.max_new_tokens: {new_tokens} (model.max_response_tokens)")
         returns = t.get(f"{section}.num_return_sequences")
-        group = t.get("num_return_sequences_in_group", 1)
+        group = t.whole("num_return_sequences_in_group", 1)
         if returns is not None and returns != group:
             t.notes.append(f"{section}.num_return_sequences: {returns}: ROLL replaces it by "
                            f"num_return_sequences_in_group ({group})")
@@ -445,30 +443,11 @@ def _generation(t: Translation, shape: _Shape) -> None:
             t.same.append(f"{section}.num_return_sequences: {returns} (algorithm.repeat_times)")
 
 
-def sampling(t: Translation, section: str, target: str, defaults: dict[str, Any]) -> None:
-    """ROLL GeneratingArguments at `section` onto rfthpc sampling settings under `target` (model or a
-    taskset's rollout_args); `defaults` are ROLL's for keys the section leaves out."""
-    greedy = t.get(f"{section}.do_sample", True) is False
-    for key, default in defaults.items():
-        value = t.get(f"{section}.{key}", default)
-        if key == "temperature" and greedy:
-            t.set(f"{target}.temperature", 0.0, f"{section}.do_sample: false (greedy)")
-            continue
-        t.set(f"{target}.{key}", value, f"{section}.{key}" if t.has(f"{section}.{key}") else ROLL_DEFAULT)
-    t.same_if(f"{section}.num_beams", 1, "rfthpc samples; it has no beam search")
-    t.same_if(f"{section}.repetition_penalty", 1.0, "rfthpc's sampling has no repetition penalty")
-    t.same_if(f"{section}.stop_strings", None, "rfthpc stops at the end-of-turn token only")
-    t.note([f"{section}.length_penalty", f"{section}.max_length"],
-           "no effect: it applies to beam search / without max_new_tokens only")
-    t.note([f"{section}.logprobs", f"{section}.include_stop_str_in_output"],
-           "rfthpc always records the sampled tokens' log-probabilities and returns the text it generated")
-
-
 def _batches(t: Translation, shape: _Shape) -> None:
     """Group size, groups per step, epochs and the optimizer's mini-batches."""
     if shape.agentic:
-        n = t.get("train_env_manager.group_size", 1)
-        trajectories = t.get("rollout_batch_size", 128)
+        n = t.whole("train_env_manager.group_size", 1)
+        trajectories = t.whole("rollout_batch_size", 128)
         if trajectories <= 0 or trajectories % n:
             t.refuse("rollout_batch_size", f"{trajectories}: ROLL's agentic batches are whole groups of "
                                            f"train_env_manager.group_size ({n}) trajectories")
@@ -477,16 +456,16 @@ def _batches(t: Translation, shape: _Shape) -> None:
         t.set("algorithm.repeat_times", n, "train_env_manager.group_size (episodes of one seed)")
         t.set("buffer.batch_size", groups, "rollout_batch_size / train_env_manager.group_size")
     else:
-        n = t.get("num_return_sequences_in_group", 1)
-        groups = t.get("rollout_batch_size", 128)
+        n = t.whole("num_return_sequences_in_group", 1)
+        groups = t.whole("rollout_batch_size", 128)
         t.set("algorithm.repeat_times", n, "num_return_sequences_in_group" if t.has("num_return_sequences_in_group")
               else ROLL_DEFAULT)
         t.set("buffer.batch_size", groups, "rollout_batch_size" if t.has("rollout_batch_size") else ROLL_DEFAULT)
     shape.n, shape.groups = n, groups
-    epochs = t.get("ppo_epochs", 1)
+    epochs = t.whole("ppo_epochs", 1)
     t.set("trainer.ppo_epochs", epochs, "ppo_epochs" if t.has("ppo_epochs") else ROLL_DEFAULT)
-    per_device = t.get("actor_train.training_args.per_device_train_batch_size", 8)
-    accumulation = t.get("actor_train.training_args.gradient_accumulation_steps", 1)
+    per_device = t.whole("actor_train.training_args.per_device_train_batch_size", 8)
+    accumulation = t.whole("actor_train.training_args.gradient_accumulation_steps", 1)
     dp = _data_parallel(t, shape.train_gpus)
     update = per_device * accumulation * dp
     samples = groups * n
@@ -534,245 +513,6 @@ def _data_parallel(t: Translation, gpus: int) -> int:
     return gpus // split
 
 
-def _algorithm(t: Translation, shape: _Shape) -> None:
-    estimator = t.get("adv_estimator", "gae")
-    source = "adv_estimator" if t.has("adv_estimator") else ROLL_DEFAULT
-    if estimator not in ("reinforce", "grpo"):
-        t.refuse("adv_estimator", f"{estimator!r}: the importer translates ROLL's reinforce and grpo (rfthpc's "
-                                  "lite_ppo with ROLL's normalisation); for gae, gigpo or step rewards write the "
-                                  "algorithm section by hand (docs/configuration.md)")
-        return
-    t.set("algorithm.algorithm_type", "lite_ppo", source)
-    t.set("algorithm.advantage_fn", "lite_ppo", f"{source}: {estimator} (ROLL's reward normalisation, "
-                                                 "then its advantage pipeline)")
-    mean, std, where = _normalisation(t, shape, estimator)
-    args = "algorithm.advantage_fn_args"
-    t.set(f"{args}.norm_mean_type", mean, where)
-    t.set(f"{args}.norm_std_type", std, where)
-    if t.get("reward_clip") is not None:
-        t.set(f"{args}.reward_clip", t.get("reward_clip"), "reward_clip")
-    whiten = t.get("whiten_advantages", False)
-    t.set(f"{args}.whiten_advantages", bool(whiten), "whiten_advantages" if t.has("whiten_advantages")
-          else ROLL_DEFAULT)
-    if t.get("advantage_clip") is not None:
-        t.set(f"{args}.advantage_clip", t.get("advantage_clip"), "advantage_clip")
-    t.same_if("gamma", 1, "rfthpc's outcome advantages do not discount (ROLL's reinforce return with gamma 1)")
-    t.note(["lambd", "value_clip", "critic_warmup"], "no effect: GAE and the critic are not used")
-    t.note(["reward_pretrain"], "no effect: ROLL reads it for a critic, which reinforce/grpo do not use")
-    _policy_loss(t, shape)
-    _kl_and_entropy(t)
-    t.set("trainer.grad_clip", t.get("max_grad_norm", 1.0), "max_grad_norm" if t.has("max_grad_norm")
-          else ROLL_DEFAULT)
-    t.same_if("l2", 0.0, "rfthpc has no L2 term; use algorithm.optimizer.weight_decay")
-    for key in ("whiten_rewards", "use_reward_scaling", "use_reward_norm", "add_len_reward", "error_max_len_clip",
-                "difficulty_loss_weight", "length_loss_weight", "dirty_data_mask", "use_token_reward",
-                "open_feedback_turn", "skip_mock_system_prompt", "parse_tool_call_parameter_to_dict"):
-        t.same_if(key, False, "rfthpc has no such step; remove it or set it false")
-    t.note("error_max_len_threshold", "no effect without error_max_len_clip")
-    if shape.agentic:
-        t.note("max_len_mask", "no effect: ROLL's agentic pipeline does not apply it")
-    elif t.get("max_len_mask", False):
-        t.refuse("max_len_mask", "true: ROLL leaves responses cut at the token limit out of the loss, which "
-                                 "rfthpc cannot; its closest is DAPO's soft penalty, algorithm.overlong_buffer")
-    else:
-        t.same_if("max_len_mask", False, "")
-    if t.get("difficulty_mask", False):
-        low, high = t.get("difficulty_low_threshold", 0.0), t.get("difficulty_high_threshold", 1.0)
-        t.refuse("difficulty_mask", f"true: ROLL leaves groups whose mean score is <= {low} or >= {high} out of the "
-                                    "loss, which rfthpc cannot; its closest is algorithm.filter_groups (groups whose "
-                                    "responses all score the same are replaced by fresh tasks)")
-    else:
-        t.same_if("difficulty_mask", False, "")
-        t.note(["difficulty_low_threshold", "difficulty_high_threshold"], "no effect without difficulty_mask")
-    t.note(["enable_reference", "enable_old_logprobs_recompute", "force_disable_old_logprobs_recompute"],
-           "rfthpc decides from the configured losses whether reference and old log-probabilities are computed")
-    for key in ("episode_reward_weight", "step_reward_weight", "step_reward_gamma"):
-        t.note(key, "no effect: used by ROLL's gigpo and step_reinforce only")
-    t.note("batch_adjust_mode", "rfthpc's batches are always whole (explorers keep generating until the "
-                                "trainer has its groups), so nothing is copied or deleted")
-    t.note("partial_gpu_mode", "ROLL's GPU sharing between roles; rfthpc's roles are separate jobs")
-    if t.has("train_infer_correction"):
-        enabled = t.get("train_infer_correction.is_weight.enabled", False) or any(
-            f.get("enabled") for f in t.get("train_infer_correction.filters", []) or [])
-        if enabled:
-            t.refuse("train_infer_correction", "ROLL's train/infer correction: use rfthpc's "
-                                               "algorithm.rollout_correction (veRL's keys; docs/configuration.md)")
-        else:
-            t.get("train_infer_correction")
-            t.same.append("train_infer_correction: off")
-
-
-def _normalisation(t: Translation, shape: _Shape, estimator: str) -> tuple[str | None, str | None, str]:
-    """ROLL's reward normalisation levels (group, batch or None) and the key(s) they come from."""
-    if not shape.agentic:
-        if estimator == "grpo":
-            t.note(["norm_mean_type", "norm_std_type"], "ROLL's grpo normalises within the group (group/group)")
-            return "group", "group", "adv_estimator: grpo (group mean and std)"
-        levels = [t.get(k) for k in ("norm_mean_type", "norm_std_type")]
-        for key, level in zip(("norm_mean_type", "norm_std_type"), levels, strict=True):
-            if level not in ("group", "batch", None):
-                t.refuse(key, f"{level!r}: rfthpc normalises by group or batch statistics (not running ones)")
-        source = "norm_mean_type, norm_std_type" if t.has("norm_mean_type") or t.has("norm_std_type") else \
-            ROLL_DEFAULT
-        return levels[0], levels[1], source
-    grouping = t.get("reward_normalization.grouping", "batch")
-    method = t.get("reward_normalization.method", "identity")
-    mean, std = t.get("reward_normalization.norm_mean_type"), t.get("reward_normalization.norm_std_type")
-    if grouping not in ("traj_group_id", "batch"):
-        t.refuse("reward_normalization.grouping", f"{grouping!r}: rfthpc normalises within a task's group "
-                                                  "(traj_group_id) or over the batch")
-        return None, None, ""
-    level = "group" if grouping == "traj_group_id" else "batch"
-    derived = {"identity": (None, None), "mean": (level, None), "mean_std": (level, level),
-               "asym_clip": (level, level)}.get(method, (None, None))
-    return (mean or derived[0], std or derived[1],
-            "reward_normalization (grouping traj_group_id: a task's group)" if level == "group"
-            else "reward_normalization")
-
-
-def _policy_loss(t: Translation, shape: _Shape) -> None:
-    default_worker = ("roll.pipeline.agentic.agentic_actor_worker.ActorWorker" if shape.agentic
-                      else "roll.pipeline.rlvr.actor_worker.ActorWorker")
-    worker = t.get("actor_train.worker_cls") or default_worker
-    variant = "ppo"
-    if worker.endswith("ActorPGWorker"):
-        variant = t.get("actor_train.pg_variant", "vanilla")
-        if variant not in ("vanilla", "ppo", "tis", "topr", "cispo", "kimi15"):
-            t.refuse("actor_train.pg_variant", f"{variant!r}: ROLL's variants are vanilla, ppo, tis, topr, cispo, "
-                                               "kimi15")
-            return
-    elif worker != default_worker:
-        t.refuse("actor_train.worker_cls", f"{worker!r}: the importer knows ROLL's ActorWorker and ActorPGWorker")
-        return
-    else:
-        t.note("actor_train.pg_variant", "no effect: ROLL reads it with worker_cls ActorPGWorker only")
-    source = f"actor_train.pg_variant: {variant}" if worker.endswith("ActorPGWorker") else \
-        "actor_train.worker_cls: ROLL's PPO loss"
-    t.set("algorithm.policy_loss_fn", variant, source)
-    if t.has("pg_variant"):
-        t.notes.append(f"pg_variant (top level): {t.get('pg_variant')!r} is not a ROLL setting (ROLL reads "
-                       "actor_train.pg_variant); it only feeds interpolations here")
-    args = "algorithm.policy_loss_fn_args"
-    clip = t.get("pg_clip", 0.2)
-    if variant == "ppo":
-        if t.get("use_pg_clip_range", False):
-            t.set(f"{args}.clip_range_low", t.get("pg_clip_low", 0.2), "pg_clip_low (use_pg_clip_range)")
-            t.set(f"{args}.clip_range_high", t.get("pg_clip_high", 0.2), "pg_clip_high (use_pg_clip_range)")
-        else:
-            t.note(["pg_clip_low", "pg_clip_high"], "no effect without use_pg_clip_range")
-        t.set(f"{args}.clip_range", clip, "pg_clip" if t.has("pg_clip") else ROLL_DEFAULT)
-        if t.get("dual_clip_loss", False):
-            t.set(f"{args}.clip_ratio_c", 1 + 2 * clip, "dual_clip_loss: true (ROLL's bound 1 + 2 * pg_clip)")
-        else:
-            t.set(f"{args}.clip_ratio_c", NO_DUAL_CLIP, "dual_clip_loss: false (a bound that never binds)"
-                  if t.has("dual_clip_loss") else f"{ROLL_DEFAULT}: no dual clip (a bound that never binds)")
-    else:
-        t.note(["pg_clip", "dual_clip_loss", "use_pg_clip_range", "pg_clip_low", "pg_clip_high"],
-               f"no effect on ROLL's {variant} loss")
-    if variant == "topr":
-        for ours, theirs in (("positive_weight", "topr_positive_weight"), ("negative_weight", "topr_negative_weight")):
-            t.set(f"{args}.{ours}", t.get(f"actor_train.{theirs}", 1.0), f"actor_train.{theirs}"
-                  if t.has(f"actor_train.{theirs}") else ROLL_DEFAULT)
-    else:
-        t.note(["actor_train.topr_positive_weight", "actor_train.topr_negative_weight"], "no effect without topr")
-    defaults = {"tis": {"lower_bound": 0.0, "upper_bound": 1.0}, "cispo": {"clip_range_low": 0.1,
-                "clip_range_high": 0.1, "use_unified_mask": False}, "kimi15": {"tau": 0.1}}
-    for key, value in defaults.get(variant, {}).items():
-        t.set(f"{args}.{key}", value, f"{ROLL_DEFAULT} of the {variant} loss")
-    mode = t.get("loss_agg_mode", "seq-mean-token-mean")
-    t.set("algorithm.loss_agg_mode", mode, "loss_agg_mode" if t.has("loss_agg_mode") else ROLL_DEFAULT)
-    t.same_if("importance_sampling", "token", "sequence-level ratios with PPO's clip are GSPO: set "
-                                              "algorithm.policy_loss_fn: gspo by hand")
-    t.same_if("rl_loss_coef", 1.0, "rfthpc does not scale the policy loss")
-    t.same_if("ratio_type", "token", "rfthpc's ratios are per token")
-    for key in ("postive_loss_coef", "use_topr_neg_loss_coef"):
-        t.same_if(key, 0.0, "an extra loss term rfthpc does not have")
-    t.same_if("use_policy_loss_type", "PPO", "use actor_train.worker_cls ActorPGWorker with pg_variant vanilla")
-    t.same_if("use_topr_loss", False, "use actor_train.worker_cls ActorPGWorker with pg_variant topr")
-
-
-def _kl_and_entropy(t: Translation) -> None:
-    if t.get("use_kl_loss", False):
-        t.set("algorithm.kl_loss_fn", "low_var_kl", "use_kl_loss: true (ROLL's k3, clamped to [-10, 10])")
-        t.set("algorithm.kl_loss_fn_args.kl_coef", t.get("kl_loss_coef", 0.0), "kl_loss_coef"
-              if t.has("kl_loss_coef") else ROLL_DEFAULT)
-    else:
-        t.set("algorithm.kl_loss_fn", "none", "use_kl_loss: false" if t.has("use_kl_loss") else ROLL_DEFAULT)
-        t.note("kl_loss_coef", "no effect without use_kl_loss")
-    if t.get("add_token_level_kl", False):
-        t.refuse("add_token_level_kl", "true: ROLL subtracts the KL penalty per token after normalising the "
-                                       "reward, rfthpc before its advantage function: use use_kl_loss instead")
-    else:
-        t.set("algorithm.kl_penalty_fn", "none", "add_token_level_kl: false" if t.has("add_token_level_kl")
-              else ROLL_DEFAULT)
-        t.note(["init_kl_coef", "kl_penalty", "target_kl", "kl_horizon"],
-               "no effect on the loss without add_token_level_kl")
-    coef = t.get("entropy_loss_coef", 0.0)
-    if coef:
-        t.set("algorithm.entropy_loss_fn", "default", "entropy_loss_coef")
-        t.set("algorithm.entropy_loss_fn_args.entropy_coef", coef, "entropy_loss_coef")
-    else:
-        t.set("algorithm.entropy_loss_fn", "none", "entropy_loss_coef: 0" if t.has("entropy_loss_coef")
-              else ROLL_DEFAULT)
-
-
-_SCHEDULES = {"linear": "linear", "cosine": "cosine", "constant": "constant", "constant_with_warmup": "constant",
-              "cosine_with_min_lr": "cosine"}
-
-
-def _optimizer(t: Translation, shape: _Shape) -> None:
-    args = "actor_train.training_args"
-    opt = "algorithm.optimizer"
-
-    def src(key: str) -> str:
-        return f"{args}.{key}" if t.has(f"{args}.{key}") else ROLL_DEFAULT
-
-    lr = t.get(f"{args}.learning_rate", 5e-5)
-    t.set(f"{opt}.lr", lr, src("learning_rate"))
-    t.set(f"{opt}.weight_decay", t.get(f"{args}.weight_decay", 0.0), src("weight_decay"))
-    t.set(f"{opt}.betas", [t.get(f"{args}.adam_beta1", 0.9), t.get(f"{args}.adam_beta2", 0.999)],
-          f"{args}.adam_beta1, adam_beta2" if t.has(f"{args}.adam_beta1") or t.has(f"{args}.adam_beta2")
-          else ROLL_DEFAULT)
-    schedule = t.get(f"{args}.lr_scheduler_type", "linear")
-    if schedule not in _SCHEDULES:
-        t.refuse(f"{args}.lr_scheduler_type", f"{schedule!r}: rfthpc's schedules are constant, cosine and linear")
-    else:
-        t.set(f"{opt}.lr_scheduler_type", _SCHEDULES[schedule], src("lr_scheduler_type") +
-              (" (ROLL's Hugging Face / Megatron linear decay to 0)" if schedule == "linear" else ""))
-    kwargs = t.get(f"{args}.lr_scheduler_kwargs") or {}
-    floor = kwargs.pop("min_lr", None)
-    if floor is not None:
-        t.set(f"{opt}.min_lr_ratio", floor / lr, f"{args}.lr_scheduler_kwargs.min_lr / learning_rate")
-    elif "min_lr_rate" in kwargs:
-        t.set(f"{opt}.min_lr_ratio", kwargs.pop("min_lr_rate"), f"{args}.lr_scheduler_kwargs.min_lr_rate")
-    elif schedule != "constant":
-        t.set(f"{opt}.min_lr_ratio", 0.0, f"{ROLL_DEFAULT}: decay to 0")
-    for key in kwargs:
-        t.refuse(f"{args}.lr_scheduler_kwargs.{key}", "rfthpc's schedules take a floor (min_lr) only")
-    updates = shape.updates
-    warmup = t.get(f"{args}.warmup_steps", 0)
-    if warmup:
-        steps = warmup / updates
-        t.set(f"{opt}.lr_warmup_steps", math.ceil(steps), f"{args}.warmup_steps" + (
-            f" ({warmup} optimizer steps = {steps:g} trainer steps of {updates} updates)" if updates > 1 else ""))
-        if steps != int(steps):
-            t.notes.append(f"{args}.warmup_steps: {warmup} optimizer steps are {steps:g} trainer steps; rfthpc's "
-                           "schedule moves per trainer step, so warm-up takes "
-                           f"{math.ceil(steps)}")
-    elif t.get(f"{args}.warmup_ratio", 0.0):
-        t.set(f"{opt}.lr_warmup_steps_ratio", t.get(f"{args}.warmup_ratio"), f"{args}.warmup_ratio")
-    else:
-        t.set(f"{opt}.lr_warmup_steps", 0, src("warmup_steps"))
-    t.note(f"{args}.num_train_epochs", "no effect: ROLL's pipeline runs max_steps steps, cycling through the data")
-    t.note([f"{args}.max_steps", f"{args}.seed", f"{args}.data_seed", f"{args}.output_dir"],
-           "ROLL overwrites it from the top-level settings")
-    t.note([f"{args}.fp16", f"{args}.bf16", f"{args}.tf32", f"{args}.dataloader_num_workers"],
-           "rfthpc's precision follows model.dtype")
-    if t.has(f"{args}.save_hf_model"):
-        t.set("trainer.save_hf_checkpoint", "always" if t.get(f"{args}.save_hf_model") else "never",
-              f"{args}.save_hf_model")
-
-
 def _roles(t: Translation) -> None:
     """What the roles' strategies, templates and the reference model become."""
     strategy = t.get("actor_train.strategy_args.strategy_name", "fsdp2_train")
@@ -800,101 +540,3 @@ def _roles(t: Translation) -> None:
                 "logits_in_fp32", "apply_loss_scale"] + ["num_gpus_per_worker"] * (role != "actor_infer")
         t.note([f"{role}.{k}" for k in keys], "Ray worker settings without an rfthpc counterpart")
         t.note(f"{role}.name", "ROLL sets role names itself")
-
-
-def _data(t: Translation) -> None:
-    """RLVR: the training data and rewards, and the validation set."""
-    data = "actor_train.data_args"
-    files = t.get(f"{data}.file_name")
-    files = [files] if isinstance(files, str) else files or []
-    if len(files) != 1:
-        t.refuse(f"{data}.file_name", f"{files!r}: rfthpc reads one file per taskset; concatenate them into one "
-                                      "(ROLL mixes them into one dataset)" if files else "not set: name the data")
-    else:
-        ts = "buffer.explorer_input.tasksets[0]"
-        t.set(f"{ts}.name", "train", "")
-        t.set(f"{ts}.path", str(files[0]), f"{data}.file_name")
-        _format(t, data, f"{ts}.format")
-        t.set(f"{ts}.total_epochs", t.get("max_steps", 500), "ROLL cycles through the data until max_steps")
-        t.set(f"{ts}.task_selector.selector_type", "shuffle", "ROLL shuffles each pass (seed + pass)")
-        t.set(f"{ts}.task_selector.seed", t.get("seed", 42), "seed" if t.has("seed") else ROLL_DEFAULT)
-    domains = t.get(f"{data}.domain_interleave_probs") or {"math_rule": 1.0}
-    if len(domains) > 1:
-        t.refuse(f"{data}.domain_interleave_probs", "rfthpc scores a taskset with one reward function; import each "
-                                                    "domain's data as its own run, or write a reward function that "
-                                                    "dispatches on the row's tag")
-    t.note([f"{data}.preprocessing_num_workers", f"{data}.tag", f"{data}.id"],
-           "rfthpc reads the rows as they are (no tag routing with one reward domain)")
-    t.set("buffer.explorer_input.default_workflow_type", "simple_workflow", "ROLL's RLVR: one turn, the prompt "
-                                                                           "as given")
-    rewards = t.keys("rewards")
-    if not rewards:
-        t.refuse("rewards", "not set: name the reward worker of the domain (e.g. math_rule)")
-    for domain in rewards:
-        _reward(t, domain)
-    _validation(t)
-
-
-def _format(t: Translation, data: str, target: str) -> None:
-    messages, prompt = t.get(f"{data}.messages"), t.get(f"{data}.prompt")
-    if messages or not prompt:
-        t.set(f"{target}.prompt_type", "messages", f"{data}.messages" if messages else ROLL_DEFAULT)
-        t.set(f"{target}.messages_key", messages or "messages", f"{data}.messages" if messages else ROLL_DEFAULT)
-    else:
-        t.set(f"{target}.prompt_key", prompt, f"{data}.prompt")
-    t.set(f"{target}.response_key", "ground_truth", "ROLL's math reward reads the ground_truth column")
-    t.note(f"{data}.response", "ROLL's math reward reads the ground_truth column, not this one")
-
-
-def _reward(t: Translation, domain: str) -> None:
-    key = f"rewards.{domain}"
-    worker = str(t.get(f"{key}.worker_cls", ""))
-    if worker.endswith("MathRuleRewardWorker"):
-        t.set("buffer.explorer_input.default_reward_fn_type", "math_reward",
-              f"{key}.worker_cls: MathRuleRewardWorker (1 if math-verify finds the answer equal, else 0)")
-        t.notes.append(f"{key}.worker_cls: rfthpc's math_reward reads the answer after `####`, else the last "
-                       "\\boxed{}, else the last number; ROLL's reads the last \\boxed{}, else what math-verify "
-                       "parses in the whole response: the same on boxed answers")
-    else:
-        t.refuse(f"{key}.worker_cls", f"{worker!r}: the importer translates ROLL's MathRuleRewardWorker; name an "
-                                      "rfthpc reward function (buffer.explorer_input.default_reward_fn_type, or "
-                                      "module:function), or an LLM judge (rubric_judge_workflow)")
-    t.note([f"{key}.model_args", f"{key}.data_args", f"{key}.world_size", f"{key}.infer_batch_size",
-            f"{key}.tag_included"], "rfthpc scores responses in the explorer, one domain per taskset")
-    t.note([f"{key}.format_pattern", f"{key}.reward_type", f"{key}.response_length_penalty_coef"],
-           "not part of the reward ROLL's math worker trains on")
-    for kind in ("query_filter_config", "response_filter_config"):
-        t.same_if(f"{key}.{kind}.type", "no_filter", "use algorithm.filter_groups (groups without contrast are "
-                                                     "replaced by fresh tasks)")
-        t.note(f"{key}.{kind}.filter_args", "no effect without a filter")
-
-
-def _validation(t: Translation) -> None:
-    if not t.has("validation"):
-        t.note(["eval_steps", "val_batch_size"], "no effect: the config has no validation data")
-        return
-    files = t.get("validation.data_args.file_name")
-    files = [files] if isinstance(files, str) else files or []
-    every = t.get("eval_steps", 10)
-    t.set("explorer.eval_interval", every, "eval_steps" if t.has("eval_steps") else ROLL_DEFAULT)
-    t.set("explorer.eval_on_startup", True, "ROLL evaluates at step 0")
-    greedy = t.get("val_greedy", False)
-    for i, path in enumerate(files):
-        ts = f"buffer.explorer_input.eval_tasksets[{i}]"
-        t.set(f"{ts}.name", Path(str(path)).stem, "")
-        t.set(f"{ts}.path", str(path), "validation.data_args.file_name")
-        _format(t, "actor_train.data_args", f"{ts}.format")
-        sampling(t, "validation.generating_args", f"{ts}.rollout_args",
-                 {"temperature": 0.95, "top_p": 0.7, "top_k": 50})
-        if greedy:
-            t.set(f"{ts}.rollout_args.temperature", 0.0, "val_greedy: true")
-        repeat = t.get("validation.generating_args.num_return_sequences", t.get("val_n_sample", 1))
-        t.set(f"{ts}.repeat_times", repeat, "validation.generating_args.num_return_sequences"
-              if t.has("validation.generating_args.num_return_sequences") else "val_n_sample")
-    if not files:
-        t.refuse("validation.data_args.file_name", "not set: name the validation data, or remove validation")
-    t.note("validation.generating_args.max_new_tokens", "ROLL replaces it by the training token limit")
-    t.note(["validation.data_args.template", "val_batch_size"], "rfthpc evaluates every row of an eval taskset "
-                                                                 "with the model's chat template")
-    t.note(["validation.data_args.messages", "validation.data_args.prompt"],
-           "ROLL encodes the validation data with actor_train.data_args's columns; so does the import")
