@@ -61,9 +61,10 @@ def translate_algorithm(t: Translation, agentic: bool) -> None:
         t.same_if("max_len_mask", False, "")
     if t.get("difficulty_mask", False):
         low, high = t.get("difficulty_low_threshold", 0.0), t.get("difficulty_high_threshold", 1.0)
-        t.refuse("difficulty_mask", f"true: ROLL leaves groups whose mean score is <= {low} or >= {high} out of the "
-                                    "loss, which rfthpc cannot; its closest is algorithm.filter_groups (groups whose "
-                                    "responses all score the same are replaced by fresh tasks)")
+        t.refuse("difficulty_mask", f"true (difficulty_low_threshold {low}, difficulty_high_threshold {high}): ROLL "
+                                    "leaves groups whose mean score is at or beyond these out of the loss, which "
+                                    "rfthpc cannot; its closest is algorithm.filter_groups (groups whose responses "
+                                    "all score the same are replaced by fresh tasks)")
     else:
         t.same_if("difficulty_mask", False, "")
         t.note(["difficulty_low_threshold", "difficulty_high_threshold"], "no effect without difficulty_mask")
@@ -108,9 +109,10 @@ def _normalisation(t: Translation, agentic: bool, estimator: str) -> tuple[str |
     level = "group" if grouping == "traj_group_id" else "batch"
     derived = {"identity": (None, None), "mean": (level, None), "mean_std": (level, level),
                "asym_clip": (level, level)}.get(method, (None, None))
+    given = [f"reward_normalization.{k}" for k in ("grouping", "method", "norm_mean_type", "norm_std_type")
+             if t.has(f"reward_normalization.{k}")]
     return (mean or derived[0], std or derived[1],
-            "reward_normalization (grouping traj_group_id: a task's group)" if level == "group"
-            else "reward_normalization")
+            (", ".join(given) or ROLL_DEFAULT) + (" (traj_group_id: a task's group)" if level == "group" else ""))
 
 
 def _policy_loss(t: Translation, agentic: bool) -> None:
@@ -129,8 +131,8 @@ def _policy_loss(t: Translation, agentic: bool) -> None:
         return
     else:
         t.note("actor_train.pg_variant", "no effect: ROLL reads it with worker_cls ActorPGWorker only")
-    source = f"actor_train.pg_variant: {variant}" if worker.endswith("ActorPGWorker") else \
-        "actor_train.worker_cls: ROLL's PPO loss"
+    source = f"actor_train.worker_cls ActorPGWorker, actor_train.pg_variant: {variant}" if worker.endswith(
+        "ActorPGWorker") else "actor_train.worker_cls: ROLL's PPO loss"
     t.set("algorithm.policy_loss_fn", variant, source)
     if t.has("pg_variant"):
         t.notes.append(f"pg_variant (top level): {t.get('pg_variant')!r} is not a ROLL setting (ROLL reads "

@@ -56,7 +56,7 @@ def translate_envs(t: Translation, tasks_dir: Path, *, groups: int, n: int, engi
                 files[path] = _rows(tag, range(steps * groups))
                 ts = "buffer.explorer_input.tasksets[0]"
                 _taskset(t, ts, tag, path, env, f"max_steps x rollout_batch_size / group_size = {steps * groups} "
-                                                 "seeds, each played once")
+                                                 "seeds, each played once", "train_env_manager.tags")
                 concurrent = t.whole("train_env_manager.num_env_groups", 128)
                 t.set("explorer.runner_per_model", -(-concurrent // engines),
                       f"train_env_manager.num_env_groups ({concurrent} groups at once over {engines} engines)")
@@ -80,13 +80,17 @@ def translate_envs(t: Translation, tasks_dir: Path, *, groups: int, n: int, engi
                 files[path] = _rows(tag, range((k + 1) * EVAL_SEED_BASE, (k + 1) * EVAL_SEED_BASE + count))
                 ts = f"buffer.explorer_input.eval_tasksets[{k}]"
                 _taskset(t, ts, tag, path, env, f"val_env_manager.num_groups_partition ({share} of "
-                                                f"{envs // size} groups) x val_batch_size {episodes}")
+                                                f"val_env_manager.num_env_groups {envs // size}) x val_batch_size "
+                                                f"{episodes}",
+                         "val_env_manager.tags")
                 t.set(f"{ts}.repeat_times", size, "val_env_manager.group_size")
             every = t.get("eval_steps", 10)
             t.set("explorer.eval_interval", every, "eval_steps" if t.has("eval_steps") else ROLL_DEFAULT)
             t.set("explorer.eval_on_startup", True, "ROLL evaluates at step 0")
             t.notes.append("val_env_manager: every evaluation plays the same seeds (ROLL draws new ones), so "
                            "evaluations compare like with like")
+    else:
+        t.note(["eval_steps", "val_batch_size"], "no effect: the config has no val_env_manager")
     for tag in t.keys("custom_envs"):
         if tag not in used:
             t.note(f"custom_envs.{tag}", "defined, but no env manager uses it")
@@ -189,8 +193,8 @@ def _env(t: Translation, tag: str, max_new_tokens: int | None) -> dict[str, Any]
     return {"args": args, "sources": sources}
 
 
-def _taskset(t: Translation, ts: str, tag: str, path: Path, env: dict[str, Any], why: str) -> None:
-    t.set(f"{ts}.name", tag, "")
+def _taskset(t: Translation, ts: str, tag: str, path: Path, env: dict[str, Any], why: str, tags: str) -> None:
+    t.set(f"{ts}.name", tag, tags)
     t.set(f"{ts}.path", str(path), f"written by the import: {why}")
     t.set(f"{ts}.format", {"prompt_key": "prompt", "response_key": ""}, "rows of seeds; the environment scores")
     for name, value in env["args"].items():

@@ -166,8 +166,8 @@ def _run(t: Translation, path: Path) -> None:
     envs = t.get("system_envs") or {}
     if envs:
         t.set("slurm.setup", [f"export {k}={_shell(v)}" for k, v in envs.items()], "system_envs")
-        t.notes.append("system_envs: exported by every Slurm job's setup lines (slurm.setup); `rfthpc run` "
-                       "does not read them")
+        t.notes.append(f"{', '.join(f'system_envs.{k}' for k in envs)}: exported by every Slurm job's setup lines "
+                       "(slurm.setup); `rfthpc run` does not read them")
     tracker = t.get("track_with", "tensorboard")
     sinks = {"tensorboard": ["console", "tensorboard"], "wandb": ["console", "wandb"], "stdout": ["console"]}
     if tracker in sinks:
@@ -283,7 +283,8 @@ def _resources(t: Translation, shape: _Shape) -> None:
     if per_node <= 0:
         return
     nodes = -(-(len(train) + len(infer)) // per_node)
-    t.set("cluster.node_num", nodes, "actor_train + actor_infer device_mapping: their GPUs as separate jobs")
+    t.set("cluster.node_num", nodes, f"actor_train.device_mapping ({len(train)} GPUs) + actor_infer.device_mapping "
+                                     f"({len(infer)}), as separate jobs")
     trainer_nodes = -(-len(train) // per_node)
     if trainer_nodes > 1:
         t.set("slurm.trainer.nodes", trainer_nodes, f"actor_train.device_mapping ({len(train)} GPUs)")
