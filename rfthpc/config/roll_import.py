@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rfthpc.config.hydra_compose import Composed, compose
-from rfthpc.config.importing import ROLL_DEFAULT, Translation, render_yaml
+from rfthpc.config.importing import ROLL_DEFAULT, Translation, render_yaml, scalar
 from rfthpc.config.roll_algorithm import translate_algorithm, translate_optimizer
 from rfthpc.config.roll_data import sampling, translate_data
 from rfthpc.config.schema import Config
@@ -199,7 +199,7 @@ def _run(t: Translation, path: Path) -> None:
         t.refuse("resume_from_checkpoint", "resuming from a ROLL checkpoint is not possible: rfthpc resumes from "
                                            "its own run directory; start from a Hugging Face model (pretrain)")
     elif t.has("resume_from_checkpoint"):
-        t.notes.append(f"resume_from_checkpoint: {resume}: rfthpc resumes a run from its own run directory "
+        t.notes.append(f"resume_from_checkpoint: {scalar(resume)}: rfthpc resumes a run from its own run directory "
                        "(continue_from_checkpoint: true, needed for requeues); give a new run a new name")
     steps = t.whole("max_steps", 500)
     if steps is None or steps <= 0:
@@ -481,7 +481,8 @@ def _batches(t: Translation, shape: _Shape) -> None:
         return
     t.set("trainer.ppo_mini_batch_size", update // n, f"{where} = {update} samples, in groups of {n}")
     shape_updates = samples // update * epochs
-    t.notes.append(f"{where.split(' x data')[0]}: ROLL's optimizer steps of {update} samples are rfthpc's "
+    t.notes.append("actor_train.training_args.per_device_train_batch_size, gradient_accumulation_steps: ROLL's "
+                   f"optimizer steps of {update} samples are rfthpc's "
                    f"mini-batches of {update // n} groups ({shape_updates} update(s) per step); micro-batches are "
                    "packed by tokens (trainer.max_token_len_per_gpu)")
     if t.has("actor_train.use_dynamic_batching_in_train"):
