@@ -133,27 +133,28 @@ class Translation:
         else:
             self.refuse(key, f"{scalar(value)}: {refusal}")
 
-    def sweep(self, helpers_ok: set[str], known: Iterable[str] = ()) -> None:
-        """Refuse every leaf nobody handled; top-level keys in `helpers_ok` that the importer does not know
-        are accepted as helper keys (values that only feed interpolations, anchors, included menus)."""
-        candidates = sorted(set(known) | self.looked)
+    def sweep(self, helpers_ok: set[str], fields: set[str], schema: str) -> None:
+        """Refuse every leaf nobody handled. `fields`: the foreign config's top-level settings (its `schema`,
+        e.g. ROLL's RLVRConfig); a top-level key outside them is a helper key if it is in `helpers_ok`
+        (a value that only feeds interpolations or anchors, or a menu an included file offers), else an
+        unknown key."""
+        candidates = sorted(fields | self.looked)
         helpers: set[str] = set()
         for leaf in self.leaves:
             if leaf in self.used:
                 continue
             top = leaf.split(".", 1)[0]
-            if top not in self.looked and top in helpers_ok:
+            if top not in self.looked and top not in fields and top in helpers_ok:
                 helpers.add(top)
                 continue
-            if top not in self.looked:
+            if top not in self.looked and top not in fields:
                 close = difflib.get_close_matches(top, candidates, n=1)
                 hint = f" (did you mean {close[0]}?)" if close else ""
-                self.problems.setdefault(top, f"a key the importer does not know{hint}: if it is a {self.origin} "
-                                              "setting, the importer does not translate it (set the matching rfthpc "
-                                              f"key by hand); if it is not, {self.origin} ignores it: remove it")
+                self.problems.setdefault(top, f"not a field of {self.origin}'s {schema}, so {self.origin} ignores it "
+                                              f"too: fix its name{hint}, or remove it")
                 continue
-            self.problems[leaf] = (f"{scalar(self.leaves[leaf])}: a {self.origin} setting the importer does not translate; "
-                                   "remove it, or set the matching rfthpc key in the imported config")
+            self.problems[leaf] = (f"{scalar(self.leaves[leaf])}: a {self.origin} setting the importer does not "
+                                   "translate; remove it, or set the matching rfthpc key in the imported config")
         self.helpers = sorted(helpers)
 
     def apply_ignores(self, ignores: Iterable[str]) -> None:

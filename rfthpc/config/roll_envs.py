@@ -108,7 +108,11 @@ def _manager(t: Translation, key: str) -> tuple[list[str], list[int]] | None:
     tags = t.get(f"{key}.tags", ["SimpleSokoban"])
     partition = t.get(f"{key}.num_groups_partition", [128])
     groups = t.whole(f"{key}.num_env_groups", 128)
-    if sum(partition[:len(tags)]) != groups or len(partition) < len(tags):
+    if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
+        t.refuse(f"{key}.tags", f"{tags!r}: expected a list of custom_envs names")
+        return None
+    if (not isinstance(partition, list) or not all(isinstance(n, int) for n in partition)
+            or sum(partition[:len(tags)]) != groups or len(partition) < len(tags)):
         t.refuse(f"{key}.num_groups_partition", f"{partition} for tags {tags}: ROLL needs one entry per tag, "
                                                 f"summing to num_env_groups ({groups})")
         return None

@@ -49,6 +49,43 @@ ROLL_DROPS = {
 """Keys ROLL's dataclasses do not have, which ROLL therefore drops (dacite ignores unknown keys)."""
 
 
+_COMMON_FIELDS = frozenset((
+    "actor_infer", "actor_train", "add_len_reward", "add_token_level_kl", "adv_estimator", "advantage_clip",
+    "async_generation_ratio", "base_dir", "checkpoint_config", "critic", "critic_warmup", "dual_clip_loss",
+    "enable_old_logprobs_recompute", "enable_reference", "entropy_loss_coef", "eval_steps", "exp_name",
+    "force_disable_old_logprobs_recompute", "gamma", "generate_opt_level", "init_kl_coef",
+    "is_num_return_sequences_expand", "is_offload_optimizer_states_in_train_step", "is_offload_states", "is_pure_opd",
+    "is_use_additional_prompts", "kl_horizon", "kl_loss_coef", "kl_penalty", "l2", "lambd", "length_profiler_dir",
+    "local_rank", "logging_dir", "logging_steps", "loss_agg_mode", "max_additional_running_prompts",
+    "max_ckpt_to_keep", "max_grad_norm", "max_running_requests", "max_steps", "model_download_type",
+    "model_update_buffer_size_mb", "norm_mean_type", "norm_std_type", "num_gpus_per_node", "num_nodes",
+    "otlp_output_dir", "output_dir", "pg_clip", "pg_clip_high", "pg_clip_low", "ppo_epochs", "pretrain",
+    "profiler_memory", "profiler_output_dir", "profiler_timeline", "prompt_length", "pure_opd_pipeline_type",
+    "reference", "report_length_and_rewards", "response_length", "resume_from_checkpoint", "reward", "reward_clip",
+    "reward_pretrain", "rollout_batch_size", "rollout_dump_dir", "rollout_mock", "router_args", "rpc_timeout",
+    "save_steps", "seed", "sequence_length", "student_infer", "student_train", "system_envs", "target_kl", "teacher",
+    "track_with", "tracker_kwargs", "train_infer_correction", "transfer_backend", "use_kl_loss", "use_opd",
+    "use_pg_clip_range", "use_reward_norm", "use_reward_scaling", "user_defined_rollout_loop_cls", "val_batch_size",
+    "val_prompt_length", "val_sequence_length", "value_clip", "whiten_advantages", "whiten_rewards",
+))
+_RLVR_FIELDS = _COMMON_FIELDS | frozenset((
+    "balance_length", "dataset_filter", "difficulty_high_threshold", "difficulty_loss_weight",
+    "difficulty_low_threshold", "difficulty_mask", "error_max_len_clip", "error_max_len_threshold", "global_template",
+    "importance_sampling", "length_loss_weight", "mask_type", "max_len_mask", "minibatch_data_iter_num",
+    "num_return_sequences_in_group", "postive_loss_coef", "reward_model", "rewards", "rl_loss_coef",
+    "save_logging_board_dir", "tag_to_template", "use_policy_loss_type", "use_topr_loss", "use_topr_neg_loss_coef",
+    "val_greedy", "val_n_sample", "validation",
+))
+_AGENTIC_FIELDS = _COMMON_FIELDS | frozenset((
+    "batch_adjust_mode", "custom_envs", "dirty_data_mask", "env_monitor", "episode_reward_weight", "exp_mode",
+    "open_feedback_turn", "parse_tool_call_parameter_to_dict", "partial_gpu_mode", "ratio_type", "render_save_dir",
+    "reward", "reward_normalization", "skip_mock_system_prompt", "step_reward_gamma", "step_reward_weight",
+    "train_env_manager", "use_token_reward", "val_env_manager",
+))
+"""The top-level fields of ROLL's RLVRConfig and AgenticConfig (at the commit of tests/config/roll_examples);
+ROLL drops any other key."""
+
+
 @dataclass
 class Imported:
     """An imported config: its YAML text and the taskset files it names."""
@@ -81,8 +118,14 @@ def import_roll(path: Path | str, tasks_dir: Path | None = None, ignore: tuple[s
     ConfigError lists every ROLL setting that cannot be imported (those in `ignore` become notes)."""
     path = Path(path)
     composed = compose(path, overrides)
-    t = Translation(composed.data, "ROLL")
-    agentic = any(t.has(k) for k in ("custom_envs", "train_env_manager", "val_env_manager"))
+    agentic = any(k in composed.data for k in ("custom_envs", "train_env_manager", "val_env_manager"))
+    fields_, schema = (_AGENTIC_FIELDS, "AgenticConfig") if agentic else (_RLVR_FIELDS, "RLVRConfig")
+    other = (_RLVR_FIELDS if agentic else _AGENTIC_FIELDS) - fields_
+    dropped = sorted(k for k in composed.data if k in other)
+    t = Translation({k: v for k, v in composed.data.items() if k not in other}, "ROLL")
+    if dropped:
+        t.notes.append(f"{', '.join(dropped)}: ROLL ignores {'them' if len(dropped) > 1 else 'it'} (not a field "
+                       f"of ROLL's {schema}, the {'agentic' if agentic else 'RLVR'} pipeline's config)")
     if agentic and tasks_dir is None:
         raise ConfigError(f"{path}: an agentic ROLL config imports with taskset files of environment seeds, "
                           "written beside the imported config: give --out FILE")
@@ -107,7 +150,7 @@ def import_roll(path: Path | str, tasks_dir: Path | None = None, ignore: tuple[s
     else:
         translate_data(t)
     helpers_ok = composed.referenced | composed.anchored | (set(composed.data) - composed.own_keys)
-    t.sweep(helpers_ok)
+    t.sweep(helpers_ok, set(fields_), schema)
     t.apply_ignores(ignore)
     t.raise_if_refused(str(path))
     config = _in_schema_order(t.config)
@@ -267,10 +310,11 @@ def _resources(t: Translation, shape: _Shape) -> None:
     t.set("cluster.gpu_per_node", per_node, "num_gpus_per_node" if t.has("num_gpus_per_node") else ROLL_DEFAULT)
     train, infer = _devices(t, "actor_train"), _devices(t, "actor_infer")
     reference = _devices(t, "reference")
-    if train is None:
+    if train is None and not t.has("actor_train.device_mapping"):
         t.refuse("actor_train.device_mapping", "not set: rfthpc's trainer runs on GPUs; give actor_train its GPUs")
-    if infer is None:
-        t.refuse("actor_infer.device_mapping", "not set: rfthpc's explorers run vLLM on GPUs; give actor_infer its GPUs")
+    if infer is None and not t.has("actor_infer.device_mapping"):
+        t.refuse("actor_infer.device_mapping", "not set: rfthpc's explorers run vLLM on GPUs; give actor_infer "
+                                               "its GPUs")
     if train is None or infer is None:
         return
     tp = _engine(t)

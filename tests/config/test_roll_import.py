@@ -129,7 +129,8 @@ def test_refused_keys_are_one_error_that_lists_them_all(tmp_path: Path) -> None:
     assert "5 ROLL setting(s) cannot be imported" in message
     for key in ("difficulty_mask: true", "max_len_mask: true", "add_token_level_kl: true",
                 "actor_train.training_args.lr_scheduler_type: 'polynomial'",
-                "max_stepz: a key the importer does not know (did you mean max_steps?)"):
+                ("max_stepz: not a field of ROLL's RLVRConfig, so ROLL ignores it too: fix its name (did you mean"
+                 " max_steps?)")):
         assert key in message
     assert "--ignore KEY" in message
 
@@ -218,3 +219,10 @@ def test_cli_exit_codes(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert yaml.safe_load(done.stdout)["algorithm"]["policy_loss_fn"] == "topr"
     assert "rfthpc: note: " in done.stderr and "Traceback" not in done.stderr
+
+
+def test_keys_the_pipelines_config_lacks_are_noted_as_rolls_drops(tmp_path: Path) -> None:
+    # difficulty_mask is a field of ROLL's RLVRConfig only: its agentic pipeline drops it, so the import does too.
+    result = import_roll(AGENTIC, tmp_path / "tasks", overrides=["+difficulty_mask=true", "max_steps=1"])
+    assert any(n.startswith("difficulty_mask: ROLL ignores it (not a field of ROLL's AgenticConfig")
+               for n in result.notes)
