@@ -155,7 +155,8 @@ def import_roll(path: Path | str, tasks_dir: Path | None = None, ignore: tuple[s
     t.raise_if_refused(str(path))
     config = _in_schema_order(t.config)
     notes = list(dict.fromkeys(t.notes))
-    return Imported(render_yaml(config, t.sources, _header(t, composed, path)), config, tasksets, notes)
+    command = " ".join([str(path), *overrides, *(f"--ignore {k}" for k in ignore)])
+    return Imported(render_yaml(config, t.sources, _header(t, composed, command)), config, tasksets, notes)
 
 
 def _in_schema_order(config: dict[str, Any]) -> dict[str, Any]:
@@ -168,8 +169,8 @@ def _matches(key: str, pattern: str) -> bool:
     return key == pattern or (pattern.startswith("*.") and key.split(".", 1)[-1] == pattern[2:])
 
 
-def _header(t: Translation, composed: Composed, path: Path) -> list[str]:
-    lines = [f"Imported from ROLL by `rfthpc config import --from roll {path}`.",
+def _header(t: Translation, composed: Composed, command: str) -> list[str]:
+    lines = [f"Imported from ROLL by `rfthpc config import --from roll {command}`.",
              f"Read: {', '.join(_shown(f) for f in composed.files)}",
              ("Beside each value: the ROLL key it comes from (\"ROLL default\": ROLL's default for a key the file "
               "leaves out)."), ""]
