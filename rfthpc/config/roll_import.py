@@ -22,6 +22,7 @@ from rfthpc.config.hydra_compose import Composed, compose
 from rfthpc.config.importing import ROLL_DEFAULT, Translation, render_yaml, scalar
 from rfthpc.config.roll_algorithm import translate_algorithm, translate_optimizer
 from rfthpc.config.roll_data import sampling, translate_data
+from rfthpc.config.roll_envs import translate_envs
 from rfthpc.config.schema import Config
 from rfthpc.errors import ConfigError
 
@@ -143,8 +144,6 @@ def import_roll(path: Path | str, tasks_dir: Path | None = None, ignore: tuple[s
     translate_optimizer(t, shape.updates)
     _roles(t)
     if agentic:
-        from rfthpc.config.roll_envs import translate_envs
-
         tasksets = translate_envs(t, tasks_dir, groups=shape.groups, n=shape.n, engines=shape.engines,
                                   max_new_tokens=shape.max_new_tokens)
     else:
