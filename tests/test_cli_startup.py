@@ -110,3 +110,11 @@ def test_status_and_cancel_import_no_torch(tmp_path: Path) -> None:
     assert cancel["code"] == 2 and "scancel" in cancel["stderr"], cancel
     # status counts the experience store's groups from its HDF5 chunks: h5py is its one heavy import.
     assert heavy in ([], ["h5py"])
+
+
+def test_config_import_imports_no_torch(tmp_path: Path) -> None:
+    example = ROOT / "tests" / "config" / "roll_examples" / "qwen2.5-0.5B-agentic" / "agent_val_frozen_lake_async.yaml"
+    (result,), heavy = run_commands(["config", "import", "--from", "roll", str(example), "max_steps=2",
+                                     "--out", str(tmp_path / "imported.yaml")])
+    assert result["code"] == 0, result
+    assert heavy == []

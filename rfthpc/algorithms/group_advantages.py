@@ -201,15 +201,24 @@ def lite_ppo(
     norm_mean_type: str | None = "group",
     norm_std_type: str | None = "batch",
     epsilon: float = 1e-6,
+    reward_clip: float | None = None,
+    whiten_advantages: bool = False,
+    advantage_clip: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """ROLL's reward normalisation; by default LitePPO's: the group mean, the batch standard deviation.
 
-        A_i = (R_i - m_i) / (s_i + epsilon)     (A_i = R_i - m_i when norm_std_type is None)
+        N_i = (R_i - m_i) / (s_i + epsilon)     (N_i = R_i - m_i when norm_std_type is None)
         m_i = mean_g(R) ("group"), mean over the batch ("batch") or 0 (None)
         s_i = std_g(R)  ("group"), std over the batch's responses ("batch")
     with unbiased standard deviations, as ROLL's `norm_mean_type` / `norm_std_type` (ROLL's "running"
     statistics are not offered). With a group statistic, a group without contrast gives 0; group/group
-    is grpo. Returns (A, A) broadcast over the response tokens.
+    is grpo. The rest of ROLL's advantage pipeline (its `reinforce` and `grpo` estimators, gamma 1)
+    follows, each step off unless set:
+        N_i <- clip(N_i, -reward_clip, reward_clip)                 (ROLL's reward_clip)
+        A   =  N_i on every response token of i
+        A   <- whiten_{mask}(A) * mask                              (whiten_advantages: over the batch's tokens)
+        A   <- clip(A, -advantage_clip, advantage_clip)             (ROLL's advantage_clip)
+    Returns (A, A).
     """
     levels = ("group", "batch", None)
     for key, level in (("norm_mean_type", norm_mean_type), ("norm_std_type", norm_std_type)):
@@ -233,7 +242,15 @@ def lite_ppo(
         adv = adv / ((centred**2).sum() / max(scores.numel() - 1, 1)).sqrt().add(epsilon)
     if "group" in (norm_mean_type, norm_std_type):
         adv = torch.where(_has_contrast(scores, inverse, n_groups), adv, torch.zeros_like(adv))
-    return _outcome(inputs, adv)
+    for key, bound in (("reward_clip", reward_clip), ("advantage_clip", advantage_clip)):
+        if bound is not None and not bound > 0:
+            raise ConfigError(f"algorithm.advantage_fn_args.{key} must be > 0 (or null: no clip), got {bound!r}.")
+    if reward_clip is not None:
+        adv = adv.clamp(-reward_clip, reward_clip)
+    out = _whitened(inputs, adv)[0] if whiten_advantages else _broadcast(adv, inputs.response_mask)
+    if advantage_clip is not None:
+        out = out.clamp(-advantage_clip, advantage_clip)
+    return out, out
 
 
 @declare("advantage", "optimal_token_baseline", groups=True, forward_outputs=("sum_pi_squared",))

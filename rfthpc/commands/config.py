@@ -1,8 +1,12 @@
-"""`rfthpc config show|validate --config FILE [overrides]`."""
+"""`rfthpc config show|validate --config FILE [overrides]` and `rfthpc config import --from roll FILE`."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from rfthpc.commands import print_notes
@@ -59,13 +63,63 @@ def _run(args: argparse.Namespace, overrides: list[str]) -> int:
     return 0
 
 
+def _import(args: argparse.Namespace, _overrides: list[str]) -> int:
+    from rfthpc.config import load_config
+    from rfthpc.config.importing import write_jsonl
+    from rfthpc.config.roll_import import import_roll
+    from rfthpc.errors import ConfigError
+
+    out = Path(args.out) if args.out else None
+    tasks_dir = out.resolve().with_name(out.stem + ".tasks") if out else None
+    imported = import_roll(args.file, tasks_dir, ignore=args.ignore, overrides=args.overrides)
+    for path, rows in imported.tasksets.items():
+        write_jsonl(path, rows)
+    where = out.resolve().parent if out else Path(tempfile.gettempdir())
+    fd, tmp = tempfile.mkstemp(prefix=".rfthpc-import-", suffix=".yaml", dir=where)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(imported.text)
+        try:
+            loaded = load_config(tmp, check_paths=False)
+        except ConfigError as e:
+            raise ConfigError(f"the config imported from {args.file} fails rfthpc's checks: {e}") from None
+        print_notes(imported.notes + loaded.notes)
+        if out is None:
+            sys.stdout.write(imported.text)
+            return 0
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    files = f"; tasksets in {tasks_dir}" if imported.tasksets else ""
+    print(f"{out}: imported from {args.file}, valid ({len(imported.notes)} notes in its header{files})")
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `config` command."""
-    p = sub.add_parser("config", help="show or validate a config (with overrides)")
-    p.add_argument("action", choices=["show", "validate"],
-                   help="show: print the resolved YAML, first listing the values read from other frameworks' keys; "
-                        "validate: check it")
-    p.add_argument("--config", required=True, help="YAML config file (Trinity-RFT shape)")
-    p.add_argument("--no-path-checks", action="store_true",
-                   help="do not require model and dataset paths to exist here (a config for another machine)")
-    p.set_defaults(handler=_run, takes_overrides=True)
+    p = sub.add_parser("config", help="show, validate or import a config")
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    for action, text in (("show", "print the resolved YAML, first listing the values read from other frameworks' keys"),
+                         ("validate", "check a config")):
+        a = actions.add_parser(action, help=text, description=f"{text.capitalize()}; dotted config overrides "
+                                                              "(--buffer.batch_size 32) may follow")
+        a.add_argument("--config", required=True, help="YAML config file (Trinity-RFT shape)")
+        a.add_argument("--no-path-checks", action="store_true",
+                       help="do not require model and dataset paths to exist here (a config for another machine)")
+        a.set_defaults(handler=_run, takes_overrides=True)
+    i = actions.add_parser(
+        "import", help="turn a ROLL config into an rfthpc config",
+        description="Translate a ROLL pipeline config (RLVR or agentic, with its Hydra defaults: includes) into "
+                    "an rfthpc config that says where each value came from; settings rfthpc cannot reproduce are "
+                    "errors, listed together (docs/migration.md).")
+    i.add_argument("--from", dest="source_format", required=True, choices=["roll"], help="the config's format")
+    i.add_argument("file", help="the ROLL YAML config")
+    i.add_argument("overrides", nargs="*", help="Hydra overrides applied before the import (key=value, +key=value, "
+                                                "~key)")
+    i.add_argument("--out", help="write the rfthpc config here (and an agentic config's tasksets of environment "
+                                 "seeds in OUT's name + .tasks/); default: print it")
+    i.add_argument("--ignore", action="append", default=[], metavar="KEY",
+                   help="import without this refused ROLL key (or section), accepting that the run differs; "
+                        "repeatable")
+    i.set_defaults(handler=_import, takes_overrides=False)

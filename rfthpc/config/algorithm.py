@@ -17,10 +17,11 @@ class OptimizerConfig:
     lr_warmup_steps_ratio: float = 0.0
     """Warm-up length as a fraction of the total trainer steps (used when `lr_warmup_steps` < 0)."""
     min_lr_ratio: float = 0.0
-    """Floor of the cosine schedule, as a fraction of `lr`."""
-    lr_scheduler_type: Literal["constant", "cosine"] = "constant"
+    """Floor of the cosine and linear schedules, as a fraction of `lr`."""
+    lr_scheduler_type: Literal["constant", "cosine", "linear"] = "constant"
     """Schedule after warm-up: hold `lr` (constant) or decay to `min_lr_ratio * lr` over the stage's
-    remaining steps (cosine, which needs `buffer.total_steps`). veRL's and Trinity-RFT's current name;
+    remaining steps along a half cosine (cosine) or a straight line (linear, ROLL's default); both need
+    `buffer.total_steps`. veRL's and Trinity-RFT's current name;
     their older name `warmup_style` is read as this key (both given and different: an error)."""
     optimizer_type: Literal["adamw"] = "adamw"
     """Optimizer; rfthpc trains with AdamW."""

@@ -14,7 +14,7 @@ modules, in the order a step touches them:
 | `forward`     | per-token log-probs, entropy, critic values of a micro-batch               |
 | `rl_batch`    | the batch as tensors: KL-shaped rewards, advantages, batch metrics         |
 | `losses`      | the configured algorithm bound to `rfthpc.algorithms`                      |
-| `optim`       | AdamW and the warm-up / cosine learning-rate schedule                      |
+| `optim`       | AdamW and the warm-up / decay learning-rate schedule                       |
 | `update`      | one optimizer update of a sharded model (policy or critic)                 |
 | `checkpoint`  | resumable sharded checkpoints (`global_step_N/`)                           |
 | `checkpoint_meta` | a checkpoint's record (`CheckpointMeta`: stage, reader state, SFT position) |

@@ -7,7 +7,9 @@ exactly from the step number alone:
     lr_k = lr * (k + 1) / W                                              for k < W (linear warm-up)
     lr_k = lr                                                            constant, k >= W
     lr_k = lr * (m + (1 - m) * (1 + cos(pi * (k - W) / (T - W))) / 2)    cosine, k >= W, m = min_lr_ratio
-with k the 0-based step within the stage and T its total steps.
+    lr_k = lr * (m + (1 - m) * (1 - (k - W) / (T - W)))                  linear, k >= W
+with k the 0-based step within the stage and T its total steps. Linear with m = 0 is Hugging Face's
+`linear` schedule (ROLL's default) and Megatron's `linear` decay to its min_lr.
 """
 
 from __future__ import annotations
@@ -42,10 +44,10 @@ class LRSchedule:
                     f"or give {key}.lr_warmup_steps instead"
                 )
             warmup_steps = round(warmup_ratio * (total_steps or 0))
-        if style == "cosine" and total_steps is None:
-            raise ConfigError(f"{key}.lr_scheduler_type cosine decays over buffer.total_steps; set it, or use constant")
-        if style not in ("constant", "cosine"):
-            raise ConfigError(f"{key}.lr_scheduler_type: unknown schedule {style!r}; use constant or cosine")
+        if style in ("cosine", "linear") and total_steps is None:
+            raise ConfigError(f"{key}.lr_scheduler_type {style} decays over buffer.total_steps; set it, or use constant")
+        if style not in ("constant", "cosine", "linear"):
+            raise ConfigError(f"{key}.lr_scheduler_type: unknown schedule {style!r}; use constant, cosine or linear")
         self.lr = lr
         self.total = total_steps
         self.warmup = warmup_steps
@@ -65,7 +67,8 @@ class LRSchedule:
         if self.style == "constant" or self.total is None or self.total <= self.warmup:
             return self.lr
         progress = min(1.0, (k - self.warmup) / (self.total - self.warmup))
-        return self.lr * (self.min_ratio + (1 - self.min_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+        decay = 1 - progress if self.style == "linear" else 0.5 * (1 + math.cos(math.pi * progress))
+        return self.lr * (self.min_ratio + (1 - self.min_ratio) * decay)
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:

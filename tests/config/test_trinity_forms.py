@@ -188,8 +188,8 @@ def test_rfthpc_scheduler_key_wins_over_verl(tmp_path: Path, base: str) -> None:
 
 
 def test_a_scheduler_rfthpc_lacks_is_an_error(tmp_path: Path, base: str) -> None:
-    msg = _error(write(tmp_path, _verl(base, "lr_scheduler_type: linear\n")))
-    assert "algorithm.optimizer.lr_scheduler_type: 'linear' is not one of 'constant', 'cosine'" in msg
+    msg = _error(write(tmp_path, _verl(base, "lr_scheduler_type: polynomial\n")))
+    assert "algorithm.optimizer.lr_scheduler_type: 'polynomial' is not one of 'constant', 'cosine', 'linear'" in msg
 
 
 # monitor_type: tensorboard ------------------------------------------------------------------------

@@ -191,6 +191,16 @@ def test_lr_schedule_warmup_constant_and_cosine() -> None:
         LRSchedule(1.0, total_steps=None, warmup_ratio=0.1)
 
 
+def test_lr_schedule_linear_decays_to_the_floor_like_hugging_faces() -> None:
+    lin = LRSchedule(1.0, total_steps=6, warmup_steps=2, style="linear")
+    # Hugging Face's get_linear_schedule_with_warmup: (k + 1) / W, then (T - k) / (T - W).
+    assert [lin(k) for k in range(6)] == pytest.approx([0.5, 1.0, 1.0, 0.75, 0.5, 0.25])
+    floor = LRSchedule(1.0, total_steps=4, style="linear", min_lr_ratio=0.2)
+    assert [floor(k) for k in range(4)] == pytest.approx([1.0, 0.8, 0.6, 0.4])
+    with pytest.raises(ConfigError, match="linear decays over buffer.total_steps"):
+        LRSchedule(1.0, total_steps=None, style="linear")
+
+
 def test_lr_schedule_follows_the_scheduler_under_its_older_name() -> None:
     raw = {"model": {"model_path": "m", "max_prompt_tokens": 8, "max_response_tokens": 8},
            "algorithm": {"optimizer": {"warmup_style": "cosine", "min_lr_ratio": 0.5}}, "buffer": {"total_steps": 4}}

@@ -307,6 +307,24 @@ def test_lite_ppo_group_levels_are_grpo():
     torch.testing.assert_close(lite, ADVANTAGE_FNS.get("grpo")(batch())[0])
 
 
+def test_lite_ppo_follows_rolls_clips_and_whitening():
+    # Raw rewards (ROLL's reinforce without normalisation), clipped at 2: group 2's 5 becomes 2.
+    clipped, _ = ADVANTAGE_FNS.get("lite_ppo")(batch(), norm_mean_type=None, norm_std_type=None, reward_clip=2.0)
+    assert per_sequence(clipped) == pytest.approx([1.0, 0.0, 0.0, None, 1.0, 1.0, 2.0])
+    # Then whitened over the batch's response tokens (each response weighs by its length) and clipped at 1.
+    adv, returns = ADVANTAGE_FNS.get("lite_ppo")(batch(), norm_mean_type=None, norm_std_type=None, reward_clip=2.0,
+                                                 whiten_advantages=True, advantage_clip=1.0)
+    per_response = [1.0, 0.0, 0.0, None, 1.0, 1.0, 2.0]
+    tokens = [v for v, row in zip(per_response, MASK.tolist(), strict=True) for _ in range(sum(row))]
+    mean, var = statistics.mean(tokens), statistics.variance(tokens)
+    expected = [None if v is None else max(-1.0, min(1.0, (v - mean) / math.sqrt(var + 1e-8))) for v in per_response]
+    assert per_sequence(adv) == pytest.approx(expected)
+    assert expected[-1] == 1.0 and expected[1] < -1 + 1e-9  # both clips bind here
+    assert torch.equal(adv, returns)
+    with pytest.raises(ConfigError, match="advantage_fn_args.advantage_clip must be > 0"):
+        ADVANTAGE_FNS.get("lite_ppo")(batch(), advantage_clip=0)
+
+
 def test_lite_ppo_rejects_running_statistics():
     with pytest.raises(ConfigError, match="advantage_fn_args.norm_std_type: unknown level 'running'"):
         ADVANTAGE_FNS.get("lite_ppo")(batch(), norm_std_type="running")

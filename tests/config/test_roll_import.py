@@ -1,0 +1,228 @@
+"""`rfthpc config import --from roll`: ROLL's own example configs become rfthpc configs that validate,
+with every ROLL key accounted for; Hydra includes are followed; what cannot be honoured is one error."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rfthpc.cli import main
+from rfthpc.config import load_config
+from rfthpc.config.hydra_compose import compose
+from rfthpc.config.importing import flatten
+from rfthpc.config.roll_import import import_roll
+from rfthpc.errors import ConfigError
+
+EXAMPLES = Path(__file__).parent / "roll_examples"
+RLVR_ASYNC = EXAMPLES / "qwen2.5-7B-rlvr_megatron" / "rlvr_config_async.yaml"
+RLVR_TOPR = EXAMPLES / "qwen2.5-7B-rlvr-offpolicy" / "rlvr_config.yaml"
+AGENTIC = EXAMPLES / "qwen2.5-0.5B-agentic" / "agent_val_frozen_lake_async.yaml"
+RLVR_REFUSED = ["difficulty_mask", "max_len_mask"]
+"""What ROLL's RLVR examples set that rfthpc cannot do: masks that leave samples out of the loss."""
+
+
+def imported(tmp_path: Path, example: Path, *extra: str) -> tuple[dict, str]:
+    """Run the CLI's import into tmp_path; the written config (as data) and its text."""
+    ignores = [a for key in RLVR_REFUSED for a in ("--ignore", key)] if "rlvr" in example.parent.name else []
+    out = tmp_path / "imported.yaml"
+    assert main(["config", "import", "--from", "roll", str(example), "--out", str(out), *ignores, *extra]) == 0
+    text = out.read_text()
+    return yaml.safe_load(text), text
+
+
+def accounted(text: str, example: Path) -> list[str]:
+    """The example's ROLL keys that the imported config's text does not mention (by the key itself, a
+    section above it, or a helper key it belongs to)."""
+    composed = compose(example)
+    helpers = re.search(r"# Not ROLL settings.*?: (.*)", text)
+    helper_keys = set(helpers.group(1).split(", ")) if helpers else set()
+    missing = []
+    for leaf in flatten(composed.data):
+        parts = leaf.split(".")
+        prefixes = [".".join(parts[:i]) for i in range(len(parts), 1, -1)] + ([parts[0]] if len(parts) == 1 else [])
+        if parts[0] in helper_keys or any(re.search(rf"(?<![\w.]){re.escape(p)}(?![\w])", text) for p in prefixes):
+            continue
+        missing.append(leaf)
+    return missing
+
+
+@pytest.mark.parametrize("example", [RLVR_ASYNC, RLVR_TOPR, AGENTIC], ids=lambda p: p.parent.name)
+def test_each_roll_example_imports_into_a_config_that_validates(tmp_path: Path, example: Path) -> None:
+    _, text = imported(tmp_path, example)
+    loaded = load_config(tmp_path / "imported.yaml", check_paths=False)
+    assert loaded.config.synchronizer.sync_interval == 1
+    assert text.startswith("# Imported from ROLL")
+    assert accounted(text, example) == []
+
+
+def test_async_rlvr_keeps_rolls_algorithm_and_resources(tmp_path: Path) -> None:
+    cfg, text = imported(tmp_path, RLVR_ASYNC)
+    config = load_config(tmp_path / "imported.yaml", check_paths=False).config
+    assert (config.synchronizer.sync_offset, config.synchronizer.max_staleness) == (1, 1)
+    assert (config.algorithm.repeat_times, config.buffer.batch_size, config.buffer.total_steps) == (8, 64, 1000)
+    assert config.model.max_prompt_tokens == 2048 and config.model.max_response_tokens == 8192
+    assert (config.model.temperature, config.model.top_p, config.model.top_k) == (0.99, 0.99, 100)
+    alg = cfg["algorithm"]
+    assert alg["advantage_fn"] == "lite_ppo"
+    assert alg["advantage_fn_args"] == {"norm_mean_type": None, "norm_std_type": None, "reward_clip": 10,
+                                        "whiten_advantages": True, "advantage_clip": 2.0}
+    assert alg["policy_loss_fn"] == "ppo" and alg["policy_loss_fn_args"] == {"clip_range": 0.2, "clip_ratio_c": 1.4}
+    assert alg["loss_agg_mode"] == "seq-mean-token-mean"  # ROLL's default, not rfthpc's
+    assert alg["optimizer"]["lr_scheduler_type"] == "linear" and alg["optimizer"]["weight_decay"] == 0
+    assert "lr_scheduler_type: \"linear\"  # ROLL default" in text
+    # 16 trainer GPUs (Megatron TP 2: data parallel 8, 1 x 64 samples each: one update of all 64 groups)
+    assert config.trainer.ppo_mini_batch_size == 64
+    assert (config.cluster.node_num, config.cluster.gpu_per_node, config.explorer.rollout_model.engine_num) == (3, 8, 8)
+    assert (config.slurm.trainer.nodes, config.slurm.trainer.gpus_per_node) == (2, 8)
+    assert config.explorer.rollout_model.dtype == "float16" and config.model.dtype == "bfloat16"
+    assert config.buffer.explorer_input.tasksets[0].path == "data/math_deepmath_deal.jsonl"
+    assert "megatron_train: rfthpc trains with FSDP2" in text and "sglang: rfthpc's rollout engine is vLLM" in text
+
+
+def test_off_policy_rlvr_keeps_the_topr_loss_and_its_validation(tmp_path: Path) -> None:
+    cfg, text = imported(tmp_path, RLVR_TOPR)
+    assert cfg["algorithm"]["policy_loss_fn"] == "topr"
+    assert cfg["algorithm"]["advantage_fn_args"]["norm_mean_type"] == "batch"
+    (val,) = cfg["buffer"]["explorer_input"]["eval_tasksets"]
+    assert val["path"] == "data/math_benchmarks.jsonl" and val["rollout_args"]["temperature"] == 0.6
+    assert cfg["explorer"]["eval_interval"] == 10
+    # Colocated in ROLL (both on GPUs 0-15): separate jobs here, 16 + 16 GPUs.
+    assert cfg["cluster"]["node_num"] == 4 and "share GPUs" in text
+    assert "validation.eval_steps: ROLL ignores it" in text  # a key ROLL's dataclasses drop
+    assert "actor_train.model_args.flash_attn: ROLL ignores it" in text
+
+
+def test_agentic_frozen_lake_writes_tasksets_of_seeds(tmp_path: Path) -> None:
+    cfg, text = imported(tmp_path, AGENTIC)
+    inp = cfg["buffer"]["explorer_input"]
+    (train,) = inp["tasksets"]
+    args = train["workflow_args"]
+    assert args["env"] == "frozen_lake" and args["env_args"] == {"size": 4, "p": 0.8, "is_slippery": False,
+                                                                  "max_steps": 10}
+    assert (args["max_turns"], args["max_tokens_per_turn"], args["max_context_tokens"]) == (10, 64, 8192)
+    assert args["format_penalty"] == 0.01 and args["reward_type"] == "sum"
+    assert cfg["algorithm"]["repeat_times"] == 8 and cfg["buffer"]["batch_size"] == 128
+    assert cfg["algorithm"]["advantage_fn_args"] == {"norm_mean_type": "group", "norm_std_type": "group",
+                                                     "whiten_advantages": True, "advantage_clip": 0.2}
+    rows = Path(train["path"]).read_text().splitlines()
+    assert len(rows) == 1024 * 128 and json.loads(rows[5]) == {"prompt": "FrozenLake seed 5", "env_args": {"seed": 5}}
+    evals = {ts["name"]: ts for ts in inp["eval_tasksets"]}
+    assert list(evals) == ["SimpleSokoban", "LargerSokoban", "SokobanDifferentGridVocab", "FrozenLake"]
+    assert evals["LargerSokoban"]["workflow_args"]["env_args"] == {"dim_room": [10, 10], "num_boxes": 2,
+                                                                   "search_depth": 10, "max_steps": 10}
+    assert all(len(Path(ts["path"]).read_text().splitlines()) == 256 for ts in evals.values())
+    assert "custom_envs.FrozenLakeThink: defined, but no env manager uses it" in text
+    assert "max_actions_per_traj" in text.split("# Not ROLL settings")[1].splitlines()[0]  # a helper key
+
+
+def test_refused_keys_are_one_error_that_lists_them_all(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as e:
+        import_roll(RLVR_ASYNC, overrides=["add_token_level_kl=true", "+max_stepz=3",
+                                           "+actor_train.training_args.lr_scheduler_type=polynomial"])
+    message = str(e.value)
+    assert "5 ROLL setting(s) cannot be imported" in message
+    for key in ("difficulty_mask: true", "max_len_mask: true", "add_token_level_kl: true",
+                "actor_train.training_args.lr_scheduler_type: 'polynomial'",
+                ("max_stepz: not a field of ROLL's RLVRConfig, so ROLL ignores it too: fix its name (did you mean"
+                 " max_steps?)")):
+        assert key in message
+    assert "--ignore KEY" in message
+
+
+def test_ignore_accepts_a_refusal_as_a_note(tmp_path: Path) -> None:
+    result = import_roll(RLVR_ASYNC, ignore=RLVR_REFUSED)
+    assert any(n.startswith("difficulty_mask: ignored at your request") for n in result.notes)
+    assert "max_len_mask: ignored at your request" in result.text
+
+
+def _include_chain(tmp_path: Path, self_first: bool) -> Path:
+    (tmp_path / "envs" / "common").mkdir(parents=True)
+    (tmp_path / "envs" / "common" / "base.yaml").write_text("max_steps: 7\nsave_steps: 3\nppo_epochs: 2\n")
+    (tmp_path / "envs" / "mid.yaml").write_text("defaults:\n  - common/base@_here_\n  - _self_\nsave_steps: 4\n")
+    main_file = tmp_path / "exp" / "main.yaml"
+    main_file.parent.mkdir()
+    order = "  - _self_\n  - ../envs/mid@_here_\n" if self_first else "  - ../envs/mid@_here_\n"
+    main_file.write_text("defaults:\n" + order + "max_steps: 9\nsteps_alias: ${max_steps}\n")
+    return main_file
+
+
+@pytest.mark.parametrize("self_first", [False, True])
+def test_hydra_includes_are_followed_in_order(tmp_path: Path, self_first: bool) -> None:
+    composed = compose(_include_chain(tmp_path, self_first))
+    # mid overrides base (its _self_ last); main overrides both unless its _self_ comes first.
+    assert composed.data == {"max_steps": 7 if self_first else 9, "save_steps": 4, "ppo_epochs": 2,
+                             "steps_alias": 7 if self_first else 9}
+    assert [p.name for p in composed.files] == ["main.yaml", "mid.yaml", "base.yaml"]
+    assert composed.own_keys == {"max_steps", "steps_alias"} and "max_steps" in composed.referenced
+
+
+def test_an_agentic_config_through_an_include_chain(tmp_path: Path) -> None:
+    """ROLL's agentic example with its environments one include further away, and one override."""
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "traj_envs.yaml").write_text((EXAMPLES / "config" / "traj_envs.yaml").read_text())
+    (tmp_path / "lib" / "all_envs.yaml").write_text("defaults:\n  - traj_envs@_here_\n")
+    (tmp_path / "exp").mkdir()
+    text = AGENTIC.read_text().replace("../config/traj_envs@_here_", "/lib/all_envs@_here_")
+    (tmp_path / "exp" / "agentic.yaml").write_text(text)
+    (tmp_path / "root.yaml").write_text("defaults:\n  - exp/agentic@_here_\n")
+    result = import_roll(tmp_path / "root.yaml", tmp_path / "tasks", overrides=["max_steps=2"])
+    train = result.config["buffer"]["explorer_input"]["tasksets"][0]
+    assert train["workflow_args"]["max_turns"] == 10  # from the included file's max_actions_per_traj
+    assert len(result.tasksets[tmp_path / "tasks" / "train.jsonl"]) == 2 * 128
+
+
+@pytest.mark.parametrize(("defaults", "message"), [
+    ("  - missing@_here_\n", "missing.yaml does not exist"),
+    ("  - ../loop@_here_\n", "include each other in a cycle"),
+    ("  - ../up/file\n", "give the place: @_here_"),
+    ("  - override hydra/launcher: submitit\n", "`override` selects another option"),
+])
+def test_bad_includes_are_config_errors(tmp_path: Path, defaults: str, message: str) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "loop.yaml").write_text("defaults:\n  - d/cfg@_here_\n")
+    cfg = tmp_path / "d" / "cfg.yaml"
+    cfg.write_text("defaults:\n" + defaults + "max_steps: 1\n")
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        compose(tmp_path / "loop.yaml" if "loop" in defaults else cfg)
+
+
+def test_anchor_holders_and_group_options(tmp_path: Path) -> None:
+    (tmp_path / "algo").mkdir()
+    (tmp_path / "algo" / "fast.yaml").write_text("lr: 2.0e-6\n")
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("defaults:\n  - algo: fast\n  - _self_\n_common: &common {dtype: bf16}\n"
+                   "actor_train:\n  model_args: *common\n")
+    composed = compose(cfg, ["+extra=[1,2]", "~_common"])
+    assert composed.data == {"algo": {"lr": 2e-6}, "actor_train": {"model_args": {"dtype": "bf16"}}, "extra": [1, 2]}
+    assert composed.anchored == {"_common"}
+
+
+def test_cli_exit_codes(tmp_path: Path) -> None:
+    out = tmp_path / "x.yaml"
+    assert main(["config", "import", "--from", "roll", str(RLVR_ASYNC), "--out", str(out)]) == 2
+    assert not out.exists()  # nothing written for a refused import
+    assert main(["config", "import", "--from", "roll", str(AGENTIC)]) == 2  # tasksets need --out
+    assert main(["config", "import", "--from", "roll", str(tmp_path / "none.yaml")]) == 2
+    with pytest.raises(SystemExit) as e:
+        main(["config", "import", "--from", "verl2", str(RLVR_ASYNC)])
+    assert e.value.code == 2
+    done = subprocess.run([sys.executable, "-m", "rfthpc", "config", "import", "--from", "roll", str(RLVR_TOPR),
+                           "--ignore", "difficulty_mask", "--ignore", "max_len_mask"],
+                          capture_output=True, text=True, timeout=120, check=False,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
+    assert yaml.safe_load(done.stdout)["algorithm"]["policy_loss_fn"] == "topr"
+    assert "rfthpc: note: " in done.stderr and "Traceback" not in done.stderr
+
+
+def test_keys_the_pipelines_config_lacks_are_noted_as_rolls_drops(tmp_path: Path) -> None:
+    # difficulty_mask is a field of ROLL's RLVRConfig only: its agentic pipeline drops it, so the import does too.
+    result = import_roll(AGENTIC, tmp_path / "tasks", overrides=["+difficulty_mask=true", "max_steps=1"])
+    assert any(n.startswith("difficulty_mask: ROLL ignores it (not a field of ROLL's AgenticConfig")
+               for n in result.notes)
