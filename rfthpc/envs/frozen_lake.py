@@ -50,10 +50,12 @@ class FrozenLake:
         `is_slippery`: gymnasium's slippery ice (a move goes as chosen 1/3 of the time, else sideways);
         `max_steps`: steps before the episode is truncated; `desc`: a fixed map in gymnasium's letters
         (rows of S start, F frozen, H hole, G goal), used instead of random maps (then `size` and `p`
-        are unused); `describe_surroundings`: each observation also says in words what lies one
-        move away in each direction and where the goal is from the player (`Around you: Left ice,
-        Down hole, Right edge, Up edge. The goal is 2 Down and 3 Right.`), for a policy too small to
-        read positions off the grid."""
+        are unused); `describe_surroundings`: each observation ends with two lines saying in words where
+        the goal is from the player and what lies one move away in each direction (`The goal is 2 Down
+        and 3 Right.` / `Around you: Left ice, Down hole, Right edge, Up edge.`), for a policy too small
+        to read positions off the grid. The second line is last and of fixed form, so each direction's
+        cell is always the same number of tokens before the reply: a tiny model learns to read it about
+        twice as fast as the same words earlier in the observation (docs/agents.md)."""
         self.size = int_arg("size", size, 2, 32)
         # Below about 0.5, maps with a path from start to goal are so rare that drawing one can take minutes.
         self.p = float_arg("p", p, 0.5, 1.0)
@@ -87,7 +89,8 @@ class FrozenLake:
         )
 
     def surroundings(self) -> str:
-        """What lies one move away in each direction, and the goal's offset from the player, in words."""
+        """The goal's offset from the player, then what lies one move away in each direction, in words
+        (two lines)."""
         assert self._env is not None
         row, col = self._position
         names = {"_": "ice", "O": "hole", "G": "goal"}
@@ -100,15 +103,15 @@ class FrozenLake:
         offsets = [f"{abs(d)} {word}" for d, word in ((goal_row - row, "Down" if goal_row > row else "Up"),
                                                        (goal_col - col, "Right" if goal_col > col else "Left")) if d]
         where = " and ".join(offsets) if offsets else "here"
-        return f"Around you: {', '.join(around)}. The goal is {where}."
+        return f"The goal is {where}.\nAround you: {', '.join(around)}."
 
     def _observation(self, feedback: str) -> str:
         lines = [feedback] if feedback else []
         lines += [LEGEND, self.render()]
-        if self.describe_surroundings and not self._done:
-            lines.append(self.surroundings())
         if not self._done:
             lines.append(format_hint(ACTIONS))
+        if self.describe_surroundings and not self._done:
+            lines.append(self.surroundings())
         return "\n".join(lines)
 
     def reset(self, seed: int | None = None, options: Mapping[str, Any] | None = None) -> tuple[str, dict[str, Any]]:

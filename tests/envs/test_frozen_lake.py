@@ -156,9 +156,10 @@ def test_bad_arguments_are_config_errors_naming_the_key(args: dict, says: str) -
 def test_the_surroundings_are_described_in_words_when_asked() -> None:
     env = FrozenLake(desc=["SFF", "FHF", "FFG"], describe_surroundings=True)
     first, _ = env.reset(seed=0)
-    assert "Around you: Left edge, Down ice, Right ice, Up edge. The goal is 2 Down and 2 Right." in first
+    # Last in the observation, nearest the reply it informs, each cell at the same place from the end.
+    assert first.endswith("\nThe goal is 2 Down and 2 Right.\nAround you: Left edge, Down ice, Right ice, Up edge.")
     moved = env.step("Right")[0]
-    assert "Around you: Left ice, Down hole, Right ice, Up edge. The goal is 2 Down and 1 Right." in moved
+    assert moved.endswith("\nThe goal is 2 Down and 1 Right.\nAround you: Left ice, Down hole, Right ice, Up edge.")
     env.step("Right")
     env.step("Down")
     won = env.step("Down")[0]
