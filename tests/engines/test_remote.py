@@ -7,12 +7,10 @@ requests, wrong keys and cancelled requests behave as the explorer needs."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -30,66 +28,15 @@ from rfthpc.engines.remote import (
 )
 from rfthpc.server_address import ServerAddress, next_generation, publish
 from rfthpc.workflows.base import SamplingArgs
+from tests.engines.fake_vllm import FakeVLLM
 
 PARAMS = SamplingArgs(temperature=1.0, max_tokens=3, logprobs=2)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _FakeVLLM
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        fake = self.server
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        fake.requests.append(body)
-        if self.headers.get("Authorization") != f"Bearer {fake.api_key}":
-            return self._send(401, {"error": "Unauthorized"})
-        if fake.reject:
-            return self._send(400, {"error": {"message": "This model's maximum context length is 512 tokens"}})
-        time.sleep(fake.delay_s)
-        choices = []
-        for prompt in body["prompt"]:
-            for j in range(body["n"]):
-                tokens = [len(prompt), fake.engine, j]
-                choices.append({
-                    "index": len(choices), "text": f"engine {fake.engine}", "finish_reason": "length",
-                    "token_ids": tokens,
-                    "logprobs": {"token_logprobs": [-0.5, -0.25, -0.125],
-                                 "tokens": [f"token_id:{t}" for t in tokens],
-                                 "top_logprobs": [{f"token_id:{t}": -0.5, "token_id:99": -0.1, "token_id:98": -9999.0}
-                                                  for t in tokens]},
-                })
-        self._send(200, {"object": "text_completion", "choices": choices})
-
-    def _send(self, code: int, payload: dict[str, Any]) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-
-class _FakeVLLM(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, engine: int, api_key: str = "key", delay_s: float = 0.0) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.engine, self.api_key, self.delay_s = engine, api_key, delay_s
-        self.reject = False
-        self.requests: list[dict[str, Any]] = []
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
 @contextmanager
-def serving(run: Path, engine: int, publish_address: bool = True, **kwargs: Any) -> Iterator[_FakeVLLM]:
+def serving(run: Path, engine: int, publish_address: bool = True, **kwargs: Any) -> Iterator[FakeVLLM]:
     """A stand-in engine serving in a thread, its address published as a server task would."""
-    fake = _FakeVLLM(engine, **kwargs)
+    fake = FakeVLLM(engine, **kwargs)
     thread = threading.Thread(target=fake.serve_forever, daemon=True)
     thread.start()
     if publish_address:
@@ -101,7 +48,7 @@ def serving(run: Path, engine: int, publish_address: bool = True, **kwargs: Any)
         fake.server_close()
 
 
-def announce(run: Path, fake: _FakeVLLM, **fields: Any) -> ServerAddress:
+def announce(run: Path, fake: FakeVLLM, **fields: Any) -> ServerAddress:
     values = {"url": fake.url, "api_key": fake.api_key, "served_model": "judge-model", "max_model_len": 512, **fields}
     address = ServerAddress(name="judge", engine=fake.engine, generation=next_generation(run, "judge", fake.engine),
                             **values)
