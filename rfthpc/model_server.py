@@ -201,8 +201,8 @@ class ModelServer:
         # Its own process group, so a stop reaches vLLM's engine processes too; and it is told to stop
         # when this process dies, so no server outlives its task holding GPUs. preexec_fn is safe here:
         # this process runs no threads.
-        self.proc = subprocess.Popen(argv, env=env, start_new_session=True,  # noqa: PLW1509
-                                     preexec_fn=_stop_with_parent)
+        self.proc = subprocess.Popen(argv, env=env, start_new_session=True,
+                                     preexec_fn=_stop_with_parent)  # noqa: PLW1509
         url = f"http://{self.host}:{port}"
         local = f"http://127.0.0.1:{port}"
         started = time.monotonic()

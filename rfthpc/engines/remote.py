@@ -29,7 +29,6 @@ import http.client
 import itertools
 import json
 import logging
-import socket
 import threading
 import time
 import urllib.error
@@ -191,6 +190,8 @@ class RemoteEngine:
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         self.retries = 0
         """Failed attempts so far (an engine that did not answer), for logs and tests."""
+        self._down_since: float | None = None
+        """When requests began to find no engine answering (None while one does): logged once per outage."""
 
     # ---- addresses -----------------------------------------------------------------------------
 
@@ -224,7 +225,6 @@ class RemoteEngine:
         """For each prompt, `n` samples, from whichever engine of the server answers."""
         if not prompts_token_ids:
             return []
-        first_failure: list[float] = []
         backoff = Backoff()
         last_error: list[str] = []
 
@@ -237,11 +237,7 @@ class RemoteEngine:
                 return None
             answer = self._attempt(body, cancelled, last_error)
             if answer is None:
-                if not first_failure:
-                    first_failure.append(time.monotonic())
-                    log.warning("auxiliary model %r: no engine of its server answers (%s); retrying for up to %.0f s "
-                                "(a requeued server publishes a new address)", self.name, last_error[-1],
-                                self.timeout_s)
+                self._outage(last_error[-1])
                 backoff.failed(signature)
             return answer
 
@@ -259,9 +255,7 @@ class RemoteEngine:
                 f"addresses: {self.describe()}. Check the model's server job (`rfthpc status`, its log in the run's "
                 "log/ folder)"
             )
-        if first_failure:
-            log.info("auxiliary model %r: its server answers again after %.1f s", self.name,
-                     time.monotonic() - first_failure[0])
+        self._recovered()
         choices = answer.get("choices") or []
         expected = len(body["prompt"]) * per_prompt
         if len(choices) != expected:
@@ -273,12 +267,26 @@ class RemoteEngine:
             raise ServerUnavailable(f"auxiliary model {self.name!r}: unexpected answer from its server: {e}") from e
         return [flat[i * n:(i + 1) * n] for i in range(len(prompts_token_ids))]
 
+    def _outage(self, error: str) -> None:
+        with self._lock:
+            if self._down_since is not None:
+                return
+            self._down_since = time.monotonic()
+        log.warning("auxiliary model %r: no engine of its server answers (%s); requests are retried for up to %.0f s "
+                    "each (a starting or requeued server publishes its address)", self.name, error, self.timeout_s)
+
+    def _recovered(self) -> None:
+        with self._lock:
+            since, self._down_since = self._down_since, None
+        if since is not None:
+            log.info("auxiliary model %r: its server answers again after %.1f s", self.name, time.monotonic() - since)
+
     def _attempt(self, body: dict[str, Any], cancelled: CancelCheck | None,
                  errors: list[str]) -> dict[str, Any] | None:
         """The answer of the first engine (in round-robin order) that gives one; None if none does."""
         live = self.addresses()
         if not live:
-            errors.append(f"no engine serves ({self.describe()})")
+            errors.append(self.describe())
             self.retries += 1
             return None
         start = next(self._turn)
@@ -307,8 +315,7 @@ class RemoteEngine:
             if e.code in (400, 422):
                 raise RequestRejected(f"auxiliary model {self.name!r} refused a request: {detail}") from e
             raise _Retry(f"HTTP {e.code}: {detail}") from e
-        except (urllib.error.URLError, http.client.HTTPException, ConnectionError, socket.timeout,
-                TimeoutError, ValueError) as e:
+        except (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError, ValueError) as e:
             raise _Retry(f"{type(e).__name__}: {getattr(e, 'reason', e)}") from e
 
 

@@ -20,14 +20,14 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:
         pass
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         if self.path == "/health":
             return self._send(200, {})
         if self.headers.get("Authorization") != f"Bearer {self.server.api_key}":
             return self._send(401, {"error": "Unauthorized"})
         self._send(200, {"object": "list", "data": [{"id": "judge", "max_model_len": 321}]})
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+    def do_POST(self) -> None:
         fake = self.server
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         fake.requests.append(body)
