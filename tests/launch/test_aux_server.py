@@ -11,7 +11,6 @@ ends (COMPLETED), its address marked stopped.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -21,11 +20,10 @@ from rfthpc.rundir import RunDir
 from rfthpc.server_address import address_path, read_address
 from tests.conftest import cancel
 from tests.launch.conftest import (
-    _merge,
+    judged_config,
     rfthpc,
     run_cmd,
     scontrol_field,
-    tiny_config,
     wait_for,
     wait_terminal,
     write_yaml,
@@ -35,16 +33,6 @@ from tests.launch.runcheck import check_exactly_once, consumption, log_tails
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.vllm, pytest.mark.timeout(900)]
 
 RUN_TIMEOUT_S = 600
-
-
-def judged_config(data: Path, run_root: Path, name: str, **sections: Any) -> dict[str, Any]:
-    """The tiny run (transformers policy), scored by a shared judge: the tiny model on vLLM's server."""
-    judge = {"name": "judge", "model_path": str(data / "model"), "max_model_len": 1600, "max_prompt_tokens": 1536,
-             "max_response_tokens": 6, "cpu_kvcache_space_gb": 1, "server_timeout": 600}
-    judged = {"buffer": {"explorer_input": {"default_workflow_type": "math_rm_workflow"}},
-              "explorer": {"auxiliary_models": [judge]},
-              "slurm": {"server": {"time": "00:20:00", "cpus_per_task": 1, "mem": "3G"}}}
-    return tiny_config(data, run_root, name, **_merge(judged, sections))
 
 
 def judged_groups(run: Path) -> list:
