@@ -21,6 +21,9 @@ One process (one Slurm array task, or one local process) runs it:
    stage: each group the trainer drops as stale, and each task that gave no group, is replaced by
    a fresh task (`TaskClaims` refill, within the tasksets' epochs), so the trainer reaches its
    `total_steps`.
+   Auxiliary models placed `per_explorer` are engines of this process, batched the same way; a
+   shared one is its server job's, reached over HTTP from the workflow's own thread
+   (`rfthpc.engines.remote`).
 4. Rank 0 evaluates the eval tasksets on start-up, every `explorer.eval_interval` versions and on
    the final policy (`rfthpc.explorer.eval`); metrics go to `monitor/explorer_<name>_<rank>.jsonl`.
 

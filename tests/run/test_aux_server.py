@@ -25,7 +25,7 @@ def test_rfthpc_run_serves_a_shared_judge_locally(demo_data: Path, tmp_path: Pat
         demo_data, tmp_path / "runs", "local-judge", buffer={"total_steps": 2},
         explorer={"rollout_model": {"engine_num": 1}}))
     out = subprocess.run([sys.executable, "-m", "rfthpc", "run", "--config", str(cfg)], capture_output=True,
-                         text=True, timeout=540)
+                         text=True, timeout=540, check=False)
     run = tmp_path / "runs" / "launch" / "local-judge"
     logs = {p.name: p.read_text(errors="replace") for p in (run / "log").glob("*.log")}
     assert out.returncode == 0, f"{out.stdout}\n{out.stderr}\n" + "\n".join(f"--- {k}\n{v[-3000:]}"
