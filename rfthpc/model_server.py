@@ -170,6 +170,11 @@ class ModelServer:
         try:
             failures = 0
             while True:
+                done = finished(self.run, self.has_trainer)
+                if done is not None:
+                    # E.g. a requeued task of a run that ended meanwhile: no server to start.
+                    log.info("auxiliary model %r engine %d: %s; not starting", self.model.name, self.engine, done)
+                    return 0
                 if not self._start():
                     failures += 1
                 else:

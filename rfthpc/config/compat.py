@@ -263,7 +263,7 @@ def unsupported_values(cfg: Config) -> list[str]:
                 f"(explorer.rollout_model.engine_num = {rm.engine_num}); set {rm.engine_num}, or placement: shared "
                 f"for {aux.engine_num} engines serving every explorer"
             )
-        if aux.placement == "shared" and aux.engine_type == "transformers":
+        if aux.placement == "shared" and aux.engine_type == "transformers" and cfg.mode != "train":
             problems.append(
                 f"{key}.engine_type: transformers runs inside the explorer process only, and placement shared (the "
                 "default) serves the model from vLLM's OpenAI-compatible server; set placement: per_explorer, or "

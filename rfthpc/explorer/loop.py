@@ -259,7 +259,7 @@ class Explorer:
         placed shared, its server job over HTTP."""
         if not aux.shared:
             return self.batcher.client(aux.name)
-        log.info("explorer %s rank %d: auxiliary model %r is served by its server job (addresses in %s)",
+        log.info("explorer %s rank %d: auxiliary model %r is shared: its server's addresses are in %s",
                  self.name, self.rank, aux.name, self.rundir.servers / aux.name)
         remote = RemoteEngine(self.rundir.root, aux.name, aux.server_timeout, self.settings.min_response_tokens,
                               aux.max_model_len)

@@ -27,20 +27,23 @@ from rfthpc.rundir import RunDir
 from rfthpc.server_address import ServerAddress, address_path, read_address
 from rfthpc.trainer.meta import TrainerMeta, write_trainer_meta
 from rfthpc.workflows.base import SamplingArgs
-from tests.engines.serve_fake import JUDGE
+from tests.engines.serve_script import JUDGE
 
 HERE = Path(__file__).parent
 REPO = HERE.parents[1]
 
 
-def _start(run: Path, engine: int, log: Path) -> subprocess.Popen[bytes]:
+def start_server(run: Path, engine: int, log: Path, model: Path | None = None) -> subprocess.Popen[bytes]:
+    """`rfthpc.model_server` for auxiliary model `judge` in a process of its own: the stand-in server, or
+    vLLM's on `model`."""
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     with open(log, "ab") as out:
-        return subprocess.Popen([sys.executable, str(HERE / "serve_fake.py"), str(run), str(engine)], env=env,
-                                stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen([sys.executable, str(HERE / "serve_script.py"), str(run), str(engine),
+                                 *([str(model)] if model else [])], env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
-def _address(run: Path, engine: int, generation: int, log: Path, timeout_s: float = 30) -> ServerAddress:
+def wait_address(run: Path, engine: int, generation: int, log: Path, timeout_s: float = 30) -> ServerAddress:
+    """The engine's address once it serves with `generation` (the test fails after `timeout_s`)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         found = read_address(address_path(run, "judge", engine))
@@ -59,9 +62,9 @@ def _record(run: RunDir, rank: int, state: str, updated: float | None = None) ->
 def test_serves_restarts_a_dead_server_and_stops_with_the_run(tmp_path: Path) -> None:
     run = RunDir(tmp_path / "run")
     log = tmp_path / "serve.log"
-    proc = _start(run.root, 1, log)
+    proc = start_server(run.root, 1, log)
     try:
-        first = _address(run.root, 1, 1, log)
+        first = wait_address(run.root, 1, 1, log)
         assert first.url.startswith(f"http://{socket.gethostname()}:") and first.served_model == "judge"
         client = RemoteEngine(run.root, "judge", timeout_s=60)
         params = SamplingArgs(max_tokens=3)
@@ -72,7 +75,7 @@ def test_serves_restarts_a_dead_server_and_stops_with_the_run(tmp_path: Path) ->
         asker = threading.Thread(target=lambda: answer.update(out=client.generate([[1]], 1, params)))
         time.sleep(0.2)
         asker.start()
-        second = _address(run.root, 1, 2, log)
+        second = wait_address(run.root, 1, 2, log)
         asker.join(timeout=30)
         assert answer["out"][0][0].token_ids == [1, 1, 0]  # type: ignore[index]
         assert (second.pid, second.url, second.api_key) != (first.pid, first.url, first.api_key)
@@ -95,9 +98,9 @@ def test_serves_restarts_a_dead_server_and_stops_with_the_run(tmp_path: Path) ->
 def test_a_stop_signal_stops_the_server_for_requeue(tmp_path: Path) -> None:
     run = RunDir(tmp_path / "run")
     log = tmp_path / "serve.log"
-    proc = _start(run.root, 0, log)
+    proc = start_server(run.root, 0, log)
     try:
-        served = _address(run.root, 0, 1, log)
+        served = wait_address(run.root, 0, 1, log)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=40) == EXIT_PREEMPTED, log.read_text()
     finally:
@@ -107,9 +110,9 @@ def test_a_stop_signal_stops_the_server_for_requeue(tmp_path: Path) -> None:
     with pytest.raises(ProcessLookupError):
         os.kill(served.pid, 0)
     # The requeued task's start publishes the next generation.
-    proc = _start(run.root, 0, log)
+    proc = start_server(run.root, 0, log)
     try:
-        assert _address(run.root, 0, 2, log).generation == 2
+        assert wait_address(run.root, 0, 2, log).generation == 2
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=40) == EXIT_PREEMPTED
     finally:

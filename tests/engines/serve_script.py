@@ -1,8 +1,10 @@
-"""`rfthpc.model_server.ModelServer` with tests/engines/fake_vllm.py as its server process, as a script:
-`python serve_fake.py RUN_DIR ENGINE` (the run has a trainer)."""
+"""`rfthpc.model_server.ModelServer` as a script, for the tests: `python serve_script.py RUN_DIR ENGINE [MODEL_DIR]`
+serves auxiliary model `judge` (the run has a trainer) with tests/engines/fake_vllm.py as its server process,
+or, given MODEL_DIR, with vLLM's real server on that model."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 from pathlib import Path
@@ -24,5 +26,10 @@ def fake_command(model: InferenceModelSettings, engine: int, port: int) -> list[
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    server = ModelServer(Path(sys.argv[1]), JUDGE, int(sys.argv[2]), has_trainer=True, command=fake_command)
+    if len(sys.argv) > 3:
+        model = dataclasses.replace(JUDGE, model_path=sys.argv[3], max_model_len=256, cpu_kvcache_space_gb=1,
+                                    server_timeout=600.0)
+        server = ModelServer(Path(sys.argv[1]), model, int(sys.argv[2]), has_trainer=True)
+    else:
+        server = ModelServer(Path(sys.argv[1]), JUDGE, int(sys.argv[2]), has_trainer=True, command=fake_command)
     sys.exit(server.run_forever())
