@@ -100,8 +100,7 @@ def _refuse_live_duplicates(run: RunDir, plans: list[JobPlan]) -> None:
                 or (r.role == "server" and r.server in wanted_servers)]
     live, error = live_jobs(clashing)
     if live:
-        jobs = ", ".join(f"{r.job_id} ({r.role}{' ' + (r.server or r.explorer or '') if r.server or r.explorer else ''})"
-                         for r in live)
+        jobs = ", ".join(f"{r.job_id} ({' '.join(filter(None, (r.role, r.server or r.explorer)))})" for r in live)
         raise UserError(
             f"run {run.root} still has queued or running jobs that this submission would duplicate: {jobs}"
             f"{' (Slurm did not answer: ' + error + ')' if error else ''}; wait for them, or stop them with "
