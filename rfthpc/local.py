@@ -1,7 +1,9 @@
 """Run a config's roles as local processes (`rfthpc run`): the same commands Slurm starts.
 
 The trainer is `python -m rfthpc train` (under torchrun when it has several processes), each
-explorer `python -m rfthpc explore --rank k`. Their output goes to `<run dir>/log/<role>.log`.
+explorer `python -m rfthpc explore --rank k`, and each engine of an auxiliary model with
+`placement: shared` `python -m rfthpc serve --model NAME --engine k` (started first: it takes
+longest to start; explorers wait for its address). Their output goes to `<run dir>/log/<role>.log`.
 A compact progress line is printed while they run. Ctrl-C (or SIGTERM, or SIGHUP) asks every role to stop
 cleanly (the trainer checkpoints, explorers commit finished groups and release their claims);
 `rfthpc run --resume` continues. When a role fails, the others are stopped and its log tail is
@@ -9,7 +11,8 @@ shown.
 
 When the run ends: with a trainer, once it is done and the explorers have finished (rank 0 of
 each explorer array evaluates the final policy after the trainer is done, so they are given time
-to do it); without one (`mode: explore`), once every explorer has finished.
+to do it); without one (`mode: explore`), once every explorer has finished. The servers of shared
+auxiliary models are services: the run does not wait for them, it stops them when it ends.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pathlib import Path
 from typing import IO
 
 from rfthpc.config import Stage
+from rfthpc.config.derive import shared_models
 from rfthpc.config.schema import explores, trains
 from rfthpc.errors import EXIT_PREEMPTED
 from rfthpc.fsutil import make_dirs, read_json
@@ -50,6 +54,8 @@ class Role:
     argv: list[str]
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
+    service: bool = False
+    """Serves the other roles (a shared auxiliary model's server): stopped when they are done."""
     proc: subprocess.Popen[bytes] | None = None
     log_file: IO[bytes] | None = None
 
@@ -121,12 +127,19 @@ def plan_roles(stages: list[Stage], run: RunDir, trainer_procs: int = 1, explore
     """
     cfg = stages[-1].config
     train = any(trains(s.config.mode) for s in stages)
-    count = (explorers if explorers is not None else cfg.slurm.explorer.array_size) \
-        if any(explores(s.config.mode) for s in stages) else 0
+    exploring = [s.config for s in stages if explores(s.config.mode)]
+    count = (explorers if explorers is not None else cfg.slurm.explorer.array_size) if exploring else 0
+    # The engines start once, from the first stage that explores (rfthpc.config.settings.explorer_settings).
+    served = [(m.name, k) for m in (shared_models(exploring[0]) if exploring else []) for k in range(m.engine_num)]
     cores = available_cores() if cores is None else cores
-    threads = str(max(1, cores // max(1, count + (trainer_procs if train else 0))))
+    threads = str(max(1, cores // max(1, count + len(served) + (trainer_procs if train else 0))))
     base_env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", threads)}
     roles: list[Role] = []
+    for model, engine in served:
+        argv = [*_python(), "serve", "--run-dir", str(run.root), "--model", model, "--engine", str(engine),
+                "--explorer", cfg.explorer.name]
+        roles.append(Role(f"server_{model}_{engine}", argv, run.log / f"server_{model}_{engine}.log", base_env,
+                          service=True))
     if train:
         if trainer_procs > 1:
             argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={trainer_procs}",
@@ -248,6 +261,7 @@ def run_local(run: RunDir, roles: list[Role], stage_steps: dict[str, int | None]
     previous = {sig: signal.signal(sig, on_signal) for sig in stopping}
     reporter = _Reporter(progress_every_s)
     trainer = next((r for r in roles if r.name == "trainer"), None)
+    workers = [r for r in roles if not r.service]
     drain_deadline: float | None = None
     try:
         for role in roles:
@@ -277,14 +291,16 @@ def run_local(run: RunDir, roles: list[Role], stage_steps: dict[str, int | None]
             if trainer is not None:
                 if codes["trainer"] == 0 and drain_deadline is None:
                     drain_deadline = time.monotonic() + drain_s
-                done = codes["trainer"] == 0 and not any(r.running for r in roles)
+                done = codes["trainer"] == 0 and not any(r.running for r in workers)
                 if drain_deadline is not None and not done and time.monotonic() > drain_deadline:
                     print(f"rfthpc run: the trainer is done but explorers still run after {drain_s:.0f} s; "
                           "stopping them", file=sys.stderr)
-                    _stop(roles, stop_grace_s)
+                    _stop(workers, stop_grace_s)
                     done = True
             else:
-                done = all(c == 0 for c in codes.values())
+                done = all(codes[r.name] == 0 for r in workers)
+            if done:
+                _stop([r for r in roles if r.service], stop_grace_s)
             if done or reporter.due():
                 reporter.show(progress_line(run, roles, stage_steps))
             if done:

@@ -10,6 +10,7 @@ Layout (see docs/run-directory.md):
     global_step_<N>/actor/             resumable trainer checkpoints
     latest_checkpointed_iteration.txt
     trainer_meta.json, explorer_meta/<name>/<rank>.json
+    servers/<model>/<engine>.json      addresses of shared auxiliary model servers
     log/, monitor/
 
 Roles never import each other's internals; they all use these names.
@@ -102,6 +103,11 @@ class RunDir:
     def explorer_meta(self, name: str, rank: int) -> Path:
         """Progress record of one explorer process (array `name`, task `rank`)."""
         return self.explorer_meta_root / name / f"{rank}.json"
+
+    @property
+    def servers(self) -> Path:
+        """Addresses of the shared auxiliary models' servers, `<name>/<engine>.json`."""
+        return self.root / "servers"
 
     @property
     def log(self) -> Path:

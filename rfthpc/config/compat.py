@@ -254,12 +254,20 @@ def unsupported_values(cfg: Config) -> list[str]:
                 f"{key}.use_v1: false asks for vLLM's V0 engine, which current vLLM no longer has; remove it"
             )
     for i, aux in enumerate(ex.auxiliary_models):
+        key = f"explorer.auxiliary_models[{i}]"
         # 1 is also the default: a config that does not say gets one engine per explorer too.
-        if aux.engine_num not in (1, rm.engine_num):
+        if aux.placement == "per_explorer" and aux.engine_num not in (1, rm.engine_num):
             problems.append(
-                f"explorer.auxiliary_models[{i}].engine_num: {aux.engine_num}; every explorer starts one engine of "
-                f"each auxiliary model next to its rollout engine, so there are as many as explorers "
-                f"(explorer.rollout_model.engine_num = {rm.engine_num}); remove it or set {rm.engine_num}"
+                f"{key}.engine_num: {aux.engine_num} with placement per_explorer; every explorer starts one engine of "
+                f"it next to its rollout engine, so there are as many as explorers "
+                f"(explorer.rollout_model.engine_num = {rm.engine_num}); set {rm.engine_num}, or placement: shared "
+                f"for {aux.engine_num} engines serving every explorer"
+            )
+        if aux.placement == "shared" and aux.engine_type == "transformers" and cfg.mode != "train":
+            problems.append(
+                f"{key}.engine_type: transformers runs inside the explorer process only, and placement shared (the "
+                "default) serves the model from vLLM's OpenAI-compatible server; set placement: per_explorer, or "
+                "engine_type: vllm"
             )
     if rm.name:
         problems.append(

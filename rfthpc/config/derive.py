@@ -9,6 +9,7 @@ from typing import Any
 
 from rfthpc.config import compat
 from rfthpc.config.buffer import TasksetConfig
+from rfthpc.config.explorer import InferenceModelConfig
 from rfthpc.config.schema import STAGE_SECTIONS, Config, explores, trains
 from rfthpc.config.synchronizer import default_max_staleness
 from rfthpc.config.typed import ALGORITHM, PATHS, Problems, build, to_dict
@@ -135,16 +136,36 @@ def _derive_slurm(cfg: Config) -> None:
 
 
 def explorer_task_gpus(cfg: Config) -> int:
-    """GPUs of one explorer (array task): its rollout engine and one engine of each auxiliary model."""
-    models = [cfg.explorer.rollout_model, *cfg.explorer.auxiliary_models]
+    """GPUs of one explorer (array task): its rollout engine and one engine of each auxiliary model
+    placed `per_explorer` (shared ones run in their own jobs: `server_gpus`)."""
+    models = [cfg.explorer.rollout_model, *per_explorer_models(cfg)]
     return sum(m.tensor_parallel_size for m in models)
 
 
-def explorer_gpus(cfg: Config) -> int:
-    """GPUs the explorer side uses: `rollout_model.engine_num` explorers of `explorer_task_gpus` each."""
+def per_explorer_models(cfg: Config) -> list[InferenceModelConfig]:
+    """The auxiliary models every explorer runs an engine of, in its own process."""
+    return [m for m in cfg.explorer.auxiliary_models if m.placement == "per_explorer"]
+
+
+def shared_models(cfg: Config) -> list[InferenceModelConfig]:
+    """The auxiliary models served to every explorer by a server job of their own."""
+    return [m for m in cfg.explorer.auxiliary_models if m.placement == "shared"]
+
+
+def server_gpus(cfg: Config) -> int:
+    """GPUs of the shared auxiliary models' servers, counted once for the run as Trinity-RFT counts
+    them: `engine_num` x `tensor_parallel_size` of each."""
     if not explores(cfg.mode):
         return 0
-    return cfg.explorer.rollout_model.engine_num * explorer_task_gpus(cfg)
+    return sum(m.engine_num * m.tensor_parallel_size for m in shared_models(cfg))
+
+
+def explorer_gpus(cfg: Config) -> int:
+    """GPUs the explorer side uses: `rollout_model.engine_num` explorers of `explorer_task_gpus` each,
+    and the shared auxiliary models' servers (`server_gpus`)."""
+    if not explores(cfg.mode):
+        return 0
+    return cfg.explorer.rollout_model.engine_num * explorer_task_gpus(cfg) + server_gpus(cfg)
 
 
 def trainer_gpus_per_node(cfg: Config) -> int:
@@ -169,7 +190,8 @@ def idle_gpus_note(cfg: Config) -> str | None:
         return None
     nodes = -(-left // c.gpu_per_node)
     return (
-        f"cluster: {total} GPUs; the explorers use {explorers} and the trainer {t.nodes} node(s) x "
+        f"cluster: {total} GPUs; the explorers{' and auxiliary model servers' if server_gpus(cfg) else ''} use "
+        f"{explorers} and the trainer {t.nodes} node(s) x "
         f"{t.gpus_per_node}, so {left - t.nodes * t.gpus_per_node} stay idle. To train on all {left}, set "
         f"slurm.trainer.nodes: {nodes} (its GPUs per node follow)"
     )

@@ -19,7 +19,22 @@ class InferenceModelConfig:
     engine_type: Literal["vllm", "vllm_async", "transformers"] = "vllm"
     """vllm (CUDA or CPU build), or the transformers fallback; vllm_async is an alias of vllm."""
     engine_num: int = 1
-    """Engines; each rollout engine is one explorer array task."""
+    """Engines. Rollout model: each is one explorer array task. Auxiliary model: with `placement: shared`,
+    the engines that serve the whole run (Trinity-RFT's count); with `per_explorer`, 1 or the explorers'
+    count (each explorer runs one)."""
+    placement: Literal["shared", "per_explorer"] = "shared"
+    """Auxiliary models: where their engines run. shared: `engine_num` engines of `tensor_parallel_size`
+    GPUs each serve every explorer of the run, as vLLM OpenAI-compatible servers in a Slurm job array of
+    their own (`slurm.server`; under `rfthpc run`, local processes), so their GPUs count once for the run,
+    as Trinity-RFT counts them: a Trinity config whose judge has engine_num 1 and tensor_parallel_size 2
+    gets one judge on 2 GPUs, not one per explorer. per_explorer: every explorer runs one engine of it in
+    its own process, next to its rollout engine (its GPUs count in every explorer task; no server to wait
+    for; the only choice for engine_type transformers). Not read for the rollout model (one engine per
+    explorer)."""
+    server_timeout: float = 1800.0
+    """Auxiliary models with `placement: shared`: seconds an explorer keeps retrying a request while no
+    engine of the model's server answers (starting, requeued after a preemption) before it stops with an
+    error naming the server."""
     tensor_parallel_size: int = 1
     """GPUs per engine (vLLM tensor parallelism)."""
     gpu_memory_utilization: float = 0.9

@@ -140,8 +140,9 @@ RUN_DIR = "rfthpc's run directory is <checkpoint_root_dir>/<project>/<name>"
 NO_SQL = ("Trinity-RFT's retries of SQL buffer access; rfthpc's buffers are files on the shared filesystem (a failed "
           "task is retried explorer.max_retry_times times, explorer.max_retry_interval s apart)")
 MULTIMODAL = "images and videos (multimodal data) are not supported: rfthpc trains text-only models; remove it"
-OPENAI_SERVER = ("an option of the OpenAI API server, which rfthpc does not start: its explorers call the engine in "
-                 "process (workflows reach the policy as ctx.engine, auxiliary models as ctx.auxiliary[name])")
+OPENAI_SERVER = ("an option of the OpenAI API server: rfthpc starts none for the policy (explorers call its engine in "
+                 "process, ctx.engine), and serves a shared auxiliary model (placement: shared) from vLLM's "
+                 "OpenAI-compatible server with its own settings, reached as ctx.auxiliary[name]")
 SERVE = "Trinity-RFT's serve mode; rfthpc has no serve mode"
 NO_LORA = "rfthpc trains every weight (FSDP2), without LoRA adapters; remove it"
 OLD_REPLAY = ("Trinity-RFT's older replay settings: use experience_buffer.replay_buffer (enable, "

@@ -303,6 +303,18 @@ class InferenceModelSettings:
     enable_thinking: bool | None
     max_prompt_tokens: int | None
     max_response_tokens: int | None
+    placement: str = "per_explorer"
+    """Auxiliary models: shared (a server job serves every explorer) or per_explorer (an engine in each
+    explorer process); the rollout model is always per_explorer."""
+    engine_num: int = 1
+    """Shared auxiliary models: engines of the server (tasks of its job array)."""
+    server_timeout: float = 1800.0
+    """Shared auxiliary models: seconds a request keeps being retried while no engine of the server answers."""
+
+    @property
+    def shared(self) -> bool:
+        """True for an auxiliary model served to every explorer by a server job of its own."""
+        return self.placement == "shared"
 
 
 @dataclass(frozen=True)
@@ -383,6 +395,8 @@ def _inference_model(key: str, name: str, model: InferenceModelConfig) -> Infere
         enable_chunked_prefill=model.enable_chunked_prefill, cpu_kvcache_space_gb=model.cpu_kvcache_space_gb,
         chat_template=model.chat_template, enable_thinking=model.enable_thinking,
         max_prompt_tokens=model.max_prompt_tokens, max_response_tokens=model.max_response_tokens,
+        placement=model.placement if key != "explorer.rollout_model" else "per_explorer",
+        engine_num=model.engine_num, server_timeout=model.server_timeout,
     )
 
 

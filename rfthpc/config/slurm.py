@@ -62,6 +62,10 @@ class SlurmConfig:
     """Trainer job resources."""
     explorer: SlurmRoleConfig = field(default_factory=SlurmRoleConfig)
     """Explorer array resources (per array task)."""
+    server: SlurmRoleConfig = field(default_factory=SlurmRoleConfig)
+    """Resources of the server job of each auxiliary model with `placement: shared`: a job array, one
+    task per engine (`engine_num`); `gpus_per_node` defaults to the model's `tensor_parallel_size`.
+    `array_size` is refused (the array has `engine_num` tasks). The job ends when the run needs it no more."""
 
 
 @dataclass

@@ -12,7 +12,13 @@ from typing import Any
 from rfthpc.algorithms.declare import Needs
 from rfthpc.config import compat
 from rfthpc.config.buffer import TasksetConfig
-from rfthpc.config.derive import explorer_gpus, explorer_task_gpus, trainer_gpus_per_node
+from rfthpc.config.derive import (
+    explorer_gpus,
+    explorer_task_gpus,
+    per_explorer_models,
+    server_gpus,
+    trainer_gpus_per_node,
+)
 from rfthpc.config.monitor import sink_problems
 from rfthpc.config.schema import Config, explores
 from rfthpc.config.synchronizer import SynchronizerConfig, default_max_staleness
@@ -339,7 +345,16 @@ def _check_sizes(cfg: Config, problems: Problems) -> None:
                        ("explorer.rollout_model.tensor_parallel_size", rollout.tensor_parallel_size)):
         if value < 1:
             problems.add(f"{key}: {value} must be >= 1")
-    for role in ("trainer", "explorer"):
+    for i, aux in enumerate(cfg.explorer.auxiliary_models):
+        for name in ("engine_num", "tensor_parallel_size"):
+            if getattr(aux, name) < 1:
+                problems.add(f"explorer.auxiliary_models[{i}].{name}: {getattr(aux, name)} must be >= 1")
+        if aux.server_timeout <= 0:
+            problems.add(f"explorer.auxiliary_models[{i}].server_timeout: {aux.server_timeout} must be > 0 (seconds)")
+    if cfg.slurm.server.array_size is not None:
+        problems.add(f"slurm.server.array_size: {cfg.slurm.server.array_size}; a server job has one task per engine "
+                     "of its auxiliary model: set explorer.auxiliary_models[i].engine_num instead")
+    for role in ("trainer", "explorer", "server"):
         rc = getattr(cfg.slurm, role)
         for name in ("nodes", "array_size", "array_parallelism", "gpus_per_node", "cpus_per_task"):
             value = getattr(rc, name)
@@ -372,32 +387,54 @@ def _check_gpus(cfg: Config, problems: Problems) -> None:
     total = c.node_num * c.gpu_per_node
     need_explorer = explorer_gpus(cfg)
     per_task = explorer_task_gpus(cfg)
+    servers = server_gpus(cfg)
     rm = cfg.explorer.rollout_model
+    each = ("the rollout model's tensor_parallel_size and that of every auxiliary model placed per_explorer"
+            if per_explorer_models(cfg) else "the rollout model's tensor_parallel_size")
     if need_explorer > total:
+        also = (f", plus {servers} GPUs of the shared auxiliary models' servers (engine_num x tensor_parallel_size "
+                "of each)" if servers else "")
         problems.add(
-            f"explorer: {rm.engine_num} engines x {per_task} GPUs each (tensor_parallel_size of the rollout model "
-            f"and of every auxiliary model) need {need_explorer} GPUs, more than the cluster's {c.node_num} x "
-            f"{c.gpu_per_node} = {total}; lower explorer.rollout_model.engine_num or raise cluster.gpu_per_node / "
-            "cluster.node_num", GPUS
+            f"explorer: {rm.engine_num} engines x {per_task} GPUs each ({each}){also} need {need_explorer} GPUs, more "
+            f"than the cluster's {c.node_num} x {c.gpu_per_node} = {total}; lower explorer.rollout_model.engine_num "
+            "(or an auxiliary model's engine_num) or raise cluster.gpu_per_node / cluster.node_num", GPUS
         )
     elif cfg.mode == "both" and trainer_gpus_per_node(cfg) < 1:
         problems.add(
-            f"cluster: the explorers take {need_explorer} of {total} GPUs and leave none for the trainer; "
-            "lower explorer.rollout_model.engine_num or add GPUs (cluster.gpu_per_node / node_num)", GPUS
+            f"cluster: the explorers{' and auxiliary model servers' if servers else ''} take {need_explorer} of "
+            f"{total} GPUs and leave none for the trainer; lower explorer.rollout_model.engine_num or add GPUs "
+            "(cluster.gpu_per_node / node_num)", GPUS
         )
     given = cfg.slurm.explorer.gpus_per_node
     if explores(cfg.mode) and given is not None and 0 <= given < per_task:
         problems.add(
-            f"slurm.explorer.gpus_per_node: {given}, but an explorer runs its rollout engine "
-            f"(tensor_parallel_size {rm.tensor_parallel_size}) and one engine of each auxiliary model: {per_task} "
-            "GPUs; raise it to that or remove it (it defaults to what the explorer needs)", GPUS
+            f"slurm.explorer.gpus_per_node: {given}, but an explorer runs its rollout engine (tensor_parallel_size "
+            f"{rm.tensor_parallel_size}){' and one engine of each auxiliary model placed per_explorer' if per_explorer_models(cfg) else ''}: "
+            f"{per_task} GPUs; raise it to that or remove it (it defaults to what the explorer needs)", GPUS
         )
     if per_task > c.gpu_per_node:
         problems.add(
-            f"explorer: an explorer runs its rollout engine (tensor_parallel_size {rm.tensor_parallel_size}) and one "
-            f"engine of each auxiliary model on one node: {per_task} GPUs, more than cluster.gpu_per_node "
-            f"{c.gpu_per_node}; lower the tensor_parallel_size values", GPUS
+            f"explorer: an explorer runs its engines on one node: {per_task} GPUs ({each}), more than "
+            f"cluster.gpu_per_node {c.gpu_per_node}; lower the tensor_parallel_size values", GPUS
         )
+    if not explores(cfg.mode):
+        return
+    server_given = cfg.slurm.server.gpus_per_node
+    for i, aux in enumerate(cfg.explorer.auxiliary_models):
+        if aux.placement != "shared":
+            continue
+        key = f"explorer.auxiliary_models[{i}]"
+        if aux.tensor_parallel_size > c.gpu_per_node:
+            problems.add(
+                f"{key}.tensor_parallel_size: {aux.tensor_parallel_size}; each engine of its server runs on one node "
+                f"of cluster.gpu_per_node {c.gpu_per_node} GPUs; lower it", GPUS
+            )
+        if server_given is not None and 0 <= server_given < aux.tensor_parallel_size:
+            problems.add(
+                f"slurm.server.gpus_per_node: {server_given}, but an engine of auxiliary model {aux.name!r} needs "
+                f"{aux.tensor_parallel_size} GPUs ({key}.tensor_parallel_size); raise it or remove it (it defaults "
+                "to each model's tensor_parallel_size)", GPUS
+            )
 
 
 def _check_inputs(cfg: Config, problems: Problems, check_paths: bool) -> None:

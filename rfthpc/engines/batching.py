@@ -106,6 +106,8 @@ class RequestBatcher:
         self._active: set[int] = set()
         self._cancelled: dict[int, str] = {}
         self._cancel_all: str | None = None
+        self._elsewhere: set[int] = set()
+        """Runners waiting on something other than this batcher (a shared auxiliary model's server)."""
         self.calls_served = 0
         self.batches_served = 0
         self.failure: EngineFailed | None = None
@@ -131,6 +133,32 @@ class RequestBatcher:
             with self._cond:
                 self._active.discard(ident)
                 self._cond.notify_all()
+
+    @contextmanager
+    def elsewhere(self) -> Iterator[int]:
+        """Mark the calling runner as waiting outside the batcher (a request to a server) for the block,
+        so a batch is not held back for its call; yields its ident."""
+        ident = threading.get_ident()
+        with self._cond:
+            self._elsewhere.add(ident)
+            self._cond.notify_all()
+        try:
+            yield ident
+        finally:
+            with self._cond:
+                self._elsewhere.discard(ident)
+
+    def cancel_reason(self, runner: int) -> str | None:
+        """Why calls of `runner` are cancelled (`cancel`); None while they are not."""
+        with self._cond:
+            return self._cancel_all or self._cancelled.get(runner)
+
+    def record_failure(self, failure: EngineFailed) -> None:
+        """Keep `failure` (an engine outside the batcher failed) as if a served engine had: every later
+        call fails, and the explorer stops."""
+        with self._cond:
+            if self.failure is None:
+                self.failure = failure
 
     @property
     def active(self) -> int:
@@ -186,7 +214,7 @@ class RequestBatcher:
     def _ready(self) -> bool:
         if not self._pending:
             return False
-        if len(self._pending) >= len(self._active):
+        if len(self._pending) >= len(self._active - self._elsewhere):
             return True
         return time.monotonic() - self._pending[0].created >= self.max_wait_s
 

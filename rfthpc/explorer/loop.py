@@ -21,6 +21,9 @@ One process (one Slurm array task, or one local process) runs it:
    stage: each group the trainer drops as stale, and each task that gave no group, is replaced by
    a fresh task (`TaskClaims` refill, within the tasksets' epochs), so the trainer reaches its
    `total_steps`.
+   Auxiliary models placed `per_explorer` are engines of this process, batched the same way; a
+   shared one is its server job's, reached over HTTP from the workflow's own thread
+   (`rfthpc.engines.remote`).
 4. Rank 0 evaluates the eval tasksets on start-up, every `explorer.eval_interval` versions and on
    the final policy (`rfthpc.explorer.eval`); metrics go to `monitor/explorer_<name>_<rank>.jsonl`.
 
@@ -44,11 +47,12 @@ from typing import Any, Self
 import numpy as np
 
 from rfthpc import weight_requests
-from rfthpc.config.settings import POLICY_ENGINE, ExplorerSettings, ExplorerStageSettings
+from rfthpc.config.settings import POLICY_ENGINE, ExplorerSettings, ExplorerStageSettings, InferenceModelSettings
 from rfthpc.data.tasksets import Task
 from rfthpc.engines.base import EngineSettings, EngineType, PolicyEngine, is_greedy, make_engine
 from rfthpc.engines.batching import EngineFailed, RequestBatcher
 from rfthpc.engines.gpus import build_engines, process_gpus
+from rfthpc.engines.remote import RemoteClient, RemoteEngine
 from rfthpc.errors import EXIT_PREEMPTED, UserError
 from rfthpc.explorer import eval as evaluation
 from rfthpc.explorer import setup
@@ -68,7 +72,7 @@ from rfthpc.store import ChunkWriter, Claim, ClaimSet, Group
 from rfthpc.store.schema import BASELINE_REWARD, TaskRef
 from rfthpc.store.schema import Experience as StoredExperience
 from rfthpc.trainer.meta import read_trainer_meta
-from rfthpc.workflows.base import WorkflowContext
+from rfthpc.workflows.base import RolloutEngine, WorkflowContext
 
 log = logging.getLogger(__name__)
 
@@ -238,17 +242,28 @@ class Explorer:
                  self.name, self.rank, rm.engine_type, path, version)
         plan = {POLICY_ENGINE: (rm.engine_type, setup.engine_settings(settings, rm, self.rank, path)),
                 **{aux.name: (aux.engine_type, setup.engine_settings(settings, aux, self.rank))
-                   for aux in settings.auxiliary_models}}
+                   for aux in settings.auxiliary_models if not aux.shared}}
         build_engines(plan, self.engine_factory, process_gpus(), self.engines)
         self.follower.attach(self.engines[POLICY_ENGINE], version)
         self.batcher = RequestBatcher(self.engines)
         self.ctx = WorkflowContext(
             engine=self.batcher.client(POLICY_ENGINE, max_n=settings.max_repeat_times_per_runner),
             prompts=prompts,
-            auxiliary={aux.name: setup.auxiliary_model(settings, aux, self.batcher.client(aux.name))
+            auxiliary={aux.name: setup.auxiliary_model(settings, aux, self._auxiliary_engine(aux))
                        for aux in settings.auxiliary_models},
         )
         self.progress.update(state="started", version=version)
+
+    def _auxiliary_engine(self, aux: InferenceModelSettings) -> RolloutEngine:
+        """How workflows reach auxiliary model `aux`: its engine in this process, through the batcher, or,
+        placed shared, its server job over HTTP."""
+        if not aux.shared:
+            return self.batcher.client(aux.name)
+        log.info("explorer %s rank %d: auxiliary model %r is shared: its server's addresses are in %s",
+                 self.name, self.rank, aux.name, self.rundir.servers / aux.name)
+        remote = RemoteEngine(self.rundir.root, aux.name, aux.server_timeout, self.settings.min_response_tokens,
+                              aux.max_model_len)
+        return RemoteClient(self.batcher, remote)
 
     def _shutdown(self) -> None:
         try:

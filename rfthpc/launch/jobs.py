@@ -16,21 +16,25 @@ from rfthpc.fsutil import append_line
 from rfthpc.locks import DEFAULT_LOCK_KIND, LockKind, make_lock
 from rfthpc.rundir import RunDir
 
-JobRole = Literal["trainer", "explorer", "hetjob"]
+JobRole = Literal["trainer", "explorer", "hetjob", "server"]
 
 
 @dataclass
 class JobRecord:
-    """One submission: a trainer job, an explorer array, or a heterogeneous job holding both."""
+    """One submission: a trainer job, an explorer array, a heterogeneous job holding both, or the server
+    array of a shared auxiliary model."""
 
     role: JobRole
-    """trainer, explorer (an array) or hetjob (trainer + explorers in one allocation)."""
+    """trainer, explorer (an array), hetjob (trainer + explorers in one allocation) or server (an array, one
+    task per engine of a shared auxiliary model)."""
     job_id: str
     """Slurm job id (of the array, or of the heterogeneous job's leader)."""
     explorer: str | None = None
     """Explorer name (explorer arrays and hetjobs)."""
     array_size: int = 0
-    """Explorer array tasks (or explorer tasks of a hetjob)."""
+    """Explorer array tasks (or explorer tasks of a hetjob; a server array's engines)."""
+    server: str | None = None
+    """The auxiliary model a server array serves."""
     trainer_nodes: int = 0
     """Trainer nodes (trainer jobs and hetjobs)."""
     script: str = ""

@@ -1,8 +1,9 @@
 """The config's `slurm` section as submitit `SlurmExecutor` parameters (= sbatch options).
 
 One trainer job runs one task per node (torchrun starts the ranks of a node); each explorer array
-task is one runner with one rollout engine. In a heterogeneous job the explorers are the tasks of
-the second component, so their resources are given per task there.
+task is one runner with one rollout engine; each task of a shared auxiliary model's server array is
+one engine of it. In a heterogeneous job the explorers are the tasks of the second component, so
+their resources are given per task there.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
+from rfthpc.config.explorer import InferenceModelConfig
 from rfthpc.config.schema import Config
 from rfthpc.config.slurm import SlurmRoleConfig
 from rfthpc.errors import ConfigError
 
-Role = Literal["trainer", "explorer"]
+Role = Literal["trainer", "explorer", "server"]
 
 # Environment variables that hold credentials: they must reach jobs only through the environment
 # sbatch passes on, never through a script or file in the run directory.
@@ -57,8 +59,8 @@ def parse_mem_mb(value: str, key: str) -> int:
 
 
 def role_config(cfg: Config, role: Role) -> SlurmRoleConfig:
-    """The `slurm.trainer` or `slurm.explorer` section."""
-    return cfg.slurm.trainer if role == "trainer" else cfg.slurm.explorer
+    """The `slurm.trainer`, `slurm.explorer` or `slurm.server` section."""
+    return getattr(cfg.slurm, role)
 
 
 def config_keys(cfg: Config, role: Role) -> dict[str, str]:
@@ -77,7 +79,8 @@ def config_keys(cfg: Config, role: Role) -> dict[str, str]:
 def check_no_secrets(cfg: Config) -> None:
     """Refuse setup lines that would write a credential into an sbatch script."""
     for key, lines in (("slurm.setup", cfg.slurm.setup), ("slurm.trainer.setup", cfg.slurm.trainer.setup),
-                       ("slurm.explorer.setup", cfg.slurm.explorer.setup)):
+                       ("slurm.explorer.setup", cfg.slurm.explorer.setup),
+                       ("slurm.server.setup", cfg.slurm.server.setup)):
         for i, line in enumerate(lines):
             if "=" in line and SECRET_PATTERN.search(line.split("=", 1)[0]):
                 raise ConfigError(
@@ -107,8 +110,18 @@ def _quote(text: str) -> str:
 
 
 def gpus(cfg: Config, role: Role) -> int:
-    """GPUs per trainer node or per explorer array task (0 on CPU-only clusters)."""
+    """GPUs per trainer node or per explorer array task (0 on CPU-only clusters); a server task's are
+    `server_gpus`."""
     return int(role_config(cfg, role).gpus_per_node or 0)
+
+
+def server_gpus(cfg: Config, model: InferenceModelConfig) -> int:
+    """GPUs of one task (engine) of `model`'s server: `slurm.server.gpus_per_node`, else its
+    `tensor_parallel_size` (0 on CPU-only clusters)."""
+    if cfg.cluster.gpu_per_node <= 0:
+        return 0
+    given = cfg.slurm.server.gpus_per_node
+    return int(given if given is not None else model.tensor_parallel_size)
 
 
 def nproc_per_node(cfg: Config) -> int:
@@ -116,17 +129,21 @@ def nproc_per_node(cfg: Config) -> int:
     return max(1, gpus(cfg, "trainer"))
 
 
-def job_name(cfg: Config, role: Role, explorer_name: str | None = None) -> str:
-    """`<run name>.trainer` or `<run name>.<explorer name>` (what `squeue` shows)."""
+def job_name(cfg: Config, role: Role, name: str | None = None) -> str:
+    """`<run name>.trainer`, `<run name>.<explorer name>` or `<run name>.server-<model>` (what `squeue`
+    shows); `name`: the explorer array's or the auxiliary model's."""
     if role == "trainer":
         return f"{cfg.name}.trainer"
-    return f"{cfg.name}.{explorer_name or cfg.explorer.name}"
+    if role == "server":
+        return f"{cfg.name}.server-{name}"
+    return f"{cfg.name}.{name or cfg.explorer.name}"
 
 
 def executor_parameters(
     cfg: Config, role: Role, code_dir: Path | None, explorer_name: str | None = None
 ) -> dict[str, Any]:
-    """submitit SlurmExecutor parameters of one role's job (trainer job or explorer array)."""
+    """submitit SlurmExecutor parameters of one role's job (trainer job, explorer array, or a server array:
+    then `explorer_name` is the auxiliary model's name and the GPUs are set by `server_parameters`)."""
     rc = role_config(cfg, role)
     key = f"slurm.{role}"
     if cfg.slurm.signal_delay_s < 10:
@@ -154,8 +171,8 @@ def executor_parameters(
         )
     if rc.nodes < 1:
         raise ConfigError(f"{key}.nodes: {rc.nodes} must be >= 1")
-    if role == "explorer" and rc.nodes != 1:
-        raise ConfigError(f"{key}.nodes: {rc.nodes}; an explorer array task runs one engine on one node, use 1")
+    if role != "trainer" and rc.nodes != 1:
+        raise ConfigError(f"{key}.nodes: {rc.nodes}; an {role} array task runs one engine on one node, use 1")
     for name in ("partition", "account", "qos", "cpus_per_task", "constraint"):
         value = getattr(rc, name)
         if value is not None:
@@ -171,8 +188,17 @@ def executor_parameters(
         params["mem"] = rc.mem
     if rc.exclusive:
         params["exclusive"] = True
-    if role == "explorer" and rc.array_parallelism is not None:
+    if role != "trainer" and rc.array_parallelism is not None:
         params["array_parallelism"] = rc.array_parallelism
+    return params
+
+
+def server_parameters(cfg: Config, model: InferenceModelConfig, code_dir: Path | None) -> dict[str, Any]:
+    """submitit SlurmExecutor parameters of shared auxiliary model `model`'s server array (one task per engine)."""
+    params = executor_parameters(cfg, "server", code_dir, model.name)
+    params.pop("gpus_per_node", None)
+    if server_gpus(cfg, model):
+        params["gpus_per_node"] = server_gpus(cfg, model)
     return params
 
 

@@ -22,6 +22,7 @@ from rfthpc.fsutil import is_temporary
 from rfthpc.launch.jobs import JobRecord, read_jobs
 from rfthpc.launch.slurmcli import first_line, run_slurm
 from rfthpc.rundir import RunDir
+from rfthpc.server_address import read_addresses
 from rfthpc.timeline import role_spans, shares
 from rfthpc.trainer.meta import TrainerMeta, read_trainer_meta
 
@@ -232,9 +233,20 @@ def collect_status(run_dir: Path, timeout_s: float = STATE_TIMEOUT_S) -> dict[st
         "store_error": store_error,
         "explorers": {name: [dataclasses.asdict(p) for p in ranks] for name, ranks in explorer_progress(run).items()},
         "time_shares": {role: shares(spans, TIME_WINDOW_S) for role, spans in role_spans(run).items()},
+        "servers": server_addresses(run),
     }
     judge_liveness(status)
     return status
+
+
+def server_addresses(run: RunDir) -> dict[str, list[dict[str, Any]]]:
+    """The published address of every engine of every shared auxiliary model, without its API key."""
+    out = {}
+    for folder in sorted(run.servers.glob("*")) if run.servers.is_dir() else []:
+        found = read_addresses(run.root, folder.name)
+        if found:
+            out[folder.name] = [{k: v for k, v in dataclasses.asdict(a).items() if k != "api_key"} for a in found]
+    return out
 
 
 def judge_liveness(status: dict[str, Any]) -> None:
@@ -277,6 +289,8 @@ def format_status(d: dict[str, Any]) -> str:
         r: JobRecord = job["record"]
         if r.role == "explorer":
             who = r.explorer
+        elif r.role == "server":
+            who = f"auxiliary model {r.server}"
         else:
             who = "trainer + " + str(r.explorer) if r.role == "hetjob" else "trainer"
         tasks = job["tasks"] or [TaskState(r.job_id, "UNKNOWN" if d["slurm_error"] else "NOT FOUND")]
@@ -348,6 +362,12 @@ def format_status(d: dict[str, Any]) -> str:
                          "sync load s", "sync MB read", "updated", "groups/s (all ranks)"], rows)
     else:
         lines.append("explorers: none has reported yet")
+    servers = d.get("servers") or {}
+    if servers:
+        lines += ["", "auxiliary model servers (shared)"]
+        lines += _table(["model", "engine", "state", "address", "generation", "published"],
+                        [[name, a["engine"], a["state"], a["url"], a["generation"], _age(now, a.get("published"))]
+                         for name, engines in servers.items() for a in engines])
     if d["time_shares"]:
         lines += ["", f"time, over each role's last {TIME_WINDOW_S / 60:.0f} minutes of records"]
         for role, share in d["time_shares"].items():

@@ -6,6 +6,8 @@ Layouts (`slurm.layout`):
 - `hetjob`: one heterogeneous job, trainer in component 0 and the explorers as the tasks of
   component 1, co-scheduled in one allocation.
 A `mode: train` / `mode: explore` config (one half of an asynchronous pair) submits its one role.
+Every auxiliary model with `placement: shared` gets a server job array of its own (one task per
+engine), submitted with the explorers in either layout (before them: it takes longest to start).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from submitit.core.utils import FailedJobError
 
+from rfthpc.config.derive import shared_models
 from rfthpc.config.schema import Config, explores, trains
 from rfthpc.fsutil import write_text_atomic
 from rfthpc.launch.executors import RunExecutor
@@ -28,6 +31,7 @@ from rfthpc.launch.resources import (
     hetjob_explorer_parameters,
     hetjob_trainer_parameters,
     nproc_per_node,
+    server_parameters,
 )
 from rfthpc.launch.slurmcli import run_slurm, sbatch_rejection
 from rfthpc.launch.submitit_jobs import RoleJob
@@ -47,10 +51,17 @@ class JobPlan:
     explorer: str | None = None
     array_size: int = 0
     trainer_nodes: int = 0
+    server: str | None = None
+    """The auxiliary model a server array serves."""
+
+    @property
+    def is_array(self) -> bool:
+        """True for a job array (explorers, servers)."""
+        return self.kind in ("explorer", "server")
 
     def render(self) -> str:
         """The sbatch script this submission uses."""
-        return self.executor.render(self.array_size if self.kind == "explorer" else None)
+        return self.executor.render(self.array_size if self.is_array else None)
 
 
 def roles_of(stage_modes: Sequence[str]) -> tuple[bool, bool]:
@@ -88,6 +99,20 @@ def explorer_plan(cfg: Config, run_dir: RunDir, code_dir: Path | None) -> JobPla
                    explorer=name, array_size=size)
 
 
+def server_plans(cfg: Config, run_dir: RunDir, code_dir: Path | None) -> list[JobPlan]:
+    """The server array of each shared auxiliary model: `engine_num` tasks, task k serving engine k."""
+    python = python_of(cfg)
+    plans = []
+    for model in shared_models(cfg):
+        executor = RunExecutor(run_dir.log, max_num_timeout=cfg.slurm.max_requeues, python=python)
+        executor.update_parameters(**server_parameters(cfg, model, code_dir))
+        jobs = [RoleJob(str(run_dir.root), "server", python, cfg.slurm.max_requeues, explorer=cfg.explorer.name,
+                        rank=k, server=model.name) for k in range(model.engine_num)]
+        plans.append(JobPlan("server", executor, jobs, f"server-{model.name}.sbatch", config_keys(cfg, "server"),
+                             array_size=model.engine_num, server=model.name))
+    return plans
+
+
 def hetjob_plan(cfg: Config, run_dir: RunDir, code_dir: Path | None) -> JobPlan:
     """Trainer (component 0) and explorers (component 1) in one heterogeneous job."""
     python = python_of(cfg)
@@ -111,13 +136,14 @@ def hetjob_plan(cfg: Config, run_dir: RunDir, code_dir: Path | None) -> JobPlan:
 def plan_jobs(cfg: Config, stage_modes: Sequence[str], run_dir: RunDir, code_dir: Path | None) -> list[JobPlan]:
     """The submissions a run needs, from its stages' modes and `slurm.layout`."""
     trainer, explorers = roles_of(stage_modes)
+    servers = server_plans(cfg, run_dir, code_dir) if explorers else []
     if trainer and explorers and cfg.slurm.layout == "hetjob":
-        return [hetjob_plan(cfg, run_dir, code_dir)]
+        return [*servers, hetjob_plan(cfg, run_dir, code_dir)]
     plans = []
     if trainer:
         plans.append(trainer_plan(cfg, run_dir, code_dir))
     if explorers:
-        plans.append(explorer_plan(cfg, run_dir, code_dir))
+        plans += [*servers, explorer_plan(cfg, run_dir, code_dir)]
     return plans
 
 
@@ -148,7 +174,7 @@ def submit_plans(
     records: list[JobRecord] = []
     for plan in plans:
         try:
-            if plan.kind == "explorer":
+            if plan.is_array:
                 jobs = plan.executor.submit_array_of(plan.callables)
                 job_id = jobs[0].job_id.split("_")[0]
                 script = jobs[0].paths.submission_file
@@ -166,7 +192,7 @@ def submit_plans(
         record = JobRecord(
             role=plan.kind, job_id=job_id, explorer=plan.explorer, array_size=plan.array_size,
             trainer_nodes=plan.trainer_nodes, script=str(script), log_dir=str(run_dir.log),
-            submitted_by=submitted_by,
+            submitted_by=submitted_by, server=plan.server,
         )
         record_job(run_dir, record, lock_kind)  # type: ignore[arg-type]
         records.append(record)

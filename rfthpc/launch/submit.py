@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rfthpc.config import LoadedConfig, dump_yaml, load_resolved, resolve_stages
+from rfthpc.config.derive import shared_models
 from rfthpc.config.schema import Config
 from rfthpc.errors import ConfigError, UserError
 from rfthpc.fsutil import make_dirs, set_share_group, write_text_atomic
@@ -89,14 +90,17 @@ def _never_started(run: RunDir, count_jobs: bool) -> bool:
 
 
 def _refuse_live_duplicates(run: RunDir, plans: list[JobPlan]) -> None:
-    """Refuse to queue a second trainer, or a second array of an explorer name, while the first is live."""
+    """Refuse to queue a second trainer, a second array of an explorer name, or a second server of an
+    auxiliary model, while the first is live."""
     records = read_jobs(run)
     wanted_trainer = any(p.kind in ("trainer", "hetjob") for p in plans)
-    wanted_names = {p.explorer for p in plans if p.explorer}
-    clashing = [r for r in records if (wanted_trainer and r.runs_trainer()) or set(r.explorer_names()) & wanted_names]
+    wanted_names = {p.explorer for p in plans if p.explorer and p.kind != "server"}
+    wanted_servers = {p.server for p in plans if p.server}
+    clashing = [r for r in records if (wanted_trainer and r.runs_trainer()) or set(r.explorer_names()) & wanted_names
+                or (r.role == "server" and r.server in wanted_servers)]
     live, error = live_jobs(clashing)
     if live:
-        jobs = ", ".join(f"{r.job_id} ({r.role}{' ' + r.explorer if r.explorer else ''})" for r in live)
+        jobs = ", ".join(f"{r.job_id} ({' '.join(filter(None, (r.role, r.server or r.explorer)))})" for r in live)
         raise UserError(
             f"run {run.root} still has queued or running jobs that this submission would duplicate: {jobs}"
             f"{' (Slurm did not answer: ' + error + ')' if error else ''}; wait for them, or stop them with "
@@ -162,6 +166,22 @@ def _check_new_name(run: RunDir, run_cfg: Config, name: str, config_text: str, a
         )
 
 
+def _check_served(cfg: Config, run_cfg: Config) -> None:
+    """An added explorer array uses the run's servers of shared auxiliary models (it queues none): each
+    shared auxiliary model it names must be one of the run's, the same model."""
+    served = {m.name: m for m in shared_models(run_cfg)}
+    for i, aux in enumerate(cfg.explorer.auxiliary_models):
+        run_model = served.get(aux.name)
+        if aux.placement != "shared" or (run_model is not None and run_model.model_path == aux.model_path):
+            continue
+        raise ConfigError(
+            f"explorer.auxiliary_models[{i}] ({aux.name!r}) has placement shared, but the run serves "
+            + (f"{aux.name!r} from {run_model.model_path}" if run_model is not None
+               else f"no shared auxiliary model of that name (it serves: {', '.join(served) or 'none'})")
+            + "; explorers added to a run use its servers: name one of them, or set placement: per_explorer"
+        )
+
+
 def add_explorers(
     run_dir: Path,
     config: Path | None = None,
@@ -191,6 +211,7 @@ def add_explorers(
     _check_new_name(run, run_cfg, cfg.explorer.name, text, ask_slurm=not dry_run)
     write_text_atomic(run.explorer_config(cfg.explorer.name), text)
     final = resolve_stages(cfg, source=str(config or run.config))[-1].config
+    _check_served(final, run_cfg)
     plans = [explorer_plan(final, run, _code_dir(cfg, run, dry_run))]
     if dry_run:
         return SubmitResult(run, scripts=write_scripts(plans, make_dirs(run.slurm / DRY_RUN_DIR)), dry_run=True)

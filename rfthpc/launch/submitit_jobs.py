@@ -1,7 +1,8 @@
 """The callable submitit runs in every Slurm task: start the role's command, requeue on a warning.
 
-`RoleJob` runs `rfthpc train` (directly, or under torchrun when the trainer has several ranks)
-or `rfthpc explore` as a child process and waits for it. The run directory holds all state, so
+`RoleJob` runs `rfthpc train` (directly, or under torchrun when the trainer has several ranks),
+`rfthpc explore` or `rfthpc serve` (an engine of a shared auxiliary model) as a child process and
+waits for it. The run directory holds all state, so
 the callable itself is stateless and a requeued job simply runs it again.
 
 Signals: Slurm delivers its warning (`--signal=USR2@slurm.signal_delay_s`, preemption) and its
@@ -40,7 +41,7 @@ from rfthpc.fsutil import make_dirs
 from rfthpc.launch.torchrun import rendezvous_from_slurm, torchrun_argv, torchrun_env
 from rfthpc.rundir import RunDir
 
-JobKind = Literal["trainer", "explorer", "hetjob"]
+JobKind = Literal["trainer", "explorer", "hetjob", "server"]
 
 
 class RoleFailed(RuntimeError):
@@ -70,27 +71,29 @@ class RoleJob(Checkpointable):
     run_dir: str
     """Absolute run directory."""
     kind: JobKind
-    """trainer job, explorer array, or a heterogeneous job holding both."""
+    """trainer job, explorer array, a heterogeneous job holding both, or a shared auxiliary model's server array."""
     python: str
     """Python on the compute nodes."""
     max_requeues: int
     """Restarts after which a warned job is not requeued again (`slurm.max_requeues`)."""
     explorer: str | None = None
-    """Explorer name (explorer arrays and hetjobs)."""
+    """Explorer name (explorer arrays and hetjobs; a server array: the explorer array whose config it reads)."""
     rank: int | None = None
-    """Explorer rank of an array task (default: $SLURM_ARRAY_TASK_ID)."""
+    """Explorer rank (server: engine index) of an array task (default: $SLURM_ARRAY_TASK_ID)."""
+    server: str | None = None
+    """The auxiliary model a server array serves."""
     trainer_nodes: int = 1
     """Trainer nodes (= the first tasks of a hetjob)."""
     nproc_per_node: int = 1
     """Trainer ranks per node."""
 
     def task_role(self, env: Mapping[str, str]) -> tuple[str, int]:
-        """("trainer", node index) or ("explorer", explorer rank) of this Slurm task."""
+        """("trainer", node index), ("explorer", explorer rank) or ("server", engine index) of this Slurm task."""
         procid = int(env.get("SLURM_PROCID", "0"))
         if self.kind == "trainer":
             return "trainer", procid
-        if self.kind == "explorer":
-            return "explorer", self.rank if self.rank is not None else int(env.get("SLURM_ARRAY_TASK_ID", "0"))
+        if self.kind in ("explorer", "server"):
+            return self.kind, self.rank if self.rank is not None else int(env.get("SLURM_ARRAY_TASK_ID", "0"))
         if procid < self.trainer_nodes:
             return "trainer", procid
         return "explorer", procid - self.trainer_nodes
@@ -98,6 +101,9 @@ class RoleJob(Checkpointable):
     def command(self, env: Mapping[str, str]) -> list[str]:
         """The role's command line for this task."""
         role, index = self.task_role(env)
+        if role == "server":
+            return [self.python, "-m", "rfthpc", "serve", "--run-dir", self.run_dir, "--model", str(self.server),
+                    "--engine", str(index), *(["--explorer", self.explorer] if self.explorer else [])]
         if role == "explorer":
             return [self.python, "-m", "rfthpc", "explore", "--run-dir", self.run_dir,
                     "--name", str(self.explorer), "--rank", str(index)]

@@ -91,21 +91,59 @@ def test_gpus_over_the_cluster(tmp_path: Path, base: str) -> None:
     assert "need 4 GPUs, more than the cluster's 1 x 2 = 2" in msg
 
 
-def _judge(base: str, **fields: int) -> str:
+def _judge(base: str, **fields: int | str) -> str:
     """`base` with an auxiliary model (the policy's own directory serves as its weights)."""
     model = base.split("model_path: ", 1)[1].split("\n", 1)[0]
     extra = "".join(f"      {k}: {v}\n" for k, v in fields.items())
     return base + f"explorer:\n  auxiliary_models:\n    - name: judge\n      model_path: {model}\n{extra}"
 
 
-def test_auxiliary_engines_count_per_explorer(tmp_path: Path, base: str) -> None:
-    """Each explorer runs its rollout engine and one engine of each auxiliary model on one node."""
-    msg = _error(write(tmp_path, _judge(base.replace("gpu_per_node: 2", "gpu_per_node: 4"), tensor_parallel_size=4)))
-    assert "an explorer runs its rollout engine (tensor_parallel_size 1) and one engine of each auxiliary model" in msg
-    assert "5 GPUs, more than cluster.gpu_per_node 4" in msg
-    msg = _error(write(tmp_path, _judge(base, engine_num=3)))
-    assert "explorer.auxiliary_models[0].engine_num: 3; every explorer starts one engine of each auxiliary" in msg
-    assert "(explorer.rollout_model.engine_num = 1); remove it or set 1" in msg
+def test_auxiliary_engines_placed_per_explorer_count_per_explorer(tmp_path: Path, base: str) -> None:
+    """With placement per_explorer, each explorer runs its rollout engine and one engine of the auxiliary
+    model on one node; there are as many as explorers."""
+    per_explorer = {"placement": "per_explorer"}
+    config = _judge(base.replace("gpu_per_node: 2", "gpu_per_node: 4"), tensor_parallel_size=4, **per_explorer)
+    msg = _error(write(tmp_path, config))
+    assert ("an explorer runs its engines on one node: 5 GPUs (the rollout model's tensor_parallel_size and that of "
+            "every auxiliary model placed per_explorer), more than cluster.gpu_per_node 4") in msg
+    msg = _error(write(tmp_path, _judge(base, engine_num=3, **per_explorer)))
+    assert "explorer.auxiliary_models[0].engine_num: 3 with placement per_explorer; every explorer starts one" in msg
+    assert "(explorer.rollout_model.engine_num = 1); set 1, or placement: shared for 3 engines" in msg
+
+
+def test_shared_auxiliary_engines_count_once_for_the_run(tmp_path: Path, base: str) -> None:
+    """Trinity-RFT's counting (placement shared, the default): a judge's engine_num engines of
+    tensor_parallel_size GPUs serve the whole run. Trinity's example: one node of 8 GPUs, 2 rollout engines of
+    1 GPU, one judge on 2 GPUs: the explorer side takes 4 GPUs (not 2 x (1 + 2) = 6), the trainer the other 4."""
+    eight = base.replace("gpu_per_node: 2", "gpu_per_node: 8")
+    trinity = eight + "explorer:\n  rollout_model:\n    engine_num: 2\n"
+    model = base.split("model_path: ", 1)[1].split("\n", 1)[0]
+    judge = f"  auxiliary_models:\n    - name: judge\n      model_path: {model}\n      tensor_parallel_size: 2\n"
+    cfg = load_config(write(tmp_path, trinity + judge)).config
+    assert cfg.explorer.auxiliary_models[0].placement == "shared"
+    assert (cfg.slurm.explorer.array_size, cfg.slurm.explorer.gpus_per_node, cfg.slurm.trainer.gpus_per_node) == (2, 1, 4)
+    per_explorer = load_config(write(tmp_path, trinity + judge + "      placement: per_explorer\n")).config
+    assert (per_explorer.slurm.explorer.gpus_per_node, per_explorer.slurm.trainer.gpus_per_node) == (3, 2)
+    # Three judges on 2 GPUs each with two explorers of 1 leave the trainer nothing of 8.
+    msg = _error(write(tmp_path, trinity + judge + "      engine_num: 3\n"))
+    assert "the explorers and auxiliary model servers take 8 of 8 GPUs and leave none for the trainer" in msg
+    msg = _error(write(tmp_path, trinity + judge + "      engine_num: 4\n"))
+    assert "plus 8 GPUs of the shared auxiliary models' servers (engine_num x tensor_parallel_size of each) " \
+           "need 10 GPUs, more than the cluster's 1 x 8 = 8" in msg
+
+
+def test_shared_auxiliary_models_need_a_server_they_can_run(tmp_path: Path, base: str) -> None:
+    four = base.replace("gpu_per_node: 2", "gpu_per_node: 4")
+    msg = _error(write(tmp_path, _judge(four, engine_type="transformers")))
+    assert "explorer.auxiliary_models[0].engine_type: transformers runs inside the explorer process only" in msg
+    assert "set placement: per_explorer, or engine_type: vllm" in msg
+    load_config(write(tmp_path, _judge(four, engine_type="transformers", placement="per_explorer")))
+    msg = _error(write(tmp_path, _judge(four, tensor_parallel_size=8)))
+    assert "explorer.auxiliary_models[0].tensor_parallel_size: 8; each engine of its server runs on one node" in msg
+    msg = _error(write(tmp_path, _judge(base, tensor_parallel_size=1) + "slurm:\n  server:\n    array_size: 2\n"))
+    assert "slurm.server.array_size: 2; a server job has one task per engine" in msg
+    msg = _error(write(tmp_path, _judge(base, server_timeout=0)))
+    assert "explorer.auxiliary_models[0].server_timeout: 0.0 must be > 0" in msg
 
 
 def test_auxiliary_model_names_are_checked_before_the_queue(tmp_path: Path, base: str) -> None:

@@ -54,9 +54,14 @@ def test_slurm_defaults_follow_the_cluster(tmp_path: Path, base: str) -> None:  
     assert cfg.slurm.explorer.gpus_per_node == 2
     assert cfg.slurm.trainer.gpus_per_node == 4
     assert cfg.slurm.trainer.time == "12:00:00"  # not YAML 1.1's base-60 integer
-    # An auxiliary model (a judge) runs next to every rollout engine: its GPUs count per explorer.
+    # A shared auxiliary model (a judge; the default placement) runs in a server job: its GPUs count once.
     model = base.split("model_path: ", 1)[1].split("\n", 1)[0]
     judge = f"  auxiliary_models:\n    - name: judge\n      model_path: {model}\n      tensor_parallel_size: 1\n"
+    cfg = load_config(write(tmp_path, text.replace("slurm:\n", judge + "slurm:\n"))).config
+    assert (cfg.slurm.explorer.array_size, cfg.slurm.explorer.gpus_per_node) == (2, 2)
+    assert cfg.slurm.trainer.gpus_per_node == 3
+    # Placed per explorer, it runs next to every rollout engine: its GPUs count per explorer.
+    judge += "      placement: per_explorer\n"
     cfg = load_config(write(tmp_path, text.replace("slurm:\n", judge + "slurm:\n"))).config
     assert (cfg.slurm.explorer.array_size, cfg.slurm.explorer.gpus_per_node) == (2, 3)
     assert cfg.slurm.trainer.gpus_per_node == 2

@@ -14,7 +14,7 @@ def test_rubric_judge_workflow_in_an_explorer(tmp_path: Path, tiny_model: Path) 
         {"question": f"Name a number above {i}.", "answer": "", "rubric": rubric} for i in range(2)])
     ts = {"name": "rubric", "path": str(data), "default_workflow_type": "rubric_judge_workflow", "repeat_times": 2,
           "format": {"prompt_key": "question", "response_key": "answer"}, "rollout_args": {"max_tokens": 4}}
-    judge = {"name": "judge", "model_path": str(tiny_model), "engine_type": "transformers",
+    judge = {"name": "judge", "model_path": str(tiny_model), "engine_type": "transformers", "placement": "per_explorer",
              "max_prompt_tokens": 1536, "max_response_tokens": 6}
     # Trinity's policy system prompt and judge prompts are long for the tiny model's limits of other tests.
     run = make_run(tmp_path, tiny_model, [ts], model={"max_prompt_tokens": 256},

@@ -44,7 +44,7 @@ def test_seeds_top_logprobs_and_auxiliary_model_settings(tmp_path: Path, tiny_mo
                 "format": {"prompt_key": "question", "response_key": "answer"},
                 "rollout_args": {"seed": seed, "temperature": 1.0, "logprobs": 2}}
 
-    judge = {"name": "judge", "model_path": str(tiny_model), "engine_type": "transformers",
+    judge = {"name": "judge", "model_path": str(tiny_model), "engine_type": "transformers", "placement": "per_explorer",
              "chat_template": THINKING_TEMPLATE, "enable_thinking": False, "max_response_tokens": 2}
     run = make_run(tmp_path, tiny_model, [taskset("a", 7), taskset("b", 7), taskset("c", 8)],
                    explorer={"auxiliary_models": [judge]})
@@ -97,7 +97,8 @@ def test_each_engine_is_built_on_its_own_gpus(tmp_path: Path, tiny_model: Path, 
         built.append(os.environ.get("CUDA_VISIBLE_DEVICES"))
         return make_engine(engine_type, settings)
 
-    judge = {"name": "judge", "model_path": str(tiny_model), "engine_type": "transformers", "tensor_parallel_size": 2}
+    judge = {"name": "judge", "model_path": str(tiny_model), "engine_type": "transformers", "tensor_parallel_size": 2,
+             "placement": "per_explorer"}
     ts = {"name": "a", "path": str(write_jsonl(tmp_path / "train.jsonl", questions[:2])),
           "default_workflow_type": f"{HERE}:judged", "format": {"prompt_key": "question", "response_key": "answer"}}
     run = make_run(tmp_path, tiny_model, [ts], explorer={"auxiliary_models": [judge]})

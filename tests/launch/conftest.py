@@ -143,6 +143,16 @@ def tiny_config(data: Path, run_root: Path, name: str, **sections: Any) -> dict[
     return _merge(base, sections)
 
 
+def judged_config(data: Path, run_root: Path, name: str, **sections: Any) -> dict[str, Any]:
+    """The tiny run (transformers policy), scored by a shared judge: the tiny model on vLLM's server."""
+    judge = {"name": "judge", "model_path": str(data / "model"), "max_model_len": 1600, "max_prompt_tokens": 1536,
+             "max_response_tokens": 6, "cpu_kvcache_space_gb": 1, "server_timeout": 600}
+    judged = {"buffer": {"explorer_input": {"default_workflow_type": "math_rm_workflow"}},
+              "explorer": {"auxiliary_models": [judge]},
+              "slurm": {"server": {"time": "00:20:00", "cpus_per_task": 1, "mem": "3G"}}}
+    return tiny_config(data, run_root, name, **_merge(judged, sections))
+
+
 def write_yaml(path: Path, data: dict[str, Any]) -> Path:
     """Write a config file."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -125,3 +125,31 @@ def test_one_task_per_trainer_node_and_explorer(tmp_path: Path) -> None:
     assert trainer.callables[0].nproc_per_node == 8
     assert [c.rank for c in explorer.callables] == [0, 1, 2, 3]
     assert "--gpus-per-node=2" in explorer.render()
+
+
+JUDGE = {"name": "judge", "model_path": "/srv/models/judge", "engine_num": 2, "tensor_parallel_size": 2}
+
+
+@pytest.mark.parametrize(("variant", "data"), [("cpu", BASE), ("gpu", GPU)])
+def test_server_scripts(tmp_path: Path, variant: str, data: dict[str, Any]) -> None:
+    """A shared auxiliary model (an LLM judge) gets a server array of its own, one task per engine, queued with
+    the explorers in either layout; its GPUs per task are its tensor_parallel_size."""
+    judged = {**data, "cluster": {"node_num": 3, "gpu_per_node": 8} if variant == "gpu" else data["cluster"],
+              "explorer": {**data["explorer"], "auxiliary_models": [JUDGE]},
+              "slurm": {**data["slurm"], "server": {"partition": "debug" if variant == "cpu" else "gpu",
+                                                    "time": "12:00:00", "cpus_per_task": 4, "mem": "16G"}}}
+    for layout, kinds in (("separate", ["trainer", "server", "explorer"]), ("hetjob", ["server", "hetjob"])):
+        _, loaded = _config(tmp_path, judged, layout)
+        plans = plan_jobs(loaded.config, [s.config.mode for s in loaded.stages], RUN, CODE)
+        assert [p.kind for p in plans] == kinds
+        server = plans[kinds.index("server")]
+        assert (server.server, server.array_size, server.script_name) == ("judge", 2, "server-judge.sbatch")
+        assert [(c.kind, c.rank, c.server, c.explorer) for c in server.callables] == \
+            [("server", 0, "judge", "explorer"), ("server", 1, "judge", "explorer")]
+        assert server.callables[1].command({}) == ["/opt/venv/bin/python", "-m", "rfthpc", "serve", "--run-dir",
+                                                   str(RUN.root), "--model", "judge", "--engine", "1",
+                                                   "--explorer", "explorer"]
+        _check(f"{variant}-server-judge.sbatch", server.render())
+        if variant == "gpu" and layout == "separate":
+            # Explorers do not count the shared judge's GPUs: theirs are the rollout model's.
+            assert "--gpus-per-node=2" in plans[-1].render() and "--gpus-per-node=2" in server.render()

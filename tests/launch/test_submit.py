@@ -245,3 +245,28 @@ def test_mistakes_the_roles_would_meet_after_the_queue_stop_every_command_first(
     assert "format.prompt_key='problem' is not a column; the columns are: question, answer" in out.stderr
     assert "Traceback" not in out.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_shared_judge_gets_its_server_job_and_added_explorers_use_it(demo_data: Path, tmp_path: Path) -> None:
+    judge = {"name": "judge", "model_path": str(demo_data / "model"), "engine_num": 2}
+    cfg = write_yaml(tmp_path / "run.yaml", tiny_config(
+        demo_data, tmp_path / "runs", "judged", explorer={"auxiliary_models": [judge]},
+        slurm={"server": {"time": "00:30:00", "mem": "3G", "setup": ["export VLLM_CPU_KVCACHE_SPACE=1"]}}))
+    out = rfthpc("submit", "--config", str(cfg), "--dry-run")
+    assert out.returncode == 0, out.stderr
+    run = tmp_path / "runs" / "launch" / "judged"
+    scripts = run / "slurm" / "dry-run"
+    assert sorted(p.name for p in scripts.iterdir()) == ["explorer-explorer.sbatch", "server-judge.sbatch",
+                                                         "trainer.sbatch"]
+    server = (scripts / "server-judge.sbatch").read_text()
+    assert "--array=0-1%2" in server and "--job-name=judged.server-judge" in server and "--mem=3G" in server
+    assert "export VLLM_CPU_KVCACHE_SPACE=1" in server
+    other = write_yaml(tmp_path / "other_judge.yaml", {
+        "explorer": {"name": "more", "auxiliary_models": [{**judge, "name": "critic"}]}})
+    refused = rfthpc("add-explorers", "--run-dir", str(run), "--config", str(other), "--dry-run")
+    assert refused.returncode == 2
+    assert ("explorer.auxiliary_models[0] ('critic') has placement shared, but the run serves no shared auxiliary "
+            "model of that name (it serves: judge)") in refused.stderr
+    added = rfthpc("add-explorers", "--run-dir", str(run), "--name", "more", "--dry-run")
+    assert added.returncode == 0, added.stderr
+    assert not (scripts / "server-judge-more.sbatch").exists()

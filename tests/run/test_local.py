@@ -252,6 +252,42 @@ def test_each_role_gets_its_share_of_the_cores(tmp_path: Path, monkeypatch: pyte
     assert set(threads(cores=8).values()) == {"3"}
 
 
+def test_shared_auxiliary_models_are_served_by_local_processes(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shared judge of 2 engines: two `rfthpc serve` processes, started first, counted in the cores' split."""
+    from rfthpc.config import load_config
+    from rfthpc.local import plan_roles
+
+    judge = {"name": "judge", "model_path": "/models/judge", "engine_num": 2}
+    stages = load_config(rl_only(tmp_path / "run.yaml", "served", explorer={"auxiliary_models": [judge]}),
+                         check_paths=False).stages
+    run = RunDir(tmp_path / "run")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    roles = plan_roles(stages, run, cores=8)
+    assert [(r.name, r.service, r.env["OMP_NUM_THREADS"]) for r in roles] == [
+        ("server_judge_0", True, "2"), ("server_judge_1", True, "2"), ("trainer", False, "2"),
+        ("explorer_0", False, "2")]
+    assert roles[1].argv[3:] == ["serve", "--run-dir", str(run.root), "--model", "judge", "--engine", "1",
+                                 "--explorer", "explorer"]
+    assert roles[1].log_path == run.log / "server_judge_1.log"
+
+
+def test_services_are_stopped_when_the_run_is_done(tmp_path: Path) -> None:
+    """The run waits for its workers, not for the servers they use; those are stopped at its end."""
+    from rfthpc.local import Role, run_local
+
+    server = Role("server_judge_0", ["sleep", "300"], tmp_path / "log" / "server.log", service=True)
+    explorer = Role("explorer_0", ["sleep", "1"], tmp_path / "log" / "explorer_0.log")
+    started = time.monotonic()
+    try:
+        assert run_local(RunDir(tmp_path), [server, explorer], stop_grace_s=5) == 0
+        assert time.monotonic() - started < 30
+        assert server.proc is not None and server.proc.poll() == -signal.SIGTERM
+    finally:
+        if server.running:
+            server.proc.kill()
+
+
 @pytest.mark.parametrize("style", ["explorer_driven", "trainer_driven"])
 def test_each_sync_style_runs_to_the_end(style: str, demo_dir: Path, tmp_path: Path) -> None:
     """Trainer and explorer processes of each non-fixed style (sync_interval 2) finish the run with

@@ -1,0 +1,56 @@
+"""The address files of shared auxiliary model servers: one per engine, replaced atomically, a doorbell rung
+after each, a generation counted across restarts; readers skip what is not (yet) an address."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from rfthpc.fsutil import TMP_PREFIX
+from rfthpc.server_address import (
+    ServerAddress,
+    address_path,
+    doorbell,
+    next_generation,
+    publish,
+    read_address,
+    read_addresses,
+)
+
+
+def _address(engine: int, generation: int = 1, **fields) -> ServerAddress:
+    base = {"url": f"http://node{engine}:4100{engine}", **fields}
+    return ServerAddress(name="judge", engine=engine, api_key="k", served_model="judge", generation=generation,
+                         **base)
+
+
+def test_publish_replaces_the_engine_file_and_rings(tmp_path: Path) -> None:
+    bell = doorbell(tmp_path, "judge")
+    assert read_addresses(tmp_path, "judge") == [] and bell.signature() is None
+    assert next_generation(tmp_path, "judge", 0) == 1
+    publish(tmp_path, _address(1, max_model_len=512))
+    publish(tmp_path, _address(0))
+    rung = bell.signature()
+    assert rung is not None
+    assert [a.engine for a in read_addresses(tmp_path, "judge")] == [0, 1]
+    assert read_address(address_path(tmp_path, "judge", 1)).max_model_len == 512
+    # A restart publishes the next generation at a new address; the file is replaced, never edited.
+    restarted = _address(0, generation=next_generation(tmp_path, "judge", 0), url="http://node7:5000")
+    assert restarted.generation == 2
+    publish(tmp_path, restarted)
+    assert bell.signature() != rung
+    assert read_addresses(tmp_path, "judge")[0] == restarted
+    publish(tmp_path, dataclasses.replace(restarted, state="stopped"))
+    assert [a.serving for a in read_addresses(tmp_path, "judge")] == [False, True]
+    assert address_path(tmp_path, "judge", 0) == tmp_path / "servers" / "judge" / "0.json"
+
+
+def test_readers_skip_what_is_not_an_address(tmp_path: Path) -> None:
+    publish(tmp_path, _address(0))
+    folder = tmp_path / "servers" / "judge"
+    (folder / f"{TMP_PREFIX}1.json.host-1-abc").write_text("{")  # a writer's temporary file
+    (folder / "2.json").write_text('{"name": "judge", "engi')  # torn (never happens with atomic writes)
+    (folder / "3.json").write_text('["not", "an", "address"]')
+    assert [a.engine for a in read_addresses(tmp_path, "judge")] == [0]
+    assert read_address(folder / "9.json") is None
+    assert next_generation(tmp_path, "judge", 2) == 1
