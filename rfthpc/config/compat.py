@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rfthpc.config import foreign
+from rfthpc.config.importing import flatten
 from rfthpc.config.typed import ALGORITHM, INVALID, REFUSED, UNKNOWN, Problems
 from rfthpc.errors import ConfigError
 
@@ -621,22 +622,11 @@ def apply_roll_keys(raw: dict[str, Any], problems: Problems) -> None:
     for key in list(raw):
         if key in foreign.ROLL_SECTIONS:
             value = raw.pop(key)
-            flat.update(_flatten(value, key) if isinstance(value, dict) else {key: value})
+            flat.update(flatten(value, key) if isinstance(value, dict) else {key: value})
         elif key in ROLL_MAP or key in foreign.ROLL_KEYS:
             flat[key] = raw.pop(key)
     if flat:
         _apply(raw, _read(flat, flat, ROLL_MAP, foreign.ROLL_KEYS, "ROLL", "", problems), problems, "ROLL")
-
-
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}.{k}" if prefix else str(k)
-        if isinstance(v, dict) and v:
-            out.update(_flatten(v, key))
-        else:
-            out[key] = v
-    return out
 
 
 @dataclass
@@ -774,7 +764,7 @@ def apply_verl_trainer_config(raw: dict[str, Any], problems: Problems, inherited
     verl = trainer.get("trainer_config") if isinstance(trainer, dict) else None
     if not isinstance(verl, dict):
         return  # none, or not a mapping: typed conversion reports that
-    flat = _flatten(verl)
+    flat = flatten(verl)
     reading = _read(flat, flat, VERL_MAP, foreign.VERL_KEYS, "veRL", "trainer.trainer_config.", problems)
     _apply(raw, reading, problems, "veRL", inherited)
 
@@ -789,8 +779,8 @@ def apply_verl_overrides(cfg: Config, before: dict[str, Any], args: list[str], p
     """Map the veRL settings that command-line overrides changed in `cfg.trainer.trainer_config`
     (`before`: its value from the YAML) onto rfthpc fields, unless the same override list sets
     that rfthpc field itself. True if a field was set."""
-    old = _flatten(before)
-    now = _flatten(cfg.trainer.trainer_config)
+    old = flatten(before)
+    now = flatten(cfg.trainer.trainer_config)
     changed = {k: v for k, v in now.items() if k not in old or old[k] != v}
     given = {a.split("=", 1)[0] for a in args if a.startswith("--")}
     prefix = "--trainer.trainer_config."
