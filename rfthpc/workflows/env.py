@@ -75,8 +75,8 @@ def _is_int(value: Any) -> bool:
 
 
 def arg_problems(workflow_args: Mapping[str, Any], check_env_class: bool = True) -> list[str]:
-    """What is wrong with `env_workflow`'s workflow_args (their values, the environment and its
-    arguments included unless not `check_env_class`), each message naming the key and the fix."""
+    """What is wrong with `env_workflow`'s workflow_args (their values; with `check_env_class`, the
+    environment's class and arguments too), each message naming the key and the fix."""
     out = []
     env = workflow_args.get("env")
     env_args = workflow_args.get("env_args", {})
