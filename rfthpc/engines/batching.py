@@ -3,10 +3,18 @@
 Workflows are plain sequential functions (`workflow(task, ctx)`), one per task. The explorer runs
 `runner_per_model` of them in threads; each one's `ctx.engine.generate(...)` blocks while the
 explorer's main thread, in `serve`, collects the calls and, once every running workflow is
-waiting (or the oldest call has waited `max_wait_s`, for a workflow busy elsewhere, e.g. in a
-slow reward function), hands them to the engine as one `generate_batch` call. So a step's tasks
-are generated together, as one vLLM `generate` with `n = repeat_times` per prompt would be, and
-multi-turn workflows batch their later turns the same way.
+waiting, hands them to the engine as one `generate_batch` call. So a step's tasks are generated
+together, as one vLLM `generate` with `n = repeat_times` per prompt would be, and multi-turn
+workflows batch their later turns the same way.
+
+A workflow busy elsewhere (e.g. in a slow reward function) must not hold the others up for long:
+the batch also goes once `max_wait_s` passed without news, i.e. since a call came in, a workflow
+started or came back from elsewhere (`elsewhere`), or a batch's results were handed back, each a
+sign that workflows are on their way to their next call. (Timed from the oldest call instead, a
+batch went early whenever the workflows' work between two engine calls, e.g. starting 64 tasks or
+building 64 episodes' next turns on a loaded CPU, took longer than `max_wait_s`; the late
+workflows' calls then took an engine call of their own, turn after turn: twice the engine calls
+of a 64-task multi-turn batch.) A running workflow makes one call per batch, so news soon stops.
 
 Only the serving thread touches the engines, so engines need not be thread-safe.
 
@@ -53,7 +61,6 @@ class _Call:
     engine: str
     requests: list[GenerateRequest]
     runner: int
-    created: float = field(default_factory=time.monotonic)
     done: threading.Event = field(default_factory=threading.Event)
     result: list[list[Completion]] | None = None
     error: BaseException | None = None
@@ -108,6 +115,9 @@ class RequestBatcher:
         self._cancel_all: str | None = None
         self._elsewhere: set[int] = set()
         """Runners waiting on something other than this batcher (a shared auxiliary model's server)."""
+        self._news = time.monotonic()
+        """When a call last came in, a workflow started or came back from elsewhere, or a batch's
+        results were handed back."""
         self.calls_served = 0
         self.batches_served = 0
         self.failure: EngineFailed | None = None
@@ -127,6 +137,7 @@ class RequestBatcher:
         with self._cond:
             self._active.add(ident)
             self._cancelled.pop(ident, None)
+            self._news = time.monotonic()
         try:
             yield ident
         finally:
@@ -147,6 +158,7 @@ class RequestBatcher:
         finally:
             with self._cond:
                 self._elsewhere.discard(ident)
+                self._news = time.monotonic()
 
     def cancel_reason(self, runner: int) -> str | None:
         """Why calls of `runner` are cancelled (`cancel`); None while they are not."""
@@ -181,6 +193,7 @@ class RequestBatcher:
             if reason is not None:
                 raise GenerationCancelled(reason)
             self._pending.append(call)
+            self._news = time.monotonic()
             self._cond.notify_all()
         call.done.wait()
         if call.error is not None:
@@ -216,7 +229,7 @@ class RequestBatcher:
             return False
         if len(self._pending) >= len(self._active - self._elsewhere):
             return True
-        return time.monotonic() - self._pending[0].created >= self.max_wait_s
+        return time.monotonic() - self._news >= self.max_wait_s
 
     def wake(self) -> None:
         """Wake a `serve` that waits, so that it checks its `until` again."""
@@ -234,11 +247,13 @@ class RequestBatcher:
                     return 0
                 wait = left
                 if self._pending:
-                    wait = min(left, max(0.0, self._pending[0].created + self.max_wait_s - time.monotonic()))
+                    wait = min(left, max(0.0, self._news + self.max_wait_s - time.monotonic()))
                 self._cond.wait(wait)
             calls, self._pending = self._pending, []
         for engine in {c.engine for c in calls}:
             self._run(engine, [c for c in calls if c.engine == engine])
+        with self._cond:
+            self._news = time.monotonic()
         self.calls_served += len(calls)
         self.batches_served += 1
         return len(calls)

@@ -123,13 +123,19 @@ class VLLMEngine:
         for r in requests:
             check_prompt_fits(r, self.max_model_len)
         prompts, params, owner = [], [], []
+        # vLLM copies each request's SamplingParams, so requests alike share one (built and checked
+        # once: ~20 us each, ~1 ms per call of 64 requests on these CPUs).
+        made: dict[tuple[int, SamplingArgs], Any] = {}
         try:
             for i, r in enumerate(requests):
                 spread = is_greedy(r.params.temperature) or (self.on_cpu and r.params.seed is None)
                 copies = r.n if spread else 1
+                key = (r.n // copies, r.params)
+                if key not in made:
+                    made[key] = self._sampling_params(*key)
                 for _ in range(copies):
                     prompts.append({"prompt_token_ids": list(r.prompt_token_ids)})
-                    params.append(self._sampling_params(r.n // copies, r.params))
+                    params.append(made[key])
                     owner.append(i)
             outputs = self.llm.generate(prompts, params, use_tqdm=False)
         except self._refused as e:

@@ -4,13 +4,15 @@ A taskset of a multi-turn workflow names its environment in `workflow_args.env` 
 arguments in `workflow_args.env_args`; a task row's own `env_args` override those. `check_env` is what
 a config check calls: it reads a built-in's arguments from its module's source, so validating a config
 imports neither gymnasium nor anything else an environment needs (a user's class is imported, so a
-broken one is reported before a run starts). `make_env` builds one environment for one episode.
+broken one is reported before a run starts). `make_env` builds one environment for one episode;
+`env_factory` checks the class and arguments once and builds those of a group's episodes.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rfthpc.envs.args import ENV_ARGS_KEY
@@ -56,9 +58,10 @@ def check_env(name: Any, args: Any = None) -> list[str]:
     return [problem] if problem else []
 
 
-def make_env(name: str, args: Mapping[str, Any] | None = None) -> TextEnv:
-    """A new environment `name` built with the keyword arguments `args` (the taskset's `env_args` merged
-    with the row's); ConfigError naming the key if an argument is unknown, missing or bad."""
+def env_factory(name: str, args: Mapping[str, Any] | None = None) -> Callable[[], TextEnv]:
+    """What builds new environments `name` with the keyword arguments `args` (the taskset's `env_args`
+    merged with the row's), checked once: a group's episodes each need one. ConfigError naming the
+    key if an argument is unknown, missing or bad."""
     cls = ENVS.get(name)
     problem = _not_an_env(name, cls)
     if problem:
@@ -71,4 +74,9 @@ def make_env(name: str, args: Mapping[str, Any] | None = None) -> TextEnv:
     if missing:
         raise ConfigError(f"{ENV_ARGS_KEY}: environment {name!r} needs {', '.join(map(repr, missing))}; give "
                           "them in workflow_args.env_args or in every task row's env_args")
-    return cls(**args)
+    return functools.partial(cls, **args)
+
+
+def make_env(name: str, args: Mapping[str, Any] | None = None) -> TextEnv:
+    """A new environment `name` built with the keyword arguments `args` (see `env_factory`)."""
+    return env_factory(name, args)()

@@ -31,9 +31,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rfthpc.data.tasksets import Task
+from rfthpc.data.tasksets import EncodedPrompt, Task
 from rfthpc.envs.base import TextEnv
-from rfthpc.envs.registry import check_env, make_env
+from rfthpc.envs.registry import check_env, env_factory
 from rfthpc.errors import ConfigError, UserError
 from rfthpc.workflows.base import Completion, RolloutEngine, SamplingArgs, WorkflowContext, WorkflowResult, needs
 from rfthpc.workflows.chat_turns import ChatTurns
@@ -59,8 +59,9 @@ class EnvWorkflowArgs:
 
     @classmethod
     def of(cls, workflow_args: Mapping[str, Any]) -> EnvWorkflowArgs:
-        """Parse `workflow_args`; a ConfigError names every bad key and its fix."""
-        problems = arg_problems(workflow_args)
+        """Parse `workflow_args`; a ConfigError names every bad key and its fix. The environment's class
+        and arguments are checked where they are used (`env_factory`, with the row's arguments too)."""
+        problems = arg_problems(workflow_args, check_env_class=False)
         if problems:
             raise ConfigError("; ".join(problems))
         return cls(**workflow_args)
@@ -73,9 +74,9 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def arg_problems(workflow_args: Mapping[str, Any]) -> list[str]:
-    """What is wrong with `env_workflow`'s workflow_args (their values, the environment and its
-    arguments included), each message naming the key and the fix."""
+def arg_problems(workflow_args: Mapping[str, Any], check_env_class: bool = True) -> list[str]:
+    """What is wrong with `env_workflow`'s workflow_args (their values; with `check_env_class`, the
+    environment's class and arguments too), each message naming the key and the fix."""
     out = []
     env = workflow_args.get("env")
     env_args = workflow_args.get("env_args", {})
@@ -83,7 +84,7 @@ def arg_problems(workflow_args: Mapping[str, Any]) -> list[str]:
         out.append("workflow_args.env: name the environment (a built-in name, or 'module:Class')")
     if not isinstance(env_args, Mapping):
         out.append(f"workflow_args.env_args={env_args!r}: give a mapping of the environment's arguments")
-    elif isinstance(env, str) and env:
+    elif isinstance(env, str) and env and check_env_class:
         out.extend(check_env(env, {k: v for k, v in env_args.items() if k != SEED_KEY}))
     prompt = workflow_args.get("system_prompt")
     if prompt is not None and not isinstance(prompt, str):
@@ -169,18 +170,23 @@ def env_workflow(task: Task, ctx: WorkflowContext) -> WorkflowResult:
     if args.max_tokens_per_turn is not None:
         params = dataclasses.replace(params, max_tokens=args.max_tokens_per_turn)
     limit = _context_limit(args, ctx.engine.max_model_len)
+    new_env = env_factory(args.env, env_args)
     envs: list[TextEnv] = []
     truncated_prompt = False
     try:
         episodes = []
+        opening: dict[str, EncodedPrompt | None] = {}
         for _ in range(task.repeat_times):
-            envs.append(make_env(args.env, env_args))
+            envs.append(new_env())
             observation, _ = envs[-1].reset(seed=seed)
-            prompt = turns.first_prompt(observation)
+            # The episodes of one seed mostly open alike: each first observation is rendered once.
+            if observation not in opening:
+                opening[observation] = turns.first_prompt(observation)
+            prompt = opening[observation]
             if prompt is None:
                 return WorkflowResult([], {"skipped": "prompt longer than max_prompt_tokens"})
             truncated_prompt |= prompt.truncated
-            episodes.append(Episode(prompt.token_ids))
+            episodes.append(Episode(list(prompt.token_ids)))
         while running := [i for i, ep in enumerate(episodes) if not ep.done]:
             completions = _generate(ctx.engine, [episodes[i].context for i in running], params)
             _play_turn([episodes[i] for i in running], [envs[i] for i in running], completions, turns, args, limit)

@@ -145,3 +145,44 @@ def test_a_capped_client_asks_in_parts_and_returns_whole_groups() -> None:
     assert [[r.n for r in call] for call in engine.calls] == [[2, 2, 1, 2, 2, 1]]
     assert [[c.text for c in group] for group in results[0]] == [
         ["7/3/0", "7/3/1", "7/5/0", "7/5/1", "7/7/0"], ["8/3/0", "8/3/1", "8/5/0", "8/5/1", "8/7/0"]]
+
+
+def staggered_callers(batcher: RequestBatcher, delays: list[float], hold: threading.Event | None = None
+                      ) -> list[threading.Thread]:
+    """One runner per delay: it starts, works for `delay` seconds (the first one, with `hold`, until
+    `hold` is set) and makes one generate call."""
+
+    def call(i: int) -> None:
+        with batcher.runner():
+            if hold is not None and i == 0:
+                hold.wait()
+            threading.Event().wait(delays[i])
+            batcher.client("policy").generate([[i]], 1, SamplingArgs())
+
+    threads = [threading.Thread(target=call, args=(i,), daemon=True) for i in range(len(delays))]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def test_calls_that_keep_coming_are_one_batch_though_the_first_waited_longer_than_max_wait() -> None:
+    """Workflows whose work before their call takes them longer, together, than `max_wait_s` (as
+    starting many tasks or building many episodes' next turns can) still share one engine call: the
+    wait restarts with each call that comes in."""
+    engine = RecordingEngine()
+    batcher = RequestBatcher({"policy": engine}, max_wait_s=1.0)
+    serve_until_done(batcher, staggered_callers(batcher, [0.0, 0.5, 1.0, 1.5]))
+    assert [len(call) for call in engine.calls] == [4]
+
+
+def test_a_workflow_busy_elsewhere_holds_the_others_up_for_max_wait_only() -> None:
+    engine = RecordingEngine()
+    batcher = RequestBatcher({"policy": engine}, max_wait_s=0.3)
+    hold = threading.Event()
+    threads = staggered_callers(batcher, [0.0, 0.0, 0.0], hold=hold)
+    while batcher.pending < 2:
+        threading.Event().wait(0.01)
+    assert batcher.serve(30.0) == 2  # served without the busy workflow's call
+    hold.set()
+    serve_until_done(batcher, threads)
+    assert [len(call) for call in engine.calls] == [2, 1]

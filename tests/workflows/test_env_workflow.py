@@ -194,6 +194,28 @@ def test_environments_are_closed_after_the_episodes(tokenizer, monkeypatch: pyte
     assert len(made) == 3 and all(env.closed for env in made)
 
 
+def test_episodes_that_open_differently_each_get_their_own_prompt(tokenizer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group's episodes share one seed and mostly one opening prompt (rendered once), but an
+    environment may open each episode differently: then each episode is conditioned on its own."""
+    original = LineWalk.reset
+    opened: list[str] = []
+
+    def reset(self, seed=None, options=None):
+        observation, info = original(self, seed=seed, options=options)
+        opened.append(f"Episode {len(opened) % 2}. {observation}")
+        return opened[-1], info
+
+    monkeypatch.setattr(LineWalk, "reset", reset)
+    engine = ScriptedEngine(tokenizer, lambda ctx: "right")
+    result = run_workflow(env_task(index=3, repeat=4, system_prompt=SYSTEM), context(engine, tokenizer))
+    messages = [{"role": "system", "content": SYSTEM}]
+    assert [e.prompt_token_ids for e in result.experiences] == [
+        list(tokenizer.apply_chat_template([*messages, {"role": "user", "content": o}], tokenize=True,
+                                           add_generation_prompt=True, return_dict=False)) for o in opened]
+    first_prompts, n, _ = engine.calls[0]
+    assert len(first_prompts) == 4 and n == 1 and first_prompts[0] == first_prompts[2] != first_prompts[1]
+
+
 @pytest.mark.parametrize(("args", "message"), [
     ({"env": None}, "workflow_args.env: name the environment"),
     ({"env": "no_such_env"}, "unknown environment 'no_such_env'"),
