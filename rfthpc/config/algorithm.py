@@ -24,7 +24,8 @@ class OptimizerConfig:
     `buffer.total_steps`. veRL's and Trinity-RFT's current name;
     their older name `warmup_style` is read as this key (both given and different: an error)."""
     optimizer_type: Literal["adamw"] = "adamw"
-    """Optimizer; rfthpc trains with AdamW."""
+    """Optimizer; rfthpc trains with AdamW (Trinity-RFT's `adam` and veRL's `AdamW` name the same one and are
+    read as this)."""
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     """AdamW betas."""
     weight_decay: float = 0.01
@@ -99,7 +100,8 @@ class AlgorithmConfig:
     repeat_times: Optional[int] = None
     """Responses sampled per task (GRPO group size; veRL's `actor_rollout_ref.rollout.n`); defaults to the preset's."""
     sample_strategy: Literal["default"] = "default"
-    """How the trainer samples experience: in commit order from the store."""
+    """How the trainer samples experience: in commit order from the store (Trinity-RFT's `warmup`, which
+    its saved configs carry, is read as this: rfthpc's SFT warm-up is a `stages:` entry)."""
     advantage_fn: Optional[str] = None
     """Advantage estimator (grpo, rloo, opmd, opo, gpg, grpo_passk, gdpo, lite_ppo, remax, reinforce,
     reinforceplusplus, reinforce_plus_plus_baseline, optimal_token_baseline, ppo/gae; docs/configuration.md)

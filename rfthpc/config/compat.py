@@ -188,6 +188,38 @@ def apply_sync_style_names(raw: dict[str, Any], problems: Problems) -> None:
         sync["sync_style"] = SYNC_STYLE_ALIASES.get(style, sync["sync_style"])
 
 
+TRINITY_VALUE_NAMES = {
+    ("optimizer", "optimizer_type"): {"adam": "adamw", "adamw": "adamw"},
+    ("sample_strategy",): {"warmup": "default"},
+}
+"""Values Trinity-RFT writes into the config it saves (its defaults) under another name than rfthpc's, per
+path under `algorithm`, case-insensitive: its `adam` builds the same AdamW its veRL trainer uses (veRL's
+name `AdamW`), and its `warmup` strategy reads the experience buffer as `default` does once there is no
+`sft_warmup_dataset` (refused: rfthpc's warm-up is a `stages:` entry)."""
+
+
+def apply_trinity_value_names(raw: dict[str, Any], problems: Problems) -> None:
+    """Read TRINITY_VALUE_NAMES' values as rfthpc's, in the run's and each stage's `algorithm` (in place),
+    so that a config Trinity-RFT saved loads as it is; each is recorded for `config show`."""
+    sections = [("algorithm", raw.get("algorithm"))]
+    stages = raw.get("stages")
+    if isinstance(stages, list):
+        sections += [(f"stages[{i}].algorithm", st.get("algorithm")) for i, st in enumerate(stages)
+                     if isinstance(st, dict)]
+    for key, alg in sections:
+        for path, names in TRINITY_VALUE_NAMES.items():
+            parent = alg
+            for part in path[:-1]:
+                parent = parent.get(part) if isinstance(parent, dict) else None
+            value = parent.get(path[-1]) if isinstance(parent, dict) else None
+            ours = names.get(value.lower()) if isinstance(value, str) else None
+            if ours is None or ours == value:
+                continue
+            parent[path[-1]] = ours
+            where = ".".join((key, *path))
+            problems.map(where, ours, where, "Trinity-RFT")
+
+
 _EXPLORER_DRIVEN_NOTE = (
     "synchronizer.sync_style: explorer_driven: explorers ask for weights through files under "
     "<run dir>/weights/.requests/ (no Synchronizer actor); a request the trainer does not answer within "

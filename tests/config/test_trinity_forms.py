@@ -257,3 +257,23 @@ def test_max_repeat_times_per_runner_is_accepted(tmp_path: Path, base: str) -> N
 def test_max_repeat_times_per_runner_below_one_is_an_error(tmp_path: Path, base: str) -> None:
     msg = _error(write(tmp_path, base + "explorer:\n  max_repeat_times_per_runner: 0\n"))
     assert "explorer.max_repeat_times_per_runner: 0 must be >= 1" in msg
+
+
+# values Trinity-RFT saves ---------------------------------------------------------------------------
+
+def test_the_optimizer_and_sample_strategy_trinity_saves_are_read_as_rfthpcs(tmp_path: Path, base: str) -> None:
+    text = base.replace("  repeat_times: 4\n", "  repeat_times: 4\n  sample_strategy: warmup\n"
+                        "  optimizer:\n    optimizer_type: adam\n    lr: 1.0e-6\n")
+    text += "stages:\n  - stage_name: rft\n    algorithm:\n      optimizer:\n        optimizer_type: AdamW\n"
+    loaded = load_config(write(tmp_path, text))
+    stage = loaded.stages[0].config.algorithm
+    assert (stage.sample_strategy, stage.optimizer.optimizer_type, stage.optimizer.lr) == ("default", "adamw", 1e-6)
+    sources = {(m.target, m.value) for m in loaded.mapped}
+    assert ("algorithm.optimizer.optimizer_type", "adamw") in sources
+    assert ("stages[0].algorithm.optimizer.optimizer_type", "adamw") in sources
+    assert ("algorithm.sample_strategy", "default") in sources
+
+
+def test_other_sample_strategies_are_still_refused(tmp_path: Path, base: str) -> None:
+    text = base.replace("  repeat_times: 4\n", "  repeat_times: 4\n  sample_strategy: staleness_control\n")
+    assert "algorithm.sample_strategy" in _error(write(tmp_path, text))
