@@ -137,6 +137,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     i.add_argument("--out", help="write the rfthpc config here (and an agentic config's tasksets of environment "
                                  "seeds in OUT's name + .tasks/); default: print it")
     i.add_argument("--ignore", action="append", default=[], metavar="KEY",
-                   help="import without this refused ROLL key (or section), accepting that the run differs; "
+                   help="import without this refused ROLL or veRL key (or section), accepting that the run differs; "
                         "repeatable")
     i.set_defaults(handler=_import, takes_overrides=True)

@@ -115,6 +115,8 @@ def _launch(words: list[str], shell: _Shell) -> Launch | None:
         if not _PYTHON.fullmatch(Path(word).name):
             continue
         rest = words[i + 1:]
+        while rest and rest[0].startswith("-") and rest[0] not in ("-m", "-c"):
+            rest = rest[1:]  # the interpreter's own switches (`-u`, `-O`)
         if rest[:1] == ["-m"] and len(rest) > 1:
             entry, args = rest[1], rest[2:]
             last = entry.rsplit(".", 1)[-1]

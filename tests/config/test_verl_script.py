@@ -61,7 +61,7 @@ DATA=(
 )
 EXTRA="trainer.val_before_train=False trainer.test_freq=-1"
 ulimit -n 65535
-python3 -m verl.trainer.main_ppo "${DATA[@]}" $EXTRA \\
+python3 -u -m verl.trainer.main_ppo "${DATA[@]}" $EXTRA \\
     trainer.experiment_name=run$SUFFIX trainer.nnodes=$NNODES > log.txt 2>&1
 """)
     launch = read_script(path, ["trainer.total_epochs=1"], environ={"HOME": "/h", "TAG": "x"})
