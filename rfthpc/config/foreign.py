@@ -336,6 +336,11 @@ def _fsdp_keys(prefix: str) -> dict[str, Answer]:
                                                      _is("fp32", "float32")),
         f"{prefix}.fsdp_config.dtype": Refused("rfthpc computes in model.dtype (bfloat16 on GPUs by default): set "
                                                "model.dtype", _is("bfloat16", "bf16")),
+        f"{prefix}.fsdp_config.mixed_precision.param_dtype": Refused(
+            "rfthpc computes in model.dtype (bfloat16 on GPUs by default): set model.dtype", _is("bfloat16", "bf16")),
+        **{f"{prefix}.fsdp_config.mixed_precision.{k}": Refused(
+            "rfthpc reduces gradients and keeps buffers in float32 (veRL's default)", _is("float32", "fp32"))
+           for k in ("reduce_dtype", "buffer_dtype")},
         f"{prefix}.fsdp_config.full_determinism": Refused("rfthpc does not force deterministic kernels; remove it",
                                                           _off),
     }
