@@ -497,7 +497,9 @@ VERL_KEYS: dict[str, Answer] = {
     "trainer.resume_mode": Ignored("Trinity-RFT sets it from continue_from_checkpoint, which rfthpc reads"),
     "trainer.resume_from_path": Refused("rfthpc resumes from the newest checkpoint in its run directory "
                                         "(continue_from_checkpoint); to start from another model, set "
-                                        "model.model_path", _off),
+                                        "model.model_path",
+                                        lambda v, g: not v or g.get("trainer.resume_mode", "auto") != "resume_path",
+                                        "read only with trainer.resume_mode: resume_path"),
     "trainer.default_hdfs_dir": Refused("rfthpc writes checkpoints to the run directory only; copy them elsewhere "
                                         "after the run", _off),
     "trainer.del_local_ckpt_after_load": Refused("rfthpc never deletes a checkpoint it resumes from; remove it", _off),

@@ -234,3 +234,12 @@ def test_cli_exit_codes_and_messages(tmp_path: Path) -> None:
     assert yaml.safe_load(done.stdout)["buffer"]["total_epochs"] == 3
     assert "rfthpc: note: " in done.stderr and "Traceback" not in done.stderr
     assert main(["config", "import", "--from", "roll", str(CONFIG), "--script", str(SCRIPT)]) == 2
+
+
+def test_a_resume_path_is_read_only_with_resume_mode_resume_path() -> None:
+    """veRL reads trainer.resume_from_path only with resume_mode resume_path, which the import refuses."""
+    result = import_verl(CONFIG, ["trainer.resume_from_path=checkpoints/"], script=SCRIPT, environ=ENV)
+    assert "# - trainer.resume_from_path: read only with trainer.resume_mode: resume_path" in result.text
+    with pytest.raises(ConfigError, match="trainer.resume_mode: 'resume_path'"):
+        import_verl(CONFIG, ["trainer.resume_from_path=checkpoints/", "trainer.resume_mode=resume_path"],
+                    script=SCRIPT, environ=ENV)
