@@ -32,7 +32,8 @@ _OWN = ("data.", "actor_rollout_ref.rollout.", "custom_reward_function.")
 _OWN_TRAINER = ("total_epochs", "total_training_steps", "project_name", "experiment_name", "logger", "nnodes",
                 "n_gpus_per_node", "save_freq", "test_freq", "val_before_train", "resume_mode", "default_local_dir")
 """The run's `trainer.*` keys (VERL_KEYS ignores them in a Trinity-RFT config, which sets them itself)."""
-_SINKS = {"console": "console", "wandb": "wandb", "tensorboard": "tensorboard"}
+_SINKS = ("console", "wandb", "tensorboard")
+"""veRL's loggers that are rfthpc's sinks of the same name."""
 _ENTRY = "verl.trainer.main_ppo"
 
 
@@ -223,7 +224,7 @@ def _monitor(t: Translation) -> None:
     if unknown:
         t.refuse("trainer.logger", f"{', '.join(map(str, unknown))}: rfthpc writes metrics to console, wandb, "
                                    "tensorboard and its jsonl files; use those")
-    sinks = list(dict.fromkeys(_SINKS[x] for x in loggers if x in _SINKS)) or ["console"]
+    sinks = list(dict.fromkeys(x for x in loggers if x in _SINKS)) or ["console"]
     t.set("monitor.monitor_type", sinks, "trainer.logger")
     if "file" in loggers:
         t.notes.append("trainer.logger: file: rfthpc always writes each role's metrics to <run dir>/monitor/<role>.jsonl")
