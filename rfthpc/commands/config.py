@@ -1,4 +1,4 @@
-"""`rfthpc config show|validate --config FILE [overrides]` and `rfthpc config import --from roll FILE`."""
+"""`rfthpc config show|validate --config FILE [overrides]` and `rfthpc config import --from roll|verl FILE`."""
 
 from __future__ import annotations
 
@@ -63,15 +63,26 @@ def _run(args: argparse.Namespace, overrides: list[str]) -> int:
     return 0
 
 
-def _import(args: argparse.Namespace, _overrides: list[str]) -> int:
+def _import(args: argparse.Namespace, later: list[str]) -> int:
     from rfthpc.config import load_config
     from rfthpc.config.importing import write_jsonl
     from rfthpc.config.roll_import import import_roll
+    from rfthpc.config.verl_import import import_verl
     from rfthpc.errors import ConfigError
 
+    # Overrides may also follow the options (`FILE --script run.sh key=value`); argparse leaves those over.
+    options = [a for a in later if a.startswith("-")]
+    if options:
+        raise ConfigError(f"unrecognized arguments: {' '.join(options)}")
+    overrides = [*args.overrides, *later]
     out = Path(args.out) if args.out else None
     tasks_dir = out.resolve().with_name(out.stem + ".tasks") if out else None
-    imported = import_roll(args.file, tasks_dir, ignore=args.ignore, overrides=args.overrides)
+    if args.source_format == "verl":
+        imported = import_verl(args.file, overrides, ignore=args.ignore, script=args.script)
+    elif args.script:
+        raise ConfigError("--script reads a veRL launch script; a ROLL config takes its overrides after the file")
+    else:
+        imported = import_roll(args.file, tasks_dir, ignore=args.ignore, overrides=overrides)
     for path, rows in imported.tasksets.items():
         write_jsonl(path, rows)
     where = out.resolve().parent if out else Path(tempfile.gettempdir())
@@ -109,17 +120,23 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="do not require model and dataset paths to exist here (a config for another machine)")
         a.set_defaults(handler=_run, takes_overrides=True)
     i = actions.add_parser(
-        "import", help="turn a ROLL config into an rfthpc config",
-        description="Translate a ROLL pipeline config (RLVR or agentic, with its Hydra defaults: includes) into "
-                    "an rfthpc config that says where each value came from; settings rfthpc cannot reproduce are "
-                    "errors, listed together (docs/migration.md).")
-    i.add_argument("--from", dest="source_format", required=True, choices=["roll"], help="the config's format")
-    i.add_argument("file", help="the ROLL YAML config")
+        "import", help="turn a ROLL config or a veRL run into an rfthpc config",
+        description="Translate a ROLL pipeline config (RLVR or agentic), or a veRL run (its Hydra config, e.g. "
+                    "verl/trainer/config/ppo_trainer.yaml, with the overrides of its launch script), following "
+                    "Hydra's defaults: includes, into an rfthpc config that says where each value came from; "
+                    "settings rfthpc cannot reproduce are errors, listed together (docs/migration.md).")
+    i.add_argument("--from", dest="source_format", required=True, choices=["roll", "verl"],
+                   help="the config's format")
+    i.add_argument("file", help="the ROLL YAML config; for veRL its Hydra config, or its launch script (.sh), whose "
+                                "config is then read from the veRL installed in this Python")
     i.add_argument("overrides", nargs="*", help="Hydra overrides applied before the import (key=value, +key=value, "
-                                                "~key)")
+                                                "~key); with a veRL script, at its $@ (or after its own)")
+    i.add_argument("--script", metavar="RUN.sh",
+                   help="veRL: the launch script whose veRL command's overrides apply to FILE (variables it does not "
+                        "set are read from the environment)")
     i.add_argument("--out", help="write the rfthpc config here (and an agentic config's tasksets of environment "
                                  "seeds in OUT's name + .tasks/); default: print it")
     i.add_argument("--ignore", action="append", default=[], metavar="KEY",
-                   help="import without this refused ROLL key (or section), accepting that the run differs; "
+                   help="import without this refused ROLL or veRL key (or section), accepting that the run differs; "
                         "repeatable")
-    i.set_defaults(handler=_import, takes_overrides=False)
+    i.set_defaults(handler=_import, takes_overrides=True)

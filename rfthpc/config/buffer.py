@@ -10,7 +10,8 @@ import tyro
 
 @dataclass
 class FormatConfig:
-    """How records of a dataset become prompts and ground truths."""
+    """How records of a dataset become prompts and ground truths. A key naming a column may instead name a
+    field inside a column of records by its dotted path (`reward_model.ground_truth`, veRL's layout)."""
 
     prompt_type: Literal["plaintext", "messages"] = "plaintext"
     """plaintext: the `prompt_key` column is the user message; messages: the `messages_key` column is a

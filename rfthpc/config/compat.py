@@ -796,8 +796,16 @@ def apply_verl_trainer_config(raw: dict[str, Any], problems: Problems, inherited
     verl = trainer.get("trainer_config") if isinstance(trainer, dict) else None
     if not isinstance(verl, dict):
         return  # none, or not a mapping: typed conversion reports that
-    flat = flatten(verl)
-    reading = _read(flat, flat, VERL_MAP, foreign.VERL_KEYS, "veRL", "trainer.trainer_config.", problems)
+    map_verl_settings(raw, flatten(verl), problems, "trainer.trainer_config.", inherited)
+
+
+def map_verl_settings(raw: dict[str, Any], flat: dict[str, Any], problems: Problems, prefix: str = "",
+                      inherited: Mapping[str, Any] | None = None) -> None:
+    """Set in the raw config `raw` what the veRL settings `flat` (veRL's dotted key -> value, written
+    under `prefix` in messages) stand for (VERL_MAP; explicit rfthpc keys win); the keys it does not
+    map are ignored with a note or refused (foreign.VERL_KEYS), any other is an unknown key. Used for
+    `trainer.trainer_config` and by `rfthpc config import --from verl`, so each veRL key has one meaning."""
+    reading = _read(flat, flat, VERL_MAP, foreign.VERL_KEYS, "veRL", prefix, problems)
     _apply(raw, reading, problems, "veRL", inherited)
 
 

@@ -286,6 +286,10 @@ CRITIC_OPTIM = ("the critic's optimizer takes algorithm.optimizer's settings; on
                 "(trainer.critic_lr) and warm-up ratio (trainer.critic_lr_warmup_steps_ratio) are its own")
 NO_SP = "rfthpc has no sequence parallelism: lower trainer.max_token_len_per_gpu or use more GPUs instead"
 SET_BY_TRINITY_VERL = "Trinity-RFT sets it from its own sections; rfthpc reads those"
+MTP = ("multi-token prediction (MTP layers trained and used for speculative decoding) is not in rfthpc; remove "
+       "it")
+REWARD_MANAGER = ("veRL's reward managers: rfthpc scores each response with the taskset's reward function "
+                  "(default_reward_fn_type; math_dapo_reward for veRL's dapo)")
 _FSDP_STRATEGY = _is("fsdp", "fsdp2")
 _MODEL_SECTIONS = ("actor_rollout_ref.model", "critic.model")
 
@@ -294,9 +298,9 @@ def _model_keys(prefix: str) -> dict[str, Answer]:
     return {
         f"{prefix}.external_lib": Refused("a module veRL imports to register model classes; rfthpc loads models with "
                                           "transformers' Auto classes: remove it", _off),
-        f"{prefix}.override_config": Refused("changes the model's Hugging Face config before training; rfthpc trains "
-                                             "the model as its config.json says: edit a copy of the model instead",
-                                             _off),
+        **{f"{prefix}.{key}": Refused("changes the model's Hugging Face config before training; rfthpc trains the "
+                                      "model as its config.json says: edit a copy of the model instead", _off)
+           for key in ("override_config", "override_config.*")},
         f"{prefix}.trust_remote_code": Refused("rfthpc loads models without remote code (transformers' own model "
                                                "classes): remove it", _off),
         f"{prefix}.use_shm": Ignored("veRL copies the model to /dev/shm first; rfthpc reads it from its path"),
@@ -305,6 +309,8 @@ def _model_keys(prefix: str) -> dict[str, Answer]:
             "optimizer_offload, or a smaller trainer.max_token_len_per_gpu", _off),
         f"{prefix}.lora_rank": Refused(NO_LORA, _off),
         f"{prefix}.lora_adapter_path": Refused(NO_LORA, _off),
+        f"{prefix}.lora.rank": Refused(NO_LORA, _off),
+        f"{prefix}.lora.*": Ignored("a LoRA setting, read only with lora.rank > 0"),
         **{f"{prefix}.{k}": Ignored("a LoRA setting, read only with lora_rank > 0") for k in (
             "lora_alpha", "target_modules", "exclude_modules")},
         f"{prefix}.hf_config_path": Refused("rfthpc reads the model's config from its path: copy it there", _off),
@@ -312,6 +318,8 @@ def _model_keys(prefix: str) -> dict[str, Answer]:
         f"{prefix}.fused_kernel_options.*": Ignored(SPEED),
         f"{prefix}.use_liger": Ignored(SPEED),
         f"{prefix}.tiled_mlp.*": Ignored(SPEED),
+        f"{prefix}.mtp.enable": Refused(MTP, _off),
+        f"{prefix}.mtp.*": Ignored("read only with mtp.enable"),
     }
 
 
@@ -321,12 +329,18 @@ def _fsdp_keys(prefix: str) -> dict[str, Answer]:
             "wrap_policy.*", "fsdp_size", "forward_prefetch", "reshard_after_forward", "use_orig_params", "seed",
             "forward_only", "use_torch_compile", "entropy_from_logits_with_chunking", "entropy_checkpointing")},
         f"{prefix}.fsdp_config.strategy": Refused(MEGATRON, _FSDP_STRATEGY, FSDP2),
+        f"{prefix}.fsdp_config.ulysses_sequence_parallel_size": Refused(NO_SP, _is(1)),
         f"{prefix}.fsdp_config.offload_policy": Refused("FSDP2's CPU offload policy: set trainer.param_offload / "
                                                         "optimizer_offload", _off),
         f"{prefix}.fsdp_config.model_dtype": Refused("rfthpc keeps float32 master weights (veRL's fp32)",
                                                      _is("fp32", "float32")),
         f"{prefix}.fsdp_config.dtype": Refused("rfthpc computes in model.dtype (bfloat16 on GPUs by default): set "
                                                "model.dtype", _is("bfloat16", "bf16")),
+        f"{prefix}.fsdp_config.mixed_precision.param_dtype": Refused(
+            "rfthpc computes in model.dtype (bfloat16 on GPUs by default): set model.dtype", _is("bfloat16", "bf16")),
+        **{f"{prefix}.fsdp_config.mixed_precision.{k}": Refused(
+            "rfthpc reduces gradients and keeps buffers in float32 (veRL's default)", _is("float32", "fp32"))
+           for k in ("reduce_dtype", "buffer_dtype")},
         f"{prefix}.fsdp_config.full_determinism": Refused("rfthpc does not force deterministic kernels; remove it",
                                                           _off),
     }
@@ -394,7 +408,6 @@ VERL_KEYS: dict[str, Answer] = {
                                  "Face copy is trainer.save_hf_checkpoint"),
     _A + "megatron.*": Ignored("Megatron-LM settings, read only with strategy megatron, which rfthpc refuses"),
     _A + "profile*": Ignored("profiling of veRL's workers"),
-    _A + "fsdp_config.ulysses_sequence_parallel_size": Refused(NO_SP, _is(1)),
     **_fsdp_keys("actor_rollout_ref.actor"),
     **_optim_keys("actor_rollout_ref.actor"),
     _C + "strategy": Refused(MEGATRON, _FSDP_STRATEGY, FSDP2),
@@ -445,17 +458,20 @@ VERL_KEYS: dict[str, Answer] = {
     "reward_model.enable": Refused(
         "veRL's reward-model worker: rfthpc scores in the explorer; serve the reward model as an auxiliary model "
         "(explorer.auxiliary_models) and score with math_rm_workflow or a reward function", _off),
-    "reward_model.reward_manager": Refused(
-        "veRL's reward managers: rfthpc scores each response with the taskset's reward function "
-        "(default_reward_fn_type; math_dapo_reward for veRL's dapo)", _is("naive")),
+    "reward_model.reward_manager": Refused(REWARD_MANAGER, _is("naive")),
+    "reward_manager.name": Refused(REWARD_MANAGER, _is("naive")),
+    "reward_manager.source": Ignored("where veRL looks up its reward manager (its registry or a module)"),
+    "reward_manager.module.path": Refused(REWARD_MANAGER + "; to score your own way, name your reward function "
+                                                           "(module:function)", _off),
+    "reward_manager.module.name": Ignored("read only with reward_manager.module.path"),
     "reward_model.overlong_buffer.log": Ignored("rfthpc always records the overlong penalty"),
     "reward_model.reward_kwargs.overlong_buffer_cfg.log": Ignored("rfthpc always records the overlong penalty"),
     "reward.reward_kwargs.overlong_buffer_cfg.log": Ignored("rfthpc always records the overlong penalty"),
     "reward_model.*": Ignored("a setting of veRL's reward-model worker, read only with reward_model.enable"),
-    "custom_reward_function.path": Refused("a reward function is the taskset's default_reward_fn_type in rfthpc, "
-                                           "named as module:function", _off),
-    "custom_reward_function.name": Refused("a reward function is the taskset's default_reward_fn_type in rfthpc, "
-                                           "named as module:function", _unless("custom_reward_function.path")),
+    **{f"custom_reward_function.{k}": Refused(
+        "a reward function is the taskset's default_reward_fn_type in rfthpc; a veRL function of yours is "
+        "verl_reward with reward_fn_args {compute_score: file.py:name} (rfthpc config import --from verl sets it)",
+        harmless) for k, harmless in (("path", _off), ("name", _unless("custom_reward_function.path")))},
     "data.*": Ignored("veRL's data section (Trinity-RFT ignores it too); tasks come from "
                       "buffer.explorer_input.tasksets (data.train_files: tasksets[i].path; data.max_prompt_length: "
                       "model.max_prompt_tokens; data.train_batch_size: buffer.batch_size prompts per step)"),
@@ -481,7 +497,9 @@ VERL_KEYS: dict[str, Answer] = {
     "trainer.resume_mode": Ignored("Trinity-RFT sets it from continue_from_checkpoint, which rfthpc reads"),
     "trainer.resume_from_path": Refused("rfthpc resumes from the newest checkpoint in its run directory "
                                         "(continue_from_checkpoint); to start from another model, set "
-                                        "model.model_path", _off),
+                                        "model.model_path",
+                                        lambda v, g: not v or g.get("trainer.resume_mode", "auto") != "resume_path",
+                                        "read only with trainer.resume_mode: resume_path"),
     "trainer.default_hdfs_dir": Refused("rfthpc writes checkpoints to the run directory only; copy them elsewhere "
                                         "after the run", _off),
     "trainer.del_local_ckpt_after_load": Refused("rfthpc never deletes a checkpoint it resumes from; remove it", _off),

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rfthpc.errors import ConfigError
@@ -246,18 +246,17 @@ def _override(cfg: DictConfig, override: str) -> None:
     """Apply one Hydra command-line override to `cfg` (in place)."""
     if override.startswith("~"):
         key = override[1:].split("=", 1)[0]
-        parent, _, leaf = key.rpartition(".")
-        node = OmegaConf.select(cfg, parent) if parent else cfg
-        if not isinstance(node, DictConfig) or leaf not in node:
+        if not _exists(cfg, key):
             raise ConfigError(f"override {override!r}: {key} is not in the config")
-        del node[leaf]
+        parent, _, leaf = key.rpartition(".")
+        del (OmegaConf.select(cfg, parent) if parent else cfg)[leaf]
         return
     if "=" not in override:
         raise ConfigError(f"override {override!r}: expected key=value, +key=value, ++key=value or ~key")
     key, value = override.split("=", 1)
     force, add = key.startswith("++"), key.startswith("+") and not key.startswith("++")
     key = key.lstrip("+")
-    exists = OmegaConf.select(cfg, key, default=_MISSING) is not _MISSING
+    exists = _exists(cfg, key)
     if exists and add:
         raise ConfigError(f"override {override!r}: {key} is already in the config; drop the +")
     if not exists and not (add or force):
@@ -265,7 +264,14 @@ def _override(cfg: DictConfig, override: str) -> None:
     OmegaConf.update(cfg, key, _value(value), merge=False, force_add=True)
 
 
-_MISSING = object()
+def _exists(cfg: DictConfig, key: str) -> bool:
+    """Whether the dotted `key` is in `cfg`, a mandatory value (`???`, which the command line must
+    give) included."""
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent, default=None) if parent else cfg
+    if isinstance(node, ListConfig):
+        return leaf.isdigit() and int(leaf) < len(node)
+    return isinstance(node, DictConfig) and leaf in node.keys()  # noqa: SIM118 — `in node` skips `???` values
 
 
 def _value(text: str) -> Any:

@@ -17,10 +17,11 @@ import fnmatch
 import json
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from rfthpc.config.schema import Config
 from rfthpc.errors import ConfigError
 
 ROLL_DEFAULT = "ROLL default"
@@ -36,6 +37,16 @@ def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[dotted] = value
     return out
+
+
+@dataclass
+class Imported:
+    """An imported config: its YAML text and the taskset files it names."""
+
+    text: str
+    config: dict[str, Any]
+    tasksets: dict[Path, list[dict[str, Any]]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -242,3 +253,17 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
         for row in rows:
             f.write(json.dumps(row) + "\n")
     tmp.replace(path)
+
+
+def in_schema_order(config: dict[str, Any]) -> dict[str, Any]:
+    """The config's sections in the order of rfthpc's schema (as `config show` prints them)."""
+    order = [f.name for f in fields(Config)]
+    return {k: config[k] for k in sorted(config, key=lambda k: order.index(k) if k in order else len(order))}
+
+
+def shown(path: Path) -> str:
+    """`path` as a header names it: relative to the working directory where it lies below it."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)

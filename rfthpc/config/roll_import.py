@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rfthpc.config.hydra_compose import Composed, compose
-from rfthpc.config.importing import ROLL_DEFAULT, Translation, render_yaml, scalar
+from rfthpc.config.importing import ROLL_DEFAULT, Imported, Translation, in_schema_order, render_yaml, scalar, shown
 from rfthpc.config.roll_algorithm import translate_algorithm, translate_optimizer
 from rfthpc.config.roll_data import sampling, translate_data
 from rfthpc.config.roll_envs import translate_envs
-from rfthpc.config.schema import Config
 from rfthpc.errors import ConfigError
 
 _DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", None: "auto"}
@@ -88,16 +87,6 @@ ROLL drops any other key."""
 
 
 @dataclass
-class Imported:
-    """An imported config: its YAML text and the taskset files it names."""
-
-    text: str
-    config: dict[str, Any]
-    tasksets: dict[Path, list[dict[str, Any]]] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-
-
-@dataclass
 class _Shape:
     """What several parts of the translation need: group size, groups per step, GPUs of each role."""
 
@@ -152,16 +141,10 @@ def import_roll(path: Path | str, tasks_dir: Path | None = None, ignore: tuple[s
     t.sweep(helpers_ok, set(fields_), schema)
     t.apply_ignores(ignore)
     t.raise_if_refused(str(path))
-    config = _in_schema_order(t.config)
+    config = in_schema_order(t.config)
     notes = list(dict.fromkeys(t.notes))
     command = " ".join([str(path), *overrides, *(f"--ignore {k}" for k in ignore)])
     return Imported(render_yaml(config, t.sources, _header(t, composed, command)), config, tasksets, notes)
-
-
-def _in_schema_order(config: dict[str, Any]) -> dict[str, Any]:
-    """The config's sections in the order of rfthpc's schema (as `config show` prints them)."""
-    order = [f.name for f in fields(Config)]
-    return {k: config[k] for k in sorted(config, key=lambda k: order.index(k) if k in order else len(order))}
 
 
 def _matches(key: str, pattern: str) -> bool:
@@ -170,7 +153,7 @@ def _matches(key: str, pattern: str) -> bool:
 
 def _header(t: Translation, composed: Composed, command: str) -> list[str]:
     lines = [f"Imported from ROLL by `rfthpc config import --from roll {command}`.",
-             f"Read: {', '.join(_shown(f) for f in composed.files)}",
+             f"Read: {', '.join(shown(f) for f in composed.files)}",
              ("Beside each value: the ROLL key it comes from (\"ROLL default\": ROLL's default for a key the file "
               "leaves out)."), ""]
     if t.notes:
@@ -186,13 +169,6 @@ def _header(t: Translation, composed: Composed, command: str) -> list[str]:
                      + ", ".join(dropped + t.helpers))
         lines.append("")
     return lines
-
-
-def _shown(path: Path) -> str:
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
 
 
 def _run(t: Translation, path: Path) -> None:

@@ -112,6 +112,10 @@ class Problems:
         if key not in keys:
             keys.append(key)
 
+    def ignored_keys(self) -> dict[str, list[str]]:
+        """The keys rfthpc ignores, by reason (`ignored_notes` says the same in words)."""
+        return {why: list(keys) for why, keys in self._root._ignored.items()}
+
     def ignored_notes(self) -> list[str]:
         """One note per reason for ignoring keys, naming the keys."""
         return [f"{', '.join(keys)}: ignored: {why}" for why, keys in self._root._ignored.items()]

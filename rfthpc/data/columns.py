@@ -1,5 +1,10 @@
 """The columns a dataset's `format` keys name, and a dataset's columns read from its header.
 
+A format key names a column, or a field inside a column of records with a dotted path: veRL's data
+keeps the reference answer at `reward_model.ground_truth`. The dataset's own column of that exact
+name, if it has one, comes first. Columns are listed with their fields (`reward_model`,
+`reward_model.ground_truth`, `reward_model.style`), so a dotted key is checked like any other.
+
 Both loaders (tasksets and SFT data) and `rfthpc config validate` use `required_columns` and
 `column_problem`, so a key naming no column is reported the same way before anything is queued
 as when a role loads the data. `dataset_columns` reads only what says which columns there are
@@ -11,7 +16,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +52,54 @@ def format_columns(fmt: FormatConfig, sft: bool = False) -> list[tuple[str, str]
                             workflow_key=fmt.workflow_key or None, reward_fn_key=fmt.reward_fn_key or None)
 
 
+def column_value(row: Mapping[str, Any], key: str) -> Any:
+    """The value `key` names in `row`: its column of that name, else the field at that dotted path
+    inside a column of records (KeyError if there is none)."""
+    if key in row:
+        return row[key]
+    node: Any = row
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            raise KeyError(key)
+        node = node[part]
+    return node
+
+
+def field_paths(features: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Every column of `features` (a `datasets.Features`, or the `features` of a saved dataset's
+    `dataset_info.json`), each followed by the dotted paths of its fields when it holds records."""
+    out = []
+    for name, feature in features.items():
+        path = f"{prefix}{name}"
+        out.append(path)
+        # `datasets` holds a column of records as a plain mapping of its fields; its JSON form marks
+        # every other feature with a `_type`.
+        if isinstance(feature, Mapping) and "_type" not in feature:
+            out += field_paths(feature, f"{path}.")
+    return out
+
+
+def _arrow_paths(schema: Any, prefix: str = "") -> list[str]:
+    """The columns of an Arrow schema (or a struct type's fields), with the fields of struct columns."""
+    import pyarrow as pa
+
+    out = []
+    for f in schema:
+        out.append(f"{prefix}{f.name}")
+        if pa.types.is_struct(f.type):
+            out += _arrow_paths(f.type, f"{prefix}{f.name}.")
+    return out
+
+
+def _record_paths(row: Mapping[str, Any], prefix: str = "") -> list[str]:
+    out = []
+    for key, value in row.items():
+        out.append(f"{prefix}{key}")
+        if isinstance(value, Mapping):
+            out += _record_paths(value, f"{prefix}{key}.")
+    return out
+
+
 def column_problem(where: str, columns: Sequence[str], required: Sequence[tuple[str, str]]) -> str | None:
     """The message for the first format key that names no column of the dataset; None if all do."""
     for option, key in required:
@@ -60,16 +113,16 @@ def _file_columns(path: Path) -> list[str] | None:
     if suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        return list(pq.read_schema(path).names)
+        return _arrow_paths(pq.read_schema(path))
     if suffix == ".arrow":
         import pyarrow as pa
 
         with open(path, "rb") as f:
             try:
-                return list(pa.ipc.open_stream(f).schema.names)
+                return _arrow_paths(pa.ipc.open_stream(f).schema)
             except pa.ArrowInvalid:
                 f.seek(0)
-                return list(pa.ipc.open_file(f).schema.names)
+                return _arrow_paths(pa.ipc.open_file(f).schema)
     if suffix == ".csv":
         with open(path, newline="") as f:
             return next(csv.reader(f), None)
@@ -80,7 +133,7 @@ def _file_columns(path: Path) -> list[str] | None:
                 if line.strip():
                     row = json.loads(line)
                     if isinstance(row, dict):
-                        keys.update(dict.fromkeys(row))
+                        keys.update(dict.fromkeys(_record_paths(row)))
         return list(keys) or None  # no rows: nothing says which columns there will be
     return None  # a JSON document: reading its columns means reading all of it
 
@@ -101,7 +154,7 @@ def _saved_columns(path: Path, split: str) -> list[str] | None:
         features = json.loads(info.read_text()).get("features")
     except (FileNotFoundError, json.JSONDecodeError):
         return None
-    return list(features) if isinstance(features, dict) else None
+    return field_paths(features) if isinstance(features, dict) else None
 
 
 def dataset_columns(path: str | Path, subset_name: str | None = None, split: str = "train") -> list[str] | None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from rfthpc.data.columns import FILE_BUILDERS, column_problem, required_columns
+from rfthpc.data.columns import FILE_BUILDERS, column_problem, column_value, field_paths, required_columns
 from rfthpc.errors import ConfigError, UserError
 from rfthpc.workflows.base import SamplingArgs
 
@@ -142,6 +142,14 @@ def read_split(
     return splits[split]
 
 
+def _field(row: Mapping[str, Any], key: str, where: str, index: int) -> Any:
+    """The value a format key names in a row (`column_value`); UserError if the row lacks it."""
+    try:
+        return column_value(row, key)
+    except KeyError:
+        raise UserError(f"{where} row {index}: has no {key!r} (a record above it is empty); fix the data") from None
+
+
 def _text(value: Any, key: str, where: str, index: int) -> str:
     if isinstance(value, str):
         return value
@@ -213,7 +221,8 @@ def load_taskset(
     """Read one split of a local dataset into Tasks with ids `<name>/<row>`.
 
     The prompt is the `prompt_key` column (plaintext) or the chat in the `messages_key` column
-    (messages). `system_prompt_key`, `workflow_key` and `reward_fn_key` name optional columns
+    (messages); any key may name a field inside a column of records by its dotted path
+    (`reward_model.ground_truth`, veRL's layout). `system_prompt_key`, `workflow_key` and `reward_fn_key` name optional columns
     that, where non-empty, override the system prompt, the workflow or the reward function per
     row (as Trinity-RFT's `format` keys of the same names).
     """
@@ -225,25 +234,28 @@ def load_taskset(
         ds = read_split(path, subset_name, split, cache_dir)
     where = f"taskset {name!r} ({path}, split {split!r})"
     chat = prompt_type == "messages"
-    problem = column_problem(where, list(ds.column_names), required_columns(
+    problem = column_problem(where, field_paths(ds.features), required_columns(
         prompt_type=prompt_type, prompt_key=prompt_key, response_key=response_key, messages_key=messages_key,
         system_prompt_key=system_prompt_key, workflow_key=workflow_key, reward_fn_key=reward_fn_key))
     if problem:
         raise UserError(problem)
+    named = [k for k in (messages_key if chat else prompt_key, response_key, system_prompt_key, workflow_key,
+                         reward_fn_key) if k]
     tasks = []
     for i, row in enumerate(ds):
-        messages = _chat(row[messages_key], messages_key, where, i) if chat else None
-        row_system = row[system_prompt_key] if system_prompt_key else None
+        value = {key: _field(row, key, where, i) for key in named}
+        messages = _chat(value[messages_key], messages_key, where, i) if chat else None
+        row_system = value[system_prompt_key] if system_prompt_key else None
         tasks.append(
             Task(
                 task_id=f"{name}/{i}",
                 taskset=name,
                 index=i,
                 raw=row,
-                prompt=messages[-1]["content"] if messages else _text(row[prompt_key], prompt_key, where, i),
-                truth=None if response_key is None else _text(row[response_key], response_key, where, i),
-                workflow=row[workflow_key] if workflow_key and row[workflow_key] else workflow,
-                reward_fn=row[reward_fn_key] if reward_fn_key and row[reward_fn_key] else reward_fn,
+                prompt=messages[-1]["content"] if messages else _text(value[prompt_key], prompt_key, where, i),
+                truth=None if response_key is None else _text(value[response_key], response_key, where, i),
+                workflow=value[workflow_key] if workflow_key and value[workflow_key] else workflow,
+                reward_fn=value[reward_fn_key] if reward_fn_key and value[reward_fn_key] else reward_fn,
                 workflow_args=dict(workflow_args or {}),
                 reward_fn_args=dict(reward_fn_args or {}),
                 rollout_args=rollout_args,

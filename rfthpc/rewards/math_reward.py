@@ -105,11 +105,14 @@ def answers_equal(predicted: str, gold: str) -> bool:
     return predicted.strip() == gold.strip()
 
 
-def accuracy_reward(response: str, truth: str | None) -> dict[str, float]:
-    """{"accuracy": 1} if the response's final answer equals the truth's, else 0."""
+def accuracy_reward(response: str, truth: str | None, *, strict: bool = False) -> dict[str, float]:
+    """{"accuracy": 1} if the response's final answer equals the truth's, else 0.
+
+    `strict`: only an answer after `####` counts (GSM8K's format, as veRL's default GSM8K score reads it),
+    not a `\\boxed{}` or a last number."""
     if truth is None:
         raise ValueError("the task has no ground truth: set format.response_key for this taskset")
-    predicted = extract_answer(response)
+    predicted = (marked_answer(response) if ANSWER_MARK in response else None) if strict else extract_answer(response)
     ok = predicted is not None and answers_equal(predicted, gold_answer(truth))
     return {"accuracy": 1.0 if ok else 0.0}
 

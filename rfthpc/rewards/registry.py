@@ -15,4 +15,5 @@ REWARDS: Registry[Callable[..., Any]] = Registry("reward function", "buffer.expl
     "countdown_reward": "rfthpc.rewards.countdown_reward:countdown_reward",
     "math_dapo_reward": "rfthpc.rewards.math_reward:math_dapo_reward",
     "toolcall_reward": "rfthpc.rewards.toolcall_reward:toolcall_reward",
+    "verl_reward": "rfthpc.rewards.verl_reward:verl_reward",
 })

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from rfthpc.config.buffer import ExperienceBufferConfig
-from rfthpc.data.columns import column_problem, format_columns
+from rfthpc.data.columns import column_problem, column_value, field_paths, format_columns
 from rfthpc.errors import UserError
 from rfthpc.trainer.samples import Sample
 
@@ -58,7 +58,7 @@ class SFTData:
         self.eos_id = tokenizer.eos_token_id
         self.consumed = 0
         self.truncated = 0
-        problem = column_problem(self.where, list(self.rows.column_names), format_columns(self.format, sft=True))
+        problem = column_problem(self.where, field_paths(self.rows.features), format_columns(self.format, sft=True))
         if problem:
             raise UserError(problem)
 
@@ -85,14 +85,22 @@ class SFTData:
     def _messages(self, row: Mapping[str, Any], index: int) -> list[dict[str, str]]:
         f = self.format
         if f.prompt_type == "messages":
-            messages = row[f.messages_key]
+            messages = self._value(row, f.messages_key, index)
             if not isinstance(messages, Sequence) or not all(isinstance(m, Mapping) for m in messages):
                 raise UserError(f"{self.where} row {index}: {f.messages_key!r} must be a list of {{role, content}}")
             return [dict(m) for m in messages]
-        system = row.get(f.system_prompt_key) if f.system_prompt_key else f.system_prompt
+        system = self._value(row, f.system_prompt_key, index) if f.system_prompt_key else f.system_prompt
         out = [{"role": "system", "content": system}] if system else []
-        return out + [{"role": "user", "content": str(row[f.prompt_key])},
-                      {"role": "assistant", "content": str(row[f.response_key])}]
+        return out + [{"role": "user", "content": str(self._value(row, f.prompt_key, index))},
+                      {"role": "assistant", "content": str(self._value(row, f.response_key, index))}]
+
+    def _value(self, row: Mapping[str, Any], key: str, index: int) -> Any:
+        """The value a format key names in a row (a column, or a field inside one: `column_value`)."""
+        try:
+            return column_value(row, key)
+        except KeyError:
+            raise UserError(f"{self.where} row {index}: has no {key!r} (a record above it is empty); fix the "
+                            "data") from None
 
     def _render(self, messages: list[dict[str, str]], generation_prompt: bool) -> list[int]:
         ids = self.tokenizer.apply_chat_template(messages, chat_template=self.chat_template, tokenize=True,

@@ -314,8 +314,8 @@ def test_arguments_of_the_algorithm_functions_are_checked_before_the_queue(
 @pytest.mark.parametrize(("edit", "message"), [
     (("response_key: answer", "response_key: answer\n      workflow_args: {temperature: 1}"),
      "tasksets[0].workflow_args: 'temperature' not used by workflow 'math_workflow'; it takes: system_prompt"),
-    (("response_key: answer", "response_key: answer\n      reward_fn_args: {strict: true}"),
-     "tasksets[0].reward_fn_args ['strict'] are not parameters of reward function 'math_reward'"),
+    (("response_key: answer", "response_key: answer\n      reward_fn_args: {lenient: true}"),
+     "tasksets[0].reward_fn_args ['lenient'] are not parameters of reward function 'math_reward'"),
     (("default_workflow_type: math_workflow", "default_workflow_type: simple_workflow"),
      "tasksets[0].default_reward_fn_type: workflow 'simple_workflow' needs a reward function"),
     (("prompt_key: question", "prompt_key: problem"),

@@ -250,3 +250,43 @@ def test_columns_are_read_from_the_header_of_every_layout(tmp_path: Path) -> Non
         [SPLITS["test"][0]["question"]]
     write_json(tmp_path / "doc.json", SPLITS["test"])
     assert dataset_columns(tmp_path / "doc.json") is None
+
+
+def _verl_rows(n: int) -> list[dict]:
+    """Rows in veRL's layout (its examples/data_preprocess/gsm8k.py): a chat, the answer in a record."""
+    return [{"data_source": "openai/gsm8k",
+             "prompt": [{"role": "user", "content": f"What is {i} + {i}?"}],
+             "ability": "math",
+             "reward_model": {"style": "rule", "ground_truth": str(2 * i)},
+             "extra_info": {"split": "train", "index": i}} for i in range(n)]
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_keys_name_fields_inside_records_by_dotted_path(tmp_path: Path, cache: str, fmt: str) -> None:
+    """veRL's rows keep the reference answer at reward_model.ground_truth: a dotted key reads it, in the
+    loader and in the header check alike."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rfthpc.data.columns import dataset_columns
+
+    path = tmp_path / f"train.{fmt}"
+    if fmt == "parquet":
+        pq.write_table(pa.Table.from_pylist(_verl_rows(3)), path)
+    else:
+        write_jsonl(path, _verl_rows(3))
+    columns = dataset_columns(path)
+    assert columns is not None and {"reward_model", "reward_model.ground_truth", "extra_info.index"} <= set(columns)
+    tasks = _load(path, cache, prompt_type="messages", messages_key="prompt", response_key="reward_model.ground_truth")
+    assert [(t.prompt, t.truth) for t in tasks] == [(f"What is {i} + {i}?", str(2 * i)) for i in range(3)]
+    with pytest.raises(UserError, match="response_key='reward_model.answer' is not a column; the columns are: "
+                                        "data_source, prompt, ability, reward_model, reward_model.style"):
+        _load(path, cache, prompt_type="messages", messages_key="prompt", response_key="reward_model.answer")
+
+
+def test_an_empty_record_is_a_user_error(tmp_path: Path, cache: str) -> None:
+    rows = _verl_rows(2)
+    rows[1]["reward_model"] = None
+    path = write_jsonl(tmp_path / "t.jsonl", rows)
+    with pytest.raises(UserError, match=r"row 1: has no 'reward_model.ground_truth'"):
+        _load(path, cache, prompt_type="messages", messages_key="prompt", response_key="reward_model.ground_truth")
