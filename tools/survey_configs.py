@@ -114,8 +114,9 @@ def find_configs(root: Path) -> list[Path]:
 
 def env_placeholders(text: str, environ: dict[str, str]) -> dict[str, str]:
     """The variables `text` reads as `${oc.env:VAR}` without a default that `environ` lacks, each
-    mapped to `/placeholder/VAR`."""
-    return {name: f"/placeholder/{name}" for name in dict.fromkeys(_ENV_NO_DEFAULT.findall(text))
+    mapped to `/placeholder/VAR` (lines that are YAML comments do not count)."""
+    read = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    return {name: f"/placeholder/{name}" for name in dict.fromkeys(_ENV_NO_DEFAULT.findall(read))
             if name not in environ}
 
 

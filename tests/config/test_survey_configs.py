@@ -103,5 +103,5 @@ def test_single_errors_tracebacks_and_placeholders(tool: ModuleType) -> None:
     assert tool.classify(2, "rfthpc: error: invalid config (x): 1 problem") == tool.REFUSED
     assert tool.classify(1, "Traceback (most recent call last):\n  ...") == tool.CRASHED
     assert tool.classify(2, "Traceback (most recent call last):\n  ...") == tool.CRASHED
-    text = "a: ${oc.env:SURVEY_A}\nb: ${oc.env:SURVEY_B,default}\nc: ${oc.env:SURVEY_C}\n"
+    text = "a: ${oc.env:SURVEY_A}\nb: ${oc.env:SURVEY_B,default}\nc: ${oc.env:SURVEY_C}\n#  d: ${oc.env:SURVEY_D}\n"
     assert tool.env_placeholders(text, {"SURVEY_C": "set"}) == {"SURVEY_A": "/placeholder/SURVEY_A"}
