@@ -44,11 +44,43 @@ def bool_arg(name: str, value: Any) -> bool:
     return value
 
 
-def rows_arg(name: str, value: Any, cells: str) -> list[str]:
-    """`value` as a rectangular grid: a list of equally long strings of the characters `cells`."""
+def rows_problem(value: Any, cells: str) -> str | None:
+    """What `value` must be to be a rectangular grid (a list of equally long strings of the characters
+    `cells`), or None if it is one."""
     if (not isinstance(value, (list, tuple)) or len(value) < 2 or not all(isinstance(r, str) for r in value)
             or len({len(r) for r in value}) != 1 or len(value[0]) < 2
             or any(c not in cells for r in value for c in r)):
-        raise bad_arg(name, value, f"must be a list of at least 2 equally long strings (rows) of the characters "
-                                   f"{' '.join(cells)}")
+        return f"must be a list of at least 2 equally long strings (rows) of the characters {' '.join(cells)}"
+    return None
+
+
+def rows_arg(name: str, value: Any, cells: str) -> list[str]:
+    """`value` as a rectangular grid: a list of equally long strings of the characters `cells`."""
+    problem = rows_problem(value, cells)
+    if problem:
+        raise bad_arg(name, value, problem)
+    return list(value)
+
+
+LAKE_CELLS = "SFHG"
+"""gymnasium's FrozenLake letters: start, frozen, hole, goal."""
+
+
+def lake_map_problem(value: Any) -> str | None:
+    """What `value` must be to be a FrozenLake map in gymnasium's letters (one start, a goal), or None
+    if it is one. Pure, so a config check can call it without importing gymnasium."""
+    problem = rows_problem(value, LAKE_CELLS)
+    if problem:
+        return problem
+    cells = "".join(value)
+    if cells.count("S") != 1 or "G" not in cells:
+        return "must hold exactly one start S and at least one goal G"
+    return None
+
+
+def lake_map_arg(name: str, value: Any) -> list[str]:
+    """`value` as a FrozenLake map (rows of S, F, H, G with exactly one S and at least one G)."""
+    problem = lake_map_problem(value)
+    if problem:
+        raise bad_arg(name, value, problem)
     return list(value)

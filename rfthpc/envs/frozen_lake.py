@@ -28,7 +28,7 @@ from typing import Any
 from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv, generate_random_map
 
 from rfthpc.envs.actions import InvalidAction, format_hint, read_action
-from rfthpc.envs.args import bad_arg, bool_arg, float_arg, int_arg, rows_arg
+from rfthpc.envs.args import bool_arg, float_arg, int_arg, lake_map_arg
 from rfthpc.envs.seeds import EpisodeSeeds
 
 ACTIONS = ("Left", "Down", "Right", "Up")
@@ -61,9 +61,7 @@ class FrozenLake:
         self.p = float_arg("p", p, 0.5, 1.0)
         self.is_slippery = bool_arg("is_slippery", is_slippery)
         self.max_steps = int_arg("max_steps", max_steps, 1)
-        self.desc = None if desc is None else rows_arg("desc", desc, "SFHG")
-        if self.desc is not None and ("".join(self.desc).count("S") != 1 or "G" not in "".join(self.desc)):
-            raise bad_arg("desc", desc, "must hold exactly one start S and at least one goal G")
+        self.desc = None if desc is None else lake_map_arg("desc", desc)
         self.describe_surroundings = bool_arg("describe_surroundings", describe_surroundings)
         self._seeds = EpisodeSeeds()
         self._env: FrozenLakeEnv | None = None
