@@ -19,6 +19,8 @@ workflow_args (see `EnvWorkflowArgs`; docs/agents.md):
     max_tokens_per_turn  tokens per reply (default: rollout_args.max_tokens)
     max_context_tokens   prompt + response tokens of an episode (default, and at most: the engine's
                          max_model_len, so an episode that outgrows the context ends as truncated)
+    max_response_tokens  response tokens of an episode: replies, framing and observations after
+                         the opening prompt (Trinity-RFT's budget of its multi-turn workflows; none)
     format_penalty       subtracted from the reward per invalid action (0)
     reward_type          `sum` of step rewards, or `success` (1/0)
     turn_rewards         also give each turn's reward on its last token (token-level rewards)
@@ -53,6 +55,7 @@ class EnvWorkflowArgs:
     max_turns: int = 10
     max_tokens_per_turn: int | None = None
     max_context_tokens: int | None = None
+    max_response_tokens: int | None = None
     format_penalty: float = 0.0
     reward_type: RewardType = "sum"
     turn_rewards: bool = False
@@ -89,7 +92,8 @@ def arg_problems(workflow_args: Mapping[str, Any], check_env_class: bool = True)
     prompt = workflow_args.get("system_prompt")
     if prompt is not None and not isinstance(prompt, str):
         out.append(f"workflow_args.system_prompt={prompt!r}: give text")
-    for key, least in (("max_turns", 1), ("max_tokens_per_turn", 1), ("max_context_tokens", 2)):
+    for key, least in (("max_turns", 1), ("max_tokens_per_turn", 1), ("max_context_tokens", 2),
+                       ("max_response_tokens", 1)):
         value = workflow_args.get(key, least)
         if (value is not None or key == "max_turns") and not (_is_int(value) and value >= least):
             out.append(f"workflow_args.{key}={value!r}: use an integer >= {least}"
@@ -126,25 +130,42 @@ def _generate(engine: RolloutEngine, contexts: Sequence[list[int]], params: Samp
     return [group[0] for group in engine.generate(contexts, 1, params)]
 
 
-def _context_limit(args: EnvWorkflowArgs, engine_limit: int | None) -> int | None:
-    """The episode's token limit: `max_context_tokens`, never beyond what the engine holds."""
+def _token_limit(prompt_tokens: int, args: EnvWorkflowArgs, engine_limit: int | None) -> tuple[int | None, str]:
+    """(the most prompt + response tokens of an episode whose opening prompt has `prompt_tokens`, the
+    setting that sets it): `max_context_tokens` never beyond what the engine holds, or
+    `max_response_tokens` after the prompt if that ends the episode sooner."""
     limits = [n for n in (args.max_context_tokens, engine_limit) if n is not None]
-    return min(limits) if limits else None
+    context = min(limits) if limits else None
+    if args.max_response_tokens is not None:
+        budget = prompt_tokens + args.max_response_tokens
+        if context is None or budget < context:
+            return budget, "max_response_tokens"
+    return context, "max_context_tokens"
+
+
+def _turn_params(params: SamplingArgs, episodes: Sequence[Episode]) -> SamplingArgs:
+    """`params` for a turn of `episodes`: no more tokens per reply than the most room any of them has
+    left (the tokens past an episode's room would be cut off anyway)."""
+    rooms = [room for ep in episodes if (room := ep.room) is not None]
+    if len(rooms) < len(episodes):
+        return params  # an episode without a limit may use every token of a reply
+    most = max(1, *rooms)
+    return params if most >= params.max_tokens else dataclasses.replace(params, max_tokens=most)
 
 
 def _play_turn(episodes: list[Episode], envs: list[TextEnv], completions: list[Completion],
-               turns: ChatTurns, args: EnvWorkflowArgs, limit: int | None) -> None:
-    """Book each running episode's reply, step its environment, end it or append the next observation
-    (`limit`: the episode's token limit)."""
+               turns: ChatTurns, args: EnvWorkflowArgs) -> None:
+    """Book each running episode's reply, step its environment, end it or append the next observation."""
     for ep, env, c in zip(episodes, envs, completions, strict=True):
-        room = None if limit is None else limit - len(ep.prompt) - len(ep.response)
-        if room is not None and len(c.token_ids) > room:
-            # The reply does not fit: keep what fits (still exactly what was sampled); the cut action is not played.
-            ep.add_reply(c, keep=room)
-            ep.end("max_context_tokens")
-            continue
-        ep.add_reply(c)
-        observation, reward, terminated, truncated, info = env.step(c.text)
+        room = ep.room
+        keep = room if room is not None and len(c.token_ids) > room else None
+        # A reply longer than the room is kept up to it (still exactly what was sampled: the same tokens
+        # a request for that many would have given) and played as far as it goes, as a reply cut by
+        # max_tokens is, and as Trinity-RFT plays a reply cut at its response budget.
+        ep.add_reply(c, keep=keep)
+        action = c.text if keep is None else turns.prompts.tokenizer.decode(c.token_ids[:keep],
+                                                                             skip_special_tokens=True)
+        observation, reward, terminated, truncated, info = env.step(action)
         ep.record_step(reward, info, args.format_penalty)
         if terminated or truncated:
             ep.end(None if terminated else "env")
@@ -152,9 +173,9 @@ def _play_turn(episodes: list[Episode], envs: list[TextEnv], completions: list[C
         if len(ep.turns) >= args.max_turns:
             ep.end("max_turns")
             continue
-        framing = turns.next_turn(c.token_ids, observation)
-        if limit is not None and len(ep.prompt) + len(ep.response) + len(framing) >= limit:
-            ep.end("max_context_tokens")  # no room left for even one token of the next reply
+        framing = turns.next_turn(c.token_ids[:keep], observation)
+        if ep.token_limit is not None and len(ep.context) + len(framing) >= ep.token_limit:
+            ep.end(ep.limited_by)  # no room left for even one token of the next reply
             continue
         ep.add_framing(framing)
 
@@ -164,12 +185,19 @@ def env_workflow(task: Task, ctx: WorkflowContext) -> WorkflowResult:
     """`repeat_times` episodes of the task's environment seed, played in lockstep (see the module doc)."""
     args = EnvWorkflowArgs.of(task.workflow_args)
     env_args, seed = task_env_args(task, args)
+    return play_episodes(task, ctx, args, env_args, seed)
+
+
+def play_episodes(task: Task, ctx: WorkflowContext, args: EnvWorkflowArgs, env_args: Mapping[str, Any],
+                  seed: int) -> WorkflowResult:
+    """`repeat_times` episodes of environment `args.env` made with `env_args`, each reset with `seed`,
+    played in lockstep (see the module doc): `env_workflow`'s play, for workflows that read their
+    settings from elsewhere (Trinity-RFT's `frozen_lake_workflow`)."""
     system = task.system_prompt if task.system_prompt is not None else args.system_prompt
     turns = ChatTurns(ctx.prompts, system, task.chat_template)
     params = task.rollout_args
     if args.max_tokens_per_turn is not None:
         params = dataclasses.replace(params, max_tokens=args.max_tokens_per_turn)
-    limit = _context_limit(args, ctx.engine.max_model_len)
     new_env = env_factory(args.env, env_args)
     envs: list[TextEnv] = []
     truncated_prompt = False
@@ -186,10 +214,12 @@ def env_workflow(task: Task, ctx: WorkflowContext) -> WorkflowResult:
             if prompt is None:
                 return WorkflowResult([], {"skipped": "prompt longer than max_prompt_tokens"})
             truncated_prompt |= prompt.truncated
-            episodes.append(Episode(list(prompt.token_ids)))
+            limit, limited_by = _token_limit(len(prompt.token_ids), args, ctx.engine.max_model_len)
+            episodes.append(Episode(list(prompt.token_ids), token_limit=limit, limited_by=limited_by))
         while running := [i for i, ep in enumerate(episodes) if not ep.done]:
-            completions = _generate(ctx.engine, [episodes[i].context for i in running], params)
-            _play_turn([episodes[i] for i in running], [envs[i] for i in running], completions, turns, args, limit)
+            playing = [episodes[i] for i in running]
+            completions = _generate(ctx.engine, [ep.context for ep in playing], _turn_params(params, playing))
+            _play_turn(playing, [envs[i] for i in running], completions, turns, args)
     finally:
         for env in envs:
             env.close()

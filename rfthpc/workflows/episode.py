@@ -35,6 +35,10 @@ class Episode:
     """The token sequence and the facts of one episode."""
 
     prompt: list[int]
+    token_limit: int | None = None
+    """The most prompt + response tokens the episode may hold (None: no limit)."""
+    limited_by: str = "max_context_tokens"
+    """The setting `token_limit` comes from: the episode's `truncated_by` when it reaches it."""
     response: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
@@ -45,7 +49,7 @@ class Episode:
     terminated: bool = False
     truncated_by: str | None = None
     """Why the episode was cut short: `env` (the environment truncated it), `max_turns`,
-    `max_context_tokens`; None if it terminated."""
+    `max_context_tokens`, `max_response_tokens`; None if it terminated."""
     finish_reason: str = ""
     env_info: dict[str, Any] = field(default_factory=dict)
 
@@ -53,6 +57,11 @@ class Episode:
     def done(self) -> bool:
         """True once the episode ended (terminated or truncated)."""
         return self.terminated or self.truncated_by is not None
+
+    @property
+    def room(self) -> int | None:
+        """Tokens the next reply may have within `token_limit` (None: no limit)."""
+        return None if self.token_limit is None else max(0, self.token_limit - len(self.prompt) - len(self.response))
 
     @property
     def context(self) -> list[int]:

@@ -131,11 +131,33 @@ def test_max_context_tokens_ends_the_episode_within_the_limit(tokenizer, where: 
     assert exp.response_token_ids == free.response_token_ids[:len(exp.response_token_ids)]
     assert exp.loss_mask[-1] == 1, "an episode never ends on framing tokens"
     if where == "in_second_reply":
-        # The reply is cut at the limit (what was sampled, up to there); the cut action is not played.
+        # The turn asks for no more than the room left, and the reply is cut at the limit (what was
+        # sampled, up to there) and played.
+        assert engine.calls[-1][2].max_tokens == end - framing_end
         assert len(exp.prompt_token_ids) + len(exp.response_token_ids) == limit
         assert exp.info["turns"] == 2 and exp.finish_reason == "length"
     else:  # the framing does not fit with room for one more token: the episode ends after the first turn
         assert exp.info["turns"] == 1 and len(exp.response_token_ids) == reply_end
+
+
+def test_max_response_tokens_is_the_budget_of_everything_after_the_prompt(tokenizer) -> None:
+    """Trinity-RFT's budget: replies, framing and observations after the opening prompt; a reply cut at
+    it still plays its action (here the move onto the goal, cut before its end token)."""
+    probe = ScriptedEngine(tokenizer, lambda ctx: "right")
+    (free,) = run_workflow(env_task(index=3), context(probe, tokenizer)).experiences
+    last = spans(free.loss_mask)[-1]
+    budget = len(free.response_token_ids) - 1
+    engine = ScriptedEngine(tokenizer, lambda ctx: "right")
+    (exp,) = run_workflow(env_task(index=3, max_response_tokens=budget), context(engine, tokenizer)).experiences
+    assert exp.response_token_ids == free.response_token_ids[:budget] and exp.finish_reason == "length"
+    assert exp.info["terminated"] and exp.info["success"] is True and exp.reward == 1.0
+    assert [params.max_tokens for _, _, params in engine.calls] == [16] * (goal(3) - 1) + [last[2] - last[1] - 1]
+    # A budget that leaves no room for the next reply ends the episode there.
+    first_end = spans(free.loss_mask)[0][2]
+    (short,) = run_workflow(env_task(index=3, max_response_tokens=first_end + 1),
+                            context(ScriptedEngine(tokenizer, lambda ctx: "right"), tokenizer)).experiences
+    assert short.info["truncated_by"] == "max_response_tokens" and short.info["turns"] == 1
+    assert len(short.response_token_ids) == first_end
 
 
 def test_invalid_actions_get_feedback_and_the_format_penalty(tokenizer) -> None:
@@ -223,6 +245,7 @@ def test_episodes_that_open_differently_each_get_their_own_prompt(tokenizer, mon
     ({"max_turns": 0}, "workflow_args.max_turns=0: use an integer >= 1"),
     ({"max_turns": None}, "workflow_args.max_turns=None"),
     ({"max_context_tokens": 1}, "workflow_args.max_context_tokens=1: use an integer >= 2 or leave it unset"),
+    ({"max_response_tokens": 0}, "workflow_args.max_response_tokens=0: use an integer >= 1 or leave it unset"),
     ({"format_penalty": -1}, "workflow_args.format_penalty=-1: use a number >= 0"),
     ({"reward_type": "best"}, "workflow_args.reward_type='best': use one of sum, success"),
     ({"turn_rewards": "yes"}, "workflow_args.turn_rewards='yes'"),
