@@ -250,6 +250,9 @@ def _check_workflow(problems: Problems, key: str, ts: TasksetConfig, auxiliary: 
     declared = needs_of(WORKFLOWS.get(ts.default_workflow_type))
     reward = ts.default_reward_fn_type
     if declared is not None:
+        for name, why in declared.ignored.items():
+            if name in ts.workflow_args:
+                problems.ignored(f"{key}.workflow_args.{name}", why)
         for message in declared.problems(ts.default_workflow_type, ts.workflow_args, reward,
                                          ts.format.response_key is not None, auxiliary):
             problems.add(f"{key}.{message}", WORKFLOW)
@@ -476,14 +479,16 @@ def _check_inputs(cfg: Config, problems: Problems, check_paths: bool) -> None:
 def _check_columns(cfg: Config, problems: Problems, missing: set[str]) -> None:
     """Every column a `format` key names is in its dataset (read from the header: fast on a large file)."""
     from rfthpc.data.columns import column_problem, dataset_columns, format_columns
+    from rfthpc.workflows.registry import reads_text_columns
 
     inp, eb = cfg.buffer.explorer_input, cfg.buffer.trainer_input.experience_buffer
     sft = cfg.algorithm.algorithm_type == "sft"
     datasets = []
     if explores(cfg.mode) and not sft:
         for group, sets in (("tasksets", inp.tasksets), ("eval_tasksets", inp.eval_tasksets)):
-            datasets += [(f"buffer.explorer_input.{group}[{i}]", ts, format_columns(ts.format))
-                         for i, ts in enumerate(sets)]
+            datasets += [(f"buffer.explorer_input.{group}[{i}]", ts, format_columns(
+                ts.format, text=reads_text_columns(ts.default_workflow_type, ts.format.workflow_key or None)))
+                for i, ts in enumerate(sets)]
     if sft:
         datasets.append(("buffer.trainer_input.experience_buffer", eb, format_columns(eb.format, sft=True)))
     for key, ds, required in datasets:

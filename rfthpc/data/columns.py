@@ -40,15 +40,18 @@ def required_columns(*, prompt_type: str, prompt_key: str | None, response_key: 
     return [(option, key) for option, key in named if key]
 
 
-def format_columns(fmt: FormatConfig, sft: bool = False) -> list[tuple[str, str]]:
-    """`required_columns` of a taskset's `format` (the explorer's reading), or with `sft` of an SFT
+def format_columns(fmt: FormatConfig, sft: bool = False, text: bool = True) -> list[tuple[str, str]]:
+    """`required_columns` of a taskset's `format` (the explorer's reading; without `text`, for a
+    workflow that reads neither, not the prompt's and reference answer's), or with `sft` of an SFT
     dataset's (the trainer's: the chat, or the prompt and the reply; no per-row workflow or reward)."""
     if sft:
         chat = fmt.prompt_type == "messages"
         return required_columns(prompt_type=fmt.prompt_type, prompt_key=fmt.prompt_key,
                                 response_key=None if chat else fmt.response_key, messages_key=fmt.messages_key)
-    return required_columns(prompt_type=fmt.prompt_type, prompt_key=fmt.prompt_key, response_key=fmt.response_key,
-                            messages_key=fmt.messages_key, system_prompt_key=fmt.system_prompt_key or None,
+    return required_columns(prompt_type=fmt.prompt_type, prompt_key=fmt.prompt_key if text else None,
+                            response_key=fmt.response_key if text else None,
+                            messages_key=fmt.messages_key if text else None,
+                            system_prompt_key=fmt.system_prompt_key or None,
                             workflow_key=fmt.workflow_key or None, reward_fn_key=fmt.reward_fn_key or None)
 
 

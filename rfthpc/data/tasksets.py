@@ -199,7 +199,7 @@ def load_taskset(
     subset_name: str | None = None,
     split: str = "train",
     prompt_type: Literal["plaintext", "messages"] = "plaintext",
-    prompt_key: str = "question",
+    prompt_key: str | None = "question",
     response_key: str | None = "answer",
     messages_key: str = "messages",
     system_prompt: str | None = None,
@@ -220,8 +220,8 @@ def load_taskset(
 ) -> list[Task]:
     """Read one split of a local dataset into Tasks with ids `<name>/<row>`.
 
-    The prompt is the `prompt_key` column (plaintext) or the chat in the `messages_key` column
-    (messages); any key may name a field inside a column of records by its dotted path
+    The prompt is the `prompt_key` column (plaintext; None: no prompt, for a workflow that reads none)
+    or the chat in the `messages_key` column (messages); any key may name a field inside a column of records by its dotted path
     (`reward_model.ground_truth`, veRL's layout). `system_prompt_key`, `workflow_key` and `reward_fn_key` name optional columns
     that, where non-empty, override the system prompt, the workflow or the reward function per
     row (as Trinity-RFT's `format` keys of the same names).
@@ -252,7 +252,8 @@ def load_taskset(
                 taskset=name,
                 index=i,
                 raw=row,
-                prompt=messages[-1]["content"] if messages else _text(value[prompt_key], prompt_key, where, i),
+                prompt=messages[-1]["content"] if messages else (
+                    _text(value[prompt_key], prompt_key, where, i) if prompt_key else ""),
                 truth=None if response_key is None else _text(value[response_key], response_key, where, i),
                 workflow=value[workflow_key] if workflow_key and value[workflow_key] else workflow,
                 reward_fn=value[reward_fn_key] if reward_fn_key and value[reward_fn_key] else reward_fn,

@@ -19,6 +19,7 @@ from rfthpc.data.tasksets import PromptBuilder, Task, load_taskset
 from rfthpc.engines.base import EngineSettings
 from rfthpc.errors import ConfigError
 from rfthpc.workflows.base import AuxiliaryModel, RolloutEngine, SamplingArgs
+from rfthpc.workflows.registry import reads_text_columns
 
 
 def engine_settings(
@@ -81,14 +82,16 @@ def load(ts: TasksetConfig, is_eval: bool) -> Taskset:
         group = "eval_tasksets" if is_eval else "tasksets"
         raise ConfigError(f"buffer.explorer_input.{group}: taskset {ts.name!r} has no path; give a local dataset path")
     f = ts.format
+    # Rows of a workflow that reads neither prompt nor reference answer (an environment's seeds) need neither column.
+    text = reads_text_columns(ts.default_workflow_type, f.workflow_key or None)
     tasks = load_taskset(
         ts.path,
         name=ts.name,
         subset_name=ts.subset_name,
         split=ts.split,
-        prompt_type=f.prompt_type,
-        prompt_key=f.prompt_key,
-        response_key=f.response_key or None,
+        prompt_type=f.prompt_type if text else "plaintext",
+        prompt_key=f.prompt_key if text else None,
+        response_key=(f.response_key or None) if text else None,
         messages_key=f.messages_key,
         system_prompt=f.system_prompt,
         system_prompt_key=f.system_prompt_key or None,

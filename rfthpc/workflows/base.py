@@ -248,18 +248,24 @@ class WorkflowNeeds:
     auxiliary: str | None = None
     """It asks an auxiliary model (a judge, a reward model): the `workflow_args` key that names it (unset:
     the only one of `explorer.auxiliary_models`). None: it uses none."""
+    ignored: Mapping[str, str] = field(default_factory=dict)
+    """`workflow_args` keys it accepts and does not read, each with why (a note when a config sets one):
+    keys of another framework's workflow of the same name that do nothing there either."""
+    text_columns: bool = True
+    """It reads the rows' prompt and reference answer (`format.prompt_key`, `format.response_key`).
+    False: its tasks are made of other columns (an environment's seed and settings), so rows need neither."""
 
     def problems(self, workflow: str, workflow_args: Mapping[str, Any], reward_fn: str | None,
                  has_truth: bool, auxiliary: Sequence[str] | None = None) -> list[str]:
         """What is wrong with a taskset's settings for this workflow, each naming the key and the fix.
         `auxiliary`: the names of the auxiliary models there are (None: not checked)."""
         out = []
-        unknown = sorted(set(workflow_args) - set(self.args))
+        unknown = sorted(set(workflow_args) - set(self.args) - set(self.ignored))
         if unknown:
             out.append(f"workflow_args: {', '.join(map(repr, unknown))} not used by workflow {workflow!r}; it "
                        f"takes: {', '.join(self.args) or '(none)'}")
         if not unknown and self.check is not None:
-            out.extend(self.check(workflow_args))
+            out.extend(self.check({k: v for k, v in workflow_args.items() if k not in self.ignored}))
         if self.auxiliary is not None and auxiliary is not None:
             problem = auxiliary_problem(workflow, self.auxiliary, workflow_args.get(self.auxiliary), auxiliary)
             if problem:

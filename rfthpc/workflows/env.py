@@ -180,7 +180,7 @@ def _play_turn(episodes: list[Episode], envs: list[TextEnv], completions: list[C
         ep.add_framing(framing)
 
 
-@needs(args=ARG_NAMES, reward_fn=False, check=arg_problems)
+@needs(args=ARG_NAMES, reward_fn=False, check=arg_problems, text_columns=False)
 def env_workflow(task: Task, ctx: WorkflowContext) -> WorkflowResult:
     """`repeat_times` episodes of the task's environment seed, played in lockstep (see the module doc)."""
     args = EnvWorkflowArgs.of(task.workflow_args)

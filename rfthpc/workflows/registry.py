@@ -25,6 +25,19 @@ WORKFLOWS: Registry[Workflow] = Registry("workflow", "buffer.explorer_input.defa
 })
 
 
+def reads_text_columns(workflow: str | None, workflow_key: str | None) -> bool:
+    """Whether a taskset's rows need their prompt and reference-answer columns: yes unless its one
+    workflow (no per-row `format.workflow_key`) declares that it reads neither (`text_columns`; an
+    unknown workflow is reported elsewhere)."""
+    if workflow_key or not workflow:
+        return True
+    try:
+        declared = needs_of(WORKFLOWS.get(workflow))
+    except ConfigError:
+        return True
+    return declared is None or declared.text_columns
+
+
 def run_workflow(task: Task, ctx: WorkflowContext) -> WorkflowResult:
     """Run the task's own workflow (`default_workflow_type`, or its row's `workflow_key`), after checking
     the task against what the workflow declared it needs; the task gets the workflow's default reward

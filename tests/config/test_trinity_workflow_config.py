@@ -79,3 +79,15 @@ def test_rm_gallery_reward_is_named_as_not_part_of_rfthpc(tmp_path: Path, base: 
                         "default_workflow_type: math_workflow\n    default_reward_fn_type: rm_gallery_reward")
     msg = _error(write(tmp_path, text))
     assert "default_reward_fn_type: 'rm_gallery_reward' calls RM-Gallery, which is not part of rfthpc" in msg
+
+
+def test_rows_of_a_workflow_that_reads_no_text_need_no_prompt_or_answer_column(tmp_path: Path, base: str) -> None:
+    """env_workflow's rows are an environment's seeds: the column check asks for neither the prompt's
+    nor the reference answer's column; a workflow that reads them still needs them."""
+    (tmp_path / "seeds.jsonl").write_text('{"env_args": {"seed": 3}}\n')
+    seeds = base.replace(str(tmp_path / "data.jsonl"), str(tmp_path / "seeds.jsonl"))
+    env = seeds.replace("response_key: answer", "response_key: answer\n      workflow_args: {env: frozen_lake}").replace(
+        "default_workflow_type: math_workflow", "default_workflow_type: env_workflow")
+    load_config(write(tmp_path, env))
+    msg = _error(write(tmp_path, seeds))
+    assert "format.prompt_key='question' is not a column" in msg
