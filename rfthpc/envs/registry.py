@@ -25,6 +25,7 @@ ENVS: Registry[type[TextEnv]] = Registry("environment", ENV_KEY, {
     "frozen_lake": "rfthpc.envs.frozen_lake:FrozenLake",
     "sokoban": "rfthpc.envs.sokoban:Sokoban",
     "calculator": "rfthpc.envs.calculator:Calculator",
+    "trinity_frozen_lake": "rfthpc.envs.trinity_frozen_lake:TrinityFrozenLake",
 }, user_code="your own class as 'module:Class'")
 _METHODS = ("reset", "step", "close")
 

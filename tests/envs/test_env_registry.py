@@ -14,6 +14,7 @@ from rfthpc.envs.calculator import Calculator
 from rfthpc.envs.frozen_lake import FrozenLake
 from rfthpc.envs.registry import ENVS, check_env, make_env
 from rfthpc.envs.sokoban import Sokoban
+from rfthpc.envs.trinity_frozen_lake import TrinityFrozenLake
 from rfthpc.errors import ConfigError
 from rfthpc.registry import accepted_keywords, source_keywords
 
@@ -53,8 +54,9 @@ class NoStep:
 
 
 def test_builtins_by_name() -> None:
-    assert ENVS.names() == ["calculator", "frozen_lake", "sokoban"]
+    assert ENVS.names() == ["calculator", "frozen_lake", "sokoban", "trinity_frozen_lake"]
     assert isinstance(make_env("frozen_lake", {"size": 5, "is_slippery": True}), FrozenLake)
+    assert isinstance(make_env("trinity_frozen_lake", {"size": 3, "p": 0.7}), TrinityFrozenLake)
     assert isinstance(make_env("sokoban"), Sokoban)
     env = make_env("calculator", {"question": "1+1?", "answer": "2"})
     assert isinstance(env, Calculator)
@@ -62,10 +64,11 @@ def test_builtins_by_name() -> None:
     assert env.step("#### 2")[1:3] == (1.0, True)
 
 
-@pytest.mark.parametrize("name", ["frozen_lake", "sokoban", "calculator"])
+@pytest.mark.parametrize("name", ["frozen_lake", "sokoban", "calculator", "trinity_frozen_lake"])
 def test_the_source_read_signature_is_the_real_one(name: str) -> None:
     target = {"frozen_lake": "rfthpc.envs.frozen_lake:FrozenLake", "sokoban": "rfthpc.envs.sokoban:Sokoban",
-              "calculator": "rfthpc.envs.calculator:Calculator"}[name]
+              "calculator": "rfthpc.envs.calculator:Calculator",
+              "trinity_frozen_lake": "rfthpc.envs.trinity_frozen_lake:TrinityFrozenLake"}[name]
     assert source_keywords(target) == accepted_keywords(ENVS.get(name))
     assert check_env(name, dict.fromkeys(accepted_keywords(ENVS.get(name)) or (), 0)) == []
 
@@ -113,9 +116,10 @@ def test_bad_names_and_arguments_name_the_key_and_what_is_accepted(tmp_path: Pat
     with pytest.raises(ConfigError, match=r"^workflow_args\.env_args\.size: 'big' must be an integer"):
         make_env("frozen_lake", {"size": "big"})
     assert check_env("frozenlake") == [("workflow_args.env: unknown environment 'frozenlake'; known: calculator, "
-                                        "frozen_lake, sokoban (or your own class as 'module:Class').")]
+                                        "frozen_lake, sokoban, trinity_frozen_lake (or your own class as "
+                                        "'module:Class').")]
     assert check_env(None) == [("workflow_args.env: None is no environment; name one of calculator, frozen_lake, "
-                                "sokoban or your own class as 'module:Class'")]
+                                "sokoban, trinity_frozen_lake or your own class as 'module:Class'")]
     assert check_env("sokoban", ["dim_room"]) == [
         "workflow_args.env_args: ['dim_room'] must be a mapping of argument names to values"]
     path = tmp_path / "my_envs.py"
@@ -131,9 +135,10 @@ CHECK = """
 import json, sys
 from rfthpc.envs.registry import check_env
 problems = [check_env("frozen_lake", {"size": 4, "is_slippery": False}), check_env("sokoban", {"dim_room": [6, 6]}),
-            check_env("calculator", {"max_steps": 4}), check_env("frozen_lake", {"slippery": True})]
+            check_env("calculator", {"max_steps": 4}), check_env("trinity_frozen_lake", {"size": 4, "p": 0.7}),
+            check_env("frozen_lake", {"slippery": True})]
 loaded = [m for m in ("gymnasium", "numpy", "math_verify", "rfthpc.envs.frozen_lake", "rfthpc.envs.sokoban",
-                      "rfthpc.envs.calculator") if m in sys.modules]
+                      "rfthpc.envs.calculator", "rfthpc.envs.trinity_frozen_lake") if m in sys.modules]
 print(json.dumps({"problems": problems, "loaded": loaded}))
 """
 
@@ -142,6 +147,6 @@ def test_checking_builtins_imports_neither_them_nor_gymnasium() -> None:
     done = subprocess.run([sys.executable, "-c", CHECK], cwd=ROOT, capture_output=True, text=True, timeout=60,
                           check=True)
     out = json.loads(done.stdout)
-    assert out["problems"][:3] == [[], [], []]
-    assert out["problems"][3][0].startswith("workflow_args.env_args: 'slippery' not accepted by environment")
+    assert out["problems"][:4] == [[], [], [], []]
+    assert out["problems"][4][0].startswith("workflow_args.env_args: 'slippery' not accepted by environment")
     assert out["loaded"] == []
