@@ -22,6 +22,7 @@ WORKFLOWS: Registry[Workflow] = Registry("workflow", "buffer.explorer_input.defa
     "rubric_judge_workflow": "rfthpc.workflows.judge:rubric_judge_workflow",
     "toolcall_workflow": "rfthpc.workflows.toolcall:toolcall_workflow",
     "tool_call_workflow": "rfthpc.workflows.toolcall:toolcall_workflow",
+    "frozen_lake_workflow": "rfthpc.workflows.frozen_lake:frozen_lake_workflow",
 })
 
 
