@@ -179,3 +179,41 @@ def test_trinitys_rows_load_without_prompt_or_answer_columns(tmp_path: Path, tok
     task = dataclasses.replace(tasks[0], rollout_args=SamplingArgs(max_tokens=4096), repeat_times=1)
     result = run_workflow(task, context(scripted(tokenizer, TO_GOAL), tokenizer))
     assert [e.reward for e in result.experiences] == [1.0] and tasks[0].repeat_times == 2
+
+
+class ShortReplies:
+    """The tiny model's engine with replies of at most 8 tokens (a random model rarely ends its own), so
+    an episode has several turns within a small budget; keeps every completion it returns."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.tokenizer = engine.tokenizer
+        self.max_model_len = engine.max_model_len
+        self.replies: list[tuple[list[int], list[float]]] = []
+
+    def generate(self, prompts: Any, n: int, params: SamplingArgs) -> Any:
+        out = self.engine.generate(prompts, n, dataclasses.replace(params, max_tokens=min(params.max_tokens, 8)))
+        self.replies += [(c.token_ids, c.logprobs) for group in out for c in group]
+        return out
+
+
+def test_trainer_logprobs_equal_the_explorers_on_its_episodes(tiny_model: Path, tokenizer) -> None:
+    """On the tiny model's engine: each reply is trained on exactly as generated, with the behaviour
+    logprobs the trainer's forward pass gives, through holes of observations (Trinity's prompt is long:
+    the context is 2048 tokens here)."""
+    import torch
+
+    from rfthpc.engines import EngineSettings, make_engine
+    from tests.workflows.test_env_workflow_engine import TOL, trainer_logprobs
+
+    settings = EngineSettings(str(tiny_model), max_model_len=2048, seed=3, min_response_tokens=0)
+    engine = ShortReplies(make_engine("transformers", settings))
+    experiences = run_workflow(lake_task(repeat=2, max_tokens=400), context(engine, tokenizer)).experiences
+    for exp in experiences:
+        assert len(exp.response_token_ids) <= 400 and exp.info["env_steps"] >= 2, "several turns: masks with holes"
+        for m, start, end in spans(exp.loss_mask):
+            if m == 1:
+                assert (exp.response_token_ids[start:end], exp.logprobs[start:end]) in engine.replies
+    for exp, lp in zip(experiences, trainer_logprobs(tiny_model, experiences), strict=True):
+        mask = torch.tensor(exp.loss_mask, dtype=torch.bool)
+        assert float((lp[mask] - torch.tensor(exp.logprobs)[mask]).abs().max()) <= TOL
