@@ -8,7 +8,7 @@ success on held-out maps is evaluated greedily before and after. Everything is m
 
     <out>/model/        the random-init model, its tokenizer trained on the environment's text
     <out>/train.jsonl   training tasks: one environment seed per row (`env_args`)
-    <out>/test.jsonl    held-out eval tasks: other seeds, and no map that is also a training map
+    <out>/test.jsonl    held-out eval tasks: other seeds, on a tenth of the distinct maps (never training maps)
     <out>/sft.jsonl     warm-up demonstrations: multi-turn chats (`messages`) on training maps
     <out>/demo.json     what was made (a re-run with the same settings does nothing)
 
@@ -21,6 +21,7 @@ and only part of the policy, so reinforcement learning has something left to lea
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from collections import deque
@@ -124,28 +125,35 @@ def first_observation(make_env: EnvFactory, args: Mapping[str, Any]) -> str:
     return observation
 
 
+HELD_OUT_SHARE = 0.1
+"""Share of the distinct maps whose tasks are held out for eval."""
+
+
+def held_out(observation: str, seed: int) -> bool:
+    """Whether the map an episode starts with (its first observation) is held out, by a stable hash.
+
+    Maps are split, not seeds: a map held out is never a training map. Splitting the distinct maps at
+    random (rather than keeping for eval only maps the training tasks happen to miss, which are the
+    rare ones, with about twice as many holes) gives both sides the same distribution of maps.
+    """
+    digest = hashlib.sha256(f"{seed}:{observation}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") < HELD_OUT_SHARE * 2 ** 64
+
+
 def draw_tasks(make_env: EnvFactory, size: int, n_train: int, n_test: int, seed: int
                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(train rows, test rows): distinct seeds, and no test map equal to a training map.
-
-    Two seeds can give the same map; a held-out map must be one the policy was not trained on, so
-    maps are told apart by their first observation.
-    """
-    seeds = distinct_seeds(random.Random(seed))
-    train = [task_row(size, next(seeds)) for _ in range(n_train)]
-    seen = {first_observation(make_env, row["env_args"]) for row in train}
+    """(train rows, test rows): distinct seeds, each task on the side its map falls on (`held_out`)."""
+    train: list[dict[str, Any]] = []
     test: list[dict[str, Any]] = []
-    for tries, s in enumerate(seeds):
-        if len(test) == n_test:
+    for tries, s in enumerate(distinct_seeds(random.Random(seed))):
+        if len(train) == n_train and len(test) == n_test:
             break
-        if tries > 100 * n_test:
-            raise UserError(f"make-demo: found only {len(test)} of {n_test} {size}x{size} maps that are not training "
-                            "maps; ask for fewer --train or --test maps, or a larger --size")
-        args = env_args(size, s)
-        observation = first_observation(make_env, args)
-        if observation not in seen:
-            seen.add(observation)
-            test.append(task_row(size, s))
+        if tries > 100 * (n_train + n_test):
+            raise UserError(f"make-demo: found only {len(test)} of {n_test} held-out and {len(train)} of {n_train} "
+                            f"training tasks among {size}x{size} maps; ask for fewer --train or --test tasks")
+        side = test if held_out(first_observation(make_env, env_args(size, s)), seed) else train
+        if len(side) < (n_test if side is test else n_train):
+            side.append(task_row(size, s))
     return train, test
 
 

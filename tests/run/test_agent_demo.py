@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import statistics
 from pathlib import Path
 
 import pytest
@@ -12,10 +13,12 @@ from rfthpc.agent_demo import (
     ACTIONS,
     FrozenLakeDemoArgs,
     default_make_env,
+    draw_tasks,
     first_observation,
     goal_distances,
     make_frozenlake_demo,
     optimal_moves,
+    start,
     walk,
 )
 from rfthpc.demo import split_task
@@ -92,6 +95,17 @@ def test_held_out_maps_are_not_training_maps(made: Path) -> None:
     assert not {r["env_args"]["seed"] for r in train} & {r["env_args"]["seed"] for r in test}
     maps = {first_observation(default_make_env, r["env_args"]) for r in train}
     assert not maps & {first_observation(default_make_env, r["env_args"]) for r in test}
+
+
+def test_held_out_maps_are_drawn_like_the_training_maps() -> None:
+    """Held-out maps are a random share of the distinct maps, not the rare ones the training tasks
+    happen to miss (those have about twice as many holes)."""
+    train, test = draw_tasks(default_make_env, 4, 1500, 150, seed=0)
+
+    def holes(rows: list[dict]) -> float:
+        return statistics.mean("".join(start(default_make_env, r["env_args"])[2]["map"]).count("H") for r in rows)
+
+    assert abs(holes(train) - holes(test)) < 0.5
 
 
 def test_tokenizer_round_trips_the_environment_and_keeps_cells_apart(made: Path) -> None:
