@@ -63,23 +63,31 @@ SELECTORS_ELSEWHERE = {
 }
 """Trinity-RFT's task selectors that rfthpc does not have, and the alternative each error names."""
 
+REWARDS_ELSEWHERE = {
+    "rm_gallery_reward": "calls RM-Gallery, which is not part of rfthpc; score with a reward model served as an "
+                         "auxiliary model (math_rm_workflow) or an LLM judge (rubric_judge_workflow), or name your "
+                         "own function as module:function",
+}
+"""Trinity-RFT's reward functions that rfthpc does not have, and why with the alternative (a refusal,
+reported instead of an unknown reward function)."""
+
 _SELECTOR_DEFAULTS = {"selector_type": "sequential", "seed": 42}
 
 
 def _selector_problems(selector: Any, key: str) -> list[str]:
-    """What rfthpc cannot honour in one task selector mapping; Trinity's estimator keys, left empty
-    (as in its dumped configs), are dropped."""
+    """What rfthpc cannot honour in one task selector mapping. Each key refused is taken out of it, so
+    that typed reading does not report it again (as an invalid choice or an unknown key); Trinity's
+    estimator keys left empty (as in its dumped configs) are dropped."""
     if not isinstance(selector, dict):
         return []  # typed conversion reports the type
     problems = []
     kind = selector.get("selector_type")
     if isinstance(kind, str) and kind.lower() in SELECTORS_ELSEWHERE:
+        del selector["selector_type"]
         problems.append(f"{key}.selector_type: {kind!r} is not one of rfthpc's selectors (sequential, shuffle): "
                         f"{SELECTORS_ELSEWHERE[kind.lower()]}")
     for name in ("feature_keys", "kwargs"):
-        if name in selector and not selector[name]:
-            del selector[name]
-        elif name in selector:
+        if name in selector and selector.pop(name):
             problems.append(f"{key}.{name}: read by Trinity-RFT's offline_easy2hard and difficulty_based selectors, "
                             "which rfthpc does not have; sequential and shuffle take only `seed`: remove it")
     return problems
@@ -339,12 +347,6 @@ def unsupported_values(cfg: Config) -> list[str]:
             problem = trinity_overlong_problem(f"{key}.reward_fn_args", ts.reward_fn_args)
             if problem:
                 problems.append(problem)
-            if ts.default_reward_fn_type == "rm_gallery_reward":
-                problems.append(
-                    f"{key}.default_reward_fn_type: 'rm_gallery_reward' calls RM-Gallery, which is not part of "
-                    "rfthpc; score with a reward model served as an auxiliary model (math_rm_workflow) or an "
-                    "LLM judge (rubric_judge_workflow), or name your own function as module:function"
-                )
     f = cfg.buffer.trainer_input.experience_buffer.format
     for name in ("reply_prefix", "workflow_key", "reward_fn_key"):
         if getattr(f, name):

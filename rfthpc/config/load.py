@@ -19,7 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 from rfthpc.config import compat
 from rfthpc.config.derive import Stage, deep_merge, idle_gpus_note, merge_taskset, resolve_stages
 from rfthpc.config.schema import Config
-from rfthpc.config.settings import explorer_settings, trainer_settings
+from rfthpc.config.settings import UnresolvedError, explorer_settings, trainer_settings
 from rfthpc.config.typed import PATHS, Mapped, Problems, build, to_dict
 from rfthpc.config.validate import validate
 from rfthpc.errors import ConfigError
@@ -176,11 +176,14 @@ def load_config(
 def _check_settings(stages: list[Stage], problems: Problems) -> None:
     """Resolve what the roles will read, now: a mistake only this finds is found before the queue.
     Each settings builder stops at its first problem; one about a key already named is left out,
-    and so is a failure the problems already found explain."""
+    and so is a failure the problems already found explain (a value left unset by one of them)."""
     named = {message.split(":", 1)[0] for message in problems.items}
     for settings in (trainer_settings, explorer_settings):
         try:
             settings(stages)
+        except UnresolvedError as e:
+            if not problems:
+                problems.add(str(e))
         except ConfigError as e:
             if str(e).split(":", 1)[0] not in named:
                 problems.add(str(e))

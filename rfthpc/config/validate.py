@@ -243,7 +243,11 @@ def _check_workflow(problems: Problems, key: str, ts: TasksetConfig, auxiliary: 
 
     before = len(problems.items)
     _check_function(problems, f"{key}.default_workflow_type", ts.default_workflow_type, WORKFLOWS, kind=WORKFLOW)
-    _check_function(problems, f"{key}.default_reward_fn_type", ts.default_reward_fn_type, REWARDS, kind=WORKFLOW)
+    elsewhere = compat.REWARDS_ELSEWHERE.get(ts.default_reward_fn_type or "")
+    if elsewhere:
+        problems.add(f"{key}.default_reward_fn_type: {ts.default_reward_fn_type!r} {elsewhere}", REFUSED)
+    else:
+        _check_function(problems, f"{key}.default_reward_fn_type", ts.default_reward_fn_type, REWARDS, kind=WORKFLOW)
     if len(problems.items) > before or not ts.default_workflow_type:
         return
     # The workflow is imported (workflows are light; a user's module:function is imported anyway).

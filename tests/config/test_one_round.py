@@ -94,3 +94,26 @@ def test_a_valid_config_still_loads_and_a_single_problem_reads_as_before(tmp_pat
         ("  - monitr: unknown key; did you mean 'monitor'? (valid keys here: project, name, mode, checkpoint_root_dir, "
          "continue_from_checkpoint, algorithm, model, cluster, buffer, explorer, synchronizer, trainer, monitor, "
          "stages, slurm, filesystem)")]
+
+
+def _lines_naming(msg: str, text: str) -> list[str]:
+    return [line for line in msg.splitlines() if text in line]
+
+
+def test_a_refused_key_is_reported_once_under_one_kind(tmp_path: Path, base: str) -> None:  # noqa: F811
+    """A refused selector, its estimator keys and a reward function rfthpc does not have are not also
+    an invalid choice, unknown keys or an unknown function; an unknown algorithm is not also the
+    functions its preset would have named."""
+    text = base.replace("      name: t\n", "      name: t\n      data_selector:\n        selector_type: difficulty_based\n"
+                        "        feature_keys: [pass_rate]\n        kwargs: {m: 16}\n")
+    text = text.replace("default_workflow_type: math_workflow",
+                        "default_workflow_type: math_workflow\n    default_reward_fn_type: rm_gallery_reward")
+    text = text.replace("algorithm_type: grpo", "algorithm_type: multi_step_grpo")
+    msg = str(pytest.raises(ConfigError, load_config, write(tmp_path, text)).value)
+    for key in ("selector_type", "feature_keys", "kwargs", "rm_gallery_reward"):
+        [line] = _lines_naming(msg, key)
+        assert line.startswith("  - buffer.explorer_input.taskset"), line
+    headers = [line[:-1] for line in msg.splitlines() if not line.startswith(" ") and line.endswith(":")]
+    assert headers == ["refused features", "algorithm"], msg
+    assert "not set after the config was resolved" not in msg
+    assert msg.splitlines()[0].endswith(": 5 problems")
