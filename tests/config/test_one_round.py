@@ -117,3 +117,25 @@ def test_a_refused_key_is_reported_once_under_one_kind(tmp_path: Path, base: str
     assert headers == ["refused features", "algorithm"], msg
     assert "not set after the config was resolved" not in msg
     assert msg.splitlines()[0].endswith(": 5 problems")
+
+
+def test_an_unset_environment_variable_is_one_problem_among_the_others(
+        tmp_path: Path, base: str, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """`${oc.env:VAR}` without a default, VAR unset: a problem naming VAR and both fixes, in the same
+    round as the rest; the value (and a value referring to it) is read as unset, which no later check
+    reports again."""
+    monkeypatch.delenv("RFTHPC_TEST_MODEL", raising=False)
+    model = base.split("model_path: ", 1)[1].split("\n", 1)[0]
+    text = base.replace(f"model_path: {model}", "model_path: ${oc.env:RFTHPC_TEST_MODEL}")
+    text = text.replace("    default_workflow_type", "    eval_tasksets:\n    - name: e\n"
+                        "      path: ${model.model_path}/eval.jsonl\n    default_workflow_type")
+    path = write(tmp_path, text + "trainr: {}\n")
+    msg = str(pytest.raises(ConfigError, load_config, path).value)
+    assert ("  - model.model_path: '${oc.env:RFTHPC_TEST_MODEL}' reads the environment variable RFTHPC_TEST_MODEL, "
+            "which is not set; export it (export RFTHPC_TEST_MODEL=...) or give the config a default: "
+            "${oc.env:RFTHPC_TEST_MODEL,DEFAULT}") in msg.splitlines()
+    assert "trainr: unknown key" in msg
+    assert msg.splitlines()[0].endswith(": 2 problems"), msg
+    out = subprocess.run([sys.executable, "-m", "rfthpc", "config", "validate", "--config", str(path)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 2 and "RFTHPC_TEST_MODEL" in out.stderr and "trainr" in out.stderr
