@@ -143,3 +143,14 @@ def test_rm_gallery_reward_is_named_as_not_part_of_rfthpc(tmp_path: Path, base: 
                         "default_workflow_type: math_workflow\n    default_reward_fn_type: rm_gallery_reward")
     msg = _error(write(tmp_path, text))
     assert "default_reward_fn_type: 'rm_gallery_reward' calls RM-Gallery, which is not part of rfthpc" in msg
+
+
+def test_trinity_async_workflows_are_the_synchronous_ones_under_their_own_names(tmp_path: Path, base: str) -> None:
+    """Trinity's AsyncMathWorkflow is MathWorkflow (its prompts, its reward) called asynchronously."""
+    from rfthpc.workflows.registry import WORKFLOWS
+
+    assert WORKFLOWS.get("async_math_workflow") is WORKFLOWS.get("math_workflow")
+    assert WORKFLOWS.get("async_simple_workflow") is WORKFLOWS.get("simple_workflow")
+    loaded = load_config(write(tmp_path, _with(base, "async_math_workflow")))
+    assert loaded.config.buffer.explorer_input.tasksets[0].default_workflow_type == "async_math_workflow"
+    assert loaded.mapped == []
