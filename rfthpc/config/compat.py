@@ -309,6 +309,43 @@ def apply_renamed_keys(raw: dict[str, Any], problems: Problems) -> None:
 
 
 
+def apply_trinity_modes(raw: dict[str, Any], problems: Problems) -> None:
+    """Refuse Trinity-RFT's modes rfthpc does not have (foreign.TRINITY_MODES: bench, serve), in the run's
+    and each stage's `mode`, with the reason and the alternative; each is taken out (not reported
+    again as a bad choice), and a missing training taskset (a benchmark config has none) is covered
+    by the refusal."""
+    stages = raw.get("stages") if isinstance(raw.get("stages"), list) else []
+    sections = [("mode", raw)] + [(f"stages[{i}].mode", st) for i, st in enumerate(stages) if isinstance(st, dict)]
+    for key, section in sections:
+        mode = section.get("mode")
+        refused = foreign.TRINITY_MODES.get(mode.lower()) if isinstance(mode, str) else None
+        if refused is None:
+            continue
+        del section["mode"]
+        problems.add(f"{key}: {mode!r} is not an rfthpc mode (both, explore, train): {refused.why}", REFUSED)
+        problems.cover("buffer.explorer_input.taskset")
+
+
+def apply_trinity_old_logprobs(raw: dict[str, Any], problems: Problems, inherited: Mapping[str, Any] | None = None
+                               ) -> None:
+    """Read Trinity-RFT's `algorithm.bypass_old_logprobs: true` with policy loss `ppo` (PPO's ratio
+    against the behaviour policy's log-probabilities, not ones recomputed at the start of the step) as
+    veRL's bypass mode, which is that: `algorithm.rollout_correction.bypass_mode: true` (its loss_type
+    ppo_clip trains ppo), recorded for `config show`; an explicit bypass_mode wins, with a note. In the
+    run's config or a stage's sections (`inherited`: the run's raw config). Any other use is answered
+    by foreign.TRINITY_KEYS (ignored where the policy loss reads those log-probabilities anyway)."""
+    alg = raw.get("algorithm")
+    if not isinstance(alg, dict) or alg.get("bypass_old_logprobs") is not True:
+        return
+    rc = alg.get("rollout_correction") if isinstance(alg.get("rollout_correction"), dict) else {}
+    given = {**((inherited or {}).get("algorithm") or {}), **alg}
+    if foreign.policy_loss_of(given) != "ppo" or rc.get("loss_type", "ppo_clip") != "ppo_clip":
+        return
+    del alg["bypass_old_logprobs"]
+    _set_mapped(raw, "algorithm.rollout_correction.bypass_mode", True, "algorithm.bypass_old_logprobs", "Trinity-RFT",
+                problems)
+
+
 def apply_sync_style_names(raw: dict[str, Any], problems: Problems) -> None:
     """Read Trinity-RFT's former sync_style names (`dynamic_by_explorer`, `dynamic_by_trainer`, which
     Trinity-RFT still accepts, in any case) as the current ones, in the run's and each stage's

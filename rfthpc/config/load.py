@@ -167,6 +167,8 @@ def config_from_dict(raw: dict[str, Any], source: str, problems: Problems | None
     compat.apply_roll_keys(raw, problems)
     compat.apply_renamed_keys(raw, problems)
     compat.apply_trinity_overlong(raw, problems)
+    compat.apply_trinity_old_logprobs(raw, problems)
+    compat.apply_trinity_modes(raw, problems)
     compat.apply_sync_style_names(raw, problems)
     compat.apply_trinity_value_names(raw, problems)
     compat.apply_verl_trainer_config(raw, problems)
