@@ -2,7 +2,8 @@
 
 Every estimator takes an `AdvantageInputs` (one reward per sequence, token-level tensors of shape
 (batch, tokens)) plus its keyword-only arguments and returns `(advantages, returns)`, both
-(batch, tokens), zero outside the response mask.
+(batch, tokens), zero outside the response mask; one declaring `drops_responses` (grpo) also
+returns which responses the step trains, (batch,) bool.
 
 Outcome estimators (grpo, rloo, opmd, reinforce) score sequence b by R_b = its reward, or by
 sum_t r_bt when token-level rewards are given (e.g. after a KL penalty, as veRL does). Token
@@ -32,7 +33,8 @@ from rfthpc.algorithms.aggregation import masked_sum, masked_whiten
 from rfthpc.algorithms.declare import declare
 from rfthpc.errors import ConfigError
 
-AdvantageFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+AdvantageFn = Callable[..., tuple[torch.Tensor, ...]]
+"""(advantages, returns), and the responses trained for a function declaring drops_responses."""
 
 
 @dataclass(frozen=True)
@@ -138,23 +140,39 @@ def _broadcast(per_seq: torch.Tensor, response_mask: torch.Tensor) -> torch.Tens
     return torch.where(response_mask.bool(), full, torch.zeros_like(full))
 
 
-@declare("advantage", "grpo", groups=True)
+@declare("advantage", "grpo", groups=True, drops_responses=True)
 @torch.no_grad()
 def grpo(
-    inputs: AdvantageInputs, *, epsilon: float = 1e-6, std_normalize: bool = True
-) -> tuple[torch.Tensor, torch.Tensor]:
+    inputs: AdvantageInputs, *, epsilon: float = 1e-6, std_normalize: bool = True, std_threshold: float | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Group-normalised outcome advantage (GRPO; Dr.GRPO with std_normalize=False).
 
     For response i in group g with n_g responses and scores R:
         A_i = (R_i - mean_g(R)) / (std_g(R) + epsilon)     if std_normalize
         A_i =  R_i - mean_g(R)                              otherwise
     std_g is the unbiased standard deviation. A group without contrast gives A = 0.
-    Returns (A, A) broadcast over the response tokens.
+
+    `std_threshold` (Trinity-RFT's GRPO argument): a group with std_g(R) <= std_threshold, or with a
+    single response, is left out of the step, as Trinity's GRPOGroupedAdvantage removes it from the
+    batch (without its duplicate_experiences, which refills the batch with copies of kept groups).
+    None (default): every response is trained.
+    Returns (A, A) broadcast over the response tokens, and the (B,) responses trained.
     """
+    if std_threshold is not None and not (isinstance(std_threshold, (int, float)) and math.isfinite(std_threshold)):
+        raise ConfigError(f"algorithm.advantage_fn_args.std_threshold must be a number or null for 'grpo', got "
+                          f"{std_threshold!r}.")
+    scores = _scores(inputs)
     inverse, sizes, n_groups = _group_index(_group_ids(inputs, "grpo"))
-    adv = _group_normalise(_scores(inputs), inverse, sizes, n_groups, epsilon, std_normalize)
+    adv = _group_normalise(scores, inverse, sizes, n_groups, epsilon, std_normalize)
+    trained = torch.ones_like(scores, dtype=torch.bool)
+    if std_threshold is not None:
+        centred = scores - _group_mean(scores, inverse, n_groups)
+        std = (_group_mean(centred**2, inverse, n_groups) * sizes / (sizes - 1).clamp(min=1)).sqrt()
+        # Equal scores have std 0 exactly (float rounding of the mean would leave a trace above 0).
+        std = torch.where(_has_contrast(scores, inverse, n_groups), std, torch.zeros_like(std))
+        trained = (sizes > 1) & (std > std_threshold)
     out = _broadcast(adv, inputs.response_mask)
-    return out, out
+    return out, out, trained
 
 
 @declare("advantage", "rloo", groups=True)

@@ -60,6 +60,10 @@ class Needs:
     """Advantage: the explorer also generates one greedy response per task and stores its reward."""
     reward_components: bool = False
     """Advantage: reads the reward's components (several named rewards per response)."""
+    drops_responses: bool = False
+    """Advantage: returns a third tensor, (B,) bool, False for the responses the step leaves out: their
+    tokens leave the loss mask, so no term of the loss (policy, KL, entropy) and no denominator counts
+    them, as if they were not in the batch (grpo's std_threshold)."""
 
     def __post_init__(self) -> None:
         if self.old_log_prob not in ("proximal", "behaviour"):

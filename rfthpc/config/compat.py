@@ -28,28 +28,167 @@ if TYPE_CHECKING:
 
 
 TRINITY_OVERLONG_KEYS = ("enable_overlong_penalty", "penalty_factor", "max_response_length", "cache_length")
-"""Trinity-RFT's settings of DAPO's overlong penalty, in the `reward_fn_args` of `math_dapo_reward` or the
-`workflow_args` of `math_dapo_workflow` (its DAPO example also puts them in `math_boxed_workflow`'s)."""
+"""Trinity-RFT's settings of DAPO's overlong penalty (its `math_dapo_reward`'s arguments)."""
+
+TRINITY_OVERLONG_READERS = {"reward_fn_args": ("math_dapo_reward",),
+                            "workflow_args": ("math_dapo_workflow", "math_boxed_workflow")}
+"""Where Trinity-RFT reads TRINITY_OVERLONG_KEYS: the `reward_fn_args` of `math_dapo_reward` and the
+`workflow_args` of `math_dapo_workflow` (which builds its `math_dapo_reward` from them; Trinity's DAPO
+example gives them to `math_boxed_workflow` too)."""
+
+_OVERLONG_TARGETS = {"enable_overlong_penalty": "enable", "cache_length": "len", "penalty_factor": "penalty_factor"}
 
 
-def trinity_overlong_problem(key: str, args: Mapping[str, Any]) -> str | None:
-    """The error for Trinity-RFT's overlong-penalty settings in `args` (the mapping at config key `key`),
-    naming the `algorithm.overlong_buffer` that replaces them; None if there are none."""
-    given = [k for k in TRINITY_OVERLONG_KEYS if k in args]
-    if not given:
-        return None
-    message = (f"{key}: {', '.join(given)} set Trinity-RFT's DAPO overlong penalty, which rfthpc's explorer "
-               f"adds to every reward as algorithm.overlong_buffer; remove {'them' if len(given) > 1 else 'it'}")
-    if not args.get("enable_overlong_penalty"):
-        return message + " (the penalty is off)"
-    buffer = {"enable": True, **{ours: args[theirs] for theirs, ours in
-                                 (("cache_length", "len"), ("penalty_factor", "penalty_factor")) if theirs in args}}
-    message += f" and set algorithm.overlong_buffer: {buffer}"
-    if "max_response_length" in args:
-        message += (f"; the penalty's limit is model.max_response_tokens (Trinity's max_response_length: "
-                    f"{args['max_response_length']})")
-    return message
+@dataclass(frozen=True)
+class _OverlongReading:
+    """Trinity-RFT's overlong settings of one taskset, taken out of its arguments."""
 
+    where: str
+    """The arguments' config key (`buffer.explorer_input.tasksets[0].reward_fn_args`)."""
+    given: dict[str, Any]
+    """Trinity's key -> value."""
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.given.get("enable_overlong_penalty"))
+
+    def setting(self) -> tuple[Any, ...]:
+        """What the penalty is, for comparing tasksets: off, or on with its settings."""
+        return (True, *(self.given.get(k) for k in TRINITY_OVERLONG_KEYS[1:])) if self.enabled else (False,)
+
+
+def _explorer_default(raw: Mapping[str, Any], inherited: Mapping[str, Any] | None, key: str) -> Any:
+    """`buffer.explorer_input.<key>` of the raw config (a stage's sections), else of `inherited`."""
+    for source in (raw, inherited or {}):
+        inp = (source.get("buffer") or {}).get("explorer_input") if isinstance(source.get("buffer"), dict) else None
+        if isinstance(inp, dict) and inp.get(key):
+            return inp[key]
+    return None
+
+
+def _max_response_tokens(raw: Mapping[str, Any], inherited: Mapping[str, Any] | None) -> Any:
+    """model.max_response_tokens as finalizing will set it (given, or max_model_len - max_prompt_tokens),
+    from the raw config (a stage's sections) over `inherited`; None if it cannot be told yet."""
+    model = {**((inherited or {}).get("model") or {}), **(raw.get("model") or {})}
+    value = model.get("max_response_tokens")
+    if value is None and isinstance(model.get("max_model_len"), int) and isinstance(model.get("max_prompt_tokens"), int):
+        value = model["max_model_len"] - model["max_prompt_tokens"]
+    return value
+
+
+def _overlong_readings(raw: dict[str, Any], inherited: Mapping[str, Any] | None
+                       ) -> tuple[list[_OverlongReading], list[_OverlongReading], int]:
+    """Take Trinity's overlong settings out of each taskset's arguments that Trinity reads them from
+    (TRINITY_OVERLONG_READERS), in place: (training tasksets' readings, eval tasksets' readings,
+    number of training tasksets). Arguments of other functions keep them (their check reports them)."""
+    buffer = raw.get("buffer")
+    inp = buffer.get("explorer_input") if isinstance(buffer, dict) else None
+    if not isinstance(inp, dict):
+        return [], [], 0
+    workflow = _explorer_default(raw, inherited, "default_workflow_type") or "math_workflow"
+    eval_workflow = _explorer_default(raw, inherited, "default_eval_workflow_type") or workflow
+    reward = _explorer_default(raw, inherited, "default_reward_fn_type")
+    sets = [("buffer.explorer_input.taskset", inp.get("taskset"), False)]
+    for group in ("tasksets", "eval_tasksets"):
+        if isinstance(inp.get(group), list):
+            sets += [(f"buffer.explorer_input.{group}[{i}]", ts, group == "eval_tasksets")
+                     for i, ts in enumerate(inp[group])]
+    train, evals, n_train = [], [], 0
+    for key, ts, is_eval in sets:
+        if not isinstance(ts, dict):
+            continue
+        n_train += not is_eval
+        names = {"workflow_args": ts.get("default_workflow_type") or (eval_workflow if is_eval else workflow),
+                 "reward_fn_args": ts.get("default_reward_fn_type") or reward}
+        for args_key, readers in TRINITY_OVERLONG_READERS.items():
+            args = ts.get(args_key)
+            if not isinstance(args, dict) or names[args_key] not in readers:
+                continue
+            given = {k: args.pop(k) for k in TRINITY_OVERLONG_KEYS if k in args}
+            if given:
+                (evals if is_eval else train).append(_OverlongReading(f"{key}.{args_key}", given))
+    return train, evals, n_train
+
+
+def apply_trinity_overlong(raw: dict[str, Any], problems: Problems, inherited: Mapping[str, Any] | None = None
+                           ) -> None:
+    """Read Trinity-RFT's DAPO overlong settings (TRINITY_OVERLONG_KEYS, where TRINITY_OVERLONG_READERS
+    says Trinity reads them) as `algorithm.overlong_buffer`, in the raw config or a stage's sections
+    (`inherited`: the run's raw config), in place; each value is recorded for `config show`, and an
+    explicit `algorithm.overlong_buffer` key wins, with a note when the two differ.
+
+    The penalty is the same: Trinity's `math_dapo_reward` adds, for a response of L tokens,
+    0 while L < max_response_length - cache_length, (max_response_length - cache_length - L) /
+    cache_length * penalty_factor up to L = max_response_length, and -penalty_factor beyond, to its
+    reward; rfthpc's explorer adds penalty_factor * max(-1, min(0, (L_max - len - L) / len)) with
+    len = cache_length and L_max = model.max_response_tokens (rfthpc.explorer.shaping.OverlongPenalty):
+    the same values at every L once max_response_length = model.max_response_tokens, which is required
+    (refused otherwise, with the reason). `enable_overlong_penalty` maps to `enable`, `cache_length` to
+    `len`, `penalty_factor` to `penalty_factor`; one left out takes rfthpc's default (Trinity's
+    penalty would stop with an error).
+
+    Where rfthpc differs, and answers instead: its penalty is one setting for every training taskset,
+    so training tasksets whose penalties differ (one with it, one without) are refused; it shapes the
+    rewards trained on only, so an eval taskset's settings are ignored with a note (evaluations
+    report the reward function's score); with the penalty off, the other settings are ignored too."""
+    train, evals, n_train = _overlong_readings(raw, inherited)
+    for reading in evals:
+        for name in reading.given:
+            problems.ignored(f"{reading.where}.{name}", "rfthpc's overlong penalty (algorithm.overlong_buffer) "
+                             "shapes the rewards trained on; evaluations report the reward function's own score")
+    if not train:
+        return
+    settings = {r.setting() for r in train}
+    if len({r.where.rsplit(".", 1)[0] for r in train}) < n_train:
+        settings.add((False,))  # a training taskset without the settings has no penalty in Trinity
+    if len(settings) > 1 and any(r.enabled for r in train):
+        for r in train:
+            problems.refuse(f"{r.where}.enable_overlong_penalty", "Trinity-RFT",
+                            "rfthpc's overlong penalty (algorithm.overlong_buffer) is one setting for every training "
+                            "taskset, and the training tasksets' penalties differ: give each the same settings")
+        return
+    for name, value in train[0].given.items():
+        wheres = [f"{r.where}.{name}" for r in train]
+        if name != "enable_overlong_penalty" and not train[0].enabled:
+            for where in wheres:
+                problems.ignored(where, "read only with enable_overlong_penalty: true")
+        elif name == "max_response_length":
+            _overlong_limit(raw, inherited, wheres, value, problems)
+        else:
+            _map_overlong(raw, _OVERLONG_TARGETS[name], bool(value) if name == "enable_overlong_penalty" else value,
+                          wheres, problems)
+
+
+def _map_overlong(raw: dict[str, Any], leaf: str, value: Any, wheres: list[str], problems: Problems) -> None:
+    """Set `algorithm.overlong_buffer.<leaf>` of the raw config to `value`, read from the keys `wheres`
+    (each recorded), unless the config sets it itself: then a note if the two differ."""
+    alg = raw.setdefault("algorithm", {})
+    buffer = alg.setdefault("overlong_buffer", {}) if isinstance(alg, dict) else None
+    if not isinstance(buffer, dict):
+        return  # typed conversion reports the section that is not a mapping
+    target = f"algorithm.overlong_buffer.{leaf}"
+    if buffer.get(leaf) is None:
+        buffer[leaf] = value
+        for where in wheres:
+            problems.map(target, value, where, "Trinity-RFT")
+    elif buffer[leaf] != value:
+        problems.notes.append(f"{', '.join(wheres)}: {value!r} is not used: the config sets {target}: {buffer[leaf]!r}")
+
+
+def _overlong_limit(raw: dict[str, Any], inherited: Mapping[str, Any] | None, wheres: list[str], value: Any,
+                    problems: Problems) -> None:
+    """Trinity's max_response_length (at the keys `wheres`), the penalty's limit, which in rfthpc is
+    model.max_response_tokens: the same value is ignored with a note saying so, another is refused."""
+    limit = _max_response_tokens(raw, inherited)
+    for where in wheres:
+        if limit is None or value == limit:
+            problems.ignored(where, "the overlong penalty's limit, which in rfthpc is model.max_response_tokens, the "
+                             "longest response generated")
+        else:
+            problems.refuse(where, "Trinity-RFT",
+                            f"the overlong penalty's limit, {value} tokens, differs from model.max_response_tokens "
+                            f"({limit}), the longest response generated, up to which rfthpc measures the penalty; set "
+                            f"max_response_length to {limit} (or model.max_response_tokens to {value})")
 
 
 SELECTORS_ELSEWHERE = {
@@ -63,23 +202,31 @@ SELECTORS_ELSEWHERE = {
 }
 """Trinity-RFT's task selectors that rfthpc does not have, and the alternative each error names."""
 
+REWARDS_ELSEWHERE = {
+    "rm_gallery_reward": "calls RM-Gallery, which is not part of rfthpc; score with a reward model served as an "
+                         "auxiliary model (math_rm_workflow) or an LLM judge (rubric_judge_workflow), or name your "
+                         "own function as module:function",
+}
+"""Trinity-RFT's reward functions that rfthpc does not have, and why with the alternative (a refusal,
+reported instead of an unknown reward function)."""
+
 _SELECTOR_DEFAULTS = {"selector_type": "sequential", "seed": 42}
 
 
 def _selector_problems(selector: Any, key: str) -> list[str]:
-    """What rfthpc cannot honour in one task selector mapping; Trinity's estimator keys, left empty
-    (as in its dumped configs), are dropped."""
+    """What rfthpc cannot honour in one task selector mapping. Each key refused is taken out of it, so
+    that typed reading does not report it again (as an invalid choice or an unknown key); Trinity's
+    estimator keys left empty (as in its dumped configs) are dropped."""
     if not isinstance(selector, dict):
         return []  # typed conversion reports the type
     problems = []
     kind = selector.get("selector_type")
     if isinstance(kind, str) and kind.lower() in SELECTORS_ELSEWHERE:
+        del selector["selector_type"]
         problems.append(f"{key}.selector_type: {kind!r} is not one of rfthpc's selectors (sequential, shuffle): "
                         f"{SELECTORS_ELSEWHERE[kind.lower()]}")
     for name in ("feature_keys", "kwargs"):
-        if name in selector and not selector[name]:
-            del selector[name]
-        elif name in selector:
+        if name in selector and selector.pop(name):
             problems.append(f"{key}.{name}: read by Trinity-RFT's offline_easy2hard and difficulty_based selectors, "
                             "which rfthpc does not have; sequential and shuffle take only `seed`: remove it")
     return problems
@@ -160,6 +307,43 @@ def apply_renamed_keys(raw: dict[str, Any], problems: Problems) -> None:
             continue
         _rename(ts, "data_selector", "task_selector", key, problems, _same_selector)
 
+
+
+def apply_trinity_modes(raw: dict[str, Any], problems: Problems) -> None:
+    """Refuse Trinity-RFT's modes rfthpc does not have (foreign.TRINITY_MODES: bench, serve), in the run's
+    and each stage's `mode`, with the reason and the alternative; each is taken out (not reported
+    again as a bad choice), and a missing training taskset (a benchmark config has none) is covered
+    by the refusal."""
+    stages = raw.get("stages") if isinstance(raw.get("stages"), list) else []
+    sections = [("mode", raw)] + [(f"stages[{i}].mode", st) for i, st in enumerate(stages) if isinstance(st, dict)]
+    for key, section in sections:
+        mode = section.get("mode")
+        refused = foreign.TRINITY_MODES.get(mode.lower()) if isinstance(mode, str) else None
+        if refused is None:
+            continue
+        del section["mode"]
+        problems.add(f"{key}: {mode!r} is not an rfthpc mode (both, explore, train): {refused.why}", REFUSED)
+        problems.cover("buffer.explorer_input.taskset")
+
+
+def apply_trinity_old_logprobs(raw: dict[str, Any], problems: Problems, inherited: Mapping[str, Any] | None = None
+                               ) -> None:
+    """Read Trinity-RFT's `algorithm.bypass_old_logprobs: true` with policy loss `ppo` (PPO's ratio
+    against the behaviour policy's log-probabilities, not ones recomputed at the start of the step) as
+    veRL's bypass mode, which is that: `algorithm.rollout_correction.bypass_mode: true` (its loss_type
+    ppo_clip trains ppo), recorded for `config show`; an explicit bypass_mode wins, with a note. In the
+    run's config or a stage's sections (`inherited`: the run's raw config). Any other use is answered
+    by foreign.TRINITY_KEYS (ignored where the policy loss reads those log-probabilities anyway)."""
+    alg = raw.get("algorithm")
+    if not isinstance(alg, dict) or alg.get("bypass_old_logprobs") is not True:
+        return
+    rc = alg.get("rollout_correction") if isinstance(alg.get("rollout_correction"), dict) else {}
+    given = {**((inherited or {}).get("algorithm") or {}), **alg}
+    if foreign.policy_loss_of(given) != "ppo" or rc.get("loss_type", "ppo_clip") != "ppo_clip":
+        return
+    del alg["bypass_old_logprobs"]
+    _set_mapped(raw, "algorithm.rollout_correction.bypass_mode", True, "algorithm.bypass_old_logprobs", "Trinity-RFT",
+                problems)
 
 
 def apply_sync_style_names(raw: dict[str, Any], problems: Problems) -> None:
@@ -333,18 +517,6 @@ def unsupported_values(cfg: Config) -> list[str]:
                 f"{key}.task_selector: {ts.task_selector.selector_type!r} has no effect: every evaluation runs "
                 "all tasks of an eval taskset; remove it"
             )
-    for group in ("tasksets", "eval_tasksets"):
-        for i, ts in enumerate(getattr(inp, group)):
-            key = f"buffer.explorer_input.{group}[{i}]"
-            problem = trinity_overlong_problem(f"{key}.reward_fn_args", ts.reward_fn_args)
-            if problem:
-                problems.append(problem)
-            if ts.default_reward_fn_type == "rm_gallery_reward":
-                problems.append(
-                    f"{key}.default_reward_fn_type: 'rm_gallery_reward' calls RM-Gallery, which is not part of "
-                    "rfthpc; score with a reward model served as an auxiliary model (math_rm_workflow) or an "
-                    "LLM judge (rubric_judge_workflow), or name your own function as module:function"
-                )
     f = cfg.buffer.trainer_input.experience_buffer.format
     for name in ("reply_prefix", "workflow_key", "reward_fn_key"):
         if getattr(f, name):

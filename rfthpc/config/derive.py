@@ -317,6 +317,8 @@ def _resolve_stage(cfg: Config, base: dict[str, Any], index: int, run_problems: 
         problems.add("trainer.trainer_config_path is read for the whole run only; give the stage's veRL settings "
                      "inline as trainer.trainer_config")
     compat.apply_renamed_keys(sections, problems)
+    compat.apply_trinity_overlong(sections, problems, inherited=base)
+    compat.apply_trinity_old_logprobs(sections, problems, inherited=base)
     compat.apply_verl_trainer_config(sections, problems, inherited=base)
     _stage_taskset_into_list(sections["buffer"], merged["buffer"])
     for section in STAGE_SECTIONS:

@@ -148,6 +148,42 @@ NO_LORA = "rfthpc trains every weight (FSDP2), without LoRA adapters; remove it"
 OLD_REPLAY = ("Trinity-RFT's older replay settings: use experience_buffer.replay_buffer (enable, "
               "reuse_cooldown_time, priority_fn, priority_fn_args), their current form")
 
+NO_EXTERNAL_MODEL = ("an external model behind an OpenAI-compatible API (what Trinity-RFT's `mode: bench` can evaluate) "
+                     "is not run by rfthpc, whose explorers run the policy themselves with vLLM from model.model_path: "
+                     "evaluate a local copy of the model instead")
+TINKER = ("Trinity-RFT's Tinker backend (training and sampling through Thinking Machines' hosted Tinker service, with "
+          "LoRA adapters) is not in rfthpc, which trains every weight on the cluster's GPUs with FSDP2 and rolls out "
+          "with vLLM: remove it (the model trains where the run's Slurm jobs run)")
+OLD_LOGPROBS = (
+    "Trinity-RFT's choice, for any policy loss, of the behaviour policy's log-probabilities (true) or ones recomputed "
+    "at the start of the step (false) as the loss's old policy; in rfthpc each policy loss reads the ones it declares "
+    "(the off-policy losses, m2po, tis, topr, cispo, kimi15, opmd, rec, pg, gpg: the behaviour policy's; ppo, gspo and "
+    "veRL's other losses: the step's), and ppo against the behaviour policy is algorithm.rollout_correction."
+    "bypass_mode: true (which true is read as, with ppo): choose a policy loss that reads what you want, and remove it")
+
+
+def policy_loss_of(algorithm: Given) -> str | None:
+    """The policy loss an `algorithm` section names, else its algorithm_type's preset's (ppo's by default)."""
+    from rfthpc.algorithms.presets import ALGORITHM_PRESETS
+
+    preset = ALGORITHM_PRESETS.get(str(algorithm.get("algorithm_type") or "ppo")) or {}
+    return algorithm.get("policy_loss_fn") or preset.get("policy_loss_fn")
+
+
+def _old_logprobs_as_the_loss_reads(value: Any, given: Given) -> bool:
+    """`bypass_old_logprobs` asks for what the policy loss reads anyway: the behaviour policy's
+    log-probabilities (true) for a loss declaring them, recomputed ones (false) for one that does not."""
+    from rfthpc import algorithms as algos
+    from rfthpc.errors import ConfigError
+
+    loss = policy_loss_of(given)
+    try:
+        reads = algos.POLICY_LOSS_FNS.needs(loss).old_log_prob if loss else None
+    except ConfigError:
+        return False  # an unknown loss (reported on its own) cannot be told
+    return reads == ("behaviour" if value else "proximal")
+
+
 _TASKSET = "buffer.explorer_input.taskset."
 _EXPERIENCE = "buffer.trainer_input.experience_buffer."
 _ROLLOUT = "explorer.rollout_model."
@@ -262,9 +298,31 @@ TRINITY_KEYS: dict[str, Answer] = {
     "synchronizer.explorer_world_size": Ignored(f"{SET_BY_TRINITY}; explorers never join the trainer's process group "
                                                 "in rfthpc"),
     "monitor.cache_dir": Ignored(f"{SET_BY_TRINITY}; metrics go to <run dir>/monitor/"),
+    _ROLLOUT + "enable_log_requests": Ignored("vLLM's log line for every request it receives; rfthpc's explorers log "
+                                              "each batch (log/, monitor/) and keep every rollout in the experience "
+                                              "store (`rfthpc store inspect|export`)"),
+    "model.tinker": Refused(TINKER, _nothing_enabled),
+    "model.external_model": Refused(NO_EXTERNAL_MODEL, _nothing_enabled),
+    "algorithm.bypass_old_logprobs": Refused(
+        OLD_LOGPROBS, _old_logprobs_as_the_loss_reads,
+        "the policy loss already reads the log-probabilities it asks for (the behaviour policy's for true, ones "
+        "recomputed at the start of the step for false)"),
 }
 """Trinity-RFT keys rfthpc does not have, by their path in a config (a taskset's as `taskset`'s, an
 auxiliary model's as `rollout_model`'s, a stage's as the run's)."""
+
+
+TRINITY_MODES: dict[str, Refused] = {
+    "bench": Refused(
+        "Trinity-RFT's benchmark mode (evaluating a model, or each saved checkpoint, on the eval tasksets without "
+        "training) is not in rfthpc, which evaluates inside a run: rank 0 of the explorers evaluates "
+        "buffer.explorer_input.eval_tasksets on start-up (explorer.eval_on_startup), every explorer.eval_interval "
+        "policy versions and on the final policy; to score a model, start a run from it (model.model_path, a "
+        "training taskset) and read eval/* at policy version 0"),
+    "serve": Refused(f"{SERVE} (Trinity-RFT's explorer serving the policy to outside agents through an OpenAI API); "
+                     "rfthpc's workflows run inside its explorers (module:function workflows for agents)"),
+}
+"""Trinity-RFT's values of `mode` that rfthpc does not have (its modes: both, explore, train)."""
 
 
 def trinity_key(path: str) -> str:

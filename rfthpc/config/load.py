@@ -19,8 +19,8 @@ from omegaconf.errors import OmegaConfBaseException
 from rfthpc.config import compat
 from rfthpc.config.derive import Stage, deep_merge, idle_gpus_note, merge_taskset, resolve_stages
 from rfthpc.config.schema import Config
-from rfthpc.config.settings import explorer_settings, trainer_settings
-from rfthpc.config.typed import PATHS, Mapped, Problems, build, to_dict
+from rfthpc.config.settings import UnresolvedError, explorer_settings, trainer_settings
+from rfthpc.config.typed import INVALID, PATHS, Mapped, Problems, build, to_dict
 from rfthpc.config.validate import validate
 from rfthpc.errors import ConfigError
 
@@ -45,8 +45,9 @@ _Loader.add_implicit_resolver(
 )
 
 
-def read_yaml(path: Path) -> dict[str, Any]:
-    """Read a YAML config and resolve its `${...}` interpolations (env vars with defaults, references)."""
+def read_yaml(path: Path, problems: Problems | None = None) -> dict[str, Any]:
+    """Read a YAML config and resolve its `${...}` interpolations (env vars with defaults, references).
+    A value that cannot be resolved is recorded in `problems` (given one) and read as unset, or raised."""
     path = Path(path)
     if path.is_dir():
         raise ConfigError(f"config file {path} is a directory; give the YAML file in it")
@@ -64,22 +65,88 @@ def read_yaml(path: Path) -> dict[str, Any]:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(data).__name__}")
-    return resolve_interpolations(data, str(path))
+    return resolve_interpolations(data, str(path), problems)
 
 
-def resolve_interpolations(data: dict[str, Any], source: str) -> dict[str, Any]:
-    """Resolve `${oc.env:VAR,default}` and `${other.key}` with OmegaConf's resolvers."""
+_INTERPOLATION_HINT = ("An environment variable read when the config is loaded is written ${oc.env:VAR,default}; a "
+                       "shell variable of the job script (slurm.setup lines) is written $VAR or \\${VAR}")
+_UNSET_ENV = re.compile(r"Environment variable '([^']+)' not found")
+
+
+def resolve_interpolations(data: dict[str, Any], source: str, problems: Problems | None = None) -> dict[str, Any]:
+    """Resolve `${oc.env:VAR,default}` and `${other.key}` with OmegaConf's resolvers.
+
+    Given `problems`, each value that cannot be resolved (an environment variable that is not set and
+    has no default, a reference to no key) is recorded there and read as unset (null), and every
+    other value is still resolved: the config's other problems are found in the same round. Without,
+    the first is raised."""
+    conf = OmegaConf.create(data)
     try:
-        return OmegaConf.to_container(OmegaConf.create(data), resolve=True)  # type: ignore[return-value]
+        return OmegaConf.to_container(conf, resolve=True)  # type: ignore[return-value]
     except OmegaConfBaseException as e:
-        msg = str(e).splitlines()[0]
-        key = getattr(e, "full_key", None)
-        where = f"{source}: {key}" if key else source
-        raise ConfigError(
-            f"{where}: cannot resolve an interpolation: {msg}. An environment variable read when the config "
-            "is loaded is written ${oc.env:VAR,default}; a shell variable of the job script (slurm.setup lines) "
-            "is written $VAR or \\${VAR}"
-        ) from None
+        if problems is None:
+            key = getattr(e, "full_key", None)
+            where = f"{source}: {key}" if key else source
+            raise ConfigError(f"{where}: cannot resolve an interpolation: {str(e).splitlines()[0]}. "
+                              f"{_INTERPOLATION_HINT}") from None
+    found, readers = _unset_unresolvable(conf, data)
+    for key, message, kind in found:
+        problems.add(message, kind)
+        problems.cover(key)
+    for key in readers:
+        problems.cover(key)
+    return OmegaConf.to_container(conf, resolve=True)  # type: ignore[return-value]
+
+
+def _interpolated(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], str]]:
+    """(path, text) of each string of plain data `value` holding an interpolation."""
+    if isinstance(value, dict):
+        return [found for k, v in value.items() for found in _interpolated(v, (*path, k))]
+    if isinstance(value, list):
+        return [found for i, v in enumerate(value) for found in _interpolated(v, (*path, i))]
+    return [(path, value)] if isinstance(value, str) and "${" in value else []
+
+
+def _dotted(path: tuple[Any, ...]) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
+
+
+def _unset_unresolvable(conf: Any, data: dict[str, Any]) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """Set to None each value of `conf` (made from `data`) that cannot be resolved; return (key,
+    problem, kind) of each, and the keys of the values that failed only because they refer to one of
+    them (not problems of their own: they resolve to that null)."""
+    pending = _interpolated(data)
+    found, readers = [], []
+    while pending:
+        failed = []
+        for path, text in pending:
+            parent = conf
+            for part in path[:-1]:
+                parent = parent[part]
+            try:
+                parent[path[-1]]
+            except OmegaConfBaseException as e:
+                failed.append((path, text, parent, str(e).splitlines()[0]))
+        # A value whose own text names the unset variable (or any failure, when none does: a
+        # reference to no key fails where it is written) is a problem; the others wait for the next pass.
+        unset_env = [(f, _UNSET_ENV.search(f[3])) for f in failed]
+        roots = [f for f, m in unset_env if m is None or f"oc.env:{m.group(1)}" in f[1]] or failed
+        for path, text, parent, error in roots:
+            parent[path[-1]] = None
+            found.append(_unresolvable_problem(_dotted(path), text, error))
+        pending = [(path, text) for path, text, _, _ in failed if all(path != r[0] for r in roots)]
+        readers += [_dotted(path) for path, _ in pending]
+    return found, readers
+
+
+def _unresolvable_problem(key: str, text: str, error: str) -> tuple[str, str, str]:
+    """(key, problem, kind) for the value `text` at `key` that OmegaConf could not resolve (`error`)."""
+    unset = _UNSET_ENV.search(error)
+    if unset:
+        var = unset.group(1)
+        return key, (f"{key}: {text!r} reads the environment variable {var}, which is not set; export it "
+                     f"(export {var}=...) or give the config a default: ${{oc.env:{var},DEFAULT}}"), PATHS
+    return key, f"{key}: cannot resolve an interpolation: {error}. {_INTERPOLATION_HINT}", INVALID
 
 
 def config_from_dict(raw: dict[str, Any], source: str, problems: Problems | None = None) -> Config:
@@ -99,6 +166,9 @@ def config_from_dict(raw: dict[str, Any], source: str, problems: Problems | None
             trainer["trainer_config"] = deep_merge(from_file, trainer.get("trainer_config") or {})
     compat.apply_roll_keys(raw, problems)
     compat.apply_renamed_keys(raw, problems)
+    compat.apply_trinity_overlong(raw, problems)
+    compat.apply_trinity_old_logprobs(raw, problems)
+    compat.apply_trinity_modes(raw, problems)
     compat.apply_sync_style_names(raw, problems)
     compat.apply_trinity_value_names(raw, problems)
     compat.apply_verl_trainer_config(raw, problems)
@@ -156,8 +226,8 @@ def load_config(
     `check_paths=False` skips existence checks of model and dataset paths (for configs meant for
     another machine); every other check runs.
     """
-    raw = read_yaml(Path(path))
     problems = Problems(str(path))
+    raw = read_yaml(Path(path), problems)
     notes = compat.value_notes(raw)
     cfg = config_from_dict(raw, str(path), problems)
     cfg = apply_overrides(cfg, list(overrides or []), prog=prog, problems=problems)
@@ -176,11 +246,14 @@ def load_config(
 def _check_settings(stages: list[Stage], problems: Problems) -> None:
     """Resolve what the roles will read, now: a mistake only this finds is found before the queue.
     Each settings builder stops at its first problem; one about a key already named is left out,
-    and so is a failure the problems already found explain."""
+    and so is a failure the problems already found explain (a value left unset by one of them)."""
     named = {message.split(":", 1)[0] for message in problems.items}
     for settings in (trainer_settings, explorer_settings):
         try:
             settings(stages)
+        except UnresolvedError as e:
+            if not problems:
+                problems.add(str(e))
         except ConfigError as e:
             if str(e).split(":", 1)[0] not in named:
                 problems.add(str(e))

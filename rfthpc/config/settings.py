@@ -34,10 +34,15 @@ def _frozen(args: Mapping[str, Any]) -> Mapping[str, Any]:
     return MappingProxyType(dict(args))
 
 
+class UnresolvedError(ConfigError):
+    """A value finalizing the config sets is unset: the config was not finalized, or a problem found
+    while finalizing it (an unknown algorithm_type, whose preset names no functions) left it unset."""
+
+
 def _required(value: Any, key: str) -> Any:
-    """`value`, which finalizing the config has set; a None here means the config was not finalized."""
+    """`value`, which finalizing the config has set; UnresolvedError if it is None."""
     if value is None:
-        raise ConfigError(f"{key}: not set after the config was resolved; set it in the config")
+        raise UnresolvedError(f"{key}: not set after the config was resolved; set it in the config")
     return value
 
 

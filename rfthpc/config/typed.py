@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
@@ -78,6 +79,7 @@ class Problems:
             self.stages: list[str] = []
             self._ignored: dict[str, list[str]] = {}
             self._checks_from: int | None = None
+            self._covered: set[str] = set()
         else:
             self.notes, self.mapped = root.notes, root.mapped
 
@@ -87,8 +89,16 @@ class Problems:
         return [f"{p.key}: {p.message}" if p.key else p.message for p in self._root._items]
 
     def add(self, message: str, kind: str = INVALID) -> None:
-        """Record one problem of `kind` (one of KINDS)."""
+        """Record one problem of `kind` (one of KINDS), unless it is about a key a problem already
+        recorded covers (`cover`)."""
+        if _canonical(message.split(":", 1)[0]) in self._root._covered:
+            return
         self._root._items.append(_Problem(kind, message, self.stage))
+
+    def cover(self, key: str) -> None:
+        """Note that the problem recorded about `key` covers it: its value could not be read and is
+        unset, so a later check that finds it unset (`model.model_path: missing`) says nothing new."""
+        self._root._covered.add(_canonical(key))
 
     def refuse(self, key: str, framework: str, why: str) -> None:
         """Record that `framework`'s `key` is refused, and why (with the alternative)."""
@@ -176,6 +186,11 @@ class Problems:
         """Raise a ConfigError listing every recorded problem."""
         if self._root._items:
             raise ConfigError(self.message())
+
+
+def _canonical(key: str) -> str:
+    """`key` as the checks of the finalized config name it: Trinity's single taskset is `tasksets[0]`."""
+    return re.sub(r"^buffer\.explorer_input\.taskset\b", "buffer.explorer_input.tasksets[0]", key)
 
 
 def _join(path: str, key: str) -> str:

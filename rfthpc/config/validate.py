@@ -73,7 +73,13 @@ def _check_functions(cfg: Config, problems: Problems) -> None:
             _check_workflow(problems, f"buffer.explorer_input.{group}[{i}]", ts,
                             [aux.name for aux in cfg.explorer.auxiliary_models])
     if alg.algorithm_type not in ALGORITHM_PRESETS:
-        return  # reported when it was finalized; it names no functions to check
+        # Reported when it was finalized; the functions the config names itself are still checked
+        # (the rest of the algorithm, which the preset would have filled, is not set).
+        _check_function(problems, "algorithm.advantage_fn", alg.advantage_fn, algos.ADVANTAGE_FNS,
+                        alg.advantage_fn_args)
+        _check_function(problems, "algorithm.policy_loss_fn", alg.policy_loss_fn, algos.POLICY_LOSS_FNS,
+                        alg.policy_loss_fn_args)
+        return
     # Each function's arguments are checked as the trainer binds them: advantage, policy-loss and
     # entropy arguments are keyword arguments of the function; the KL coefficients go through the
     # same plain-Python functions the trainer builds them with.
@@ -243,7 +249,11 @@ def _check_workflow(problems: Problems, key: str, ts: TasksetConfig, auxiliary: 
 
     before = len(problems.items)
     _check_function(problems, f"{key}.default_workflow_type", ts.default_workflow_type, WORKFLOWS, kind=WORKFLOW)
-    _check_function(problems, f"{key}.default_reward_fn_type", ts.default_reward_fn_type, REWARDS, kind=WORKFLOW)
+    elsewhere = compat.REWARDS_ELSEWHERE.get(ts.default_reward_fn_type or "")
+    if elsewhere:
+        problems.add(f"{key}.default_reward_fn_type: {ts.default_reward_fn_type!r} {elsewhere}", REFUSED)
+    else:
+        _check_function(problems, f"{key}.default_reward_fn_type", ts.default_reward_fn_type, REWARDS, kind=WORKFLOW)
     if len(problems.items) > before or not ts.default_workflow_type:
         return
     # The workflow is imported (workflows are light; a user's module:function is imported anyway).

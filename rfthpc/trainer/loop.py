@@ -7,7 +7,8 @@ A step (global step t, the trainer holding policy version t - 1):
     log-probabilities (KL), the policy's before the update (PPO's ratio, when the step makes
     several updates; with sum_v pi_v^2 for an advantage that declares it, the optimal token
     baseline), the critic's values (GAE);
- 3. rewards are shaped and advantages computed (every rank, whole batch);
+ 3. rewards are shaped and advantages computed (every rank, whole batch); responses the advantage
+    leaves out (grpo's std_threshold) leave the loss masks;
  4. the critic, then the policy, take `ppo_epochs` passes of mini-batch updates;
  5. every `sync_interval` steps of an RL stage the policy is published under `weights/step_<t>`
     (`sync_style: explorer_driven`: when an explorer asked for weights, `rfthpc.weight_requests`;
@@ -388,6 +389,9 @@ class Trainer:
                                               max_prompt_tokens=stage.max_prompt_tokens,
                                               max_response_tokens=stage.max_response_tokens,
                                               sum_pi_squared=sum_pi_squared)
+        if alg.advantage_needs.drops_responses:
+            # The samples' own masks, which the micro-batches carry, lose those responses too.
+            samples = _rejected(samples, tensors.mask)
         actor_samples, actor_mask = samples, tensors.mask
         if alg.needs_start_policy:
             staleness_t = torch.tensor([pos.step - s.policy_version for s in samples])
@@ -566,9 +570,9 @@ def _plan(samples: list[Sample], indices: list[int], *, world_size: int, token_b
 
 
 def _rejected(samples: list[Sample], keep: torch.Tensor) -> list[Sample]:
-    """The samples with the tokens rollout rejection removed out of their loss masks: the actor's
-    micro-batches then carry the reduced masks, and the loss's denominators (and the weighting of
-    micro-batches, update.py) count only the tokens kept."""
+    """The samples with the tokens outside `keep` (rollout rejection's, or responses the advantage
+    leaves out) removed from their loss masks: the micro-batches then carry the reduced masks, and the
+    loss's denominators (and the weighting of micro-batches, update.py) count only the tokens kept."""
     kept = keep.numpy()
     return [dataclasses.replace(s, loss_mask=s.loss_mask & kept[i, :len(s.loss_mask)]) for i, s in enumerate(samples)]
 

@@ -32,6 +32,7 @@ import torch
 
 from rfthpc import algorithms as algos
 from rfthpc.algorithms import rollout_correction as rollout_fns
+from rfthpc.algorithms.advantages import AdvantageFn
 from rfthpc.algorithms.aggregation import token_weights
 from rfthpc.algorithms.declare import Needs
 from rfthpc.algorithms.rollout_settings import RolloutCorrection
@@ -49,7 +50,7 @@ class Algorithm:
     entropy_bonus: Callable[..., tuple[torch.Tensor, dict[str, float]]]
     loss_agg_mode: str
     advantage_name: str | None = None
-    advantage: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None
+    advantage: AdvantageFn | None = None
     kl_loss_fn: str = "none"
     kl_loss_coef: float = 0.0
     kl_penalty_fn: str = "none"

@@ -26,6 +26,7 @@ class StepTensors:
     """Per-token tensors of the whole batch, (B, R) with R the longest response (CPU)."""
 
     mask: torch.Tensor
+    """(B, R) loss mask: the response tokens trained (without the responses the advantage leaves out)."""
     rewards: torch.Tensor
     """(B,) sequence rewards."""
     behaviour: torch.Tensor | None = None
@@ -120,7 +121,11 @@ def build_step_tensors(
         # NaN marks a group without a greedy baseline; None when no group has one (remax names both).
         baseline_rewards=_baselines(samples),
     )
-    t.advantages, t.returns = algorithm.advantage(inputs)
+    t.advantages, t.returns, *trained = algorithm.advantage(inputs)
+    if algorithm.advantage_needs.drops_responses:
+        # The responses the advantage leaves out (grpo's std_threshold) leave the loss mask.
+        t.mask = mask = mask & trained[0].unsqueeze(-1)
+        metrics["critic/dropped_responses"] = float((~trained[0]).sum())
     seq_rewards = token_rewards.sum(-1) if token_rewards is not None else rewards
     metrics.update(_stats("critic/score", scores.sum(-1) if scores is not None else rewards))
     metrics.update(_stats("critic/rewards", seq_rewards))

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rfthpc.config.compat import TRINITY_OVERLONG_KEYS, trinity_overlong_problem
 from rfthpc.data.tasksets import Task
 from rfthpc.rewards.math_reward import accuracy_reward
 from rfthpc.rewards.registry import REWARDS
@@ -62,14 +61,9 @@ def _flag_problems(args: Mapping[str, Any], flags: tuple[str, ...]) -> list[str]
             for name in flags if name in args and not isinstance(args[name], bool)]
 
 
-def _overlong_problems(args: Mapping[str, Any]) -> list[str]:
-    problem = trinity_overlong_problem("workflow_args", args)
-    return [problem] if problem else []
-
-
 def boxed_arg_problems(args: Mapping[str, Any]) -> list[str]:
     """The problems with `math_boxed_workflow`'s `workflow_args`."""
-    problems = _flag_problems(args, ("use_base", "with_think")) + _overlong_problems(args)
+    problems = _flag_problems(args, ("use_base", "with_think"))
     coef = args.get("format_score_coef", 0.1)
     if isinstance(coef, bool) or not isinstance(coef, (int, float)) or coef < 0:
         problems.append(f"workflow_args.format_score_coef: {coef!r}; use a number >= 0 (the penalty of a "
@@ -77,7 +71,7 @@ def boxed_arg_problems(args: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-@needs(args=("use_base", "with_think", "format_score_coef", *TRINITY_OVERLONG_KEYS),
+@needs(args=("use_base", "with_think", "format_score_coef"),
        default_reward="math_boxed_reward", truth=True, check=boxed_arg_problems)
 def math_boxed_workflow(task: Task, ctx: WorkflowContext) -> WorkflowResult:
     """Trinity-RFT's `math_boxed_workflow`: one turn asking for the answer in `\\boxed{}`; reward
@@ -93,8 +87,8 @@ def math_boxed_workflow(task: Task, ctx: WorkflowContext) -> WorkflowResult:
     `with_think` and `format_score_coef`.
 
     Where it differs: Trinity's DAPO example gives this workflow `enable_overlong_penalty`,
-    `penalty_factor`, `max_response_length` and `cache_length`; here they are an error that names
-    the `algorithm.overlong_buffer` settings doing the same. The reply prefix (`format.reply_prefix`)
+    `penalty_factor`, `max_response_length` and `cache_length`; loading the config reads them as
+    `algorithm.overlong_buffer` (config.compat.apply_trinity_overlong). The reply prefix (`format.reply_prefix`)
     is appended to the prompt as in every rfthpc workflow, not sent as an assistant message.
     """
     assert task.reward_fn is not None, "run_workflow gives the default reward"
@@ -109,10 +103,10 @@ def math_boxed_workflow(task: Task, ctx: WorkflowContext) -> WorkflowResult:
 
 def dapo_arg_problems(args: Mapping[str, Any]) -> list[str]:
     """The problems with `math_dapo_workflow`'s `workflow_args`."""
-    return _flag_problems(args, ("use_base",)) + _overlong_problems(args)
+    return _flag_problems(args, ("use_base",))
 
 
-@needs(args=("use_base", *TRINITY_OVERLONG_KEYS), default_reward="math_dapo_reward", truth=True,
+@needs(args=("use_base",), default_reward="math_dapo_reward", truth=True,
        check=dapo_arg_problems)
 def math_dapo_workflow(task: Task, ctx: WorkflowContext) -> WorkflowResult:
     """Trinity-RFT's `math_dapo_workflow`: one turn with the taskset's own system prompt (there is no
@@ -120,8 +114,8 @@ def math_dapo_workflow(task: Task, ctx: WorkflowContext) -> WorkflowResult:
 
     workflow_args: `use_base` as in `math_boxed_workflow`. Where it differs: Trinity always scores
     with `math_dapo_reward`; here a reward the taskset names is used instead. Trinity's overlong
-    settings (`enable_overlong_penalty`, ...) are an error naming the `algorithm.overlong_buffer`
-    settings that do the same.
+    settings (`enable_overlong_penalty`, ...) are read as `algorithm.overlong_buffer` when the config
+    is loaded (config.compat.apply_trinity_overlong).
     """
     assert task.reward_fn is not None, "run_workflow gives the default reward"
     use_base = task.workflow_args.get("use_base", False)

@@ -15,6 +15,11 @@ if TYPE_CHECKING:
 WORKFLOWS: Registry[Workflow] = Registry("workflow", "buffer.explorer_input.default_workflow_type", {
     "simple_workflow": "rfthpc.workflows.simple:simple_workflow",
     "math_workflow": "rfthpc.workflows.math:math_workflow",
+    # Trinity-RFT's async_* variants run the same prompts and reward through its model's asynchronous
+    # chat call (AsyncSimpleWorkflow; AsyncMathWorkflow takes MathWorkflow's reset); rfthpc batches
+    # every workflow's engine requests itself, so each is its synchronous workflow.
+    "async_simple_workflow": "rfthpc.workflows.simple:simple_workflow",
+    "async_math_workflow": "rfthpc.workflows.math:math_workflow",
     "env_workflow": "rfthpc.workflows.env:env_workflow",
     "math_boxed_workflow": "rfthpc.workflows.math:math_boxed_workflow",
     "math_dapo_workflow": "rfthpc.workflows.math:math_dapo_workflow",

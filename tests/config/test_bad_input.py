@@ -253,7 +253,9 @@ def test_env_interpolation_with_and_without_default(tmp_path: Path, base: str, m
     cfg = load_config(write(tmp_path, base.replace("batch_size: 4", "batch_size: ${oc.env:RFTHPC_TEST_BS,2}"))).config
     assert cfg.buffer.batch_size == 2
     msg = _error(write(tmp_path, base.replace("batch_size: 4", "batch_size: ${oc.env:RFTHPC_TEST_BS}")))
-    assert "RFTHPC_TEST_BS" in msg and "${oc.env:VAR,default}" in msg
+    assert ("buffer.batch_size: '${oc.env:RFTHPC_TEST_BS}' reads the environment variable RFTHPC_TEST_BS, which is "
+            "not set; export it (export RFTHPC_TEST_BS=...) or give the config a default: "
+            "${oc.env:RFTHPC_TEST_BS,DEFAULT}") in msg
 
 
 def test_shell_variables_in_setup_lines_are_named_and_escapable(tmp_path: Path, base: str) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rfthpc.config import load_config
+from rfthpc.config import foreign, load_config
 from rfthpc.errors import ConfigError
 from tests.config.conftest import SEEDS, write
 from tests.config.test_bad_input import base  # noqa: F401  (fixture)
@@ -214,3 +214,51 @@ def test_trinity_rft_s_older_replay_keys_name_the_current_ones(tmp_path: Path, b
     assert "experience_buffer.replay_buffer (enable, reuse_cooldown_time, priority_fn, priority_fn_args)" in msg
     off = base.replace("  batch_size: 4\n", "  batch_size: 4\n" + eb.format(on="false", t="null"))
     assert "use_priority_queue" in "\n".join(load_config(write(tmp_path, off)).notes)
+
+
+def test_trinity_features_rfthpc_lacks_are_answered_not_unknown(tmp_path: Path, base: str) -> None:  # noqa: F811
+    """vLLM's request logging is ignored; Trinity's Tinker backend, benchmark mode and external model are
+    refused with the reason and the alternative, once each (the benchmark config's missing training
+    taskset and its mode are not reported again)."""
+    text = base + "explorer:\n  rollout_model: {enable_log_requests: true}\n"
+    notes = load_config(write(tmp_path, text)).notes
+    assert any(n.startswith("explorer.rollout_model.enable_log_requests: ignored: vLLM's log line for every request")
+               for n in notes), notes
+    off = load_config(write(tmp_path, base.replace("  max_response_tokens: 32\n",
+                                                   "  max_response_tokens: 32\n  tinker: {enable: false}\n")))
+    assert any("model.tinker" in n and "left empty, off or at its default" in n for n in off.notes), off.notes
+    msg = _error(write(tmp_path, base.replace("  max_response_tokens: 32\n",
+                                              "  max_response_tokens: 32\n  tinker: {enable: true, rank: 32}\n")))
+    assert "  - model.tinker: Trinity-RFT key not supported by rfthpc: Trinity-RFT's Tinker backend" in msg
+    bench = "mode: bench\n" + base.replace("    taskset:\n      name: t\n", "    eval_tasksets:\n    - name: t\n").replace(
+        "  max_response_tokens: 32\n", "  max_response_tokens: 32\n  external_model: {enable: true, model_name: m}\n")
+    msg = _error(write(tmp_path, bench))
+    assert msg.splitlines()[1:] == [
+        "refused features:",
+        "  - mode: 'bench' is not an rfthpc mode (both, explore, train): " + foreign.TRINITY_MODES["bench"].why,
+        "  - model.external_model: Trinity-RFT key not supported by rfthpc: " + foreign.NO_EXTERNAL_MODEL], msg
+
+
+@pytest.mark.parametrize(("algorithm", "value", "answer"), [
+    ("algorithm_type: grpo", "true", "mapped"),  # ppo against the behaviour policy: veRL's bypass mode
+    ("algorithm_type: grpo\n  policy_loss_fn: m2po", "true", "ignored"),  # m2po reads the behaviour policy anyway
+    ("algorithm_type: grpo", "false", "ignored"),  # ppo recomputes at the step's start anyway
+    ("algorithm_type: grpo\n  policy_loss_fn: gspo", "true", "refused"),
+    ("algorithm_type: grpo\n  policy_loss_fn: m2po", "false", "refused"),
+])
+def test_trinity_bypass_old_logprobs(tmp_path: Path, base: str, algorithm: str, value: str, answer: str) -> None:  # noqa: F811
+    text = base.replace("algorithm_type: grpo", f"{algorithm}\n  bypass_old_logprobs: {value}")
+    if answer == "refused":
+        assert "  - algorithm.bypass_old_logprobs: Trinity-RFT key not supported by rfthpc: Trinity-RFT's choice, " \
+               "for any policy loss, of the behaviour policy's log-probabilities" in _error(write(tmp_path, text))
+        return
+    loaded = load_config(write(tmp_path, text))
+    mapped = [(m.target, m.value, m.source) for m in loaded.mapped]
+    if answer == "mapped":
+        assert loaded.config.algorithm.rollout_correction.bypass_mode is True
+        assert loaded.config.algorithm.policy_loss_fn == "ppo"
+        assert mapped == [("algorithm.rollout_correction.bypass_mode", True, "algorithm.bypass_old_logprobs")]
+    else:
+        assert mapped == [] and not loaded.config.algorithm.rollout_correction.bypass_mode
+        assert any(n.startswith("algorithm.bypass_old_logprobs: ignored: the policy loss already reads")
+                   for n in loaded.notes), loaded.notes

@@ -94,3 +94,56 @@ def test_a_valid_config_still_loads_and_a_single_problem_reads_as_before(tmp_pat
         ("  - monitr: unknown key; did you mean 'monitor'? (valid keys here: project, name, mode, checkpoint_root_dir, "
          "continue_from_checkpoint, algorithm, model, cluster, buffer, explorer, synchronizer, trainer, monitor, "
          "stages, slurm, filesystem)")]
+
+
+def _lines_naming(msg: str, text: str) -> list[str]:
+    return [line for line in msg.splitlines() if text in line]
+
+
+def test_a_refused_key_is_reported_once_under_one_kind(tmp_path: Path, base: str) -> None:  # noqa: F811
+    """A refused selector, its estimator keys and a reward function rfthpc does not have are not also
+    an invalid choice, unknown keys or an unknown function; an unknown algorithm is not also the
+    functions its preset would have named."""
+    text = base.replace("      name: t\n", "      name: t\n      data_selector:\n        selector_type: difficulty_based\n"
+                        "        feature_keys: [pass_rate]\n        kwargs: {m: 16}\n")
+    text = text.replace("default_workflow_type: math_workflow",
+                        "default_workflow_type: math_workflow\n    default_reward_fn_type: rm_gallery_reward")
+    text = text.replace("algorithm_type: grpo", "algorithm_type: multi_step_grpo")
+    msg = str(pytest.raises(ConfigError, load_config, write(tmp_path, text)).value)
+    for key in ("selector_type", "feature_keys", "kwargs", "rm_gallery_reward"):
+        [line] = _lines_naming(msg, key)
+        assert line.startswith("  - buffer.explorer_input.taskset"), line
+    headers = [line[:-1] for line in msg.splitlines() if not line.startswith(" ") and line.endswith(":")]
+    assert headers == ["refused features", "algorithm"], msg
+    assert "not set after the config was resolved" not in msg
+    assert msg.splitlines()[0].endswith(": 5 problems")
+
+
+def test_an_unset_environment_variable_is_one_problem_among_the_others(
+        tmp_path: Path, base: str, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """`${oc.env:VAR}` without a default, VAR unset: a problem naming VAR and both fixes, in the same
+    round as the rest; the value (and a value referring to it) is read as unset, which no later check
+    reports again."""
+    monkeypatch.delenv("RFTHPC_TEST_MODEL", raising=False)
+    model = base.split("model_path: ", 1)[1].split("\n", 1)[0]
+    text = base.replace(f"model_path: {model}", "model_path: ${oc.env:RFTHPC_TEST_MODEL}")
+    text = text.replace("    default_workflow_type", "    eval_tasksets:\n    - name: e\n"
+                        "      path: ${model.model_path}/eval.jsonl\n    default_workflow_type")
+    path = write(tmp_path, text + "trainr: {}\n")
+    msg = str(pytest.raises(ConfigError, load_config, path).value)
+    assert ("  - model.model_path: '${oc.env:RFTHPC_TEST_MODEL}' reads the environment variable RFTHPC_TEST_MODEL, "
+            "which is not set; export it (export RFTHPC_TEST_MODEL=...) or give the config a default: "
+            "${oc.env:RFTHPC_TEST_MODEL,DEFAULT}") in msg.splitlines()
+    assert "trainr: unknown key" in msg
+    assert msg.splitlines()[0].endswith(": 2 problems"), msg
+    out = subprocess.run([sys.executable, "-m", "rfthpc", "config", "validate", "--config", str(path)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 2 and "RFTHPC_TEST_MODEL" in out.stderr and "trainr" in out.stderr
+
+
+def test_the_functions_of_an_unknown_algorithm_are_checked_under_its_kind(tmp_path: Path, base: str) -> None:  # noqa: F811
+    text = base.replace("algorithm_type: grpo", "algorithm_type: grpo_verl\n  advantage_fn: clipb")
+    lines = str(pytest.raises(ConfigError, load_config, write(tmp_path, text)).value).splitlines()
+    assert lines[0].endswith(": 2 problems") and lines[1] == "algorithm:", lines
+    assert lines[2].startswith("  - algorithm.algorithm_type: unknown algorithm 'grpo_verl'")
+    assert lines[3].startswith("  - algorithm.advantage_fn: unknown advantage function 'clipb'")

@@ -1,6 +1,6 @@
 """Trinity-RFT's workflow and reward settings are checked when the config is loaded, before the queue:
-the auxiliary model a judging workflow asks, and Trinity's DAPO overlong settings, whose place in
-rfthpc is algorithm.overlong_buffer."""
+the auxiliary model a judging workflow asks; Trinity's DAPO overlong settings are read as rfthpc's
+algorithm.overlong_buffer."""
 
 from __future__ import annotations
 
@@ -55,23 +55,87 @@ def test_the_judge_a_workflow_asks_is_checked(tmp_path: Path, base: str) -> None
                 "explorer.auxiliary_models are: judge") in msg
 
 
-def test_trinity_overlong_settings_name_the_overlong_buffer(tmp_path: Path, base: str) -> None:
-    dapo = base.replace("default_workflow_type: math_workflow",
-                        "default_workflow_type: math_boxed_workflow\n    default_reward_fn_type: math_dapo_reward")
-    in_reward = dapo.replace("response_key: answer", "response_key: answer\n      reward_fn_args: "
-                             "{enable_overlong_penalty: true, penalty_factor: 0.5, max_response_length: 32, "
-                             "cache_length: 8}")
-    msg = _error(write(tmp_path, in_reward))
-    assert ("tasksets[0].reward_fn_args: enable_overlong_penalty, penalty_factor, max_response_length, cache_length "
-            "set Trinity-RFT's DAPO overlong penalty, which rfthpc's explorer adds to every reward as "
-            "algorithm.overlong_buffer; remove them and set algorithm.overlong_buffer: "
-            "{'enable': True, 'len': 8, 'penalty_factor': 0.5}") in msg
-    in_workflow = dapo.replace("response_key: answer", "response_key: answer\n      workflow_args: "
-                               "{use_base: true, enable_overlong_penalty: false}")
-    msg = _error(write(tmp_path, in_workflow))
-    assert ("tasksets[0].workflow_args: enable_overlong_penalty set Trinity-RFT's DAPO overlong penalty, which "
-            "rfthpc's explorer adds to every reward as algorithm.overlong_buffer; remove it (the penalty is off)") in msg
-    assert "not used by workflow" not in msg
+DAPO_ARGS = "{enable_overlong_penalty: true, penalty_factor: 0.5, max_response_length: 32, cache_length: 8}"
+
+
+def _dapo(config: str, where: str = "reward_fn_args", args: str = DAPO_ARGS, workflow: str = "math_boxed_workflow"
+          ) -> str:
+    """`config` with Trinity's DAPO example's workflow and reward, and its overlong settings in `where`."""
+    text = config.replace("default_workflow_type: math_workflow",
+                          f"default_workflow_type: {workflow}\n    default_reward_fn_type: math_dapo_reward")
+    return text.replace("response_key: answer", f"response_key: answer\n      {where}: {args}")
+
+
+def _second_taskset(config: str, group: str | None = None, extra: str = "") -> str:
+    """One more taskset on the data of `config`, with `extra` YAML in it (in a new list `group`, else
+    an entry of the list above), and the `default_workflow_type` line it goes before."""
+    data = config.split("      path: ", 1)[1].split("\n", 1)[0]
+    return (f"    {group}:\n" if group else "") + (
+        f"    - name: u\n      path: {data}\n      format: {{prompt_key: question, response_key: answer}}\n"
+        f"{extra}    default_workflow_type")
+
+
+def test_trinity_overlong_settings_are_read_as_the_overlong_buffer(tmp_path: Path, base: str) -> None:
+    for where, workflow in (("reward_fn_args", "math_boxed_workflow"), ("workflow_args", "math_dapo_workflow"),
+                            ("workflow_args", "math_boxed_workflow")):
+        loaded = load_config(write(tmp_path, _dapo(base, where, workflow=workflow)))
+        ob = loaded.config.algorithm.overlong_buffer
+        assert (ob.enable, ob.len, ob.penalty_factor) == (True, 8, 0.5)
+        ts = loaded.config.buffer.explorer_input.tasksets[0]
+        assert ts.reward_fn_args == {} and ts.workflow_args == {}
+        key = f"buffer.explorer_input.taskset.{where}"
+        assert {(m.target, m.value, m.source, m.framework) for m in loaded.mapped} == {
+            ("algorithm.overlong_buffer.enable", True, f"{key}.enable_overlong_penalty", "Trinity-RFT"),
+            ("algorithm.overlong_buffer.len", 8, f"{key}.cache_length", "Trinity-RFT"),
+            ("algorithm.overlong_buffer.penalty_factor", 0.5, f"{key}.penalty_factor", "Trinity-RFT")}
+        assert f"{key}.max_response_length: ignored: the overlong penalty's limit, which in rfthpc is " \
+               "model.max_response_tokens, the longest response generated" in loaded.notes
+
+
+def test_trinity_overlong_penalty_off_leaves_the_rest_ignored(tmp_path: Path, base: str) -> None:
+    text = _dapo(base, "workflow_args", "{use_base: true, enable_overlong_penalty: false, cache_length: 8}",
+                 "math_dapo_workflow")
+    loaded = load_config(write(tmp_path, text.replace("algorithm_type: grpo", "algorithm_type: dapo")))
+    assert loaded.config.algorithm.overlong_buffer.enable is False  # over the dapo preset's, as in Trinity
+    assert ("buffer.explorer_input.taskset.workflow_args.cache_length: ignored: read only with "
+            "enable_overlong_penalty: true") in loaded.notes
+
+
+def test_an_explicit_overlong_buffer_wins_with_a_note(tmp_path: Path, base: str) -> None:
+    text = _dapo(base).replace("  repeat_times: 4\n", "  repeat_times: 4\n  overlong_buffer: {len: 16}\n")
+    loaded = load_config(write(tmp_path, text))
+    assert loaded.config.algorithm.overlong_buffer.len == 16
+    assert ("buffer.explorer_input.taskset.reward_fn_args.cache_length: 8 is not used: the config sets "
+            "algorithm.overlong_buffer.len: 16") in loaded.notes
+    assert "algorithm.overlong_buffer.len" not in {m.target for m in loaded.mapped}
+
+
+def test_trinity_overlong_settings_rfthpc_cannot_follow_are_refused_once(tmp_path: Path, base: str) -> None:
+    """Another limit than model.max_response_tokens, and training tasksets with different penalties;
+    each named once, not again as arguments the reward does not take."""
+    msg = _error(write(tmp_path, _dapo(base, args=DAPO_ARGS.replace("max_response_length: 32",
+                                                                     "max_response_length: 20480"))))
+    [line] = [ln for ln in msg.splitlines() if "max_response_length" in ln]
+    assert line == ("  - buffer.explorer_input.taskset.reward_fn_args.max_response_length: Trinity-RFT key not "
+                    "supported by rfthpc: the overlong penalty's limit, 20480 tokens, differs from "
+                    "model.max_response_tokens (32), the longest response generated, up to which rfthpc measures "
+                    "the penalty; set max_response_length to 32 (or model.max_response_tokens to 20480)")
+    assert msg.splitlines()[0].endswith(": 1 problem")
+    listed = _dapo(base).replace("    taskset:\n      name: t\n", "    tasksets:\n    - name: t\n")
+    msg = _error(write(tmp_path, listed.replace("    default_workflow_type", _second_taskset(base))))
+    assert ("buffer.explorer_input.tasksets[0].reward_fn_args.enable_overlong_penalty: Trinity-RFT key not supported "
+            "by rfthpc: rfthpc's overlong penalty (algorithm.overlong_buffer) is one setting for every training "
+            "taskset, and the training tasksets' penalties differ: give each the same settings") in msg
+
+
+def test_an_eval_tasksets_overlong_settings_are_ignored(tmp_path: Path, base: str) -> None:
+    eval_taskset = _second_taskset(base, "eval_tasksets", "      default_reward_fn_type: math_dapo_reward\n"
+                                   f"      reward_fn_args: {DAPO_ARGS}\n")
+    loaded = load_config(write(tmp_path, base.replace("    default_workflow_type", eval_taskset)))
+    assert loaded.config.algorithm.overlong_buffer.enable is None
+    [note] = [n for n in loaded.notes if "eval_tasksets[0].reward_fn_args.enable_overlong_penalty" in n]
+    assert note.endswith("ignored: rfthpc's overlong penalty (algorithm.overlong_buffer) shapes the rewards trained "
+                         "on; evaluations report the reward function's own score")
 
 
 def test_rm_gallery_reward_is_named_as_not_part_of_rfthpc(tmp_path: Path, base: str) -> None:
@@ -91,3 +155,14 @@ def test_rows_of_a_workflow_that_reads_no_text_need_no_prompt_or_answer_column(t
     load_config(write(tmp_path, env))
     msg = _error(write(tmp_path, seeds))
     assert "format.prompt_key='question' is not a column" in msg
+
+
+def test_trinity_async_workflows_are_the_synchronous_ones_under_their_own_names(tmp_path: Path, base: str) -> None:
+    """Trinity's AsyncMathWorkflow is MathWorkflow (its prompts, its reward) called asynchronously."""
+    from rfthpc.workflows.registry import WORKFLOWS
+
+    assert WORKFLOWS.get("async_math_workflow") is WORKFLOWS.get("math_workflow")
+    assert WORKFLOWS.get("async_simple_workflow") is WORKFLOWS.get("simple_workflow")
+    loaded = load_config(write(tmp_path, _with(base, "async_math_workflow")))
+    assert loaded.config.buffer.explorer_input.tasksets[0].default_workflow_type == "async_math_workflow"
+    assert loaded.mapped == []

@@ -75,6 +75,35 @@ def test_other_estimators_get_no_components() -> None:
     assert seen["components"] is None
 
 
+def test_responses_grpo_leaves_out_leave_the_loss_mask() -> None:
+    """std_threshold: group 1 (equal rewards) is not trained; its rows leave the step's mask."""
+    samples = [_sample(0, 1.0, None), _sample(0, 0.0, None), _sample(1, 1.0, None), _sample(1, 1.0, None, n=1)]
+    t, metrics = build_step_tensors(samples, _algorithm("grpo", std_threshold=1e-4))
+    assert t.mask.tolist() == [[True, True], [True, True], [False, False], [False, False]]
+    assert metrics["critic/dropped_responses"] == 2.0
+    everyone, metrics = build_step_tensors(samples, _algorithm("grpo"))
+    assert everyone.mask.tolist() == [[True, True]] * 3 + [[True, False]]
+    assert metrics["critic/dropped_responses"] == 0.0
+
+
+def test_a_run_trains_without_the_groups_grpo_leaves_out(tmp_path: Path, tiny_model: Path) -> None:
+    """Every other group has equal rewards; with std_threshold the trainer leaves them out of each step."""
+    cfg = rl_config(tiny_model, **{"algorithm.advantage_fn_args": {"std_threshold": 1e-4}, "buffer.total_steps": 2,
+                                   "trainer.save_hf_checkpoint": "never"})
+    run = make_run(tmp_path / "run", cfg)
+    rng = np.random.default_rng(0)
+    with ChunkWriter(run.root, "ex", 0, groups_per_chunk=2, max_chunk_delay_s=3600) as w:
+        for i in range(4):
+            group = random_group(rng, f"t{i}", 4, 384)
+            for k, e in enumerate(group.experiences):
+                e.reward = 1.0 if i % 2 else float(k % 2)  # t1, t3: no contrast
+            w.add(group)
+    assert run_trainer_inprocess(run) == 0
+    records = {r["step"]: r for r in read_metrics(run.monitor / "trainer.jsonl")}
+    assert [records[s]["critic/dropped_responses"] for s in (1, 2)] == [4.0, 4.0]
+    assert all(np.isfinite(records[s]["actor/pg_loss"]) for s in (1, 2))
+
+
 @pytest.mark.parametrize("share", [False, True])
 def test_the_forward_pass_gives_log_probs_and_the_sum_of_squared_probabilities(tiny_model: Path,
                                                                                share: bool) -> None:

@@ -50,16 +50,41 @@ def test_outcome_token_rewards_on_last_response_token():
 
 
 def test_grpo():
-    adv, returns = ADVANTAGE_FNS.get("grpo")(batch())
+    adv, returns, trained = ADVANTAGE_FNS.get("grpo")(batch())
     # group 0 rewards 1,0,0,1: mean 0.5, unbiased std sqrt(4 * 0.25 / 3) = sqrt(1/3)
     a = 0.5 / (math.sqrt(1 / 3) + 1e-6)
     expected = [a, -a, -a, None, 0.0, 0.0, 0.0]  # the empty response still counts in group 0's stats
     assert per_sequence(adv) == pytest.approx(expected)
     assert torch.equal(adv, returns)
+    assert trained.all()  # without std_threshold every response is trained
+
+
+@pytest.mark.parametrize(("threshold", "groups"), [
+    (None, {0, 1, 2, 3}),
+    (0.0, {0, 3}), (1e-4, {0, 3}),  # group 1 (std 0) and the lone response of group 2 leave
+    (0.57, {0, 3}), (0.58, {3}),  # group 0's std is sqrt(1/3) = 0.577
+    (0.99, {3}), (1.0, set()),  # group 3's is exactly 1: at the threshold it leaves too
+])
+def test_grpo_std_threshold_leaves_out_the_groups_at_or_below_it(threshold, groups):
+    """Trinity-RFT's GRPO std_threshold: a group whose unbiased reward std is <= the threshold, and a
+    lone response, are not trained; the others keep the advantages they have without it."""
+    group_ids = torch.tensor([0, 0, 0, 0, 1, 1, 2, 3, 3, 3])
+    inputs = AdvantageInputs(rewards=torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 5.0, 0.0, 1.0, 2.0]),
+                             response_mask=torch.ones(10, 2), group_ids=group_ids)
+    adv, _, trained = ADVANTAGE_FNS.get("grpo")(inputs, std_threshold=threshold)
+    assert trained.tolist() == [int(g) in groups for g in group_ids]
+    torch.testing.assert_close(adv, ADVANTAGE_FNS.get("grpo")(inputs)[0])
+    a = 0.5 / (math.sqrt(1 / 3) + 1e-6)
+    assert adv[:, 0].tolist() == pytest.approx([a, -a, -a, a, 0, 0, 0, -1 / (1 + 1e-6), 0, 1 / (1 + 1e-6)])
+
+
+def test_grpo_std_threshold_must_be_a_number():
+    with pytest.raises(ConfigError, match="std_threshold must be a number or null for 'grpo', got 'low'"):
+        ADVANTAGE_FNS.get("grpo")(batch(), std_threshold="low")
 
 
 def test_grpo_without_std_normalisation():
-    adv, _ = ADVANTAGE_FNS.get("grpo")(batch(), std_normalize=False)
+    adv, _, _ = ADVANTAGE_FNS.get("grpo")(batch(), std_normalize=False)
     assert per_sequence(adv) == pytest.approx([0.5, -0.5, -0.5, None, 0.0, 0.0, 0.0])
 
 
@@ -71,7 +96,7 @@ def test_grpo_scores_token_level_rewards_when_given():
         group_ids=torch.tensor([0, 0]),
         token_level_rewards=token_rewards,
     )
-    adv, _ = ADVANTAGE_FNS.get("grpo")(inputs)
+    adv, _, _ = ADVANTAGE_FNS.get("grpo")(inputs)
     a = 1.0 / (math.sqrt(2.0) + 1e-6)  # mean 1, unbiased std sqrt(2)
     assert adv[:, 0].tolist() == pytest.approx([a, -a])
 
@@ -204,7 +229,7 @@ def test_all_empty_batch_gives_zeros_not_nan(name):
     inputs = AdvantageInputs(
         rewards=torch.tensor([1.0, 0.0]), response_mask=torch.zeros(2, 2), group_ids=torch.tensor([0, 0])
     )
-    adv, _ = ADVANTAGE_FNS.get(name)(inputs)
+    adv, _ = ADVANTAGE_FNS.get(name)(inputs)[:2]
     assert adv.tolist() == [[0.0, 0.0], [0.0, 0.0]]
 
 
@@ -215,7 +240,7 @@ def test_equal_rewards_give_exact_zeros_despite_rounding(name, reward):
     inputs = AdvantageInputs(
         rewards=torch.full((7,), reward), response_mask=torch.ones(7, 2), group_ids=torch.zeros(7, dtype=torch.long)
     )
-    adv, _ = ADVANTAGE_FNS.get(name)(inputs)
+    adv, _ = ADVANTAGE_FNS.get(name)(inputs)[:2]
     assert adv.abs().max().item() == 0.0
 
 
@@ -344,7 +369,7 @@ def test_gdpo_normalises_each_component_within_its_group():
 
 def test_gdpo_without_components_whitens_grpo():
     gdpo, _ = ADVANTAGE_FNS.get("gdpo")(batch())
-    grpo, _ = ADVANTAGE_FNS.get("grpo")(batch())
+    grpo, _, _ = ADVANTAGE_FNS.get("grpo")(batch())
     expected = masked_whiten(grpo, MASK) * MASK
     torch.testing.assert_close(gdpo, expected)
 
@@ -392,7 +417,7 @@ GROUP_ESTIMATORS = ["grpo", "rloo", "opmd", "opo", "gpg", "grpo_passk", "reinfor
 def test_every_estimator_gives_zeros_for_an_empty_batch(name):
     inputs = AdvantageInputs(rewards=torch.tensor([1.0, 0.0]), response_mask=torch.zeros(2, 3),
                              group_ids=torch.tensor([0, 0]), **{k: v[:2] for k, v in NEEDS_FORWARD.items()})
-    adv, returns = ADVANTAGE_FNS.get(name)(inputs)
+    adv, returns = ADVANTAGE_FNS.get(name)(inputs)[:2]
     assert adv.tolist() == [[0.0] * 3] * 2
     assert returns.tolist() == [[0.0] * 3] * 2
 
@@ -404,7 +429,7 @@ def test_every_group_estimator_gives_exact_zeros_without_contrast(name, reward):
     inputs = AdvantageInputs(rewards=torch.tensor([reward] * 7 + [5.0]), response_mask=torch.ones(8, 3),
                              group_ids=torch.tensor([2] * 7 + [9]),
                              old_log_probs=torch.log(torch.full((8, 3), 0.5)), sum_pi_squared=torch.full((8, 3), 0.3))
-    adv, _ = ADVANTAGE_FNS.get(name)(inputs)
+    adv, _ = ADVANTAGE_FNS.get(name)(inputs)[:2]
     assert adv.abs().max().item() == 0.0
 
 

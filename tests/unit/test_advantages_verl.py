@@ -75,7 +75,7 @@ def check_sequences(adv, expected, skip=()):
     (False, [0.625, -0.375, 0.125, None, 0.0, 0.0, 2.0, -1.33333337, 1.66666663, -0.33333337]),
 ])
 def test_grpo_matches_verl(std_normalize, expected):
-    adv, returns = ADVANTAGE_FNS.get("grpo")(inputs(), std_normalize=std_normalize)
+    adv, returns, _ = ADVANTAGE_FNS.get("grpo")(inputs(), std_normalize=std_normalize)
     check_sequences(adv, expected, skip=(LONE,))
     assert per_sequence(adv)[LONE] == 0.0  # veRL: R / (1 + epsilon)
     assert torch.equal(adv, returns)

@@ -77,7 +77,7 @@ def test_bind_rejects_unknown_argument_and_lists_accepted():
 
 def test_bind_applies_arguments():
     fn = ADVANTAGE_FNS.bind("grpo", {"std_normalize": False})
-    adv, _ = fn(
+    adv, _, _ = fn(
         AdvantageInputs(
             rewards=torch.tensor([3.0, 1.0]), response_mask=torch.ones(2, 1), group_ids=torch.tensor([7, 7])
         )

@@ -37,6 +37,14 @@ def test_veRL_reward_manager_values() -> None:
     assert p.penalty(1024) == -1.5
 
 
+def test_trinity_math_dapo_reward_values() -> None:
+    """Trinity-RFT's math_dapo_reward (max_response_length 20480, cache_length 4096, penalty_factor 1.0,
+    its DAPO example): 0 below 16384 tokens, (16384 - L) / 4096 up to 20480, -1 beyond; read as
+    len 4096 with model.max_response_tokens 20480. L = 17408 is 1024 tokens in: -0.25."""
+    p = OverlongPenalty(max_len=20480, buffer_len=4096, penalty_factor=1.0)
+    assert [p.penalty(n) for n in (16383, 16384, 17408, 19456, 20480, 20481)] == [0.0, 0.0, -0.25, -0.75, -1.0, -1.0]
+
+
 def _exp(n_tokens: int, reward: float, **components: float) -> Experience:
     return Experience(prompt_token_ids=[1], response_token_ids=[7] * n_tokens, logprobs=[0.0] * n_tokens,
                       loss_mask=[1] * n_tokens, reward=reward, reward_components=dict(components))
