@@ -118,7 +118,8 @@ def test_snippets_merged_into_the_quickstart(local_paths: Path, tmp_path: Path, 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in SEEDS.glob("*.yaml") if "snippet" not in p.name))
 def test_seed_configs_name_hub_ids_without_download(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Pasted unchanged (no local downloads), a seed config fails only on the missing local paths."""
+    """Pasted unchanged (no local downloads, no variables exported), a seed config fails only on the missing
+    local paths."""
     from rfthpc.errors import ConfigError
 
     for var in ("TRINITY_MODEL_PATH", "TRINITY_TASKSET_PATH"):
@@ -127,5 +128,6 @@ def test_seed_configs_name_hub_ids_without_download(name: str, monkeypatch: pyte
     with pytest.raises(ConfigError) as e:
         load_config(SEEDS / name)
     lines = [ln for ln in str(e.value).splitlines() if ln.startswith("  - ")]
-    assert lines and all("path" in ln and ("does not exist" in ln or "not a local path" in ln) for ln in lines), lines
+    assert lines and all("path" in ln and ("does not exist" in ln or "not a local path" in ln or "is not set" in ln)
+                         for ln in lines), lines
     assert load_config(SEEDS / name, check_paths=False).config is not None
