@@ -320,3 +320,9 @@ def has_complete_weights(hf_dir: Path) -> bool:
             return False
         return bool(weight_map) and all(_valid_safetensors(hf_dir / f) for f in set(weight_map.values()))
     return _valid_safetensors(hf_dir / SINGLE_FILE)
+
+
+def has_complete_adapter(adapter_dir: Path) -> bool:
+    """True if `adapter_dir` holds a PEFT adapter: adapter_config.json and a whole adapter_model.safetensors."""
+    return (Path(adapter_dir) / "adapter_config.json").is_file() and \
+        _valid_safetensors(Path(adapter_dir) / "adapter_model.safetensors")
