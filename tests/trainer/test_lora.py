@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rfthpc import weights
+from rfthpc import weight_chain, weights
 from rfthpc.config import Config, dump_yaml
 from rfthpc.config.lora import LoRAConfig, LoRASettings
 from rfthpc.monitor import read_metrics
@@ -129,6 +129,11 @@ def test_a_lora_run_publishes_its_adapter_in_peft_layout(tmp_path: Path, tiny_mo
     assert max((last[k] - first[k]).abs().max().item() for k in last) > 1e-3
     # peft loads it as it is: every name known, nothing missing.
     PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model), weights.step_dir(run.root, 3))
+    # `rfthpc weights materialize` rebuilds a version as the same PEFT directory.
+    weight_chain.materialize(run.root, 3, tmp_path / "materialized")
+    again = load_file(str(tmp_path / "materialized" / "adapter_model.safetensors"))
+    assert sorted(again) == sorted(last) and all(torch.equal(again[k], last[k]) for k in last)
+    assert json.loads((tmp_path / "materialized" / "adapter_config.json").read_text()) == config
 
     records = {r["step"]: r for r in read_metrics(run.monitor / "trainer.jsonl") if "actor/kl_loss" in r}
     # Step 1's policy is the base (B = 0), the reference too; later the adapter has moved away from it.
