@@ -112,7 +112,8 @@ def test_a_lora_run_publishes_its_adapter_in_peft_layout(tmp_path: Path, tiny_mo
     from torch.distributed.checkpoint import FileSystemReader
     from transformers import AutoModelForCausalLM
 
-    run = make_run(tmp_path / "run", lora_config(tiny_model, **{"buffer.total_steps": 3, "synchronizer.keep_published": 8}))
+    run = make_run(tmp_path / "run", lora_config(tiny_model, **{"buffer.total_steps": 3, "synchronizer.keep_published": 8,
+                                                                "trainer.save_hf_checkpoint": "last"}))
     write_groups(run, 6)
     assert run_trainer_inprocess(run) == 0
 
@@ -143,7 +144,10 @@ def test_a_lora_run_publishes_its_adapter_in_peft_layout(tmp_path: Path, tiny_mo
     for part in ("model", "optim"):
         names = list(FileSystemReader(actor / part).read_metadata().state_dict_metadata)
         assert names and all("lora_" in n for n in names if n.startswith(("model.", "optim.state"))), (part, names)
-    assert json.loads((actor / "adapter_config.json").read_text())["r"] == 8
+    assert json.loads((actor / "adapter_config.json").read_text()) == config
+    # trainer.save_hf_checkpoint: the adapter in PEFT's layout, as published at that step.
+    saved = load_file(str(actor / "lora_adapter" / "adapter_model.safetensors"))
+    assert sorted(saved) == sorted(last) and all(torch.equal(saved[k], last[k]) for k in last)
 
 
 def test_two_ranks_train_the_adapter_as_one_rank(tmp_path: Path, tiny_model: Path) -> None:
