@@ -582,7 +582,7 @@ def _roll_lora(value: Any, given: Mapping[str, Any]) -> Any:
     return value if given.get(_ROLL_LORA + "lora_target") else None
 
 
-def _roll_lora_target(target: Any, _given: Mapping[str, Any]) -> Any:
+def roll_lora_target(target: Any, _given: Mapping[str, Any] | None = None) -> Any:
     """ROLL's lora_target: `all-linear`, layer names separated by commas, or a regular expression."""
     if not isinstance(target, str) or any(c in target for c in "*$|("):
         return target
@@ -624,7 +624,7 @@ ROLL_MAP: dict[str, Target] = {
     "actor_train.topr_positive_weight": FnArg("policy_loss_fn", "positive_weight"),
     "actor_train.topr_negative_weight": FnArg("policy_loss_fn", "negative_weight"),
     "actor_train.model_args.model_name_or_path": "model.model_path",
-    _ROLL_LORA + "lora_target": Translated("model.lora.target_modules", _roll_lora_target),
+    _ROLL_LORA + "lora_target": Translated("model.lora.target_modules", roll_lora_target),
     **{_ROLL_LORA + k: Translated(f"model.lora.{k}", _roll_lora) for k in ("lora_rank", "lora_alpha", "lora_dropout")},
     _ROLL_LORA + "adapter_name_or_path": Translated("model.lora.path", _roll_lora),
     "actor_train.model_args.dtype": Translated("model.dtype", _roll_dtype),

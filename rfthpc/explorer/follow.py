@@ -7,10 +7,10 @@ the deltas after that. Before reading it names what it needs in its reader file 
 those files; the heartbeat renews the file), rebuilds the version tensor by tensor, checks every
 tensor's checksum, and writes it as one safetensors file into a node-local staging directory
 (`filesystem.staging_dir`, /dev/shm by default: memory), and maps it into this process ahead
-(`weight_files.premap`). A LoRA run's versions are adapters: they are staged as PEFT directories
-(adapter_config.json beside adapter_model.safetensors), which the engines apply to their base model. Only then does the explorer, between two batches (`update`), copy it into
+(`weight_files.premap`). Only then does the explorer, between two batches (`update`), copy it into
 the engine in place: the stall at a sync is that copy from memory, not a read of the shared
-filesystem.
+filesystem. A LoRA run's versions are adapters: they are staged as PEFT directories
+(adapter_config.json beside adapter_model.safetensors), which the engines apply to their base model.
 
 Staging holds at most two versions per explorer process (the one the engine holds, whose bits the
 next delta applies to, and the next); each process has its own directory, removed when it stops.
@@ -264,8 +264,10 @@ class WeightFollower:
 
         start = time.perf_counter()
         held = held_crcs = None
+        start_dir = self.run.weights_step(chain.start)
         if not chain.from_full:
             assert top is not None and top.version == chain.start
+            start_dir = top.path
             files = SafetensorsDir(top.path)
             held = {n: files.tensor(n) for n in files.names()}
             held_crcs = top.crcs
@@ -274,7 +276,6 @@ class WeightFollower:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         crcs: dict[str, int] = {}
-        start_dir = self.run.weights_step(chain.start) if chain.from_full else top.path  # type: ignore[union-attr]
         adapter = weights.is_adapter_dir(start_dir)
         try:
             with weight_chain.ChainReader(self.run.root, chain, held, held_crcs) as reader:
