@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
 from rfthpc import weights
+from rfthpc.config.lora import read_adapter_config
 from rfthpc.errors import UserError
 from rfthpc.rundir import RunDir
 from rfthpc.weight_delta import DeltaCorrupt, DeltaFooter, DeltaReader, read_footer, version_checksum
@@ -207,7 +208,8 @@ class ChainReader:
 
 def materialize(run_dir: Path, version: int, out: Path) -> Chain:
     """Write version `version` as a Hugging Face model directory `out` (configuration from the full
-    snapshot it is rebuilt from); UserError naming what exists if it cannot be rebuilt."""
+    snapshot it is rebuilt from; a LoRA run's version as a PEFT adapter directory); UserError naming
+    what exists if it cannot be rebuilt."""
     run = RunDir(run_dir)
     chain = plan_chain(run.root, version)
     if chain is None:
@@ -216,9 +218,13 @@ def materialize(run_dir: Path, version: int, out: Path) -> Chain:
                         f"{sorted(full) or 'none'}, deltas {sorted(deltas) or 'none'}; pick one of those versions")
     if Path(out).exists() and any(Path(out).iterdir()):
         raise UserError(f"{out} exists and is not empty; name a new directory with --out")
+    start = weights.step_dir(run.root, chain.start)
     with ChainReader(run.root, chain) as reader:
-        weights.write_hf_dir(Path(out), weights.TensorStream(reader.entries(), ((n, t) for n, t, _ in reader)),
-                             weights.step_dir(run.root, chain.start))
+        stream = weights.TensorStream(reader.entries(), ((n, t) for n, t, _ in reader))
+        if weights.is_adapter_dir(start):
+            weights.write_adapter_dir(Path(out), stream, read_adapter_config(start))
+        else:
+            weights.write_hf_dir(Path(out), stream, start)
     return chain
 
 

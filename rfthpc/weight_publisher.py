@@ -11,6 +11,9 @@ there is nothing to take a delta from.
 Explorers follow the deltas only; full snapshots are for explorers that start late or are
 requeued, for fallback after a checksum mismatch, and for `rfthpc convert` and `rfthpc weights
 materialize`.
+
+A LoRA run publishes its adapter (PEFT layout, `weights.write_adapter_dir`) whole at every version:
+at a few megabytes a delta would save nothing worth a chain to rebuild.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -57,13 +60,16 @@ class Publisher:
     """Publishes successive versions of one model (trainer rank 0)."""
 
     def __init__(self, run_dir: Path, config_dir: Path, dtype: torch.dtype, delta: DeltaMode = "auto",
-                 full_every: int = 10, stripe_count: int = 0) -> None:
+                 full_every: int = 10, stripe_count: int = 0, adapter_config: Mapping[str, object] | None = None
+                 ) -> None:
+        """`adapter_config`: versions are LoRA adapters with this adapter_config.json (always whole)."""
         if full_every < 1:
             raise ValueError(f"full_every={full_every}: use 1 (every version full) or more")
         self.run_dir = Path(run_dir)
         self.config_dir = Path(config_dir)
         self.dtype = dtype
-        self.deltas = deltas_pay(delta, dtype)
+        self.adapter_config = adapter_config
+        self.deltas = adapter_config is None and deltas_pay(delta, dtype)
         self.full_every = full_every
         self.stripe_count = stripe_count
         self._bits: dict[str, torch.Tensor] | None = None
@@ -108,7 +114,8 @@ class Publisher:
                                          self._owned(stream))
             if full:
                 path = weights.write_snapshot(self.run_dir, version, owned, self.config_dir, self.dtype,
-                                              on_tensor=keep, stripe_count=self.stripe_count)
+                                              on_tensor=keep, stripe_count=self.stripe_count,
+                                              adapter_config=self.adapter_config)
                 full_bytes = sum(p.stat().st_size for p in path.glob("*.safetensors"))
             else:
                 from rfthpc.weight_delta import tensor_crc

@@ -3,14 +3,17 @@
     weights/step_<N>/                  a full snapshot: a complete Hugging Face model directory
                                        (config.json, generation_config.json, model*.safetensors
                                        [+ index], tokenizer files, chat template), the CRC-32 of
-                                       every tensor (`rfthpc_checksums.json`) and a `STABLE` marker
+                                       every tensor (`rfthpc_checksums.json`) and a `STABLE` marker;
+                                       with LoRA (`model.lora`) a PEFT adapter instead
+                                       (adapter_config.json, adapter_model.safetensors)
     weights/delta_<N>.rfd              version N as the XOR of version B's bits (`rfthpc.weight_delta`)
     weights/latest                     text: N of the newest published version (replaced atomically)
     weights/.readers/<explorer>-<rank>.json   what each explorer is reading (`ReaderLease`)
     weights/.requests/                 explorers asking for weights (`sync_style: explorer_driven`,
                                        `rfthpc.weight_requests`)
 
-A version has a full snapshot, a delta, or both; every K-th is full (`rfthpc.weight_publisher`),
+A version has a full snapshot, a delta, or both; every K-th is full (`rfthpc.weight_publisher`;
+an adapter, a few megabytes, is published whole every time),
 and `rfthpc.weight_chain` finds how to rebuild any version and removes what nobody needs.
 
 Publishing a snapshot (trainer rank 0): write everything into `weights/.tmp-step_<N>-<tag>/`,
@@ -37,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rfthpc.config.lora import ADAPTER_CONFIG
 from rfthpc.fsutil import TMP_PREFIX, apply_mode, fsync_dir, make_dirs, read_json, write_json_atomic, write_text_atomic
 from rfthpc.handoff import Doorbell
 from rfthpc.rundir import RunDir
@@ -127,6 +131,12 @@ def is_published(run_dir: Path, version: int) -> bool:
     return is_complete(step_dir(run_dir, version)) or delta_file(run_dir, version).is_file()
 
 
+def is_adapter_dir(path: Path | str) -> bool:
+    """True for a PEFT adapter directory (a LoRA run's published version): its weights apply to the
+    base model, they are not a model."""
+    return (Path(path) / ADAPTER_CONFIG).is_file()
+
+
 def is_weight_file(name: str) -> bool:
     """True for weight files and their shard indexes (`*.safetensors.index.json`)."""
     return name.endswith(WEIGHT_SUFFIXES) or name.endswith(".index.json")
@@ -209,6 +219,20 @@ def write_hf_dir(
         _fsync_file(out / name)
 
 
+def write_adapter_dir(out: Path, weights: TensorStream, adapter_config: Mapping[str, object]) -> None:
+    """Write a PEFT adapter directory into `out` (new, private to the caller): `adapter_config.json`
+    and the adapter's tensors (PEFT's names) in one `adapter_model.safetensors`, each fsynced."""
+    from rfthpc.convert.writer import write_shards
+
+    make_dirs(out)
+    (out / ADAPTER_CONFIG).write_text(json.dumps(adapter_config, indent=2, sort_keys=True) + "\n")
+    _fsync_file(out / ADAPTER_CONFIG)
+    # peft reads one file: adapters are megabytes, never sharded.
+    for name in write_shards(out, weights.entries, ((name, [t]) for name, t in weights.tensors), 2**62,
+                             stem="adapter_model"):
+        apply_mode(out / name, is_dir=False)
+
+
 def write_checksums(path: Path, version: int, crcs: Mapping[str, int]) -> None:
     """Record the CRC-32 of every tensor of full snapshot `path` (not yet STABLE) and fsync it."""
     from rfthpc.weight_delta import version_checksum
@@ -239,12 +263,14 @@ def write_snapshot(
     max_shard_bytes: int = MAX_SHARD_BYTES,
     on_tensor: Callable[[str, torch.Tensor, int], None] | None = None,
     stripe_count: int = 0,
+    adapter_config: Mapping[str, object] | None = None,
 ) -> Path:
     """Write `weights` as the full snapshot `weights/step_<step>` (STABLE last); `latest` is not touched.
 
     Every tensor is cast to its stored dtype, checksummed and handed to `on_tensor(name, tensor,
     crc)` before it is written (the delta publisher reads the same pass). `stripe_count` > 0 sets
-    the Lustre stripe count of the new directory (`set_stripe`).
+    the Lustre stripe count of the new directory (`set_stripe`). With `adapter_config` the snapshot
+    is a PEFT adapter directory (`write_adapter_dir`; `config_dir` is not read).
     """
     from rfthpc.weight_delta import tensor_crc
 
@@ -267,7 +293,10 @@ def write_snapshot(
     try:
         make_dirs(tmp)
         set_stripe(tmp, stripe_count)
-        write_hf_dir(tmp, TensorStream(stream.entries, checked()), config_dir, dtype, max_shard_bytes)
+        if adapter_config is None:
+            write_hf_dir(tmp, TensorStream(stream.entries, checked()), config_dir, dtype, max_shard_bytes)
+        else:
+            write_adapter_dir(tmp, TensorStream(stream.entries, checked()), adapter_config)
         write_checksums(tmp, step, crcs)
         (tmp / STABLE).write_text(f"{step}\n")
         _fsync_file(tmp / STABLE)

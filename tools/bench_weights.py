@@ -8,7 +8,10 @@ bf16 twice, side by side and in alternating order:
 
 - run A: what rfthpc publishes by default for bf16 (`synchronizer.weight_deltas: auto`): a delta
   against the previous version, plus a full snapshot every `full_snapshot_interval` versions;
-- run B: a full snapshot every version (`weight_deltas: off`), what explorers read before.
+- run B: a full snapshot every version (`weight_deltas: off`), what explorers read before;
+- run C: LoRA (`model.lora`, rank `--lora-rank` on every linear layer), trained alongside on the same
+  batches: the adapter alone, in PEFT's layout, is what a LoRA run publishes (and explorers read) at
+  every version.
 
 Explorers follow run A with the real `WeightFollower` (background prefetch into node-local staging,
 then an in-place load between batches) for two engines: transformers (in this process) and the
@@ -25,11 +28,14 @@ Figures (the last line):
 - publish_s_vs_full: run A's total publish seconds / run B's;
 - explorer_stall_vs_cold_load (transformers) and explorer_stall_vs_cold_load_vllm: median stall /
   median cold load;
+- lora_bytes_per_sync: bytes of run C's publication per version (its adapter_model.safetensors),
+  next to full_bytes_per_sync and delta_bytes_per_sync (run B's snapshot, run A's mean delta);
+- lora_bytes_vs_full: lora_bytes_per_sync / full_bytes_per_sync;
 - bitexact: 1 if every staged version equals, bit for bit, the bf16 weights the trainer published
   (and `rfthpc weights materialize` of the last version does too).
 
 Usage:
-    python tools/bench_weights.py [--versions 20] [--size bench100m] [--work DIR] [--no-vllm]
+    python tools/bench_weights.py [--versions 20] [--size bench100m] [--lora-rank 16] [--work DIR] [--no-vllm]
 """
 
 from __future__ import annotations
@@ -64,6 +70,10 @@ class Args:
     """Scratch directory (default: a temporary one, removed afterwards)."""
     vllm: bool = True
     """Also follow with the vLLM CPU engine."""
+    lora_rank: int = 16
+    """Rank of run C's adapter (lora_alpha is twice it, on every linear layer)."""
+    lora_lr: float = 1e-5
+    """Learning rate of run C's adapter (LoRA trains at a larger rate than the whole model)."""
 
 
 def demo_batches(tokenizer, batch: int, seed: int = 0):
@@ -170,6 +180,41 @@ class Follower:
         self.engine.close()
 
 
+class LoRARun:
+    """Run C: the model with a LoRA adapter, trained on the same batches and published as a LoRA run
+    publishes (the trainer's own code: `rfthpc.trainer.lora`)."""
+
+    def __init__(self, model_dir: Path, run_dir: Path, rank: int, lr: float) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        from rfthpc.config.lora import LoRAConfig, LoRASettings
+        from rfthpc.trainer import lora
+        from rfthpc.weight_publisher import Publisher
+
+        settings = LoRASettings.of(LoRAConfig(lora_rank=rank, lora_alpha=2 * rank))
+        self.model = lora.add_adapter(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), settings)
+        self.model.train()
+        self.params = {n: p for n, p in self.model.named_parameters() if p.requires_grad}
+        self.optimizer = torch.optim.AdamW(self.params.values(), lr=lr)
+        self.publisher = Publisher(run_dir, model_dir, torch.bfloat16, adapter_config=lora.adapter_config(
+            self.model, model_dir))
+        self.sizes: list[int] = []
+
+    def step_and_publish(self, version: int, ids, labels) -> None:
+        """One AdamW step of the adapter, then its publication as `version`."""
+        import torch
+
+        from rfthpc import weights
+        from rfthpc.trainer import lora
+
+        self.model(input_ids=ids, labels=labels).loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        state = lora.peft_state(self.model, {n: p.detach() for n, p in self.params.items()})
+        self.sizes.append(self.publisher.publish(version, weights.TensorStream.of(state, torch.bfloat16)).full_bytes)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print the figures."""
     args = tyro.cli(Args, args=argv)
@@ -205,7 +250,8 @@ def run(args: Args, work: Path) -> int:
           f"{args.versions} versions in bf16", flush=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     interval = SynchronizerConfig().full_snapshot_interval
-    run_a, run_b = RunDir(work / "a").create(), RunDir(work / "b").create()
+    run_a, run_b, run_c = RunDir(work / "a").create(), RunDir(work / "b").create(), RunDir(work / "c").create()
+    lora_run = LoRARun(model_dir, run_c.root, args.lora_rank, args.lora_lr)
     pub_a = Publisher(run_a.root, model_dir, torch.bfloat16, "auto", full_every=interval)
     pub_b = Publisher(run_b.root, model_dir, torch.bfloat16, "off")
     followers = [Follower("hf", TransformersEngine(EngineSettings(model_path=str(model_dir))), run_a)]
@@ -235,6 +281,7 @@ def run(args: Args, work: Path) -> int:
                 pubs[id(pub)] = pub.publish(v, weights.TensorStream.of(state, torch.bfloat16))
                 secs.append(time.perf_counter() - start)
             a, b = pubs[id(pub_a)], pubs[id(pub_b)]
+            lora_run.step_and_publish(v, ids, labels)
             written_a += a.full_bytes + a.delta_bytes
             written_b += b.full_bytes
             full_sizes.append(b.full_bytes)
@@ -246,12 +293,13 @@ def run(args: Args, work: Path) -> int:
                 f.cold_load(weights.step_dir(run_b.root, v))
             print(f"version {v}: loss {loss.item():.3f}; publish delta-mode {secs_a[-1]:.2f} s "
                   f"({'full+' if a.full_bytes else ''}delta {a.delta_bytes / 1e6:.1f} MB), full-mode {secs_b[-1]:.2f} s "
-                  f"({b.full_bytes / 1e6:.0f} MB); " + "; ".join(
+                  f"({b.full_bytes / 1e6:.0f} MB), LoRA {lora_run.sizes[-1] / 1e6:.2f} MB; " + "; ".join(
                       f"{f.name}: prefetch {f.prefetch[-1]:.2f} s, stall {f.stall[-1]:.3f} s, cold load "
                       f"{f.cold[-1]:.3f} s" for f in followers), flush=True)
             prev = truth
             weight_chain.collect_published(run_a.root, keep=3, lease_s=300)
             weight_chain.collect_published(run_b.root, keep=3, lease_s=300)
+            weight_chain.collect_published(run_c.root, keep=3, lease_s=300)
         out = work / "materialized"
         weight_chain.materialize(run_a.root, args.versions, out)
         exact &= same_bits(out, prev)
@@ -260,8 +308,10 @@ def run(args: Args, work: Path) -> int:
             f.close()
     full = statistics.mean(full_sizes)
     d = statistics.mean(delta_sizes)
+    adapter = statistics.mean(lora_run.sizes)
     print(f"bytes per version: full snapshot {full / 1e6:.1f} MB, delta mean {d / 1e6:.2f} MB "
-          f"(min {min(delta_sizes) / 1e6:.2f}, max {max(delta_sizes) / 1e6:.2f})")
+          f"(min {min(delta_sizes) / 1e6:.2f}, max {max(delta_sizes) / 1e6:.2f}), LoRA rank {args.lora_rank} adapter "
+          f"{adapter / 1e6:.2f} MB")
     for k in (1, 5, 10, 20, 50):
         write = full if k == 1 else d + full / k
         print(f"  full_snapshot_interval {k:>2}: the trainer writes {write / full:.3f} of a snapshot per version; "
@@ -276,6 +326,10 @@ def run(args: Args, work: Path) -> int:
         "delta_bytes_vs_full_index_value": statistics.mean(iv_sizes) / full,
         "publish_s_vs_full": sum(secs_a) / sum(secs_b),
         "explorer_stall_vs_cold_load": stall["hf"],
+        "full_bytes_per_sync": int(full),
+        "delta_bytes_per_sync": int(d),
+        "lora_bytes_per_sync": int(adapter),
+        "lora_bytes_vs_full": adapter / full,
     }
     if "vllm" in stall:
         figures["explorer_stall_vs_cold_load_vllm"] = stall["vllm"]

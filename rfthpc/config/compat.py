@@ -257,6 +257,7 @@ def _rename(section: dict[str, Any], old: str, new: str, key: str, problems: Pro
 
 
 RENAMED_KEYS = {
+    "model.lora_configs": "model.lora",
     "algorithm.optimizer.warmup_style": "algorithm.optimizer.lr_scheduler_type",
     "trainer.actor_grad_clip": "trainer.grad_clip",
     "buffer.explorer_input.taskset.data_selector": "buffer.explorer_input.taskset.task_selector",
@@ -277,10 +278,42 @@ def renamed_flags(args: list[str]) -> list[str]:
 
 
 
+def _trinity_lora_configs(model: dict[str, Any], problems: Problems) -> None:
+    """Trinity-RFT's `model.lora_configs` (a list of adapters) as `model.lora`: one adapter, trained.
+    Its fields have rfthpc's names; those without meaning here are ignored with a note."""
+    configs = model.pop("lora_configs", None)
+    if not configs:
+        return  # null or empty: no adapter, as in Trinity-RFT
+    key = "model.lora_configs"
+    if not isinstance(configs, list) or not all(isinstance(c, dict) for c in configs):
+        problems.add(f"{key}: expected a list of adapter settings (lora_rank, lora_alpha, target_modules, ...), "
+                     f"got {configs!r}")
+        return
+    if len(configs) > 1:
+        problems.add(f"{key}: {len(configs)} adapters; a run trains one adapter (as Trinity-RFT does): keep one "
+                     "entry", REFUSED)
+        return
+    if model.get("lora") is not None:
+        problems.add(f"{key} and model.lora are one setting under two names: keep one")
+        return
+    lora = {}
+    for name, value in configs[0].items():
+        found = foreign.lookup(foreign.TRINITY_KEYS, f"{key}.{name}")
+        if isinstance(found, foreign.Ignored):
+            problems.ignored(f"{key}[0].{name}", found.why)
+        else:
+            lora[name] = value  # an unknown field is reported by the typed reading of model.lora
+            problems.map(f"model.lora.{name}", value, f"{key}[0].{name}", "Trinity-RFT")
+    model["lora"] = lora
+
+
 def apply_renamed_keys(raw: dict[str, Any], problems: Problems) -> None:
     """Read the keys of RENAMED_KEYS under rfthpc's one name for each, in `raw` (a config, or a stage's
     sections), in place; a taskset selector rfthpc does not have is a problem that names the
     alternative. Both names given with different values is a problem."""
+    model = raw.get("model")
+    if isinstance(model, dict):
+        _trinity_lora_configs(model, problems)
     alg = raw.get("algorithm")
     opt = alg.get("optimizer") if isinstance(alg, dict) else None
     if isinstance(opt, dict):
@@ -614,11 +647,30 @@ def _kl_penalty_from_type(name: Any, given: Mapping[str, Any]) -> str:
     return "none" if given.get(_USE_KL_IN_REWARD) is False else str(name)
 
 
+# veRL trains a LoRA adapter when lora_rank > 0 (or lora_adapter_path is set) and reads its other
+# LoRA settings only then; its default scale differs from Trinity-RFT's (rfthpc's): lora_alpha 16.
+_VERL_LORA_RANK = "actor_rollout_ref.model.lora_rank"
+VERL_LORA_ALPHA = 16
+
+
+def _verl_lora(value: Any, given: Mapping[str, Any]) -> Any:
+    return value if (given.get(_VERL_LORA_RANK) or 0) > 0 else None
+
+
+def _verl_lora_rank(rank: Any, _given: Mapping[str, Any]) -> Any:
+    return rank if rank else None  # 0: no adapter
+
+
 # veRL path under trainer.trainer_config -> what it sets in rfthpc. A null value is veRL's "unset".
 VERL_MAP: dict[str, Target] = {
     "actor_rollout_ref.model.path": "model.model_path",
     "actor_rollout_ref.model.custom_chat_template": "model.custom_chat_template",
     "actor_rollout_ref.model.enable_gradient_checkpointing": "trainer.enable_gradient_checkpointing",
+    _VERL_LORA_RANK: Translated("model.lora.lora_rank", _verl_lora_rank),
+    "actor_rollout_ref.model.lora_alpha": Translated("model.lora.lora_alpha", _verl_lora),
+    "actor_rollout_ref.model.target_modules": Translated("model.lora.target_modules", _verl_lora),
+    "actor_rollout_ref.model.exclude_modules": Translated("model.lora.exclude_modules", _verl_lora),
+    "actor_rollout_ref.model.lora_adapter_path": "model.lora.path",
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "trainer.ppo_micro_batch_size_per_gpu",
     "actor_rollout_ref.actor.ppo_mini_batch_size": "trainer.ppo_mini_batch_size",
     "actor_rollout_ref.actor.ppo_epochs": "trainer.ppo_epochs",
@@ -724,6 +776,22 @@ def _roll_resume(value: Any, _given: Mapping[str, Any]) -> bool:
 
 
 _INFER = "actor_infer.strategy_args.strategy_config."
+_ROLL_LORA = "actor_train.model_args."
+ROLL_LORA_RANK = 8
+"""ROLL's default rank; its default lora_alpha is twice the rank."""
+
+
+def _roll_lora(value: Any, given: Mapping[str, Any]) -> Any:
+    # ROLL trains an adapter when lora_target is set, and reads its other LoRA settings only then.
+    return value if given.get(_ROLL_LORA + "lora_target") else None
+
+
+def roll_lora_target(target: Any, _given: Mapping[str, Any] | None = None) -> Any:
+    """ROLL's lora_target: `all-linear`, layer names separated by commas, or a regular expression."""
+    if not isinstance(target, str) or any(c in target for c in "*$|("):
+        return target
+    names = [name.strip() for name in target.split(",") if name.strip()]
+    return names[0] if names == ["all-linear"] else names
 
 ROLL_MAP: dict[str, Target] = {
     "pretrain": "model.model_path",
@@ -760,6 +828,9 @@ ROLL_MAP: dict[str, Target] = {
     "actor_train.topr_positive_weight": FnArg("policy_loss_fn", "positive_weight"),
     "actor_train.topr_negative_weight": FnArg("policy_loss_fn", "negative_weight"),
     "actor_train.model_args.model_name_or_path": "model.model_path",
+    _ROLL_LORA + "lora_target": Translated("model.lora.target_modules", roll_lora_target),
+    **{_ROLL_LORA + k: Translated(f"model.lora.{k}", _roll_lora) for k in ("lora_rank", "lora_alpha", "lora_dropout")},
+    _ROLL_LORA + "adapter_name_or_path": Translated("model.lora.path", _roll_lora),
     "actor_train.model_args.dtype": Translated("model.dtype", _roll_dtype),
     "actor_train.model_args.disable_gradient_checkpointing": Translated(
         "trainer.enable_gradient_checkpointing", lambda disable, _given: not disable),
@@ -830,7 +901,11 @@ def apply_roll_keys(raw: dict[str, Any], problems: Problems) -> None:
         elif key in ROLL_MAP or key in foreign.ROLL_KEYS:
             flat[key] = raw.pop(key)
     if flat:
-        _apply(raw, _read(flat, flat, ROLL_MAP, foreign.ROLL_KEYS, "ROLL", "", problems), problems, "ROLL")
+        reading = _read(flat, flat, ROLL_MAP, foreign.ROLL_KEYS, "ROLL", "", problems)
+        if "model.lora.target_modules" in reading.targets:
+            rank = reading.targets.setdefault("model.lora.lora_rank", (ROLL_LORA_RANK, "ROLL's default lora_rank"))[0]
+            _lora_default(reading, "lora_alpha", 2 * rank, "ROLL's default lora_alpha (twice lora_rank)")
+        _apply(raw, reading, problems, "ROLL")
 
 
 @dataclass
@@ -958,6 +1033,13 @@ def _apply(raw: dict[str, Any], reading: _Reading, problems: Problems, framework
             _set_mapped(raw, f"algorithm.{fn_key}_args.{arg}", value, where, framework, problems)
 
 
+def _lora_default(reading: _Reading, key: str, value: Any, framework_default: str) -> None:
+    """Where another framework trains an adapter but leaves `model.lora.<key>` to its own default,
+    which differs from rfthpc's, read that default."""
+    if "model.lora.lora_rank" in reading.targets and f"model.lora.{key}" not in reading.targets:
+        reading.targets[f"model.lora.{key}"] = (value, framework_default)
+
+
 def apply_verl_trainer_config(raw: dict[str, Any], problems: Problems, inherited: Mapping[str, Any] | None = None
                               ) -> None:
     """Map veRL keys in the raw config's `trainer.trainer_config` onto rfthpc fields (explicit rfthpc
@@ -978,6 +1060,7 @@ def map_verl_settings(raw: dict[str, Any], flat: dict[str, Any], problems: Probl
     map are ignored with a note or refused (foreign.VERL_KEYS), any other is an unknown key. Used for
     `trainer.trainer_config` and by `rfthpc config import --from verl`, so each veRL key has one meaning."""
     reading = _read(flat, flat, VERL_MAP, foreign.VERL_KEYS, "veRL", prefix, problems)
+    _lora_default(reading, "lora_alpha", VERL_LORA_ALPHA, "veRL's default of actor_rollout_ref.model.lora_alpha")
     _apply(raw, reading, problems, "veRL", inherited)
 
 

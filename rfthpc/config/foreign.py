@@ -144,7 +144,8 @@ OPENAI_SERVER = ("an option of the OpenAI API server: rfthpc starts none for the
                  "process, ctx.engine), and serves a shared auxiliary model (placement: shared) from vLLM's "
                  "OpenAI-compatible server with its own settings, reached as ctx.auxiliary[name]")
 SERVE = "Trinity-RFT's serve mode; rfthpc has no serve mode"
-NO_LORA = "rfthpc trains every weight (FSDP2), without LoRA adapters; remove it"
+CRITIC_LORA = ("rfthpc trains every weight of the critic; a LoRA adapter is trained for the policy only (model.lora): "
+               "remove it")
 OLD_REPLAY = ("Trinity-RFT's older replay settings: use experience_buffer.replay_buffer (enable, "
               "reuse_cooldown_time, priority_fn, priority_fn_args), their current form")
 
@@ -233,9 +234,11 @@ TRINITY_KEYS: dict[str, Answer] = {
                               "part of rfthpc: prepare the dataset beforehand", _no_pipeline),
     "service": Refused("Trinity-RFT's Data-Juicer service is not part of rfthpc: prepare the dataset beforehand",
                        lambda v, g: not v or (isinstance(v, Mapping) and not v.get("data_juicer"))),
-    "model.lora_configs": Refused(NO_LORA, _off),
-    "model.fully_sharded_loras": Ignored("a LoRA serving setting, read only with model.lora_configs"),
-    "model.max_cpu_loras": Ignored("a LoRA serving setting, read only with model.lora_configs"),
+    "model.lora_configs.base_model_name": Ignored(
+        "the base model's name in Trinity-RFT's OpenAI API server; rfthpc serves the adapter to its own explorers"),
+    "model.lora_configs.is_dummy": Ignored(SET_BY_TRINITY),
+    **{f"model.{k}": Ignored("how vLLM serves many adapters; rfthpc's explorers serve the one adapter being trained")
+       for k in ("fully_sharded_loras", "max_cpu_loras")},
     "algorithm.sample_strategy_args": Refused(
         "arguments of Trinity-RFT's experience sample strategies; rfthpc trains on experience in commit order within "
         "the staleness bound (synchronizer.max_staleness): remove it", _off),
@@ -365,12 +368,10 @@ def _model_keys(prefix: str) -> dict[str, Answer]:
         f"{prefix}.enable_activation_offload": Refused(
             "activation offload is not in rfthpc: use trainer.enable_gradient_checkpointing, trainer.param_offload / "
             "optimizer_offload, or a smaller trainer.max_token_len_per_gpu", _off),
-        f"{prefix}.lora_rank": Refused(NO_LORA, _off),
-        f"{prefix}.lora_adapter_path": Refused(NO_LORA, _off),
-        f"{prefix}.lora.rank": Refused(NO_LORA, _off),
-        f"{prefix}.lora.*": Ignored("a LoRA setting, read only with lora.rank > 0"),
-        **{f"{prefix}.{k}": Ignored("a LoRA setting, read only with lora_rank > 0") for k in (
-            "lora_alpha", "target_modules", "exclude_modules")},
+        f"{prefix}.lora.rank": Refused(
+            "veRL's LoRA settings of its Megatron workers; rfthpc trains with FSDP2, where veRL's keys are "
+            "lora_rank, lora_alpha and target_modules (read as model.lora): set those instead", _off),
+        f"{prefix}.lora.*": Ignored("a setting of veRL's Megatron LoRA, read only with lora.rank > 0"),
         f"{prefix}.hf_config_path": Refused("rfthpc reads the model's config from its path: copy it there", _off),
         f"{prefix}.use_fused_kernels": Ignored(SPEED),
         f"{prefix}.fused_kernel_options.*": Ignored(SPEED),
@@ -441,6 +442,10 @@ VERL_KEYS: dict[str, Answer] = {
                                                       "there", _off),
     **_model_keys("actor_rollout_ref.model"),
     **_model_keys("critic.model"),
+    "critic.model.lora_rank": Refused(CRITIC_LORA, _off),
+    "critic.model.lora_adapter_path": Refused(CRITIC_LORA, _off),
+    **{f"critic.model.{k}": Ignored("a LoRA setting, read only with lora_rank > 0") for k in (
+        "lora_alpha", "target_modules", "exclude_modules")},
     _A + "strategy": Refused(MEGATRON, _FSDP_STRATEGY, FSDP2),
     _A + "ppo_micro_batch_size": Refused("veRL's deprecated global micro-batch size: set "
                                          "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu (rfthpc's "
@@ -711,10 +716,13 @@ ROLL_KEYS: dict[str, Answer] = {
         "max_tokens_per_microbatch_in_infer", "sequence_length_round_in_*", "model_args.attn_implementation",
         "model_args.gradient_checkpointing_use_reentrant", "model_args.device_map")},
     "*.router_replay.*": Refused("MoE router replay is not in rfthpc; remove it", _is(None, "disable", False)),
-    "*.model_args.lora_rank": Refused(NO_LORA, _off),
-    "*.model_args.adapter_name_or_path": Refused(NO_LORA, _off),
-    **{f"*.model_args.{k}": Ignored("a LoRA setting, read only with lora_rank") for k in (
-        "lora_alpha", "lora_dropout", "lora_target", "additional_target", "autocast_adapter_dtype")},
+    "critic.model_args.lora_target": Refused(CRITIC_LORA, _off),
+    "critic.model_args.adapter_name_or_path": Refused(CRITIC_LORA, _off),
+    "*.model_args.additional_target": Refused("rfthpc's adapter trains no other layer than the ones it adapts (it "
+                                              "hands explorers the adapter alone): remove it", _off),
+    "*.model_args.autocast_adapter_dtype": Ignored("rfthpc keeps the adapter in float32 while training"),
+    **{f"*.model_args.{k}": Ignored("a LoRA setting read with actor_train's (model.lora), or only with lora_target")
+       for k in ("lora_rank", "lora_alpha", "lora_dropout", "lora_target", "adapter_name_or_path")},
     "*.model_args.moe_aux_loss_coef": Refused("rfthpc adds no MoE load-balancing loss; remove it", _off),
     "*.model_args.model_config_kwargs": Refused("changes the model's config before training; rfthpc trains the model "
                                                 "as its config.json says: edit a copy of the model instead", _off),

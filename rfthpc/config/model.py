@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Optional
 
+from rfthpc.config.lora import LoRAConfig
+
 
 @dataclass
 class ModelConfig:
@@ -44,6 +46,9 @@ class ModelConfig:
     `explorer.rollout_model.enable_thinking`."""
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
     """Training dtype; auto means bfloat16 on GPU and float32 on CPU."""
+    lora: LoRAConfig | None = None
+    """Train a LoRA adapter on the frozen model instead of every weight; explorers receive the adapter
+    only (null: full fine-tuning)."""
 
 
 @dataclass

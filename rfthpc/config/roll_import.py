@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rfthpc.config.compat import ROLL_LORA_RANK, roll_lora_target
 from rfthpc.config.hydra_compose import Composed, compose
 from rfthpc.config.importing import ROLL_DEFAULT, Imported, Translation, in_schema_order, render_yaml, scalar, shown
 from rfthpc.config.roll_algorithm import translate_algorithm, translate_optimizer
@@ -406,6 +407,7 @@ def _model(t: Translation, shape: _Shape) -> None:
         t.same_if(f"{role}.model_args.model_type", None, "ROLL's reward-model types; the policy is a causal LM")
         t.note(f"{role}.model_args.attn_implementation", "rfthpc picks the attention implementation itself")
     t.note("actor_infer.model_args.disable_gradient_checkpointing", "no effect on inference")
+    _lora(t)
     if shape.agentic:
         length = t.get("sequence_length")
         prompt = t.whole("prompt_length", 1024)
@@ -432,6 +434,31 @@ def _model(t: Translation, shape: _Shape) -> None:
         base = "prompt_length" if key == "val_prompt_length" else "sequence_length"
         if t.has(key) and t.get(key) != t.get(base):
             t.refuse(key, f"{t.get(key)}: rfthpc evaluates with the training token limits ({base})")
+
+
+def _lora(t: Translation) -> None:
+    """actor_train's LoRA adapter (ROLL trains one when `lora_target` is set) as `model.lora`."""
+    args = "actor_train.model_args."
+    target = t.get(args + "lora_target")
+    if target:
+        t.set("model.lora.target_modules", roll_lora_target(target), args + "lora_target")
+        rank = t.get(args + "lora_rank") or ROLL_LORA_RANK
+        t.set("model.lora.lora_rank", rank, args + "lora_rank" if t.has(args + "lora_rank") else ROLL_DEFAULT)
+        alpha = t.get(args + "lora_alpha")
+        t.set("model.lora.lora_alpha", alpha or 2 * rank, args + "lora_alpha" if alpha else f"{ROLL_DEFAULT} (2 x rank)")
+        for key, field_ in (("lora_dropout", "lora_dropout"), ("adapter_name_or_path", "path")):
+            if t.get(args + key) is not None:
+                t.set(f"model.lora.{field_}", t.get(args + key), args + key)
+    else:
+        t.note([args + k for k in ("lora_rank", "lora_alpha", "lora_dropout")],
+               "read only with lora_target (without it ROLL trains every weight, as rfthpc does)")
+    t.note([f"{role}.model_args.{k}" for role in ("actor_infer", "reference") for k in (
+        "lora_target", "lora_rank", "lora_alpha", "lora_dropout", "adapter_name_or_path")],
+        "the adapter is actor_train's (model.lora); the rollout engine applies it, the KL reference is the base")
+    for key in ("lora_target", "adapter_name_or_path"):
+        if t.get("critic.model_args." + key):
+            t.refuse("critic.model_args." + key, "rfthpc trains every weight of the critic; a LoRA adapter is trained "
+                     "for the policy only (actor_train.model_args)")
 
 
 def _generation(t: Translation, shape: _Shape) -> None:

@@ -23,6 +23,7 @@ from rfthpc.config.algorithm import AlgorithmConfig, OptimizerConfig
 from rfthpc.config.buffer import ExperienceBufferConfig, TasksetConfig
 from rfthpc.config.derive import Stage
 from rfthpc.config.explorer import InferenceModelConfig
+from rfthpc.config.lora import LoRAConfig, LoRASettings
 from rfthpc.config.monitor import MonitorConfig
 from rfthpc.config.schema import Config, explores, trains
 from rfthpc.errors import ConfigError
@@ -194,6 +195,8 @@ class TrainerSettings:
     name: str
     monitor: MonitorConfig
     stages: tuple[TrainerStageSettings, ...]
+    lora: LoRASettings | None = None
+    """The adapter trained instead of the model's weights (`model.lora`); None: every weight."""
 
 
 def _sampling_temperature(cfg: Config) -> float:
@@ -260,7 +263,7 @@ def trainer_settings(stages: list[Stage]) -> TrainerSettings:
     trained = [s for s in stages if trains(s.config.mode)] or stages[:1]
     first = trained[0].config
     for stage in trained[1:]:
-        for key in ("model_path", "critic_model_path", "dtype"):
+        for key in ("model_path", "critic_model_path", "dtype", "lora"):
             if getattr(stage.config.model, key) != getattr(first.model, key):
                 raise ConfigError(
                     f"stage {stage.name!r}: model.{key} {getattr(stage.config.model, key)!r} differs from stage "
@@ -279,7 +282,18 @@ def trainer_settings(stages: list[Stage]) -> TrainerSettings:
         full_snapshot_interval=first.synchronizer.full_snapshot_interval, weight_stripe_count=fs.weight_stripe_count,
         project=first.project, name=first.name, monitor=copy.deepcopy(first.monitor),
         stages=tuple(_trainer_stage(s, c) for s, c in zip(stages, stage_claim_sets(stages), strict=True)),
+        lora=lora_settings(m.lora),
     )
+
+
+def lora_settings(cfg: LoRAConfig | None) -> LoRASettings | None:
+    """`model.lora` resolved (the adapter at `path` read), or None without one."""
+    if cfg is None:
+        return None
+    try:
+        return LoRASettings.of(cfg)
+    except ValueError as e:
+        raise ConfigError(f"model.lora.path: {e}") from None
 
 
 POLICY_ENGINE = "policy"
@@ -315,6 +329,9 @@ class InferenceModelSettings:
     """Shared auxiliary models: engines of the server (tasks of its job array)."""
     server_timeout: float = 1800.0
     """Shared auxiliary models: seconds a request keeps being retried while no engine of the server answers."""
+    lora: LoRASettings | None = None
+    """The rollout model: the adapter the trainer trains (`model.lora`), which the engine applies to
+    `model_path`; None: published weights are whole models."""
 
     @property
     def shared(self) -> bool:
@@ -467,7 +484,8 @@ def explorer_settings(stages: list[Stage]) -> ExplorerSettings:
         # The policy's token limits are the model's (validation refuses rollout_model values that differ).
         rollout_model=replace(_inference_model("explorer.rollout_model", POLICY_ENGINE, ex.rollout_model),
                               max_prompt_tokens=first.model.max_prompt_tokens,
-                              max_response_tokens=first.model.max_response_tokens),
+                              max_response_tokens=first.model.max_response_tokens,
+                              lora=lora_settings(first.model.lora)),
         auxiliary_models=_auxiliary_models(first), min_response_tokens=first.model.min_response_tokens,
         enable_prompt_truncation=first.model.enable_prompt_truncation, runner_per_model=ex.runner_per_model,
         max_repeat_times_per_runner=ex.max_repeat_times_per_runner, env_vars=_frozen(ex.env_vars),

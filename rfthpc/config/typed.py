@@ -202,7 +202,8 @@ def _describe(tp: Any) -> str:
     if origin is Literal:
         return " | ".join(repr(a) for a in get_args(tp))
     if origin in (Union, types.UnionType):
-        return " or ".join(_describe(a) for a in get_args(tp) if a is not type(None)) + " or null"
+        null = " or null" if type(None) in get_args(tp) else ""
+        return " or ".join(_describe(a) for a in get_args(tp) if a is not type(None)) + null
     if origin is list:
         return f"a list of {_describe(get_args(tp)[0])}"
     if origin is dict:
@@ -223,7 +224,10 @@ def convert(tp: Any, value: Any, path: str, problems: Problems) -> Any:
         args = [a for a in get_args(tp) if a is not type(None)]
         if value is None:
             return None
-        return convert(args[0], value, path, problems)
+        # A list or a single value (`target_modules: all-linear` or `[q_proj, v_proj]`): read it as the
+        # alternative of its own kind.
+        kind = [a for a in args if (get_origin(a) is list) == isinstance(value, list)]
+        return convert((kind or args)[0], value, path, problems)
     if origin is Literal:
         choices = get_args(tp)
         if value in choices:

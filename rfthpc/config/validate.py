@@ -19,10 +19,11 @@ from rfthpc.config.derive import (
     server_gpus,
     trainer_gpus_per_node,
 )
+from rfthpc.config.lora import lora_problems
 from rfthpc.config.monitor import sink_problems
 from rfthpc.config.schema import Config, explores
 from rfthpc.config.synchronizer import SynchronizerConfig, default_max_staleness
-from rfthpc.config.typed import ALGORITHM, GPUS, PATHS, REFUSED, WORKFLOW, Problems
+from rfthpc.config.typed import ALGORITHM, GPUS, INVALID, PATHS, REFUSED, WORKFLOW, Problems
 from rfthpc.errors import ConfigError
 from rfthpc.registry import Registry
 from rfthpc.workflows.base import SamplingArgs
@@ -526,6 +527,9 @@ def validate(cfg: Config, source: str = "config", check_paths: bool = True, prob
     _check_reward_shaping(cfg, problems)
     _check_replay(cfg, problems)
     _check_inputs(cfg, problems, check_paths)
+    if cfg.model.lora is not None:
+        for message in lora_problems(cfg.model.lora, cfg.model.model_path, check_paths):
+            problems.add(message, PATHS if message.startswith("model.lora.path") else INVALID)
     for message in sink_problems(cfg.monitor):
         problems.add(message)
     for message in compat.unsupported_values(cfg):

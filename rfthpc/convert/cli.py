@@ -53,6 +53,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="5GB",
         help="largest safetensors file; bigger models are split and indexed (default: 5GB)",
     )
+    p.add_argument(
+        "--adapter-only",
+        action="store_true",
+        help="LoRA runs: export the adapter (PEFT layout) to <role>/lora_adapter/ instead of merging it into the "
+        "base model (the base's weights come from --base-model-dir, else the adapter config's base model)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -73,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
         roles=roles_for(args.role),
         max_shard_size=parse_size(args.max_shard_size),
         progress=not args.no_progress,
+        adapter_only=args.adapter_only,
     )
 
     def report(o: Outcome) -> None:

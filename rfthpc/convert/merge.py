@@ -5,6 +5,8 @@ config and tokenizer (checkpoint first, `--base-model-dir` for what is missing),
 names and shapes against the model class the config names, then stream the tensors into
 safetensors shards inside `<role>/.tmp-huggingface.<tag>/` and rename that directory into place.
 An interrupted or failed conversion leaves no `huggingface/` behind (or the previous one intact).
+A LoRA run's checkpoint (`rfthpc.convert.lora`) is merged into its base model the same way, or, with
+`--adapter-only`, exported as the adapter alone into `<role>/lora_adapter/`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Literal
 
 import torch
 
+from rfthpc.convert import lora
 from rfthpc.convert.formats import (
     ROLES,
     ShardedCheckpoint,
@@ -38,11 +41,13 @@ from rfthpc.convert.hfdir import (
     tied_output_key,
     write_config_files,
 )
-from rfthpc.convert.writer import TensorEntry, has_complete_weights, write_shards
+from rfthpc.convert.writer import TensorEntry, has_complete_adapter, has_complete_weights, write_shards
 from rfthpc.errors import UserError
 from rfthpc.fsutil import TMP_PREFIX, fsync_dir, temporary_name
 
 HF_DIR = "huggingface"
+LORA_ADAPTER_DIR = "lora_adapter"
+"""Where `--adapter-only` exports a LoRA checkpoint's adapter (veRL's name; the trainer writes it too)."""
 _REPLACED = "huggingface-replaced"
 DEFAULT_MAX_SHARD_SIZE = 5 * 10**9
 
@@ -63,6 +68,8 @@ class ConvertOptions:
     """Bytes per safetensors file; above it the weights are split and indexed."""
     progress: bool = True
     """Show a progress bar per checkpoint."""
+    adapter_only: bool = False
+    """LoRA checkpoints: export the adapter (PEFT layout) to `lora_adapter/` instead of merging it."""
 
 
 @dataclass
@@ -102,14 +109,17 @@ def convert_checkpoints(
             _recover_interrupted_swap(role_dir)
             _remove_stale_staging(role_dir)
             no_shards = no_shards_error(role_dir)
-            if not options.force and has_complete_weights(role_dir / HF_DIR):
+            if options.adapter_only and no_shards is None and not lora.is_lora_checkpoint(role_dir):
+                outcomes.append(Outcome(role_dir, "failed", "--adapter-only: not a LoRA run's checkpoint (it has no "
+                                                            "adapter_config.json); convert it without the option"))
+            elif not options.force and _converted(role_dir, options):
                 outcomes.append(Outcome(role_dir, "skipped", "already converted (--force converts again)"))
             elif no_shards is not None:
                 outcomes.append(Outcome(role_dir, "failed", str(no_shards)))
             else:
                 todo.append(role_dir)
     if base is None:
-        lacking = [d for d in todo if checkpoint_config_dir(d) is None]
+        lacking = [d for d in todo if checkpoint_config_dir(d) is None and not lora.is_lora_checkpoint(d)]
         if lacking:
             raise UserError(
                 f"{len(lacking)} checkpoint(s) have no config.json (hf_config/ or huggingface/): "
@@ -130,6 +140,13 @@ def convert_checkpoints(
     return outcomes
 
 
+def _converted(role_dir: Path, options: ConvertOptions) -> bool:
+    """Whether the output this conversion would write is there already (complete)."""
+    if options.adapter_only:
+        return has_complete_adapter(role_dir / LORA_ADAPTER_DIR)
+    return has_complete_weights(role_dir / HF_DIR)
+
+
 def _check_base(base: Path | None) -> Path | None:
     if base is None:
         return None
@@ -139,8 +156,30 @@ def _check_base(base: Path | None) -> Path | None:
     return base
 
 
+def _convert_lora(role_dir: Path, base: Path | None, options: ConvertOptions) -> tuple[str, list[str]]:
+    """A LoRA checkpoint merged into `huggingface/`, or its adapter into `lora_adapter/`."""
+    final = role_dir / (LORA_ADAPTER_DIR if options.adapter_only else HF_DIR)
+    dtype = parse_dtype(options.dtype, "--dtype")
+    staging = temporary_name(final)
+    staging.mkdir()
+    try:
+        if options.adapter_only:
+            detail = lora.write_adapter(role_dir, staging, dtype)
+        else:
+            detail = lora.write_merged(role_dir, staging, base, dtype, options.max_shard_size)
+        _seal(staging, like=role_dir)
+        _publish(staging, final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return f"{detail} -> {final}", []
+
+
 def convert_role(role_dir: Path, base: Path | None, options: ConvertOptions) -> tuple[str, list[str]]:
-    """Merge the model in `role_dir` into `role_dir/huggingface/`; return a summary and notes."""
+    """Merge the model in `role_dir` into `role_dir/huggingface/` (a LoRA checkpoint: see
+    `rfthpc.convert.lora`); return a summary and notes."""
+    if lora.is_lora_checkpoint(role_dir):
+        return _convert_lora(role_dir, base, options)
     final = role_dir / HF_DIR
     source = open_checkpoint(role_dir)
     notes: list[str] = []
@@ -266,7 +305,7 @@ def _recover_interrupted_swap(role_dir: Path) -> None:
 def _remove_stale_staging(role_dir: Path) -> None:
     """Delete temporary output of conversions on this host whose process is gone (killed -9)."""
     host = socket.gethostname()
-    for p in role_dir.glob(f"{TMP_PREFIX}{HF_DIR}*"):
+    for p in [*role_dir.glob(f"{TMP_PREFIX}{HF_DIR}*"), *role_dir.glob(f"{TMP_PREFIX}{LORA_ADAPTER_DIR}*")]:
         try:
             tag = p.name[len(TMP_PREFIX) :].split(".", 1)[1]  # .tmp-<name>.<host>-<pid>-<uuid>
             owner, pid, _ = tag.rsplit("-", 2)

@@ -107,11 +107,12 @@ def plan_shards(entries: list[TensorEntry], max_shard_size: int) -> list[list[Te
     return shards if shards[0] else []
 
 
-def shard_file_names(n: int) -> list[str]:
-    """`model.safetensors` for one shard, else `model-0000i-of-0000n.safetensors` (HF's names)."""
+def shard_file_names(n: int, stem: str = "model") -> list[str]:
+    """`model.safetensors` for one shard, else `model-0000i-of-0000n.safetensors` (HF's names; `stem`
+    replaces `model`, e.g. `adapter_model` for a PEFT adapter)."""
     if n == 1:
-        return [SINGLE_FILE]
-    return [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
+        return [f"{stem}.safetensors"]
+    return [f"{stem}-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
 
 
 def _header(entries: list[TensorEntry]) -> bytes:
@@ -245,6 +246,7 @@ def write_shards(
     max_shard_size: int,
     on_bytes: Callable[[int], None] | None = None,
     written: Callable[[torch.Tensor], None] | None = None,
+    stem: str = "model",
 ) -> list[str]:
     """Write `tensors` (yielded in the order of `entries`) as safetensors shards into `out_dir`.
 
@@ -254,10 +256,10 @@ def write_shards(
     prepared (at most `PENDING_BYTES` of them wait). Every file is fsynced. With more than one
     shard, `model.safetensors.index.json` maps each name to its file. `written(piece)` is called
     (from the writer thread) once a row block's bytes are written, e.g. to hand back the pages of
-    a memory-mapped source. Returns the file names written.
+    a memory-mapped source. `stem` names the files (`shard_file_names`). Returns the file names written.
     """
     shards = plan_shards(entries, max_shard_size)
-    names = shard_file_names(len(shards))
+    names = shard_file_names(len(shards), stem)
     stream = iter(tensors)
     for shard, fname in zip(shards, names):
         with open(out_dir / fname, "wb") as f:
@@ -318,3 +320,9 @@ def has_complete_weights(hf_dir: Path) -> bool:
             return False
         return bool(weight_map) and all(_valid_safetensors(hf_dir / f) for f in set(weight_map.values()))
     return _valid_safetensors(hf_dir / SINGLE_FILE)
+
+
+def has_complete_adapter(adapter_dir: Path) -> bool:
+    """True if `adapter_dir` holds a PEFT adapter: adapter_config.json and a whole adapter_model.safetensors."""
+    return (Path(adapter_dir) / "adapter_config.json").is_file() and \
+        _valid_safetensors(Path(adapter_dir) / "adapter_model.safetensors")

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol, get_args
 
+from rfthpc.config.lora import LoRASettings
 from rfthpc.errors import ConfigError, UserError
 from rfthpc.workflows.base import GREEDY_TEMPERATURE, Completion, SamplingArgs
 
@@ -65,6 +66,9 @@ class EngineSettings:
     """vLLM's CPU backend: KV cache size (VLLM_CPU_KVCACHE_SPACE)."""
     min_response_tokens: int = 1
     """No end-of-sequence token before this many response tokens."""
+    lora: LoRASettings | None = None
+    """The policy of a LoRA run: `model_path` is the base model and each version an adapter
+    (`load_weights` of a PEFT directory); vLLM reserves room for an adapter of this rank."""
 
     def __post_init__(self) -> None:
         if not Path(self.model_path).expanduser().is_dir():
@@ -96,7 +100,9 @@ class PolicyEngine(Protocol):
         ...
 
     def load_weights(self, path: Path) -> None:
-        """Replace the weights with those of the HF directory `path` (same architecture), in place."""
+        """Replace the weights with those of the HF directory `path` (same architecture), in place; a
+        PEFT adapter directory (`rfthpc.weights.is_adapter_dir`) replaces the adapter applied to the
+        base model instead."""
         ...
 
     def close(self) -> None:

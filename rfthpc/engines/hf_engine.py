@@ -6,7 +6,8 @@ from its own RNG stream, so its samples do not depend on what else is requested.
 the convention of `rfthpc.engines.base`: the log softmax of the processed scores (after
 temperature, top-k, top-p), of the sampled token; top alternatives (`SamplingArgs.logprobs`) come
 from the same distribution. New weights are copied into the live model from a step directory's
-safetensors.
+safetensors; a LoRA run's versions are adapters, which peft applies to the live model (wrapped once,
+at the first adapter; each later one is copied into it).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rfthpc import weights
 from rfthpc.engines.base import EngineSettings, GenerateRequest, check_prompt_fits, is_greedy
 from rfthpc.engines.weight_files import iter_safetensors_dir
 from rfthpc.errors import UserError
@@ -55,6 +57,8 @@ class TransformersEngine:
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.eos_ids[0]
         self.max_model_len = settings.max_model_len or int(self.model.config.max_position_embeddings)
+        self.adapted = False
+        """The model is a peft model: versions are adapters."""
 
     def _generation_config(self, n: int, params: SamplingArgs, max_new_tokens: int):
         from transformers import GenerationConfig
@@ -160,7 +164,14 @@ class TransformersEngine:
         return self.generate_batch([GenerateRequest(p, n, params) for p in prompts_token_ids])
 
     def load_weights(self, path: Path) -> None:
-        """Copy the tensors of `path/*.safetensors` into the live model (tied output layer included)."""
+        """Copy the tensors of `path/*.safetensors` into the live model (tied output layer included), or
+        of the adapter in PEFT directory `path` into the live model's adapter."""
+        if weights.is_adapter_dir(path):
+            self._load_adapter(Path(path))
+            return
+        if self.adapted:
+            raise UserError(f"{path} holds a whole model, but this engine applies LoRA adapters to its base model; "
+                            "a LoRA run publishes adapters only")
         tensors = dict(iter_safetensors_dir(path))
         missing, unexpected = self.model.load_state_dict(tensors, strict=False)
         tied = {"lm_head.weight"} if self.model.config.tie_word_embeddings else set()
@@ -171,6 +182,22 @@ class TransformersEngine:
             )
         if tied:
             self.model.tie_weights()
+
+    def _load_adapter(self, path: Path) -> None:
+        """Apply the adapter in `path`: the first one wraps the live model in peft (no reload of the
+        base), each one is then copied into it."""
+        from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+
+        if not self.adapted:
+            config = LoraConfig.from_pretrained(str(path))
+            config.inference_mode = True
+            self.model = get_peft_model(self.model, config).eval()
+            self.adapted = True
+        result = set_peft_model_state_dict(self.model, dict(iter_safetensors_dir(path)))
+        missing = [k for k in result.missing_keys if ".lora_" in k]
+        if missing or result.unexpected_keys:
+            raise UserError(f"the adapter in {path} does not fit the rollout model's adapter: missing {missing[:3]}, "
+                            f"unexpected {sorted(result.unexpected_keys)[:3]}; one run publishes one adapter shape")
 
     def close(self) -> None:
         """Drop the model."""

@@ -6,6 +6,11 @@ On a machine without CUDA the engine runs in one process (`VLLM_ENABLE_V1_MULTIP
 tensors into its live parameters (`rfthpc.engines.vllm_worker`, which also explains why CPU
 engines keep their linear weights unpacked), then the prefix cache is reset.
 
+A LoRA run (`EngineSettings.lora`) starts the engine on the base model with LoRA enabled (room for
+one adapter of the run's rank); each version is an adapter, added to the engine under a new id (vLLM
+caches adapters by id), loaded at once from its directory, and used by every request after it; the
+previous adapter is dropped.
+
 Logprobs are vLLM's `processed_logprobs`: of the distribution the token was sampled from (after
 temperature, top-k and top-p), the convention of `rfthpc.engines.base`; so are the top
 alternatives a request asks for (`SamplingArgs.logprobs`). A seeded request (`SamplingArgs.seed`)
@@ -21,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rfthpc import weights
 from rfthpc.engines.base import EngineSettings, GenerateRequest, RequestRejected, check_prompt_fits, is_greedy
 from rfthpc.errors import ConfigError, UserError
 from rfthpc.workflows.base import Completion, SamplingArgs
@@ -88,7 +94,12 @@ class VLLMEngine:
         if self.on_cpu:
             kwargs["distributed_executor_backend"] = "uni"
             kwargs["load_format"] = PLAIN_CPU_FORMAT
+        if settings.lora is not None:
+            kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=settings.lora.max_lora_rank,
+                          lora_dtype=settings.lora.engine_dtype)
         self.llm = LLM(**kwargs)
+        self.adapter: Any = None
+        """The `LoRARequest` of the adapter every request uses (None: the model alone)."""
         self._refused = _refusal_error()
         self.max_model_len = int(self.llm.llm_engine.vllm_config.model_config.max_model_len)
 
@@ -137,7 +148,7 @@ class VLLMEngine:
                     prompts.append({"prompt_token_ids": list(r.prompt_token_ids)})
                     params.append(made[key])
                     owner.append(i)
-            outputs = self.llm.generate(prompts, params, use_tqdm=False)
+            outputs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=self.adapter)
         except self._refused as e:
             # vLLM checks every request before generating any (and drops those it took): the engine is fine.
             raise RequestRejected(f"vLLM refused a request: {e}") from e
@@ -158,12 +169,36 @@ class VLLMEngine:
         return self.generate_batch([GenerateRequest(p, n, params) for p in prompts_token_ids])
 
     def load_weights(self, path: Path) -> None:
-        """Load `path/*.safetensors` into the running engine and drop cached prefixes of the old weights."""
+        """Load `path/*.safetensors` into the running engine, or use the adapter in PEFT directory `path`
+        from now on, and drop cached prefixes of the old weights."""
+        if weights.is_adapter_dir(path):
+            self._load_adapter(Path(path))
+            return
+        if self.settings.lora is not None:
+            raise UserError(f"{path} holds a whole model, but this engine applies LoRA adapters to its base model; "
+                            "a LoRA run publishes adapters only")
         missing = self.llm.collective_rpc("rfthpc_load_weights", args=(str(path),))
         self.llm.reset_prefix_cache()
         if any(missing):
             raise UserError(f"weights in {path} do not fit the rollout model: missing "
                             f"{sorted(set().union(*missing))[:5]}; publish weights of the same architecture")
+
+    def _load_adapter(self, path: Path) -> None:
+        """Add the adapter in `path` under the next id (loaded now: the directory may go once the call
+        returns), make it the one every request uses, and drop the previous one."""
+        from vllm.lora.request import LoRARequest
+
+        if self.settings.lora is None:
+            raise UserError(f"{path} holds a LoRA adapter, but the engine was started without LoRA; set model.lora")
+        previous = self.adapter
+        number = previous.lora_int_id + 1 if previous is not None else 1
+        adapter = LoRARequest(f"{self.settings.lora.name}-{number}", number, str(path))
+        if not self.llm.llm_engine.add_lora(adapter):
+            raise UserError(f"vLLM did not load the adapter in {path}")
+        self.adapter = adapter
+        if previous is not None:
+            self.llm.llm_engine.remove_lora(previous.lora_int_id)
+        self.llm.reset_prefix_cache()
 
     def close(self) -> None:
         """Shut the engine down."""

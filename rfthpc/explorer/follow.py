@@ -9,7 +9,8 @@ tensor's checksum, and writes it as one safetensors file into a node-local stagi
 (`filesystem.staging_dir`, /dev/shm by default: memory), and maps it into this process ahead
 (`weight_files.premap`). Only then does the explorer, between two batches (`update`), copy it into
 the engine in place: the stall at a sync is that copy from memory, not a read of the shared
-filesystem.
+filesystem. A LoRA run's versions are adapters: they are staged as PEFT directories
+(adapter_config.json beside adapter_model.safetensors), which the engines apply to their base model.
 
 Staging holds at most two versions per explorer process (the one the engine holds, whose bits the
 next delta applies to, and the next); each process has its own directory, removed when it stops.
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rfthpc import weight_chain, weights
+from rfthpc.config.lora import ADAPTER_CONFIG
 from rfthpc.engines import weight_files
 from rfthpc.engines.base import PolicyEngine
 from rfthpc.handoff import Doorbell, Waiter, WaitPolicy
@@ -255,15 +257,17 @@ class WeightFollower:
         return True
 
     def _stage(self, chain: weight_chain.Chain, top: _Staged | None) -> _Staged:
-        """Rebuild `chain`'s target into `staging/v<N>` (one safetensors file); the chain's files are
-        read once, the held bits from the staged copy of `top`."""
+        """Rebuild `chain`'s target into `staging/v<N>` (one safetensors file, with its adapter_config.json
+        for an adapter); the chain's files are read once, the held bits from the staged copy of `top`."""
         from rfthpc.convert.writer import write_shards
         from rfthpc.engines.weight_files import SafetensorsDir
 
         start = time.perf_counter()
         held = held_crcs = None
+        start_dir = self.run.weights_step(chain.start)
         if not chain.from_full:
             assert top is not None and top.version == chain.start
+            start_dir = top.path
             files = SafetensorsDir(top.path)
             held = {n: files.tensor(n) for n in files.names()}
             held_crcs = top.crcs
@@ -272,6 +276,7 @@ class WeightFollower:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         crcs: dict[str, int] = {}
+        adapter = weights.is_adapter_dir(start_dir)
         try:
             with weight_chain.ChainReader(self.run.root, chain, held, held_crcs) as reader:
 
@@ -280,7 +285,10 @@ class WeightFollower:
                         crcs[name] = crc
                         yield name, [tensor]
 
-                write_shards(tmp, reader.entries(), tensors(), max_shard_size=2**62)
+                write_shards(tmp, reader.entries(), tensors(), max_shard_size=2**62,
+                             stem="adapter_model" if adapter else "model")
+            if adapter:
+                shutil.copyfile(start_dir / ADAPTER_CONFIG, tmp / ADAPTER_CONFIG)
             os.rename(tmp, out)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)

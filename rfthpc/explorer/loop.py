@@ -46,7 +46,7 @@ from typing import Any, Self
 
 import numpy as np
 
-from rfthpc import weight_requests
+from rfthpc import weight_requests, weights
 from rfthpc.config.settings import POLICY_ENGINE, ExplorerSettings, ExplorerStageSettings, InferenceModelSettings
 from rfthpc.data.tasksets import Task
 from rfthpc.engines.base import EngineSettings, EngineType, PolicyEngine, is_greedy, make_engine
@@ -238,12 +238,18 @@ class Explorer:
         rm = settings.rollout_model
         prompts = setup.prompt_builder(settings, rm)
         version, path = self.follower.start_point(rm.model_path)
-        log.info("explorer %s rank %d: starting %s engine on %s (policy version %d)",
-                 self.name, self.rank, rm.engine_type, path, version)
-        plan = {POLICY_ENGINE: (rm.engine_type, setup.engine_settings(settings, rm, self.rank, path)),
+        # A LoRA run's policy is its base model with the version's adapter (at version 0, before the
+        # trainer publishes, the adapter training starts from, if any).
+        adapter = path if weights.is_adapter_dir(path) else rm.lora.init_path if rm.lora is not None else None
+        base = rm.model_path if rm.lora is not None else path
+        log.info("explorer %s rank %d: starting %s engine on %s%s (policy version %d)", self.name, self.rank,
+                 rm.engine_type, base, f" with adapter {adapter}" if adapter else "", version)
+        plan = {POLICY_ENGINE: (rm.engine_type, setup.engine_settings(settings, rm, self.rank, base)),
                 **{aux.name: (aux.engine_type, setup.engine_settings(settings, aux, self.rank))
                    for aux in settings.auxiliary_models if not aux.shared}}
         build_engines(plan, self.engine_factory, process_gpus(), self.engines)
+        if adapter:
+            self.engines[POLICY_ENGINE].load_weights(Path(adapter))
         self.follower.attach(self.engines[POLICY_ENGINE], version)
         self.batcher = RequestBatcher(self.engines)
         self.ctx = WorkflowContext(

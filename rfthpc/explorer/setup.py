@@ -39,6 +39,7 @@ def engine_settings(
         enable_chunked_prefill=model.enable_chunked_prefill,
         cpu_kvcache_space_gb=model.cpu_kvcache_space_gb,
         min_response_tokens=settings.min_response_tokens,
+        lora=model.lora,
     )
 
 

@@ -8,6 +8,11 @@
                                            (written last; critic/ has its own copy)
     actor/huggingface/                     optional merged HF copy (trainer.save_hf_checkpoint)
 
+With LoRA (`model.lora`) the actor's `model/` holds the adapter's weights only (the frozen base is
+`model.model_path`), `adapter_config.json` beside it describes the adapter, and
+`trainer.save_hf_checkpoint` writes the adapter in PEFT's layout to `actor/lora_adapter/` (veRL's
+name); `rfthpc convert` merges it into the base for `huggingface/`.
+
 Writing: every rank writes into `.tmp-global_step_<N>-<tag>/`; after a barrier rank 0 renames it
 to `global_step_<N>` and then replaces `latest_checkpointed_iteration.txt`. A process killed at
 any moment (SIGKILL included) leaves the previous checkpoint untouched and only a `.tmp-`
@@ -27,6 +32,7 @@ import re
 import shutil
 import socket
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,24 +42,28 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
     get_model_state_dict,
     get_optimizer_state_dict,
     set_model_state_dict,
     set_optimizer_state_dict,
 )
 
-from rfthpc.fsutil import TMP_PREFIX, fsync_dir, make_dirs, write_text_atomic
+from rfthpc.config.lora import ADAPTER_CONFIG
+from rfthpc.fsutil import TMP_PREFIX, fsync_dir, make_dirs, write_json_atomic, write_text_atomic
 from rfthpc.rundir import RunDir
 from rfthpc.trainer.checkpoint_meta import META_FILE, CheckpointMeta, write_checkpoint_meta
 from rfthpc.trainer.dist import DistEnv
-from rfthpc.trainer.fsdp import drain, gathered
-from rfthpc.weights import copy_config_files, write_hf_dir
+from rfthpc.trainer.fsdp import drain, gathered, gathered_adapter
+from rfthpc.trainer.lora import trainable_names
+from rfthpc.weights import copy_config_files, write_adapter_dir, write_hf_dir
 
 log = logging.getLogger(__name__)
 
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
 # A checkpoint moved aside while the same step is saved again (`<tag>` names the saving process).
 _MOVED_ASIDE = re.compile(re.escape(TMP_PREFIX) + r"old-global_step_(\d+)-(.+)")
+LORA_ADAPTER_DIR = "lora_adapter"
 
 
 @dataclass
@@ -65,6 +75,19 @@ class Part:
     optimizer: torch.optim.Optimizer | None
     config_dir: Path
     """Model directory whose config and tokenizer files are copied to `hf_config/`."""
+    adapter_config: Mapping[str, object] | None = None
+    """The model is a peft model whose adapter alone trains (LoRA): only the adapter is saved, and
+    this is its adapter_config.json. None: the whole model."""
+
+
+def _model_state(model: nn.Module, adapter_only: bool) -> dict[str, Any]:
+    """The sharded model's state dict; `adapter_only`: its trainable (LoRA adapter) tensors alone, since
+    the frozen base never changes (a tied output layer, which no option of torch's leaves out, too)."""
+    state = get_model_state_dict(model)
+    if adapter_only:
+        keep = trainable_names(model)
+        state = {k: v for k, v in state.items() if k in keep}
+    return state
 
 
 def _complete(run: RunDir, step: int) -> bool:
@@ -142,17 +165,25 @@ def save_checkpoint(
     env.barrier()
     for part in parts:
         root = tmp / part.name
-        dcp.save({"model": get_model_state_dict(part.model)}, checkpoint_id=str(root / "model"))
+        dcp.save({"model": _model_state(part.model, part.adapter_config is not None)},
+                 checkpoint_id=str(root / "model"))
         if part.optimizer is not None:
             dcp.save({"optim": get_optimizer_state_dict(part.model, part.optimizer)}, checkpoint_id=str(root / "optim"))
         _write_fsynced(root / _extra_state_name(env), _rng_state())
-        if save_hf:
+        if save_hf and part.adapter_config is not None:
+            stream = gathered_adapter(part.model, env, hf_dtype or torch.float32)
+            if env.is_main:
+                write_adapter_dir(root / LORA_ADAPTER_DIR, stream, part.adapter_config)
+        elif save_hf:
             stream = gathered(part.model, env, hf_dtype or torch.float32)
             if env.is_main:
                 write_hf_dir(root / "huggingface", stream, part.config_dir)
             else:
                 drain(stream)
         if env.is_main:
+            if part.adapter_config is not None:
+                # `rfthpc convert` learns from it that model/ is an adapter, and of which base.
+                write_json_atomic(root / ADAPTER_CONFIG, dict(part.adapter_config))
             copy_config_files(part.config_dir, root / "hf_config")
             for entry in os.scandir(root / "hf_config"):
                 with open(entry.path, "rb") as f:
@@ -180,11 +211,12 @@ def save_checkpoint(
     return final
 
 
-def load_model_weights(dcp_dir: Path, model: nn.Module) -> None:
-    """Load a DCP model state dict (`global_step_<N>/<part>/model`) into a sharded `model` (all ranks)."""
-    state = {"model": get_model_state_dict(model)}
+def load_model_weights(dcp_dir: Path, model: nn.Module, adapter_only: bool = False) -> None:
+    """Load a DCP model state dict (`global_step_<N>/<part>/model`) into a sharded `model` (all ranks);
+    `adapter_only`: a LoRA checkpoint, which holds the trainable (adapter) weights alone."""
+    state = {"model": _model_state(model, adapter_only)}
     dcp.load(state, checkpoint_id=str(dcp_dir))
-    set_model_state_dict(model, state["model"])
+    set_model_state_dict(model, state["model"], options=StateDictOptions(strict=not adapter_only))
 
 
 def load_optimizer_state(dcp_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:

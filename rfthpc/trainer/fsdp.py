@@ -7,6 +7,10 @@ alone reads the safetensors. So a node's CPU memory holds one full copy, not one
 Precision: parameters (and the optimizer state) stay float32; on GPU the forward and backward
 run in bfloat16 (`model.dtype: auto` or bfloat16) with gradients reduced in float32 (FSDP2's
 MixedPrecisionPolicy). On CPU everything is float32 (no fast bfloat16 there).
+
+LoRA (`model.lora`): the adapter is added before sharding (`rfthpc.trainer.lora`), so each block's
+FSDP2 unit holds its frozen base weights and its trainable adapter weights; rank 0's copy gets the
+same adapter (and the starting adapter's weights) before the weights are sent out.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
+from rfthpc.config.lora import LoRASettings
 from rfthpc.errors import UserError
 from rfthpc.trainer.dist import DistEnv
 from rfthpc.weight_publisher import Publication, Publisher
@@ -82,6 +87,7 @@ def build_sharded_model(
     gradient_checkpointing: bool = False,
     trainable: bool = True,
     cpu_offload: bool = False,
+    lora: LoRASettings | None = None,
 ) -> nn.Module:
     """The model in `path`, sharded over every rank with FSDP2, weights loaded from rank 0.
 
@@ -89,6 +95,7 @@ def build_sharded_model(
     critic; the head is freshly initialised when `path` is a causal LM). Non-trainable models
     (the frozen reference) get `requires_grad=False` and eval mode. `cpu_offload` keeps parameters,
     gradients and optimizer state in CPU memory between uses (FSDP2's CPUOffloadPolicy; GPU only).
+    `lora`: a peft model whose adapter alone trains (`rfthpc.trainer.lora`).
     """
     path = Path(path)
     if kind == "value":
@@ -101,6 +108,10 @@ def build_sharded_model(
         model = auto.from_config(config, dtype=torch.float32)
     if gradient_checkpointing and trainable:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if lora is not None:
+        from rfthpc.trainer import lora as adapters
+
+        model = adapters.add_adapter(model, lora)
     mesh = init_device_mesh(env.device.type, (env.world_size,))
     param_dtype = compute_dtype(dtype, env.device)
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32) if param_dtype != torch.float32 \
@@ -120,7 +131,7 @@ def build_sharded_model(
     for module in model.modules():
         for name, buf in module.named_buffers(recurse=False):
             module.register_buffer(name, buf.to(env.device), persistent=name not in module._non_persistent_buffers_set)
-    _load_from_rank0(model, path, auto, config, env)
+    _load_from_rank0(model, path, auto, config, env, lora)
     if not trainable:
         model.requires_grad_(False)
         model.eval()
@@ -129,8 +140,9 @@ def build_sharded_model(
     return model
 
 
-def _load_from_rank0(model: nn.Module, path: Path, auto, config, env: DistEnv) -> None:
-    """Fill the sharded `model` with the weights in `path`: rank 0 reads, every rank gets its shards.
+def _load_from_rank0(model: nn.Module, path: Path, auto, config, env: DistEnv, lora: LoRASettings | None) -> None:
+    """Fill the sharded `model` with the weights in `path` (and `lora`'s adapter): rank 0 reads,
+    every rank gets its shards.
 
     Buffers that are not in the state dict (rotary frequencies) are recomputed by the model's
     constructor on rank 0 and broadcast, since `to_empty` left them uninitialised.
@@ -141,6 +153,12 @@ def _load_from_rank0(model: nn.Module, path: Path, auto, config, env: DistEnv) -
         # Seeded so a freshly initialised value head is the same in every run.
         torch.manual_seed(0)
         source = auto.from_pretrained(path, config=config, dtype=torch.float32)
+        if lora is not None:
+            from rfthpc.trainer import lora as adapters
+
+            source = adapters.add_adapter(source, lora)
+            if lora.init_path is not None:
+                adapters.load_adapter_weights(source, lora.init_path)
         full = source.state_dict()
         buffers = {k: v for k, v in source.named_buffers()}
     set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
@@ -150,8 +168,9 @@ def _load_from_rank0(model: nn.Module, path: Path, auto, config, env: DistEnv) -
         dist.broadcast(buf, src=0)
 
 
-def gathered(model: nn.Module, env: DistEnv, dtype: torch.dtype) -> TensorStream:
-    """The unsharded weights of `model`, one tensor at a time, stored in `dtype` (tied aliases left out).
+def gathered(model: nn.Module, env: DistEnv, dtype: torch.dtype, only: set[str] | None = None) -> TensorStream:
+    """The unsharded weights of `model` (those named in `only`, if given), one tensor at a time, stored
+    in `dtype` (tied aliases left out).
 
     Every rank must consume the stream in full (each tensor is an all-gather); the tensors are
     meaningful on rank 0. With one rank the local shard is the whole tensor: nothing is copied.
@@ -164,7 +183,7 @@ def gathered(model: nn.Module, env: DistEnv, dtype: torch.dtype) -> TensorStream
     # Hugging Face names, at a fifth of the cost of get_model_state_dict's name bookkeeping.
     state = model.state_dict()
     skip = tied_keys(model)
-    names = sorted(k for k in state if k not in skip)
+    names = sorted(k for k in state if k not in skip and (only is None or k in only))
 
     def full(t: torch.Tensor) -> torch.Tensor:
         if isinstance(t, DTensor):
@@ -173,6 +192,15 @@ def gathered(model: nn.Module, env: DistEnv, dtype: torch.dtype) -> TensorStream
 
     return TensorStream([TensorEntry(k, tuple(state[k].shape), dtype) for k in names],
                         ((k, full(state[k])) for k in names))
+
+
+def gathered_adapter(model: nn.Module, env: DistEnv, dtype: torch.dtype) -> TensorStream:
+    """The adapter of peft model `model`, unsharded, under the names of PEFT's files, stored in
+    `dtype` (every rank takes part; rank 0 gets the tensors, the others an empty stream)."""
+    from rfthpc.trainer import lora as adapters
+
+    full = dict(gathered(model, env, dtype, adapters.trainable_names(model)).tensors)
+    return TensorStream.of(adapters.peft_state(model, full), dtype) if env.is_main else TensorStream([], [])
 
 
 def drain(stream: TensorStream) -> None:
@@ -195,16 +223,21 @@ def vocab_size(model: nn.Module) -> int:
     return int(model.get_input_embeddings().num_embeddings)
 
 
-def publish_model(model: nn.Module, env: DistEnv, run_dir: Path, step: int, publisher: Publisher | None
-                  ) -> Publication | None:
+def publish_model(model: nn.Module, env: DistEnv, run_dir: Path, step: int, publisher: Publisher | None,
+                  adapter: bool = False) -> Publication | None:
     """Publish the sharded `model` as version `step` (all ranks gather; rank 0's `publisher` writes a
-    full snapshot or a delta); what was written on rank 0, None elsewhere or if the version was
-    published already (its files are kept)."""
+    full snapshot or a delta; `adapter`: the LoRA adapter alone); what was written on rank 0, None
+    elsewhere or if the version was published already (its files are kept)."""
     from rfthpc import weights
 
     exists = env.broadcast_object(weights.is_published(run_dir, step) if env.is_main else None)
     assert publisher is not None or not env.is_main, "rank 0 publishes"
-    stream = gathered(model, env, publisher.dtype if publisher is not None else torch.float32)
+    dtype = publisher.dtype if publisher is not None else torch.float32
+    if adapter:
+        # Small enough to gather whole: the ranks gather even if rank 0 then keeps what it has.
+        stream = gathered_adapter(model, env, dtype)
+        return publisher.publish(step, stream) if publisher is not None else None
+    stream = gathered(model, env, dtype)
     if env.is_main:
         assert publisher is not None
         return publisher.publish(step, stream)

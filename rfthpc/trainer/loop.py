@@ -4,7 +4,7 @@ A step (global step t, the trainer holding policy version t - 1):
  1. rank 0 takes a batch (experience groups from the store, or SFT rows), checks it and hands it
     to every rank;
  2. forward passes without gradients where the algorithm needs them: the reference model's
-    log-probabilities (KL), the policy's before the update (PPO's ratio, when the step makes
+    log-probabilities (KL; with LoRA the policy with its adapter switched off), the policy's before the update (PPO's ratio, when the step makes
     several updates; with sum_v pi_v^2 for an advantage that declares it, the optimal token
     baseline), the critic's values (GAE);
  3. rewards are shaped and advantages computed (every rank, whole batch); responses the advantage
@@ -49,6 +49,7 @@ from rfthpc.trainer.dist import DistEnv, init_distributed
 from rfthpc.trainer.experience import ExperienceSource, Poll
 from rfthpc.trainer.forward import sharded_forward, token_logprobs, token_logprobs_and_sum_pi_squared, token_values
 from rfthpc.trainer.fsdp import build_sharded_model, compute_dtype, publish_model, vocab_size
+from rfthpc.trainer.lora import AdapterDisabled, adapter_config
 from rfthpc.trainer.losses import Algorithm
 from rfthpc.trainer.meta import TrainerMeta, write_trainer_meta
 from rfthpc.trainer.optim import LRSchedule, make_optimizer, set_lr
@@ -86,7 +87,7 @@ class _StageState:
     total_steps: int | None
     actor: ShardedUpdater
     schedule: LRSchedule
-    reference: torch.nn.Module | None = None
+    reference: torch.nn.Module | AdapterDisabled | None = None
     critic: ShardedUpdater | None = None
     critic_schedule: LRSchedule | None = None
     source: Any = None
@@ -159,9 +160,10 @@ class Trainer:
                 self.reader.load_state(meta.reader)
         self.policy = build_sharded_model(run.model_path, self.env, dtype=run.dtype,
                                           gradient_checkpointing=run.gradient_checkpointing,
-                                          cpu_offload=run.cpu_offload)
+                                          cpu_offload=run.cpu_offload, lora=run.lora)
         if meta:
-            ckpt.load_model_weights(self.rundir.checkpoint(meta.step) / "actor" / "model", self.policy)
+            ckpt.load_model_weights(self.rundir.checkpoint(meta.step) / "actor" / "model", self.policy,
+                                    adapter_only=run.lora is not None)
             ckpt.restore_rng(self.rundir.root, meta.step, self.env)
             self.nan_batches = meta.nan_skipped_batches
         while pos is not None:
@@ -297,9 +299,12 @@ class Trainer:
                 alg.kl_controller.value = meta.kl_controller
         return st
 
-    def _reference_model(self, pos: Position) -> torch.nn.Module:
+    def _reference_model(self, pos: Position) -> torch.nn.Module | AdapterDisabled:
         """The frozen policy as it was when the stage began: the initial model for a first stage,
-        else the checkpoint written at the end of the previous stage (kept while this stage runs)."""
+        else the checkpoint written at the end of the previous stage (kept while this stage runs).
+        With LoRA it is the base model, in every stage: the policy with its adapter switched off."""
+        if self.settings.lora is not None:
+            return AdapterDisabled(self.policy)
         ref = build_sharded_model(self.settings.model_path, self.env, dtype=self.settings.dtype, trainable=False)
         if pos.stage_start_step > 0:
             source = self.rundir.checkpoint(pos.stage_start_step) / "actor" / "model"
@@ -459,8 +464,10 @@ class Trainer:
         run = self.settings
         if self.env.is_main and self.publisher is None:
             self.publisher = Publisher(self.rundir.root, run.model_path, compute_dtype(run.dtype, self.env.device),
-                                       run.weight_deltas, run.full_snapshot_interval, run.weight_stripe_count)
-        self.publication = publish_model(self.policy, self.env, self.rundir.root, step, self.publisher)
+                                       run.weight_deltas, run.full_snapshot_interval, run.weight_stripe_count,
+                                       self._adapter_config())
+        self.publication = publish_model(self.policy, self.env, self.rundir.root, step, self.publisher,
+                                         adapter=run.lora is not None)
         if self.env.is_main:
             removed = weight_chain.collect_published(self.rundir.root, stage.keep_published, run.lease_s)
             p = self.publication
@@ -512,7 +519,7 @@ class Trainer:
         from rfthpc.store import collect_garbage
 
         run = self.settings
-        parts = [ckpt.Part("actor", self.policy, st.actor.optimizer, run.model_path)]
+        parts = [ckpt.Part("actor", self.policy, st.actor.optimizer, run.model_path, self._adapter_config())]
         if st.critic is not None:
             parts.append(ckpt.Part("critic", st.critic.model, st.critic.optimizer, run.critic_model_path))
         meta = CheckpointMeta(
@@ -535,6 +542,10 @@ class Trainer:
             collect_garbage(self.rundir.root, keep_chunks=run.keep_consumed_chunks)
             protect = {pos.stage_start_step} if st.reference is not None else set()
             ckpt.remove_old_checkpoints(self.rundir.root, st.stage.max_checkpoints_to_keep, protect)
+
+    def _adapter_config(self) -> dict[str, Any] | None:
+        """With LoRA, the adapter_config.json of the policy's adapter (on the base model); else None."""
+        return adapter_config(self.policy, self.settings.model_path) if self.settings.lora is not None else None
 
     def _write_trainer_meta(self, pos: Position, done: bool = False) -> None:
         if not self.env.is_main:

@@ -52,14 +52,14 @@ trainer: {balance_batch: true, total_epochs: 30}
 def test_verl_keys_that_would_change_results_are_refused_with_the_alternative(tmp_path: Path, base: str) -> None:  # noqa: F811
     text = base + _verl("""
 actor_rollout_ref:
-  model: {lora_rank: 8, enable_activation_offload: true}
+  model: {enable_activation_offload: true}
   actor: {strategy: megatron, shuffle: true}
-critic: {cliprange_value: 0.2}
+critic: {cliprange_value: 0.2, model: {lora_rank: 8}}
 trainer: {default_hdfs_dir: hdfs://x}
 """)
     msg = _error(write(tmp_path, text))
     refused = msg.split("refused features:\n", 1)[1]
-    for key, why in [("actor_rollout_ref.model.lora_rank", "without LoRA"),
+    for key, why in [("critic.model.lora_rank", "the policy only"),
                      ("actor_rollout_ref.model.enable_activation_offload", "trainer.enable_gradient_checkpointing"),
                      ("actor_rollout_ref.actor.strategy", "FSDP2 only"),
                      ("actor_rollout_ref.actor.shuffle", "committed in"),
@@ -71,13 +71,13 @@ trainer: {default_hdfs_dir: hdfs://x}
 
 def test_a_refused_key_left_at_a_value_that_changes_nothing_is_ignored(tmp_path: Path, base: str) -> None:  # noqa: F811
     """Dumped configs spell out every default: Trinity-RFT's empty group, data_processor and service,
-    veRL's LoRA rank 0, ROLL's default seed."""
+    veRL's critic LoRA rank 0, ROLL's default seed."""
     text = base + ("group: ''\nservice: {data_juicer: null}\nseed: 42\n"
                    "data_processor: {task_pipeline: null, experience_pipeline: {operators: [], save_input: true}}\n"
-                   + _verl("actor_rollout_ref:\n  model: {lora_rank: 0}\ncritic: {cliprange_value: 0.5}"))
+                   + _verl("critic: {cliprange_value: 0.5, model: {lora_rank: 0}}"))
     loaded = load_config(write(tmp_path, text))
     [harmless] = [n for n in loaded.notes if "left empty, off or at its default" in n]
-    for key in ("group", "service", "data_processor", "trainer.trainer_config.actor_rollout_ref.model.lora_rank",
+    for key in ("group", "service", "data_processor", "trainer.trainer_config.critic.model.lora_rank",
                 "trainer.trainer_config.critic.cliprange_value"):
         assert key in harmless, key
     assert any(n.startswith("seed: ignored: ROLL's global seed") for n in loaded.notes), loaded.notes

@@ -226,3 +226,13 @@ def test_keys_the_pipelines_config_lacks_are_noted_as_rolls_drops(tmp_path: Path
     result = import_roll(AGENTIC, tmp_path / "tasks", overrides=["+difficulty_mask=true", "max_steps=1"])
     assert any(n.startswith("difficulty_mask: ROLL ignores it (not a field of ROLL's AgenticConfig")
                for n in result.notes)
+
+
+def test_a_lora_adapter_of_actor_train_is_model_lora(tmp_path: Path) -> None:
+    """ROLL trains an adapter when lora_target is set (rank 8 and alpha twice the rank by default)."""
+    result = import_roll(RLVR_TOPR, ignore=RLVR_REFUSED, overrides=[
+        "+actor_train.model_args.lora_target='q_proj,v_proj'", "+actor_infer.model_args.lora_target='q_proj,v_proj'"])
+    cfg, text = result.config, result.text
+    assert cfg["model"]["lora"] == {"target_modules": ["q_proj", "v_proj"], "lora_rank": 8, "lora_alpha": 16}
+    assert "ROLL default (2 x rank)" in text
+    assert "actor_infer.model_args.lora_target: the adapter is actor_train's" in text

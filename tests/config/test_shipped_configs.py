@@ -10,7 +10,7 @@ from rfthpc.config import load_config
 from tests.config.conftest import CONFIGS
 
 SHIPPED = ["grpo.yaml", "async/explorer.yaml", "async/trainer.yaml", "async/explorer_new.yaml", "tiny-cpu.yaml",
-           "frozenlake-cpu.yaml",
+           "tiny-cpu-lora.yaml", "frozenlake-cpu.yaml",
            "examples/verl-gspo.yaml", "examples/trinity-sapo.yaml"]
 
 
@@ -53,3 +53,15 @@ def test_tiny_cpu_demo_runs_sft_then_grpo(local_paths: Path, monkeypatch: pytest
     assert sft.algorithm.algorithm_type == "sft" and sft.mode == "train"
     assert rft.algorithm.algorithm_type == "grpo" and rft.cluster.gpu_per_node == 0
     assert rft.explorer.rollout_model.engine_type == "vllm"
+
+
+def test_the_lora_demo_is_the_demo_with_an_adapter(local_paths: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """configs/tiny-cpu-lora.yaml is the demo's two stages with an adapter (and its own learning rates)."""
+    monkeypatch.setenv("RFTHPC_DEMO_DIR", str(local_paths / "demo"))
+    full = load_config(CONFIGS / "tiny-cpu.yaml", check_paths=False)
+    lora = load_config(CONFIGS / "tiny-cpu-lora.yaml", check_paths=False)
+    assert [s.config.model.lora for s in full.stages] == [None, None]
+    for a, b in zip(full.stages, lora.stages, strict=True):
+        assert b.config.model.lora is not None and b.config.model.lora.lora_rank == 64
+        assert b.config.algorithm.algorithm_type == a.config.algorithm.algorithm_type
+        assert b.config.buffer.total_steps == a.config.buffer.total_steps
