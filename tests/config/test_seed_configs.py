@@ -130,4 +130,6 @@ def test_seed_configs_name_hub_ids_without_download(name: str, monkeypatch: pyte
     lines = [ln for ln in str(e.value).splitlines() if ln.startswith("  - ")]
     assert lines and all("path" in ln and ("does not exist" in ln or "not a local path" in ln or "is not set" in ln)
                          for ln in lines), lines
+    for var in ("TRINITY_MODEL_PATH", "TRINITY_TASKSET_PATH"):
+        monkeypatch.setenv(var, "/not/downloaded")
     assert load_config(SEEDS / name, check_paths=False).config is not None
