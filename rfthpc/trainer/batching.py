@@ -174,6 +174,9 @@ class MicroBatch:
     """(b, R) response tokens (0 past a response's end)."""
     response_mask: torch.Tensor
     """(b, R) bool: response tokens that enter the loss."""
+    valid: torch.Tensor
+    """(b, R) bool: response tokens, in the loss or not (False past a response's end): the positions
+    the forward pass computes."""
     temperature: torch.Tensor
     """(b,) sampling temperature of each sample."""
     shared: SharedPrompts | None = None
@@ -198,7 +201,8 @@ def collate(samples: list[Sample], indices: list[int], device: torch.device, pad
                                    torch.zeros(1, dtype=torch.long, device=device), torch.ones((1, 2), dtype=torch.long,
                                    device=device), torch.ones_like(one))
         return MicroBatch([], one, torch.ones_like(one), torch.zeros_like(one), one.clone(),
-                          torch.zeros((1, 1), dtype=torch.bool, device=device), torch.ones(1, device=device), shared)
+                          torch.zeros((1, 1), dtype=torch.bool, device=device),
+                          torch.ones((1, 1), dtype=torch.bool, device=device), torch.ones(1, device=device), shared)
     length = max(s.length for s in chosen)
     width = max(1, max(len(s.response_ids) for s in chosen))
     ids = np.full((len(chosen), length), pad_id, dtype=np.int64)
@@ -206,6 +210,7 @@ def collate(samples: list[Sample], indices: list[int], device: torch.device, pad
     pos = np.zeros((len(chosen), width), dtype=np.int64)
     resp = np.zeros((len(chosen), width), dtype=np.int64)
     mask = np.zeros((len(chosen), width), dtype=bool)
+    valid = np.zeros((len(chosen), width), dtype=bool)
     for b, s in enumerate(chosen):
         p, r = len(s.prompt_ids), len(s.response_ids)
         ids[b, :p] = s.prompt_ids
@@ -215,13 +220,14 @@ def collate(samples: list[Sample], indices: list[int], device: torch.device, pad
         pos[b] = np.minimum(np.arange(width) + p - 1, p + r - 1)
         resp[b, :r] = s.response_ids
         mask[b, :r] = s.loss_mask
+        valid[b, :r] = True
     temps = torch.tensor([s.temperature for s in chosen], dtype=torch.float32, device=device)
 
     def as_t(a: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(a).to(device)
 
     shared = _shared_prompts(chosen, width, pad_id) if share_prompts else None
-    return MicroBatch(list(indices), as_t(ids), as_t(attn), as_t(pos), as_t(resp), as_t(mask), temps,
+    return MicroBatch(list(indices), as_t(ids), as_t(attn), as_t(pos), as_t(resp), as_t(mask), as_t(valid), temps,
                       None if shared is None else SharedPrompts(*(as_t(a) for a in shared)))
 
 
