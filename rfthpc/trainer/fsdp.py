@@ -68,6 +68,9 @@ def _load_config(path: Path, kind: ModelKind):
         raise UserError(f"{path} is not a Hugging Face model directory a trainer can load: {e}") from None
     if kind == "value":
         config.num_labels = 1
+        # transformers' token-classification head drops 10 % of its inputs by default: values would
+        # be noisy, and differ with how a batch is split (veRL's critic sets it to 0 too).
+        config.classifier_dropout = 0.0
     config.use_cache = False
     return config
 
