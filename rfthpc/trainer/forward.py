@@ -17,8 +17,11 @@ neither pass holds more than one chunk's (chunk, V). Under FSDP2 the head's weig
 inside the root's forward: the whole computation runs as one (`fsdp.in_root_forward`).
 
 Models whose logits are not plainly head(hidden state) (a soft cap, a scale: Gemma 2/3, Cohere,
-Granite) and models not listed in `PLAIN_HEAD_MODELS` take the model's own logits at the response
+Granite) and models not listed in `PLAIN_DECODERS` take the model's own logits at the response
 positions instead, with the same chunked statistics: right, but holding (b, L, V).
+
+A micro-batch is padded, or packed into one row (padding-free, `batching`), or carries its distinct
+prompts apart (`SharedPrompts`); all give the same numbers.
 """
 
 from __future__ import annotations
@@ -42,12 +45,26 @@ HEAD_CHUNK_LOGITS = 1 << 26
 positions for a 152k vocabulary. A chunk's few float32 temporaries of this size bound the memory of
 the log-probability step beyond the decoder."""
 
-PLAIN_HEAD_MODELS = frozenset({
+PLAIN_DECODERS = frozenset({
     "llama", "mistral", "ministral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3", "gemma",
     "olmo2", "deepseek_v3", "glm4", "smollm3",
 })
-"""`config.model_type`s whose causal LM computes logits = lm_head(decoder's last hidden state) and
-nothing more (transformers 5)."""
+"""`config.model_type`s whose transformers 5 models compute logits = lm_head(decoder's last hidden
+state) and nothing more, and build their attention masks with transformers' mask functions from
+the position ids (which read each restart at 0 as the start of another sample)."""
+
+PACKING_ATTENTION = frozenset({"sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention"})
+"""Attention implementations that transformers confines to each sample of a packed row: a
+block-diagonal causal mask (sdpa, eager, flex) or variable-length kernels (flash-attention)."""
+
+
+def packs_samples(model: nn.Module) -> bool:
+    """Whether `model` takes padding-free micro-batches (`MicroBatch.position_ids`) to the same
+    numbers as padded ones."""
+    config = getattr(model, "config", None)
+    return getattr(config, "model_type", None) in PLAIN_DECODERS and \
+        getattr(config, "_attn_implementation", None) in PACKING_ATTENTION
+
 
 Stat = Literal["entropy", "entropy_grad", "sum_pi_squared"]
 """What a chunk computes besides the log-probability: "entropy" (a metric, no gradient),
@@ -56,7 +73,7 @@ Stat = Literal["entropy", "entropy_grad", "sum_pi_squared"]
 
 def _plain_head(model: nn.Module) -> nn.Module | None:
     """The LM head when `model`'s logits are exactly head(decoder's last hidden state), else None."""
-    if getattr(getattr(model, "config", None), "model_type", None) not in PLAIN_HEAD_MODELS:
+    if getattr(getattr(model, "config", None), "model_type", None) not in PLAIN_DECODERS:
         return None
     return model.get_output_embeddings()
 
@@ -68,15 +85,14 @@ def _keeps_cache(model: nn.Module) -> bool:
 
 
 def _response_features(model: nn.Module, mb: MicroBatch, head: nn.Module | None) -> torch.Tensor:
-    """(N, F): at each response token (`mb.valid`, row by row), the decoder's last hidden state at
-    the position that predicts it (F = hidden size), or with no plain `head` the model's logits (F = V)."""
+    """(N, F): at each response token (`mb.tokens`), the decoder's last hidden state at the position
+    that predicts it (F = hidden size), or with no plain `head` the model's logits (F = V)."""
     net = model.get_decoder() if head is not None else model
+    rows, cols = mb.tokens
     if mb.shared is not None and _keeps_cache(model):
-        per_position = _shared_prompt_outputs(net, mb, head is not None)
-        return per_position[mb.valid]
-    out = net(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False)
-    rows, cols = mb.valid.nonzero(as_tuple=True)
-    return _last(out)[rows, mb.positions[rows, cols]]
+        return _shared_prompt_outputs(net, mb, head is not None)[rows, cols]
+    out = net(**mb.model_inputs(), use_cache=False)
+    return _last(out)[mb.output_rows(rows), mb.positions[rows, cols]]
 
 
 def _last(out) -> torch.Tensor:
@@ -144,11 +160,11 @@ def _response_stats(model: nn.Module, mb: MicroBatch, stats: tuple[Stat, ...]) -
     def run() -> tuple[torch.Tensor, ...]:
         head = _plain_head(model)
         features = _response_features(model, mb, head)
-        temps = mb.temperature.unsqueeze(1).expand_as(mb.valid)[mb.valid]
-        columns = _chunked_stats(head if head is not None else nn.Identity(), features, mb.response_ids[mb.valid],
-                                 temps, stats)
-        blank = torch.zeros(mb.valid.shape, dtype=torch.float32, device=mb.valid.device)
-        return tuple(blank.masked_scatter(mb.valid, c) for c in columns)
+        rows, cols = mb.tokens
+        columns = _chunked_stats(head if head is not None else nn.Identity(), features, mb.response_ids[rows, cols],
+                                 mb.temperature[rows], stats)
+        blank = torch.zeros(mb.response_ids.shape, dtype=torch.float32, device=mb.response_ids.device)
+        return tuple(blank.index_put((rows, cols), c) for c in columns)
 
     return in_root_forward(model, run)
 
@@ -183,8 +199,9 @@ def token_logprobs_and_sum_pi_squared(model: nn.Module, mb: MicroBatch) -> torch
 def token_values(critic: nn.Module, mb: MicroBatch) -> torch.Tensor:
     """(b, R) critic values V(s_j) of the state before each response token (the value head's output
     at the position that predicts the token, as veRL's critic)."""
-    out = critic(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits.squeeze(-1)
-    values = torch.gather(out, 1, mb.positions).float()
+    out = critic(**mb.model_inputs(), use_cache=False).logits.squeeze(-1)
+    rows = torch.arange(mb.positions.shape[0], device=mb.positions.device).unsqueeze(1)
+    values = out[mb.output_rows(rows), mb.positions].float()
     return values * 0.0 if mb.is_padding else values
 
 

@@ -42,12 +42,13 @@ def forward_cases(vocab: int) -> dict[str, MicroBatch]:
     samples = _samples(vocab)
     every = list(range(len(samples)))
     cpu = torch.device("cpu")
-    return {"padded": collate(samples, every, cpu), "shared": collate(samples, every, cpu, share_prompts=True)}
+    return {"padded": collate(samples, every, cpu), "shared": collate(samples, every, cpu, share_prompts=True),
+            "packed": collate(samples, every, cpu, packed=True)}
 
 
 def plain_stats(model: torch.nn.Module, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(log pi, entropy, sum pi^2), each (b, R), from the model's logits at every position of the
-    padded sequences: the computation the chunked head replaces."""
+    padded sequences (`mb` padded): the computation the chunked head replaces."""
     logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
     picked = torch.gather(logits, 1, mb.positions.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
     picked = picked.float() / mb.temperature.view(-1, 1, 1)
@@ -65,9 +66,16 @@ def plain_results(model: torch.nn.Module, mb: MicroBatch) -> dict:
             "both": torch.stack([lp.detach(), sum_pi2.detach()], dim=-1)}
 
 
+def response_tokens(mb: MicroBatch) -> torch.Tensor:
+    """(b, R) bool: True at each response token (`mb.tokens`)."""
+    valid = torch.zeros_like(mb.response_mask)
+    valid[tuple(mb.tokens)] = True
+    return valid
+
+
 def assert_same(got: dict, want: dict, mb: MicroBatch) -> None:
     """Equal at every response token (to float32 rounding), gradients included."""
-    valid = mb.valid
+    valid = response_tokens(mb)
     torch.testing.assert_close(got["lp"][valid], want["lp"][valid], rtol=1e-5, atol=2e-6)
     torch.testing.assert_close(got["entropy"][valid], want["entropy"][valid], rtol=1e-5, atol=2e-6)
     torch.testing.assert_close(got["both"][valid], want["both"][valid], rtol=1e-5, atol=2e-6)
@@ -82,17 +90,19 @@ def _causal_lm(path: Path) -> torch.nn.Module:
     return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).train()
 
 
-@pytest.mark.parametrize("layout", ["padded", "shared"])
+@pytest.mark.parametrize("layout", ["padded", "shared", "packed"])
 def test_the_chunked_head_gives_the_plain_numbers(tiny_model: Path, layout: str,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Log-probs, entropy (differentiable) and sum pi^2 of the chunked head, and the gradients of a
-    loss on them, equal the full-logits computation; the head never sees more than a chunk of
-    positions, and only response positions (50 of them, not 12 x 18 padded positions)."""
+    loss on them, equal the full-logits computation on padded sequences, whatever the layout
+    (padded, shared prompts, padding-free); the head never sees more than a chunk of positions, and
+    only response positions (50 of them, not 12 x 18 padded positions)."""
     model = _causal_lm(tiny_model)
     vocab = model.config.vocab_size
     monkeypatch.setattr(forward, "HEAD_CHUNK_LOGITS", CHUNK_POSITIONS * vocab)
-    mb = forward_cases(vocab)[layout]
-    want = plain_results(model, mb)
+    cases = forward_cases(vocab)
+    mb = cases[layout]
+    want = plain_results(model, cases["padded"])
     rows: list[int] = []
     hook = model.get_output_embeddings().register_forward_hook(lambda _m, args, _out: rows.append(args[0].shape[0]))
     model.zero_grad(set_to_none=True)
@@ -102,10 +112,11 @@ def test_the_chunked_head_gives_the_plain_numbers(tiny_model: Path, layout: str,
            "both": forward.token_logprobs_and_sum_pi_squared(model, mb)}
     hook.remove()
     assert_same(got, want, mb)
-    n = int(mb.valid.sum())
+    n = mb.tokens.shape[1]
     # Forward, the backward's recomputation, then the no-grad pass: each over the response positions once.
     assert max(rows) == CHUNK_POSITIONS and sum(rows) == 3 * n, (rows, n)
-    assert torch.all(lp[~mb.valid] == 0) and torch.all(entropy[~mb.valid] == 0)
+    past_the_end = ~response_tokens(mb)
+    assert past_the_end.any() and torch.all(lp[past_the_end] == 0) and torch.all(entropy[past_the_end] == 0)
 
 
 def test_the_entropy_metric_has_no_gradient_and_a_placeholder_gives_zeros(tiny_model: Path) -> None:
@@ -120,14 +131,15 @@ def test_the_entropy_metric_has_no_gradient_and_a_placeholder_gives_zeros(tiny_m
 
 
 def test_a_model_without_a_plain_head_uses_its_own_logits(tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A model type outside PLAIN_HEAD_MODELS (its logits may be scaled or capped) is asked for its
+    """A model type outside PLAIN_DECODERS (its logits may be scaled or capped) is asked for its
     logits, the same statistics then taken in chunks over them."""
     model = _causal_lm(tiny_model)
     vocab = model.config.vocab_size
     monkeypatch.setattr(forward, "HEAD_CHUNK_LOGITS", CHUNK_POSITIONS * vocab)
-    monkeypatch.setattr(forward, "PLAIN_HEAD_MODELS", frozenset())
-    for mb in forward_cases(vocab).values():
-        want = plain_results(model, mb)
+    monkeypatch.setattr(forward, "PLAIN_DECODERS", frozenset())
+    cases = forward_cases(vocab)
+    for mb in cases.values():
+        want = plain_results(model, cases["padded"])
         model.zero_grad(set_to_none=True)
         lp, entropy = forward.token_logprobs(model, mb, with_entropy=True, entropy_grad=True)
         ((lp + 0.1 * entropy) * mb.response_mask).sum().backward()
@@ -151,5 +163,21 @@ def test_two_fsdp2_ranks_give_the_plain_numbers(tiny_model: Path, tmp_path: Path
     model = _causal_lm(tiny_model)
     cases = forward_cases(model.config.vocab_size)
     assert sorted(results) == sorted(cases)
+    want = plain_results(model, cases["padded"])
     for name, mb in cases.items():
-        assert_same(results[name], plain_results(model, mb), mb)
+        assert_same(results[name], want, mb)
+
+
+def test_critic_values_do_not_depend_on_the_layout(tiny_model: Path) -> None:
+    """A value model's outputs at the positions before each response token: the same padded, with
+    shared prompts' micro-batch (which the critic runs as whole sequences) and packed."""
+    from transformers import AutoModelForTokenClassification
+
+    critic = AutoModelForTokenClassification.from_pretrained(tiny_model, num_labels=1, dtype=torch.float32).eval()
+    cases = forward_cases(critic.config.vocab_size)
+    padded = cases["padded"]
+    out = critic(input_ids=padded.input_ids, attention_mask=padded.attention_mask).logits.squeeze(-1)
+    want = torch.gather(out, 1, padded.positions)
+    valid = response_tokens(padded)
+    for mb in cases.values():
+        torch.testing.assert_close(forward.token_values(critic, mb)[valid], want[valid], rtol=1e-5, atol=1e-6)
