@@ -38,6 +38,7 @@ from rfthpc.algorithms import entropy_from_logits
 from rfthpc.trainer.batching import BatchPlan, MicroBatch
 from rfthpc.trainer.dist import DistEnv
 from rfthpc.trainer.fsdp import in_root_forward
+from rfthpc.trainer.packed_attention import ATTENTION
 from rfthpc.trainer.samples import Sample
 
 HEAD_CHUNK_LOGITS = 1 << 26
@@ -53,14 +54,16 @@ PLAIN_DECODERS = frozenset({
 state) and nothing more, and build their attention masks with transformers' mask functions from
 the position ids (which read each restart at 0 as the start of another sample)."""
 
-PACKING_ATTENTION = frozenset({"sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention"})
-"""Attention implementations that transformers confines to each sample of a packed row: a
-block-diagonal causal mask (sdpa, eager, flex) or variable-length kernels (flash-attention)."""
+PACKING_ATTENTION = frozenset({ATTENTION, "flash_attention_2", "flash_attention_3", "flex_attention"})
+"""Attention implementations that confine attention to each sample of a packed row at the cost of
+the samples alone: sample by sample (`packed_attention`), variable-length kernels (flash-attention)
+or a block mask that skips the blocks between samples (flex). transformers' sdpa and eager confine
+it too, to the same numbers, but through a dense (T, T) mask that costs more than the padding saved."""
 
 
 def packs_samples(model: nn.Module) -> bool:
     """Whether `model` takes padding-free micro-batches (`MicroBatch.position_ids`) to the same
-    numbers as padded ones."""
+    numbers as padded ones, and at less cost."""
     config = getattr(model, "config", None)
     return getattr(config, "model_type", None) in PLAIN_DECODERS and \
         getattr(config, "_attn_implementation", None) in PACKING_ATTENTION

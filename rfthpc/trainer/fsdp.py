@@ -31,6 +31,7 @@ from torch.distributed.fsdp import (
 )
 
 from rfthpc.errors import UserError
+from rfthpc.trainer import packed_attention
 from rfthpc.trainer.dist import DistEnv
 from rfthpc.weight_publisher import Publication, Publisher
 from rfthpc.weights import TensorStream
@@ -112,6 +113,7 @@ def build_sharded_model(
     auto = _auto_class(kind)
     with torch.device("meta"):
         model = auto.from_config(config, dtype=torch.float32)
+    packed_attention.adopt(model)
     if gradient_checkpointing and trainable:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     mesh = init_device_mesh(env.device.type, (env.world_size,))

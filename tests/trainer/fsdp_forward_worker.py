@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from rfthpc.trainer import forward
+from rfthpc.trainer import forward, packed_attention
 from rfthpc.trainer.dist import init_distributed
 from rfthpc.trainer.fsdp import build_sharded_model
 from tests.trainer.test_forward import CHUNK_POSITIONS, forward_cases
@@ -25,6 +25,7 @@ def main(model_dir: str, out: str) -> None:
     """Run every case on the sharded model; rank 0 saves the results."""
     env = init_distributed()
     model = build_sharded_model(Path(model_dir), env)
+    assert model.config._attn_implementation == packed_attention.ATTENTION
     forward.HEAD_CHUNK_LOGITS = CHUNK_POSITIONS * model.config.vocab_size
     results = {}
     for name, mb in forward_cases(model.config.vocab_size).items():

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from rfthpc.algorithms import entropy_from_logits
-from rfthpc.trainer import forward
+from rfthpc.trainer import forward, packed_attention
 from rfthpc.trainer.batching import MicroBatch, collate
 from rfthpc.trainer.samples import Sample
 from tests.trainer.conftest import ROOT, trainer_env
@@ -90,19 +90,22 @@ def _causal_lm(path: Path) -> torch.nn.Module:
     return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).train()
 
 
+@pytest.mark.parametrize("attention", ["sdpa", packed_attention.ATTENTION])
 @pytest.mark.parametrize("layout", ["padded", "shared", "packed"])
-def test_the_chunked_head_gives_the_plain_numbers(tiny_model: Path, layout: str,
+def test_the_chunked_head_gives_the_plain_numbers(tiny_model: Path, layout: str, attention: str,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Log-probs, entropy (differentiable) and sum pi^2 of the chunked head, and the gradients of a
-    loss on them, equal the full-logits computation on padded sequences, whatever the layout
-    (padded, shared prompts, padding-free); the head never sees more than a chunk of positions, and
-    only response positions (50 of them, not 12 x 18 padded positions)."""
+    loss on them, equal the full-logits computation on padded sequences (transformers' sdpa),
+    whatever the layout (padded, shared prompts, padding-free) and attention (sdpa, or rfthpc's,
+    which runs each sample of a packed row on its own); the head never sees more than a chunk of
+    positions, and only response positions (50 of them, not 12 x 18 padded positions)."""
     model = _causal_lm(tiny_model)
     vocab = model.config.vocab_size
     monkeypatch.setattr(forward, "HEAD_CHUNK_LOGITS", CHUNK_POSITIONS * vocab)
     cases = forward_cases(vocab)
     mb = cases[layout]
     want = plain_results(model, cases["padded"])
+    model.set_attn_implementation(attention)
     rows: list[int] = []
     hook = model.get_output_embeddings().register_forward_hook(lambda _m, args, _out: rows.append(args[0].shape[0]))
     model.zero_grad(set_to_none=True)
@@ -149,11 +152,31 @@ def test_a_model_without_a_plain_head_uses_its_own_logits(tiny_model: Path, monk
         assert_same(got, want, mb)
 
 
+def test_the_trainers_models_pack_samples_where_attention_stays_per_sample(tiny_model: Path) -> None:
+    """sdpa is replaced by rfthpc's per-sample attention, which makes a model take padding-free
+    micro-batches; not where a sliding window lives in sdpa's mask, nor for an unknown model type."""
+    model = _causal_lm(tiny_model)
+    assert model.config._attn_implementation == "sdpa" and not forward.packs_samples(model)
+    packed_attention.adopt(model)
+    assert model.config._attn_implementation == packed_attention.ATTENTION and forward.packs_samples(model)
+    windowed = _causal_lm(tiny_model)
+    windowed.config.layer_types = ["sliding_attention"] * len(windowed.config.layer_types)
+    packed_attention.adopt(windowed)
+    assert windowed.config._attn_implementation == "sdpa"
+    model.config.model_type = "gemma2"
+    assert not forward.packs_samples(model)
+    two_rows = torch.arange(4).repeat(2, 2)  # two rows, each of two samples
+    q = torch.zeros(2, 1, 8, 4)
+    with pytest.raises(ValueError, match="one packed row"):
+        packed_attention.packed_sdpa_attention(model.model.layers[0].self_attn, q, q, q, None, position_ids=two_rows)
+
+
 @pytest.mark.slow
 def test_two_fsdp2_ranks_give_the_plain_numbers(tiny_model: Path, tmp_path: Path) -> None:
     """On 2 gloo ranks with FSDP2 (each decoder block and the root sharded, the LM head tied to the
     sharded embedding) the chunked head, run inside the root's forward, gives the numbers and whole
-    gradients of the unsharded model's full logits."""
+    gradients of the unsharded model's full logits, in every layout (the sharded model attends
+    with rfthpc's per-sample attention)."""
     out = tmp_path / "results.pt"
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
             str(ROOT / "tests" / "trainer" / "fsdp_forward_worker.py"), str(tiny_model), str(out)]
