@@ -45,8 +45,8 @@ class TrainerConfig:
     one row, position ids restarting at each, attention confined to each sample; nothing is computed
     on padding, and `max_token_len_per_gpu` counts real tokens. Same log-probabilities and gradients
     as padded micro-batches. Where prompts repeat (`share_prompt_forward`), each mini-batch takes
-    whichever of the two layouts computes fewer tokens. Used with attention implementations that
-    confine attention from position ids (sdpa, eager, flash-attention, flex); others run padded."""
+    whichever of the two layouts computes fewer tokens. Used where attention keeps to each sample at
+    its own cost (the trainer's sdpa, flash-attention, flex); other models run padded."""
     enable_gradient_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory."""
     param_offload: bool = False

@@ -9,10 +9,10 @@ token, zero weight). Micro-batches are formed either by a token budget (`use_dyn
 count of samples (at most `ppo_micro_batch_size_per_gpu`, samples of similar length together).
 
 Padding-free (`trainer.use_remove_padding`): a micro-batch's samples are laid end to end in one row
-(1, total tokens) with position ids restarting at 0 for each, and no attention mask; transformers
-reads the restarts as sample boundaries and confines attention to each sample (a block-diagonal
-causal mask for sdpa and eager, variable-length kernels for flash-attention). Nothing is computed
-on padding, and the token budget counts real tokens.
+(1, total tokens) with position ids restarting at 0 for each, and no attention mask; attention reads
+the restarts as sample boundaries and stays within each sample (`packed_attention`, or
+flash-attention's variable-length kernels). Nothing is computed on padding, and the token budget
+counts real tokens.
 
 Samples of one group share their prompt. With `trainer.share_prompt_forward` a micro-batch whose
 samples repeat a prompt also carries the distinct prompts alone (`SharedPrompts`): the forward pass
