@@ -437,7 +437,6 @@ VERL_KEYS: dict[str, Answer] = {
     "actor_rollout_ref.ref.strategy": Ignored(FSDP2),
     "actor_rollout_ref.ref.*": Ignored("the reference model runs inside rfthpc's trainer, sharded and batched like "
                                        "the actor (trainer.*)"),
-    "actor_rollout_ref.model.use_remove_padding": Ignored("rfthpc never computes on padding"),
     "actor_rollout_ref.model.tokenizer_path": Refused("rfthpc reads the tokenizer from model.model_path: copy it "
                                                       "there", _off),
     **_model_keys("actor_rollout_ref.model"),
@@ -450,7 +449,6 @@ VERL_KEYS: dict[str, Answer] = {
     _A + "ppo_micro_batch_size": Refused("veRL's deprecated global micro-batch size: set "
                                          "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu (rfthpc's "
                                          "trainer.ppo_micro_batch_size_per_gpu)", _off),
-    _A + "use_remove_padding": Ignored("rfthpc never computes on padding"),
     _A + "shuffle": Refused("veRL shuffles a batch before cutting it into mini-batches; rfthpc keeps the order "
                             "experience was committed in: remove it", _off),
     _A + "data_loader_seed": Ignored("the seed of veRL's mini-batch shuffle (actor.shuffle), which rfthpc does not do"),
@@ -476,7 +474,6 @@ VERL_KEYS: dict[str, Answer] = {
     _C + "strategy": Refused(MEGATRON, _FSDP_STRATEGY, FSDP2),
     _C + "enable": Ignored("rfthpc trains a critic when algorithm.advantage_fn needs one (gae, ppo)"),
     _C + "rollout_n": Ignored("the responses per task are algorithm.repeat_times"),
-    _C + "model.use_remove_padding": Ignored("rfthpc never computes on padding"),
     _C + "model.tokenizer_path": Ignored(f"{SET_BY_TRINITY_VERL}: the critic's tokenizer is read from "
                                          "model.critic_model_path"),
     **_fsdp_keys("critic.model"),

@@ -144,6 +144,7 @@ class TrainerStageSettings:
     ppo_epochs: int
     ppo_micro_batch_size_per_gpu: int
     share_prompt_forward: bool
+    use_remove_padding: bool
     token_budget: int | None
     """Tokens per micro-batch per GPU when batches are sized by tokens (`use_dynamic_bsz`), else None."""
     grad_clip: float
@@ -233,7 +234,7 @@ def _trainer_stage(stage: Stage, claim_sets: tuple[str, ...]) -> TrainerStageSet
         total_steps=b.total_steps, total_epochs=b.total_epochs,
         ppo_mini_batch_size=int(_required(t.ppo_mini_batch_size, "trainer.ppo_mini_batch_size")),
         ppo_epochs=t.ppo_epochs, ppo_micro_batch_size_per_gpu=t.ppo_micro_batch_size_per_gpu,
-        share_prompt_forward=t.share_prompt_forward,
+        share_prompt_forward=t.share_prompt_forward, use_remove_padding=t.use_remove_padding,
         token_budget=t.max_token_len_per_gpu if t.use_dynamic_bsz else None,
         grad_clip=t.grad_clip, critic_lr=t.critic_lr, critic_lr_warmup_steps_ratio=t.critic_lr_warmup_steps_ratio,
         critic_warmup=t.critic_warmup, save_interval=t.save_interval, save_hf_checkpoint=t.save_hf_checkpoint,

@@ -25,8 +25,9 @@ class TrainerConfig:
     use_dynamic_bsz: bool = True
     """Pack micro-batches by token count (`max_token_len_per_gpu`) instead of a fixed size."""
     max_token_len_per_gpu: Optional[int] = None
-    """Tokens per micro-batch per GPU with dynamic batching, padding included (samples x the longest);
-    defaults to 2 x `model.max_model_len`."""
+    """Tokens per micro-batch per GPU with dynamic batching: padding included (samples x the longest),
+    or real tokens only in padding-free micro-batches (`use_remove_padding`); defaults to 2 x
+    `model.max_model_len`."""
     ppo_micro_batch_size_per_gpu: int = 4
     """Most experiences per micro-batch per GPU without dynamic batching."""
     ppo_mini_batch_size: Optional[int] = None
@@ -39,6 +40,13 @@ class TrainerConfig:
     values, instead of each response with its own copy of the prompt (a group's n responses share
     one): same log-probabilities and gradients, far fewer prompt tokens computed. Off with gradient
     checkpointing (which keeps no keys and values)."""
+    use_remove_padding: bool = True
+    """Padding-free micro-batches (veRL's name): the samples of a micro-batch are laid end to end in
+    one row, position ids restarting at each, attention confined to each sample; nothing is computed
+    on padding, and `max_token_len_per_gpu` counts real tokens. Same log-probabilities and gradients
+    as padded micro-batches. Where prompts repeat (`share_prompt_forward`), each mini-batch takes
+    whichever of the two layouts computes fewer tokens. Used where attention keeps to each sample at
+    its own cost (the trainer's sdpa, flash-attention, flex); other models run padded."""
     enable_gradient_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory."""
     param_offload: bool = False

@@ -8,6 +8,12 @@ token, zero weight). Micro-batches are formed either by a token budget (`use_dyn
 `max_token_len_per_gpu` tokens each, padding included, packed first-fit longest first) or by a fixed
 count of samples (at most `ppo_micro_batch_size_per_gpu`, samples of similar length together).
 
+Padding-free (`trainer.use_remove_padding`): a micro-batch's samples are laid end to end in one row
+(1, total tokens) with position ids restarting at 0 for each, and no attention mask; attention reads
+the restarts as sample boundaries and stays within each sample (`packed_attention`, or
+flash-attention's variable-length kernels). Nothing is computed on padding, and the token budget
+counts real tokens.
+
 Samples of one group share their prompt. With `trainer.share_prompt_forward` a micro-batch whose
 samples repeat a prompt also carries the distinct prompts alone (`SharedPrompts`): the forward pass
 then runs each prompt once, keeps its keys and values, and runs every response on its prompt's,
@@ -42,18 +48,23 @@ def balanced_split(lengths: list[int], n_parts: int) -> list[list[int]]:
     return [sorted(p) for p in parts]
 
 
-def pack_token_bins(lengths: list[int], budget: int) -> list[list[int]]:
-    """Indices packed into micro-batches whose padded size (samples x the longest) is at most `budget`
-    tokens: first fit, longest first. A sample longer than the budget gets a micro-batch of its own."""
+def pack_token_bins(lengths: list[int], budget: int, padded: bool = True) -> list[list[int]]:
+    """Indices packed into micro-batches of at most `budget` tokens: their padded size (samples x the
+    longest), or with `padded` False their sum (padding-free). First fit, longest first. A sample
+    longer than the budget gets a micro-batch of its own."""
     bins: list[list[int]] = []
+    loads: list[int] = []
     for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
-        for b in bins:
+        for k, b in enumerate(bins):
             # Longest first: a bin's first sample sets its padded width.
-            if (len(b) + 1) * lengths[b[0]] <= budget:
+            load = (len(b) + 1) * lengths[b[0]] if padded else loads[k] + lengths[i]
+            if load <= budget:
                 b.append(i)
+                loads[k] = load
                 break
         else:
             bins.append([i])
+            loads.append(lengths[i])
     return bins
 
 
@@ -79,6 +90,8 @@ class BatchPlan:
     """micro[rank][k] = indices (into the step's samples) of micro-batch k on that rank."""
     share_prompts: bool = False
     """Every micro-batch carries `SharedPrompts` (all or none: every rank must run the same passes)."""
+    padding_free: bool = False
+    """Every micro-batch is packed into one row (never together with `share_prompts`)."""
 
     @property
     def n_micro(self) -> int:
@@ -86,10 +99,10 @@ class BatchPlan:
         return len(self.micro[0])
 
     def micro_batches(self, samples: list[Sample], rank: int, device: torch.device) -> Iterator[MicroBatch]:
-        """The `n_micro` micro-batches `rank` runs, in order, padded on `device` (a rank with no sample
-        for one gets the placeholder: FSDP2 needs every rank in every pass)."""
+        """The `n_micro` micro-batches `rank` runs, in order, on `device` (a rank with no sample for one
+        gets the placeholder: FSDP2 needs every rank in every pass)."""
         for indices in self.micro[rank]:
-            yield collate(samples, indices, device, share_prompts=self.share_prompts)
+            yield collate(samples, indices, device, share_prompts=self.share_prompts, packed=self.padding_free)
 
 
 def plan_micro_batches(
@@ -100,22 +113,40 @@ def plan_micro_batches(
     token_budget: int | None,
     micro_batch_size: int,
     share_prompts: bool = False,
+    padding_free: bool = False,
 ) -> BatchPlan:
     """Split `indices` over ranks and each rank's share into micro-batches.
 
     With `token_budget`, ranks get near-equal token counts and each rank's share is packed into
-    micro-batches of at most `token_budget` padded tokens; without it, ranks get near-equal sample
-    counts and micro-batches of at most `micro_batch_size` samples, similar lengths together. Ranks
-    with fewer micro-batches than the most split theirs further (or run empty ones). `share_prompts`:
-    when some prompt repeats among `indices`, every micro-batch runs each of its distinct prompts once
-    (`SharedPrompts`); the plan is the same on every rank, so all of them run the same passes.
+    micro-batches of at most `token_budget` tokens (padded, or real ones when `padding_free`);
+    without it, ranks get near-equal sample counts and micro-batches of at most `micro_batch_size`
+    samples, similar lengths together. Ranks with fewer micro-batches than the most split theirs
+    further (or run empty ones). `share_prompts`: when some prompt repeats among `indices`, every
+    micro-batch runs each of its distinct prompts once (`SharedPrompts`). Asked for both, the plan
+    takes the layout that computes fewer tokens: shared prompts (each prompt once, prompts and
+    responses padded) or padding-free (every prompt each time, no padding). The plan is the same on
+    every rank, so all of them run the same passes.
     """
+    repeats = share_prompts and len({_prompt_key(samples[i]) for i in indices}) < len(indices)
+    padded = BatchPlan(_assign(samples, indices, world_size, token_budget, micro_batch_size, padded=True), repeats)
+    if not padding_free:
+        return padded
+    packed = BatchPlan(_assign(samples, indices, world_size, token_budget, micro_batch_size, padded=False),
+                       padding_free=True)
+    if repeats and _shared_prompt_tokens(samples, padded) < sum(samples[i].length for i in indices):
+        return padded
+    return packed
+
+
+def _assign(samples: list[Sample], indices: list[int], world_size: int, token_budget: int | None,
+            micro_batch_size: int, padded: bool) -> list[list[list[int]]]:
+    """`BatchPlan.micro` for `plan_micro_batches` (`padded`: the token budget counts padding)."""
     lengths = [samples[i].length if token_budget is not None else 1 for i in indices]
     shares = [[indices[j] for j in part] for part in balanced_split(lengths, world_size)]
     per_rank = []
     for share in shares:
         if token_budget is not None:
-            bins = pack_token_bins([samples[i].length for i in share], token_budget)
+            bins = pack_token_bins([samples[i].length for i in share], token_budget, padded)
             parts = [[share[j] for j in b] for b in bins]
         else:
             n = max(1, -(-len(share) // micro_batch_size))
@@ -123,9 +154,18 @@ def plan_micro_batches(
             parts = [by_length[k * len(share) // n:(k + 1) * len(share) // n] for k in range(n)]
         per_rank.append(parts)
     n_micro = max(1, max(len(parts) for parts in per_rank))
-    micro = [[sorted(p) for p in _split_to(parts, n_micro)] for parts in per_rank]
-    repeats = share_prompts and len({_prompt_key(samples[i]) for i in indices}) < len(indices)
-    return BatchPlan(micro, repeats)
+    return [[sorted(p) for p in _split_to(parts, n_micro)] for parts in per_rank]
+
+
+def _shared_prompt_tokens(samples: list[Sample], plan: BatchPlan) -> int:
+    """Token positions the shared-prompt layout of `plan` computes: in each micro-batch its distinct
+    prompts, padded to the longest, and its responses, padded to the longest."""
+    total = 0
+    for indices in (idx for rank in plan.micro for idx in rank if idx):
+        prompts = {_prompt_key(samples[i]): len(samples[i].prompt_ids) for i in indices}
+        total += len(prompts) * max(prompts.values()) + len(indices) * max(len(samples[i].response_ids)
+                                                                             for i in indices)
+    return total
 
 
 def mini_batches(samples: list[Sample], groups_per_update: int | None) -> list[list[int]]:
@@ -160,69 +200,112 @@ class SharedPrompts:
 
 @dataclass
 class MicroBatch:
-    """Padded tensors of one micro-batch (right padding)."""
+    """Tensors of one micro-batch: padded (b rows, right padding) or packed (one row)."""
 
     indices: list[int]
     """Indices of its samples in the step's batch (empty for a padding micro-batch)."""
     input_ids: torch.Tensor
-    """(b, L) prompt + response tokens."""
-    attention_mask: torch.Tensor
-    """(b, L) 1 on real tokens."""
+    """(b, L) prompt + response tokens; packed: (1, T), the samples one after the other."""
+    attention_mask: torch.Tensor | None
+    """(b, L) 1 on real tokens; None when packed."""
     positions: torch.Tensor
-    """(b, R) index into L of the logits that predict each response token (prompt_len - 1 + j)."""
+    """(b, R) index into its row of the output that predicts each response token (prompt_len - 1 + j,
+    packed: plus the sample's offset in the row)."""
     response_ids: torch.Tensor
     """(b, R) response tokens (0 past a response's end)."""
     response_mask: torch.Tensor
     """(b, R) bool: response tokens that enter the loss."""
+    tokens: torch.Tensor
+    """(2, N) row and column in (b, R) of each response token, in the loss or not, row by row: where
+    the forward pass computes (index tensors, so that it never waits for the GPU to count them)."""
     temperature: torch.Tensor
     """(b,) sampling temperature of each sample."""
     shared: SharedPrompts | None = None
     """The distinct prompts, when the samples repeat some and the plan shares them."""
+    position_ids: torch.Tensor | None = None
+    """Packed: (1, T) each token's position in its own sample (restarting at 0); None when padded."""
 
     @property
     def is_padding(self) -> bool:
         """True for the placeholder a rank runs when it has no sample for this micro-batch."""
         return not self.indices
 
+    def model_inputs(self) -> dict[str, torch.Tensor | None]:
+        """The keyword arguments of a Hugging Face model's forward for this layout: packed, position
+        ids and no attention mask (from which transformers confines attention to each sample)."""
+        if self.position_ids is not None:
+            return {"input_ids": self.input_ids, "position_ids": self.position_ids}
+        return {"input_ids": self.input_ids, "attention_mask": self.attention_mask}
+
+    def output_rows(self, rows: torch.Tensor) -> torch.Tensor:
+        """The row of the model's output where each sample in `rows` lies (all in row 0 when packed)."""
+        return torch.zeros_like(rows) if self.position_ids is not None else rows
+
 
 def collate(samples: list[Sample], indices: list[int], device: torch.device, pad_id: int = 0,
-            share_prompts: bool = False) -> MicroBatch:
-    """Pad the samples `indices` into a MicroBatch on `device`; no indices gives a 1-token placeholder.
-    With `share_prompts` it also gets the `SharedPrompts` layout (the placeholder too)."""
+            share_prompts: bool = False, packed: bool = False) -> MicroBatch:
+    """The samples `indices` as a MicroBatch on `device`, padded or `packed`; no indices gives a
+    1-token placeholder. With `share_prompts` it also gets the `SharedPrompts` layout (the
+    placeholder too)."""
     chosen = [samples[i] for i in indices]
     if not chosen:
-        one = torch.full((1, 1), pad_id, dtype=torch.long, device=device)
-        shared = None
-        if share_prompts:
-            shared = SharedPrompts(one.clone(), torch.ones_like(one), torch.zeros_like(one),
-                                   torch.zeros(1, dtype=torch.long, device=device), torch.ones((1, 2), dtype=torch.long,
-                                   device=device), torch.ones_like(one))
-        return MicroBatch([], one, torch.ones_like(one), torch.zeros_like(one), one.clone(),
-                          torch.zeros((1, 1), dtype=torch.bool, device=device), torch.ones(1, device=device), shared)
-    length = max(s.length for s in chosen)
-    width = max(1, max(len(s.response_ids) for s in chosen))
-    ids = np.full((len(chosen), length), pad_id, dtype=np.int64)
-    attn = np.zeros((len(chosen), length), dtype=np.int64)
+        return _placeholder(device, pad_id, share_prompts, packed)
+    lengths = [len(s.response_ids) for s in chosen]
+    width = max(1, max(lengths))
+    # Where each sample's tokens begin in its row: all at 0 padded, one after the other packed.
+    starts = np.cumsum([0] + [s.length for s in chosen])[:-1] if packed else np.zeros(len(chosen), dtype=np.int64)
     pos = np.zeros((len(chosen), width), dtype=np.int64)
     resp = np.zeros((len(chosen), width), dtype=np.int64)
     mask = np.zeros((len(chosen), width), dtype=bool)
     for b, s in enumerate(chosen):
         p, r = len(s.prompt_ids), len(s.response_ids)
-        ids[b, :p] = s.prompt_ids
-        ids[b, p:p + r] = s.response_ids
-        attn[b, :p + r] = 1
         # Past the response's end the position is clamped to the last real token; masked anyway.
-        pos[b] = np.minimum(np.arange(width) + p - 1, p + r - 1)
+        pos[b] = starts[b] + np.minimum(np.arange(width) + p - 1, p + r - 1)
         resp[b, :r] = s.response_ids
         mask[b, :r] = s.loss_mask
+    tokens = np.stack([np.repeat(np.arange(len(chosen)), lengths), np.concatenate([np.arange(r) for r in lengths])])
     temps = torch.tensor([s.temperature for s in chosen], dtype=torch.float32, device=device)
 
     def as_t(a: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(a).to(device)
 
+    if packed:
+        ids = np.concatenate([np.concatenate([s.prompt_ids, s.response_ids]) for s in chosen]).astype(np.int64)[None]
+        position_ids = as_t(np.concatenate([np.arange(s.length) for s in chosen])[None])
+        attn = None
+    else:
+        ids, attn = _padded(chosen, pad_id)
+        position_ids = None
     shared = _shared_prompts(chosen, width, pad_id) if share_prompts else None
-    return MicroBatch(list(indices), as_t(ids), as_t(attn), as_t(pos), as_t(resp), as_t(mask), temps,
-                      None if shared is None else SharedPrompts(*(as_t(a) for a in shared)))
+    return MicroBatch(list(indices), as_t(ids), None if attn is None else as_t(attn), as_t(pos), as_t(resp), as_t(mask),
+                      as_t(tokens), temps, None if shared is None else SharedPrompts(*(as_t(a) for a in shared)),
+                      position_ids)
+
+
+def _padded(chosen: list[Sample], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """(token ids, attention mask) of `chosen`, each (b, the longest), right-padded."""
+    ids = np.full((len(chosen), max(s.length for s in chosen)), pad_id, dtype=np.int64)
+    attn = np.zeros_like(ids)
+    for b, s in enumerate(chosen):
+        p, r = len(s.prompt_ids), len(s.response_ids)
+        ids[b, :p] = s.prompt_ids
+        ids[b, p:p + r] = s.response_ids
+        attn[b, :p + r] = 1
+    return ids, attn
+
+
+def _placeholder(device: torch.device, pad_id: int, share_prompts: bool, packed: bool) -> MicroBatch:
+    """The micro-batch of a rank with no sample: one padding token, in the layout the others run."""
+    one = torch.full((1, 1), pad_id, dtype=torch.long, device=device)
+    zero = torch.zeros_like(one)
+    shared = None
+    if share_prompts:
+        shared = SharedPrompts(one.clone(), torch.ones_like(one), zero.clone(), torch.zeros(1, dtype=torch.long,
+                               device=device), torch.ones((1, 2), dtype=torch.long, device=device), torch.ones_like(one))
+    return MicroBatch([], one, None if packed else torch.ones_like(one), zero.clone(), one.clone(),
+                      torch.zeros((1, 1), dtype=torch.bool, device=device),
+                      torch.zeros((2, 1), dtype=torch.long, device=device), torch.ones(1, device=device), shared,
+                      zero.clone() if packed else None)
 
 
 def _prompt_key(sample: Sample) -> bytes:

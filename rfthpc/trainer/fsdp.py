@@ -15,25 +15,36 @@ same adapter (and the starting adapter's weights) before the weights are sent ou
 
 from __future__ import annotations
 
+import types
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+from torch.distributed.fsdp import (
+    CPUOffloadPolicy,
+    MixedPrecisionPolicy,
+    OffloadPolicy,
+    fully_shard,
+    register_fsdp_forward_method,
+)
 
 from rfthpc.config.lora import LoRASettings
 from rfthpc.errors import UserError
+from rfthpc.trainer import packed_attention
 from rfthpc.trainer.dist import DistEnv
 from rfthpc.weight_publisher import Publication, Publisher
 from rfthpc.weights import TensorStream
 
 ModelKind = Literal["causal_lm", "value"]
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+_ROOT_CALL = "rfthpc_root_call"
+T = TypeVar("T")
 
 
 def compute_dtype(dtype: str, device: torch.device) -> torch.dtype:
@@ -63,6 +74,9 @@ def _load_config(path: Path, kind: ModelKind):
         raise UserError(f"{path} is not a Hugging Face model directory a trainer can load: {e}") from None
     if kind == "value":
         config.num_labels = 1
+        # transformers' token-classification head drops 10 % of its inputs by default: values would
+        # be noisy, and differ with how a batch is split (veRL's critic sets it to 0 too).
+        config.classifier_dropout = 0.0
     config.use_cache = False
     return config
 
@@ -106,6 +120,7 @@ def build_sharded_model(
     auto = _auto_class(kind)
     with torch.device("meta"):
         model = auto.from_config(config, dtype=torch.float32)
+    packed_attention.adopt(model)
     if gradient_checkpointing and trainable:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if lora is not None:
@@ -125,6 +140,7 @@ def build_sharded_model(
         if type(module).__name__ in blocks:
             fully_shard(module, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard, offload_policy=offload)
     fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard, offload_policy=offload)
+    _allow_root_calls(model)
     # Offloaded shards live in CPU memory and FSDP2 moves them to the GPU for each use; buffers
     # (rotary frequencies) are not FSDP2's and must be on the GPU.
     model.to_empty(device="cpu" if isinstance(offload, CPUOffloadPolicy) else env.device)
@@ -138,6 +154,27 @@ def build_sharded_model(
     else:
         model.train()
     return model
+
+
+def _root_call(self: nn.Module, fn: Callable[[], T]) -> T:
+    """`fn()`, run as a forward of the module it is bound to."""
+    return fn()
+
+
+def _allow_root_calls(model: nn.Module) -> None:
+    """Give the sharded `model` a forward method that runs any function (`in_root_forward`)."""
+    setattr(model, _ROOT_CALL, types.MethodType(_root_call, model))
+    register_fsdp_forward_method(model, _ROOT_CALL)
+
+
+def in_root_forward(model: nn.Module, fn: Callable[[], T]) -> T:
+    """`fn()` run as a forward of the root module `model`: under FSDP2 the root's own parameters
+    (embedding, final norm, LM head) are whole inside a forward and sharded DTensors outside it, so a
+    computation that uses them apart from `model(...)` (the LM head applied in chunks) runs here.
+    The function is passed as a closure, not through FSDP2's input casting: a float32 tensor it uses
+    (the sampling temperature) stays float32 under bfloat16 mixed precision. Plain models just call it."""
+    call = getattr(model, _ROOT_CALL, None)
+    return fn() if call is None else call(fn)
 
 
 def _load_from_rank0(model: nn.Module, path: Path, auto, config, env: DistEnv, lora: LoRASettings | None) -> None:

@@ -47,7 +47,13 @@ from rfthpc.trainer.batching import mini_batches, plan_micro_batches
 from rfthpc.trainer.checkpoint_meta import CheckpointMeta, read_checkpoint_meta
 from rfthpc.trainer.dist import DistEnv, init_distributed
 from rfthpc.trainer.experience import ExperienceSource, Poll
-from rfthpc.trainer.forward import sharded_forward, token_logprobs, token_logprobs_and_sum_pi_squared, token_values
+from rfthpc.trainer.forward import (
+    packs_samples,
+    sharded_forward,
+    token_logprobs,
+    token_logprobs_and_sum_pi_squared,
+    token_values,
+)
 from rfthpc.trainer.fsdp import build_sharded_model, compute_dtype, publish_model, vocab_size
 from rfthpc.trainer.lora import AdapterDisabled, adapter_config
 from rfthpc.trainer.losses import Algorithm
@@ -248,9 +254,17 @@ class Trainer:
 
     def _setup_stage(self, stage: TrainerStageSettings, pos: Position, meta: CheckpointMeta | None) -> _StageState:
         alg = Algorithm.from_settings(stage.algorithm)
+        padding_free = stage.use_remove_padding and packs_samples(self.policy)
+        if stage.use_remove_padding and not padding_free:
+            log.info("padding-free micro-batches are off: %s with %s attention does not confine attention to each "
+                     "sample of a packed row", self.policy.config.model_type, self.policy.config._attn_implementation)
         planner = functools.partial(
             _plan, world_size=self.env.world_size, token_budget=stage.token_budget,
-            micro_batch_size=stage.ppo_micro_batch_size_per_gpu, share_prompts=stage.share_prompt_forward,
+            micro_batch_size=stage.ppo_micro_batch_size_per_gpu,
+            # The policy under gradient checkpointing keeps no keys and values to share a prompt's:
+            # padding-free micro-batches are then always the cheaper.
+            share_prompts=stage.share_prompt_forward and not (padding_free and self.settings.gradient_checkpointing),
+            padding_free=padding_free,
         )
         optimizer = make_optimizer(self.policy, stage.algorithm.optimizer)
         n = stage.train_batch_size
@@ -322,6 +336,12 @@ class Trainer:
         run = self.settings
         critic = build_sharded_model(run.critic_model_path, self.env, kind="value", dtype=run.dtype,
                                      gradient_checkpointing=run.gradient_checkpointing, cpu_offload=run.cpu_offload)
+        if planner.keywords["padding_free"] and not packs_samples(critic):
+            raise UserError(
+                f"trainer.use_remove_padding: the policy takes padding-free micro-batches but the critic "
+                f"{run.critic_model_path} ({critic.config.model_type}, {critic.config._attn_implementation} attention) "
+                "does not; set trainer.use_remove_padding: false"
+            )
         optimizer = make_optimizer(critic, stage.algorithm.optimizer, lr=stage.critic_lr)
         if meta:
             root = self.rundir.checkpoint(meta.step) / "critic"
@@ -575,9 +595,10 @@ def _timed(fn: Callable[..., object], *args: Any, **kwargs: Any) -> float:
 
 
 def _plan(samples: list[Sample], indices: list[int], *, world_size: int, token_budget: int | None,
-          micro_batch_size: int, share_prompts: bool):
+          micro_batch_size: int, share_prompts: bool, padding_free: bool):
     return plan_micro_batches(samples, indices, world_size, token_budget=token_budget,
-                              micro_batch_size=micro_batch_size, share_prompts=share_prompts)
+                              micro_batch_size=micro_batch_size, share_prompts=share_prompts,
+                              padding_free=padding_free)
 
 
 def _rejected(samples: list[Sample], keep: torch.Tensor) -> list[Sample]:

@@ -49,6 +49,18 @@ trainer: {balance_batch: true, total_epochs: 30}
     assert any("trainer.total_epochs: ignored" in n and "buffer.total_epochs" in n for n in notes)
 
 
+@pytest.mark.parametrize("key", ["actor_rollout_ref.model", "actor_rollout_ref.actor", "critic.model"])
+def test_verls_use_remove_padding_switches_padding_free_micro_batches(tmp_path: Path, base: str,  # noqa: F811
+                                                                     key: str) -> None:
+    """veRL's use_remove_padding (the actor's model, the actor, the critic's model) is rfthpc's
+    trainer.use_remove_padding, on by default: a veRL config that turns it off runs padded."""
+    assert load_config(write(tmp_path, base)).config.trainer.use_remove_padding is True
+    section, leaf = key.split(".")
+    loaded = load_config(write(tmp_path, base + _verl(f"{section}:\n  {leaf}: {{use_remove_padding: false}}")))
+    assert loaded.config.trainer.use_remove_padding is False
+    assert not any("use_remove_padding" in n for n in loaded.notes), loaded.notes  # mapped, not ignored
+
+
 def test_verl_keys_that_would_change_results_are_refused_with_the_alternative(tmp_path: Path, base: str) -> None:  # noqa: F811
     text = base + _verl("""
 actor_rollout_ref:

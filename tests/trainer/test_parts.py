@@ -100,6 +100,53 @@ def test_mini_batches_keep_groups_whole() -> None:
     assert mini_batches(samples, 3) == [list(range(6))]
 
 
+def test_padding_free_token_bins_count_real_tokens() -> None:
+    # Sums, not samples x the longest: 6 + 4 and 5 + 3 + 2 fit 10 (padded, that takes three bins).
+    assert pack_token_bins([6, 5, 4, 3, 2], 10, padded=False) == [[0, 2], [1, 3, 4]]
+    assert pack_token_bins([12, 1], 10, padded=False) == [[0], [1]]
+
+
+def test_collate_packs_samples_into_one_row() -> None:
+    s = [_sample(3, 2), Sample(np.array([7]), np.array([8, 9, 10]), np.array([1, 0, 1], bool))]
+    mb = collate(s, [0, 1], torch.device("cpu"), packed=True)
+    assert mb.input_ids.tolist() == [[1, 2, 3, 1, 2, 7, 8, 9, 10]] and mb.attention_mask is None
+    # Positions restart at each sample: transformers reads the restarts as sample boundaries.
+    assert mb.position_ids.tolist() == [[0, 1, 2, 3, 4, 0, 1, 2, 3]]
+    # The output at offset + P - 1 + j predicts response token j (clamped past the end).
+    assert mb.positions.tolist() == [[2, 3, 4], [5, 6, 7]]
+    assert mb.tokens.tolist() == [[0, 0, 1, 1, 1], [0, 1, 0, 1, 2]]
+    assert mb.response_mask.tolist() == [[True, True, False], [True, False, True]]
+    assert set(mb.model_inputs()) == {"input_ids", "position_ids"}
+    placeholder = collate(s, [], torch.device("cpu"), packed=True)
+    assert placeholder.is_padding and placeholder.position_ids.tolist() == [[0]]
+
+
+def test_padding_free_plans_take_the_layout_that_computes_fewer_tokens() -> None:
+    """Padding-free micro-batches pack real tokens; with shared prompts asked for too, each plan takes
+    the layout that computes fewer tokens."""
+    def group(g: int, prompt: int, responses: list[int]) -> list[Sample]:
+        return [Sample(np.arange(prompt) + 100 * g, np.arange(1, r + 1), np.ones(r, bool), group=g) for r in responses]
+
+    long_prompts = group(0, 20, [1, 2, 3, 4]) + group(1, 20, [4, 4, 4, 4])
+    every = list(range(8))
+    shared = plan_micro_batches(long_prompts, every, 1, token_budget=200, micro_batch_size=1, share_prompts=True,
+                                padding_free=True)
+    # Shared: 2 x 20 prompt tokens + 8 x 4 response tokens (72), packed: 8 x 20 + 26 (186).
+    assert shared.share_prompts and not shared.padding_free
+    long_responses = group(0, 2, [30, 1, 1, 1])
+    packed = plan_micro_batches(long_responses, [0, 1, 2, 3], 1, token_budget=200, micro_batch_size=1,
+                                share_prompts=True, padding_free=True)
+    # Shared: 2 + 4 x 30 (122), packed: 4 x 2 + 33 (41).
+    assert packed.padding_free and not packed.share_prompts and packed.micro == [[[0, 1, 2, 3]]]
+    # The budget counts real tokens: 32 + 3 x 3 = 41 fit 45, padded (4 x 32) they would not.
+    tight = plan_micro_batches(long_responses, [0, 1, 2, 3], 1, token_budget=45, micro_batch_size=1,
+                               padding_free=True)
+    assert tight.padding_free and tight.micro == [[[0, 1, 2, 3]]]
+    assert plan_micro_batches(long_responses, [0, 1, 2, 3], 1, token_budget=45, micro_batch_size=1).n_micro == 2
+    mb = next(tight.micro_batches(long_responses, 0, torch.device("cpu")))
+    assert mb.input_ids.shape == (1, 41)
+
+
 def test_collate_aligns_response_positions() -> None:
     s = [_sample(3, 2), Sample(np.array([7]), np.array([8, 9, 10]), np.array([1, 0, 1], bool))]
     mb = collate(s, [0, 1], torch.device("cpu"))

@@ -12,9 +12,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors.torch import load_file
 
 from rfthpc import weights
@@ -44,6 +46,16 @@ pytestmark = pytest.mark.slow
 
 STEPS = 6
 COMPARED = ("actor/pg_loss", "actor/grad_norm", "actor/entropy", "actor/sft_loss", "critic/score/mean")
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    """Trainers run here with one thread, as the trainer subprocesses do (`trainer_env`): a resumed
+    run then sums in the same order as the uninterrupted one it is compared with."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def _config(model: Path, save_interval: int) -> Config:

@@ -94,6 +94,47 @@ def test_ppo_trains_a_critic_against_a_reference(tmp_path: Path, tiny_model: Pat
     assert {"model", "optim", "hf_config", "rfthpc_checkpoint.json"} <= set(os.listdir(run.checkpoint(2) / "critic"))
 
 
+def test_padding_free_micro_batches_train_the_padded_runs_model(tmp_path: Path, tiny_model: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """PPO (critic, reference, KL loss, two updates a step) with padding-free micro-batches trains the
+    weights the padded run trains, with the same losses: the packing changes no number, only what
+    is computed (and the token budget's bins)."""
+    from safetensors.torch import load_file
+
+    from rfthpc.trainer import batching
+
+    layouts: set[bool] = set()
+    collate = batching.collate
+
+    def spy(*args, packed: bool = False, **kwargs):
+        layouts.add(packed)
+        return collate(*args, packed=packed, **kwargs)
+
+    monkeypatch.setattr(batching, "collate", spy)
+    runs = {}
+    for padding_free in (False, True):
+        cfg = rl_config(tiny_model, **{"algorithm.algorithm_type": "ppo", "algorithm.repeat_times": 2,
+                                       "algorithm.kl_loss_fn": "k2", "algorithm.kl_loss_fn_args": {"kl_coef": 0.1},
+                                       "buffer.total_steps": 2, "trainer.ppo_mini_batch_size": 1,
+                                       "trainer.share_prompt_forward": False, "trainer.max_token_len_per_gpu": 24,
+                                       "trainer.use_remove_padding": padding_free,
+                                       "trainer.save_hf_checkpoint": "never"})
+        runs[padding_free] = run = make_run(tmp_path / f"run{padding_free}", cfg)
+        write_groups(run, 4, repeat=2)
+        layouts.clear()
+        assert run_trainer_inprocess(run) == 0
+        assert layouts == {padding_free}
+    a = load_file(str(weights.step_dir(runs[False].root, 2) / "model.safetensors"))
+    b = load_file(str(weights.step_dir(runs[True].root, 2) / "model.safetensors"))
+    base = load_file(str(tiny_model / "model.safetensors"))
+    assert max((a[k] - base[k]).abs().max().item() for k in a) > 1e-3
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
+    padded, packed = _records(runs[False]), _records(runs[True])
+    for step in (1, 2):
+        for name in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "critic/vf_loss", "critic/values/mean"):
+            assert packed[step][name] == pytest.approx(padded[step][name], rel=1e-4, abs=1e-6), (step, name)
+
+
 def test_critic_warmup_leaves_the_actors_lr_warmup_whole(tmp_path: Path, tiny_model: Path) -> None:
     """Steps where only the critic trains do not advance the actor's schedule (as in veRL)."""
     cfg = rl_config(tiny_model, **{"algorithm.algorithm_type": "ppo", "algorithm.kl_loss_fn": None,
