@@ -36,8 +36,8 @@ buffer:
         response_key: answer
     default_workflow_type: math_workflow
 """
-# A Trinity-RFT key rfthpc refuses (LoRA), and a veRL trainer config that is not a run config.
-REFUSED = VALID.replace("  max_response_tokens: 32\n", "  max_response_tokens: 32\n  lora_configs:\n    - lora_rank: 8\n")
+# A Trinity-RFT key rfthpc refuses (its data pipelines), and a veRL trainer config that is not a run config.
+REFUSED = VALID + "data_processor:\n  task_pipeline:\n    operators:\n      - name: llm_difficulty_score_filter\n"
 VERL = "actor_rollout_ref:\n  actor:\n    ppo_epochs: 1\n"
 
 
@@ -66,9 +66,9 @@ def test_classifies_a_valid_and_a_refused_config(tool: ModuleType, tmp_path: Pat
     refused = by_path["examples/a/refused.yaml"]
     assert refused.status == tool.REFUSED and refused.returncode == 2
     assert [p.kind for p in refused.problems] == ["refused features"]
-    assert refused.problems[0].text.startswith("model.lora_configs: Trinity-RFT key not supported by rfthpc")
+    assert refused.problems[0].text.startswith("data_processor: Trinity-RFT key not supported by rfthpc")
     [(signature, _, files)] = tool.tally(results)
-    assert signature[:2] == ("refused features", "lora_configs") and files == ["examples/a/refused.yaml"]
+    assert signature[:2] == ("refused features", "data_processor") and files == ["examples/a/refused.yaml"]
 
     assert tool.main([str(tmp_path)]) == 0
     out = capsys.readouterr().out
