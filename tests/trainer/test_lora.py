@@ -163,7 +163,9 @@ def test_two_ranks_train_the_adapter_as_one_rank(tmp_path: Path, tiny_model: Pat
     assert proc.wait(timeout=300) == 0, (two.log / "trainer.log").read_text()[-3000:]
     a, b, start = _adapter_tensors(one, 2), _adapter_tensors(two, 2), _adapter_tensors(one, 0)
     assert max((a[k] - start[k]).abs().max().item() for k in a) > 1e-3
-    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
+    # Adam's steps are lr-sized whatever the gradient's size, so a rounding difference of the two layouts'
+    # reductions moves an element by up to ~1e-5; a gradient not averaged over ranks would move it by ~lr.
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-4
 
 
 def test_a_resumed_lora_run_continues_the_adapter_and_its_optimizer(tmp_path: Path, tiny_model: Path) -> None:
