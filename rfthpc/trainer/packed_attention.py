@@ -54,7 +54,7 @@ def packed_sdpa_attention(module: nn.Module, query: torch.Tensor, key: torch.Ten
     return torch.cat(pieces, dim=1), None
 
 
-def _mask(*, attention_mask: torch.Tensor | None = None, q_length: int, kv_length: int, **kwargs
+def packed_mask(*, attention_mask: torch.Tensor | None = None, q_length: int, kv_length: int, **kwargs
           ) -> torch.Tensor | None:
     """sdpa's mask, except none for a row with no padding and no cache: `packed_sdpa_attention` then
     confines each sample itself."""
@@ -79,4 +79,4 @@ def adopt(model: nn.Module) -> None:
 
 
 AttentionInterface.register(ATTENTION, packed_sdpa_attention)
-AttentionMaskInterface.register(ATTENTION, _mask)
+AttentionMaskInterface.register(ATTENTION, packed_mask)
