@@ -132,3 +132,41 @@ def test_two_sequence_parallel_ranks_give_the_numbers_of_one(heads4_model: Path,
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=2e-6)
     for a, b in zip(two["values"], one["values"], strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=2e-6)
+
+
+@pytest.mark.slow
+def test_a_trainer_with_two_sequence_parallel_ranks_trains_as_one_rank(heads4_model: Path, tmp_path: Path) -> None:
+    """`trainer.ulysses_sequence_parallel_size: 2` on 2 ranks against 1 rank, the whole trainer: a KL
+    loss against the reference model (split too), two updates per step (log-probs recomputed before
+    them), micro-batches of a token budget (per GPU: a group's micro-batch holds twice as many)."""
+    from safetensors.torch import load_file
+
+    from rfthpc import weights
+    from rfthpc.monitor import read_metrics
+    from tests.trainer.conftest import make_run, rl_config, run_trainer_inprocess, start_trainer, write_groups
+
+    changes = {"buffer.total_steps": 2, "trainer.ppo_mini_batch_size": 1, "algorithm.kl_loss_fn": "k2",
+               "algorithm.kl_loss_fn_args": {"kl_coef": 0.1}, "trainer.max_token_len_per_gpu": 24,
+               "trainer.save_hf_checkpoint": "never",
+               # Adam with eps 1 moves each weight by about lr x its gradient: no rounding-sized
+               # gradient is blown up to a step of lr, and the weights compare to the gradients' rounding.
+               "algorithm.optimizer.lr": 0.1, "algorithm.optimizer.eps": 1.0}
+    one = make_run(tmp_path / "one", rl_config(heads4_model, **changes))
+    two = make_run(tmp_path / "two", rl_config(heads4_model, **changes, **{"trainer.ulysses_sequence_parallel_size": 2}))
+    for run in (one, two):
+        write_groups(run, 4)
+    proc = start_trainer(two, nproc=2)
+    assert run_trainer_inprocess(one) == 0
+    assert proc.wait(timeout=600) == 0, (two.log / "trainer.log").read_text()[-3000:]
+    a = load_file(str(weights.step_dir(one.root, 2) / "model.safetensors"))
+    b = load_file(str(weights.step_dir(two.root, 2) / "model.safetensors"))
+    base = load_file(str(heads4_model / "model.safetensors"))
+    moved = max((a[k] - base[k]).abs().max().item() for k in a)
+    diff = max((a[k] - b[k]).abs().max().item() for k in a)
+    assert moved > 1e-3 and diff < 1e-5, (moved, diff)
+    ra = {r["step"]: r for r in read_metrics(one.monitor / "trainer.jsonl")}
+    rb = {r["step"]: r for r in read_metrics(two.monitor / "trainer.jsonl")}
+    assert sorted(ra) == sorted(rb) == [1, 2]
+    for step in ra:
+        for name in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "actor/entropy", "actor/ppo_kl"):
+            assert rb[step][name] == pytest.approx(ra[step][name], rel=1e-4, abs=1e-6), (step, name)
