@@ -11,7 +11,9 @@ tests/trainer/test_sequence_parallel.py, which compares SP 2 on 2 ranks with SP 
   micro-batch of `cases` (the LM head in chunks of a few positions);
 - "update": one SGD step (learning rate 1: the parameters move by the gradient) of `ShardedUpdater`
   on micro-batches of a token budget, then `sharded_forward` of the log-probs after it;
-- "values": a critic's values through `sharded_forward`.
+- "checkpointed": the "all" micro-batch's log-probs and gradients under gradient checkpointing (the
+  backward pass recomputes each layer, exchanges included);
+- "values": a critic's values through `sharded_forward`, and the gradients of its values on "all".
 """
 
 from __future__ import annotations
@@ -81,8 +83,21 @@ def main(model_dir: str, out: str, sp: str) -> None:
     results["update"] = {"metrics": res.metrics, "grad_norm": res.grad_norm, "n_micro": micro,
                          "step": {n: before[n] - after[n] for n in before}, "logprobs": logprobs}
 
-    critic = build_sharded_model(Path(model_dir), env, kind="value", trainable=False)
-    results["values"] = forward.sharded_forward(lambda mb: forward.token_values(critic, mb), batch, env, planner)
+    everything = collate(batch, cases()["all"], env.device, packed=True, sequence=env.sequence)
+    checkpointed = build_sharded_model(Path(model_dir), env, gradient_checkpointing=True)
+    params = dict(checkpointed.named_parameters())
+    lp, _ = forward.token_logprobs(checkpointed, everything)
+    ((lp * everything.response_mask).sum() * env.world_size).backward()
+    results["checkpointed"] = {"lp": lp.detach(), "grads": _full(params, True)}
+
+    critic = build_sharded_model(Path(model_dir), env, kind="value")
+    params = dict(critic.named_parameters())
+    values = forward.token_values(critic, everything)
+    ((values * everything.response_mask).sum() * env.world_size).backward()
+    results["critic"] = {"values": values.detach(), "grads": _full(params, True)}
+    with torch.no_grad():
+        results["values"] = forward.sharded_forward(lambda mb: forward.token_values(critic, mb), batch, env,
+                                                    planner)
     if env.is_main:
         torch.save(results, out)
     env.close()

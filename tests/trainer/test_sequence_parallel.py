@@ -108,8 +108,9 @@ def _worker(model: Path, out: Path, nproc: int, sp: int) -> dict:
 
 @pytest.mark.slow
 def test_two_sequence_parallel_ranks_give_the_numbers_of_one(heads4_model: Path, tmp_path: Path) -> None:
-    """SP 2 on 2 FSDP2 ranks (one data-parallel replica) against SP 1 on 1 rank, and the forward pass
-    against the plain full-logits computation of an unsharded model."""
+    """SP 2 on 2 FSDP2 ranks (one data-parallel replica) against SP 1 on 1 rank (the policy, under
+    gradient checkpointing too, and a critic), and the forward pass against the plain full-logits
+    computation of an unsharded model."""
     one = _worker(heads4_model, tmp_path / "sp1.pt", 1, 1)
     two = _worker(heads4_model, tmp_path / "sp2.pt", 2, 2)
     model = _causal_lm(heads4_model)
@@ -132,6 +133,11 @@ def test_two_sequence_parallel_ranks_give_the_numbers_of_one(heads4_model: Path,
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=2e-6)
     for a, b in zip(two["values"], one["values"], strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=2e-6)
+    valid = response_tokens(collate(samples(vocab), cases()["all"], cpu, packed=True))
+    for part, key in (("checkpointed", "lp"), ("critic", "values")):
+        torch.testing.assert_close(two[part][key][valid], one[part][key][valid], rtol=1e-5, atol=2e-6, msg=part)
+        for name, g in one[part]["grads"].items():
+            torch.testing.assert_close(two[part]["grads"][name], g, rtol=1e-4, atol=1e-5, msg=f"{part} {name}")
 
 
 @pytest.mark.slow
