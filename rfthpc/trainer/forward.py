@@ -43,7 +43,7 @@ from rfthpc.trainer.fsdp import in_root_forward
 from rfthpc.trainer.packed_attention import ATTENTION
 from rfthpc.trainer.samples import Sample
 from rfthpc.trainer.sequence_parallel import ATTENTION as SEQUENCE_PARALLEL_ATTENTION
-from rfthpc.trainer.sequence_parallel import gather_tokens, splits_sequences
+from rfthpc.trainer.sequence_parallel import gather_tokens
 
 HEAD_CHUNK_LOGITS = 1 << 26
 """Logits (positions x vocabulary) per chunk of the LM head: 256 MiB in float32, about 440
@@ -169,10 +169,6 @@ def _chunked_stats(head: nn.Module, features: torch.Tensor, targets: torch.Tenso
 def _response_stats(model: nn.Module, mb: MicroBatch, stats: tuple[Stat, ...]) -> tuple[torch.Tensor, ...]:
     """(b, R) float32 tensors, zero past each response's end: log pi of each response token, then
     each of `stats`."""
-    if mb.sequence is not None and not splits_sequences(model):
-        raise ValueError("a micro-batch split over a sequence-parallel group needs a model that attends across it "
-                         "(sequence_parallel.adopt)")
-
     def run() -> tuple[torch.Tensor, ...]:
         head = _plain_head(model)
         features = _response_features(model, mb, head)

@@ -42,9 +42,9 @@ ATTENTION = "rfthpc_ulysses"
 """The attention implementation of a model whose micro-batches are split over a group: rfthpc's
 per-sample sdpa (`packed_attention`) between two all-to-alls."""
 
-SHARD_KWARG = "sequence_shard"
+SHARD_KWARG = packed_attention.SHARD_KWARG
 """The model forward's keyword argument that carries a micro-batch's `SequenceShard` to the
-attention of every layer (transformers passes a forward's extra keyword arguments down to it)."""
+attention of every layer."""
 
 
 @dataclass(frozen=True)
@@ -185,11 +185,6 @@ def ulysses_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
     kwargs["position_ids"] = sequence_shard.position_ids
     out, _ = packed_attention.packed_sdpa_attention(module, q, k, v, None, **kwargs)
     return _sequence_to_heads(out, sequence_shard), None
-
-
-def splits_sequences(model: nn.Module) -> bool:
-    """Whether `model` attends with `ATTENTION` (takes micro-batches split over a group)."""
-    return getattr(getattr(model, "config", None), "_attn_implementation", None) == ATTENTION
 
 
 def adopt(model: nn.Module, size: int) -> None:

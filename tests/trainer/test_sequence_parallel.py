@@ -87,6 +87,18 @@ def test_a_row_splits_into_equal_slices_and_each_token_is_computed_once() -> Non
     assert (pad, begin, mine.tolist()) == (1, 2, [1])
 
 
+def test_a_model_that_does_not_attend_across_the_group_refuses_a_slice(tiny_model: Path) -> None:
+    """rfthpc's per-sample attention would take a slice of a row for the whole row: it refuses one."""
+    from rfthpc.trainer import forward, packed_attention
+
+    model = _causal_lm(tiny_model)
+    packed_attention.adopt(model)
+    mb = collate(samples(model.config.vocab_size), [0, 5], torch.device("cpu"), packed=True,
+                 sequence=SequenceGroup(None, 2, 0, 0, 1))
+    with pytest.raises(ValueError, match="got a slice of a row split over a sequence-parallel group"):
+        forward.token_logprobs(model, mb)
+
+
 def assert_same(got: dict, want: dict, mb) -> None:
     """Equal at every response token and in every gradient, to float32 rounding (gradients of up to
     ~10 summed over 120 tokens in other orders: some 1e-6 apart)."""
