@@ -169,6 +169,7 @@ def _chunked_stats(head: nn.Module, features: torch.Tensor, targets: torch.Tenso
 def _response_stats(model: nn.Module, mb: MicroBatch, stats: tuple[Stat, ...]) -> tuple[torch.Tensor, ...]:
     """(b, R) float32 tensors, zero past each response's end: log pi of each response token, then
     each of `stats`."""
+
     def run() -> tuple[torch.Tensor, ...]:
         head = _plain_head(model)
         features = _response_features(model, mb, head)
