@@ -17,6 +17,7 @@ from rfthpc.commands import print_notes
 
 def _run(args: argparse.Namespace, overrides: list[str]) -> int:
     from rfthpc.config import load_config
+    from rfthpc.config.schema import trains
     from rfthpc.errors import UserError
     from rfthpc.local import plan_roles, run_local
     from rfthpc.rundir import prepare_run_dir
@@ -27,6 +28,12 @@ def _run(args: argparse.Namespace, overrides: list[str]) -> int:
         raise UserError(f"--explorers {args.explorers}: use 1 or more processes")
     loaded = load_config(args.config, overrides, prog=f"rfthpc run --config {args.config}")
     print_notes(loaded.notes)
+    for stage in loaded.stages:
+        split = stage.config.trainer.ulysses_sequence_parallel_size
+        if trains(stage.config.mode) and args.trainer_procs % split:
+            raise UserError(f"--trainer-procs {args.trainer_procs}: trainer.ulysses_sequence_parallel_size {split} "
+                            f"(stage {stage.name!r}) splits each sequence over {split} trainer processes; give a "
+                            "multiple of it")
     run = prepare_run_dir(loaded, resume=args.resume)
     roles = plan_roles(loaded.stages, run, trainer_procs=args.trainer_procs, explorers=args.explorers)
     print(f"rfthpc run: {run.root} ({', '.join(r.name for r in roles)}; logs in {run.log})", flush=True)

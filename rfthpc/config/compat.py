@@ -681,6 +681,7 @@ VERL_MAP: dict[str, Target] = {
     "actor_rollout_ref.actor.grad_clip": "trainer.grad_clip",
     "actor_rollout_ref.actor.optim.clip_grad": "trainer.grad_clip",
     "actor_rollout_ref.actor.ulysses_sequence_parallel_size": "trainer.ulysses_sequence_parallel_size",
+    "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size": "trainer.ulysses_sequence_parallel_size",
     "actor_rollout_ref.actor.fsdp_config.param_offload": "trainer.param_offload",
     "actor_rollout_ref.actor.fsdp_config.optimizer_offload": "trainer.optimizer_offload",
     "actor_rollout_ref.actor.optim.lr": "algorithm.optimizer.lr",
@@ -835,6 +836,8 @@ ROLL_MAP: dict[str, Target] = {
     **{_ROLL_LORA + k: Translated(f"model.lora.{k}", _roll_lora) for k in ("lora_rank", "lora_alpha", "lora_dropout")},
     _ROLL_LORA + "adapter_name_or_path": Translated("model.lora.path", _roll_lora),
     "actor_train.model_args.dtype": Translated("model.dtype", _roll_dtype),
+    "actor_train.model_args.ulysses_size": Translated("trainer.ulysses_sequence_parallel_size",
+                                                      lambda size, _given: size or 1),
     "actor_train.model_args.disable_gradient_checkpointing": Translated(
         "trainer.enable_gradient_checkpointing", lambda disable, _given: not disable),
     "actor_train.training_args.learning_rate": "algorithm.optimizer.lr",

@@ -345,7 +345,8 @@ MEGATRON_OPTIM = ("a Megatron-LM optimizer setting; rfthpc's schedule is algorit
                   "constant or cosine, lr_warmup_steps, min_lr_ratio)")
 CRITIC_OPTIM = ("the critic's optimizer takes algorithm.optimizer's settings; only its learning rate "
                 "(trainer.critic_lr) and warm-up ratio (trainer.critic_lr_warmup_steps_ratio) are its own")
-NO_SP = "rfthpc has no sequence parallelism: lower trainer.max_token_len_per_gpu or use more GPUs instead"
+SP_OF_ACTOR = ("every model the trainer runs splits its sequences as the actor does "
+               "(trainer.ulysses_sequence_parallel_size); the split changes no number, only memory and speed")
 SET_BY_TRINITY_VERL = "Trinity-RFT sets it from its own sections; rfthpc reads those"
 MTP = ("multi-token prediction (MTP layers trained and used for speculative decoding) is not in rfthpc; remove "
        "it")
@@ -388,7 +389,6 @@ def _fsdp_keys(prefix: str) -> dict[str, Answer]:
             "wrap_policy.*", "fsdp_size", "forward_prefetch", "reshard_after_forward", "use_orig_params", "seed",
             "forward_only", "use_torch_compile", "entropy_from_logits_with_chunking", "entropy_checkpointing")},
         f"{prefix}.fsdp_config.strategy": Refused(MEGATRON, _FSDP_STRATEGY, FSDP2),
-        f"{prefix}.fsdp_config.ulysses_sequence_parallel_size": Refused(NO_SP, _is(1)),
         f"{prefix}.fsdp_config.offload_policy": Refused("FSDP2's CPU offload policy: set trainer.param_offload / "
                                                         "optimizer_offload", _off),
         f"{prefix}.fsdp_config.model_dtype": Refused("rfthpc keeps float32 master weights (veRL's fp32)",
@@ -500,7 +500,8 @@ VERL_KEYS: dict[str, Answer] = {
     _C + "loss_agg_mode": Refused("the critic's loss is aggregated like the actor's (algorithm.loss_agg_mode)",
                                   _same_as(_A + "loss_agg_mode", "token-mean")),
     _C + "cliprange_value": Refused("rfthpc's value loss clips at 0.5 (veRL's default)", _is(0.5)),
-    _C + "ulysses_sequence_parallel_size": Refused(NO_SP, _is(1)),
+    _C + "ulysses_sequence_parallel_size": Ignored(SP_OF_ACTOR),
+    _C + "model.fsdp_config.ulysses_sequence_parallel_size": Ignored(SP_OF_ACTOR),
     _C + "shuffle": Refused("veRL shuffles a batch before cutting it into mini-batches; rfthpc keeps the order "
                             "experience was committed in: remove it", _off),
     _C + "data_loader_seed": Ignored("the seed of veRL's mini-batch shuffle, which rfthpc does not do"),
@@ -724,7 +725,7 @@ ROLL_KEYS: dict[str, Answer] = {
     "*.model_args.model_config_kwargs": Refused("changes the model's config before training; rfthpc trains the model "
                                                 "as its config.json says: edit a copy of the model instead", _off),
     "*.model_args.freeze_module_prefix": Refused("rfthpc trains every weight; remove it", _off),
-    "*.model_args.ulysses_size": Refused(NO_SP, _is(None, 1)),
+    "*.model_args.ulysses_size": Ignored(SP_OF_ACTOR.replace("the actor does", "actor_train does")),
     "*.model_args.model_type": Refused("ROLL's model kind (value head, reward model, VLM); rfthpc picks the head by "
                                        "role", _off),
     "*.model_args.num_labels": Ignored("rfthpc's critic has one value head"),

@@ -554,6 +554,8 @@ def _data_parallel(t: Translation, gpus: int) -> int:
             split *= int(t.leaves.get(f"{cfg}.{key}") or 1)
     elif name == "fsdp2_train":
         split = int(t.get("actor_train.model_args.ulysses_size") or 1)
+        if split > 1:
+            t.set("trainer.ulysses_sequence_parallel_size", split, "actor_train.model_args.ulysses_size")
     else:
         split = 1
     if gpus % split:

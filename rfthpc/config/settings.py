@@ -198,6 +198,8 @@ class TrainerSettings:
     stages: tuple[TrainerStageSettings, ...]
     lora: LoRASettings | None = None
     """The adapter trained instead of the model's weights (`model.lora`); None: every weight."""
+    sequence_parallel_size: int = 1
+    """Ranks that split each sequence (`trainer.ulysses_sequence_parallel_size`); 1: none."""
 
 
 def _sampling_temperature(cfg: Config) -> float:
@@ -271,6 +273,13 @@ def trainer_settings(stages: list[Stage]) -> TrainerSettings:
                     f"{trained[0].name!r}'s {getattr(first.model, key)!r}; one policy is trained through the "
                     f"stages: set model.{key} for the whole run, not per stage"
                 )
+        size = stage.config.trainer.ulysses_sequence_parallel_size
+        if size != first.trainer.ulysses_sequence_parallel_size:
+            raise ConfigError(
+                f"stage {stage.name!r}: trainer.ulysses_sequence_parallel_size {size} differs from stage "
+                f"{trained[0].name!r}'s {first.trainer.ulysses_sequence_parallel_size}; the trainer's ranks are grouped "
+                "once for the run: set it for the whole run, not per stage"
+            )
     m, t, fs = first.model, first.trainer, first.filesystem
     return TrainerSettings(
         model_path=Path(_required(m.model_path, "model.model_path")).expanduser(),
@@ -283,7 +292,7 @@ def trainer_settings(stages: list[Stage]) -> TrainerSettings:
         full_snapshot_interval=first.synchronizer.full_snapshot_interval, weight_stripe_count=fs.weight_stripe_count,
         project=first.project, name=first.name, monitor=copy.deepcopy(first.monitor),
         stages=tuple(_trainer_stage(s, c) for s, c in zip(stages, stage_claim_sets(stages), strict=True)),
-        lora=lora_settings(m.lora),
+        lora=lora_settings(m.lora), sequence_parallel_size=t.ulysses_sequence_parallel_size,
     )
 
 

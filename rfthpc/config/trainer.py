@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, Optional
 
 
@@ -54,7 +56,10 @@ class TrainerConfig:
     optimizer_offload: bool = False
     """FSDP2 CPU offload of optimizer state."""
     ulysses_sequence_parallel_size: int = 1
-    """Sequence parallelism; rfthpc supports only 1."""
+    """Ranks that split each sequence (Ulysses sequence parallelism, veRL's and Trinity-RFT's key): each
+    holds 1/N of every padding-free micro-batch's tokens, and attention exchanges heads for tokens
+    (all-to-all). For sequences too long for one GPU's activations; N must divide the trainer's GPUs and
+    the model's attention and key/value heads, and needs `use_remove_padding`. 1: none."""
     total_steps: Optional[int] = None
     """Trainer steps (alias of `buffer.total_steps`)."""
     critic_warmup: int = 0
@@ -67,3 +72,35 @@ class TrainerConfig:
     """veRL-style settings (`actor_rollout_ref`, `critic`, `trainer`); known keys are mapped onto the fields above."""
     trainer_config_path: Optional[str] = None
     """A veRL YAML whose settings are read as `trainer_config`."""
+
+
+def sequence_parallel_problems(t: TrainerConfig, world: int | None, models: dict[str, str | None]) -> list[str]:
+    """What is wrong with `t.ulysses_sequence_parallel_size`, each naming the key and the fix. `world`:
+    the trainer's ranks where the config fixes them (nodes x GPUs per node), else None (`rfthpc run
+    --trainer-procs` decides); `models`: key -> directory of each model whose heads are split (its
+    config.json is read; a missing one is reported under its own key)."""
+    key = "trainer.ulysses_sequence_parallel_size"
+    n = t.ulysses_sequence_parallel_size
+    if n < 1:
+        return [f"{key}: {n} must be >= 1 (1: no sequence parallelism)"]
+    if n == 1:
+        return []
+    out = []
+    if world is not None and world % n:
+        out.append(f"{key}: {n} does not divide the trainer's {world} GPUs (slurm.trainer.nodes x gpus_per_node); "
+                   "each sequence-parallel group is N of them: use a divisor")
+    if not t.use_remove_padding:
+        out.append(f"{key}: {n} splits padding-free micro-batches; set trainer.use_remove_padding: true")
+    for model_key, path in models.items():
+        try:
+            config = json.loads((Path(path).expanduser() / "config.json").read_text()) if path else None
+        except (OSError, ValueError):
+            config = None
+        if not isinstance(config, dict) or not isinstance(config.get("num_attention_heads"), int):
+            continue
+        heads = config["num_attention_heads"]
+        kv_heads = config.get("num_key_value_heads") or heads
+        if heads % n or kv_heads % n:
+            out.append(f"{key}: {n} does not divide the {heads} attention heads and {kv_heads} key/value heads of "
+                       f"{model_key} ({path}); each rank attends with 1/N of both: use a divisor of both")
+    return out

@@ -21,8 +21,9 @@ from rfthpc.config.derive import (
 )
 from rfthpc.config.lora import lora_problems
 from rfthpc.config.monitor import sink_problems
-from rfthpc.config.schema import Config, explores
+from rfthpc.config.schema import Config, explores, trains
 from rfthpc.config.synchronizer import SynchronizerConfig, default_max_staleness
+from rfthpc.config.trainer import sequence_parallel_problems
 from rfthpc.config.typed import ALGORITHM, GPUS, INVALID, PATHS, REFUSED, WORKFLOW, Problems
 from rfthpc.errors import ConfigError
 from rfthpc.registry import Registry
@@ -346,11 +347,6 @@ def _check_sizes(cfg: Config, problems: Problems) -> None:
             f"model.max_response_tokens ({m.max_response_tokens}) leaves no room for the prompt in "
             f"max_model_len ({m.max_model_len})"
         )
-    if cfg.trainer.ulysses_sequence_parallel_size != 1:
-        problems.add(
-            "trainer.ulysses_sequence_parallel_size: rfthpc supports only 1 (no sequence parallelism); "
-            "lower max_token_len_per_gpu or use more GPUs instead"
-        )
     rollout = cfg.explorer.rollout_model
     for key, value in (("trainer.ppo_epochs", cfg.trainer.ppo_epochs),
                        ("trainer.ppo_micro_batch_size_per_gpu", cfg.trainer.ppo_micro_batch_size_per_gpu),
@@ -451,6 +447,20 @@ def _check_gpus(cfg: Config, problems: Problems) -> None:
             )
 
 
+def _check_sequence_parallel(cfg: Config, problems: Problems, check_paths: bool) -> None:
+    """`trainer.ulysses_sequence_parallel_size` against the trainer's GPUs (on a GPU cluster: on CPUs
+    `rfthpc run --trainer-procs` sets the ranks) and the heads of the models it splits."""
+    if not trains(cfg.mode):
+        return
+    t = cfg.slurm.trainer
+    world = t.nodes * t.gpus_per_node if cfg.cluster.gpu_per_node > 0 and t.gpus_per_node else None
+    models = {"model.model_path": cfg.model.model_path} if check_paths else {}
+    if check_paths and _advantage_needs(cfg.algorithm.advantage_fn).critic:
+        models["model.critic_model_path"] = cfg.model.critic_model_path
+    for message in sequence_parallel_problems(cfg.trainer, world, models):
+        problems.add(message, GPUS if "GPUs" in message else INVALID)
+
+
 def _check_inputs(cfg: Config, problems: Problems, check_paths: bool) -> None:
     inp = cfg.buffer.explorer_input
     sft = cfg.algorithm.algorithm_type == "sft"
@@ -521,6 +531,7 @@ def validate(cfg: Config, source: str = "config", check_paths: bool = True, prob
     if not cfg.model.model_path:
         problems.add("model.model_path: missing; give the local directory of the model to fine-tune", PATHS)
     _check_sizes(cfg, problems)
+    _check_sequence_parallel(cfg, problems, check_paths)
     _check_env_vars(cfg, problems)
     _check_gpus(cfg, problems)
     _check_functions(cfg, problems)

@@ -21,10 +21,15 @@ instead of running the prompt again with each response. Same log-probabilities a
 responses attend to the very keys and values the prompt's tokens produce; the gradient of each
 prompt token sums over its responses), and for GRPO's groups of n responses, about n times fewer
 prompt tokens computed.
+
+Sequence parallelism (`sequence_parallel`): the N ranks of a group are one data-parallel replica and
+run the same micro-batches, so a plan is made for world / N ranks; each rank then collates its
+group's micro-batch and keeps its own slice of the packed row.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -32,6 +37,7 @@ import numpy as np
 import torch
 
 from rfthpc.trainer.samples import Sample
+from rfthpc.trainer.sequence_parallel import SHARD_KWARG, SequenceGroup, SequenceShard, split_row
 
 
 def balanced_split(lengths: list[int], n_parts: int) -> list[list[int]]:
@@ -98,11 +104,14 @@ class BatchPlan:
         """Micro-batches every rank runs."""
         return len(self.micro[0])
 
-    def micro_batches(self, samples: list[Sample], rank: int, device: torch.device) -> Iterator[MicroBatch]:
-        """The `n_micro` micro-batches `rank` runs, in order, on `device` (a rank with no sample for one
-        gets the placeholder: FSDP2 needs every rank in every pass)."""
+    def micro_batches(self, samples: list[Sample], rank: int, device: torch.device,
+                      sequence: SequenceGroup | None = None) -> Iterator[MicroBatch]:
+        """The `n_micro` micro-batches `rank` (a data-parallel rank) runs, in order, on `device` (a rank
+        with no sample for one gets the placeholder: FSDP2 needs every rank in every pass); with a
+        `sequence` group, this rank's slice of each."""
         for indices in self.micro[rank]:
-            yield collate(samples, indices, device, share_prompts=self.share_prompts, packed=self.padding_free)
+            yield collate(samples, indices, device, share_prompts=self.share_prompts, packed=self.padding_free,
+                          sequence=sequence)
 
 
 def plan_micro_batches(
@@ -224,18 +233,32 @@ class MicroBatch:
     """The distinct prompts, when the samples repeat some and the plan shares them."""
     position_ids: torch.Tensor | None = None
     """Packed: (1, T) each token's position in its own sample (restarting at 0); None when padded."""
+    sequence: SequenceShard | None = None
+    """Packed and split over a sequence-parallel group: this rank's slice of the row (`input_ids` and
+    `position_ids` then hold the whole row, padded to a multiple of the group's size)."""
 
     @property
     def is_padding(self) -> bool:
         """True for the placeholder a rank runs when it has no sample for this micro-batch."""
         return not self.indices
 
-    def model_inputs(self) -> dict[str, torch.Tensor | None]:
+    def model_inputs(self) -> dict[str, object]:
         """The keyword arguments of a Hugging Face model's forward for this layout: packed, position
-        ids and no attention mask (from which transformers confines attention to each sample)."""
+        ids and no attention mask (from which transformers confines attention to each sample); split
+        over a group, this rank's slice and the shard its attention exchanges over."""
+        if self.sequence is not None:
+            s = self.sequence
+            return {"input_ids": self.input_ids[:, s.begin:s.end], "position_ids": self.position_ids[:, s.begin:s.end],
+                    SHARD_KWARG: s}
         if self.position_ids is not None:
             return {"input_ids": self.input_ids, "position_ids": self.position_ids}
         return {"input_ids": self.input_ids, "attention_mask": self.attention_mask}
+
+    @property
+    def computed_tokens(self) -> torch.Tensor:
+        """(2, n) row and column in (b, R) of the response tokens this rank computes: all of them
+        (`tokens`), or split over a group those predicted within its slice."""
+        return self.tokens if self.sequence is None else self.sequence.tokens
 
     def output_rows(self, rows: torch.Tensor) -> torch.Tensor:
         """The row of the model's output where each sample in `rows` lies (all in row 0 when packed)."""
@@ -243,13 +266,17 @@ class MicroBatch:
 
 
 def collate(samples: list[Sample], indices: list[int], device: torch.device, pad_id: int = 0,
-            share_prompts: bool = False, packed: bool = False) -> MicroBatch:
+            share_prompts: bool = False, packed: bool = False, sequence: SequenceGroup | None = None) -> MicroBatch:
     """The samples `indices` as a MicroBatch on `device`, padded or `packed`; no indices gives a
     1-token placeholder. With `share_prompts` it also gets the `SharedPrompts` layout (the
-    placeholder too)."""
+    placeholder too). With a `sequence` group (packed only), this rank's slice of the row."""
+    if sequence is not None and (not packed or share_prompts):
+        raise ValueError("a micro-batch split over a sequence-parallel group is packed, without shared prompts")
     chosen = [samples[i] for i in indices]
     if not chosen:
-        return _placeholder(device, pad_id, share_prompts, packed)
+        mb = _placeholder(device, pad_id, share_prompts, packed)
+        none = np.zeros(1, dtype=np.int64)
+        return mb if sequence is None else _split(mb, none, np.stack([none, none]), sequence, pad_id)
     lengths = [len(s.response_ids) for s in chosen]
     width = max(1, max(lengths))
     # Where each sample's tokens begin in its row: all at 0 padded, one after the other packed.
@@ -277,9 +304,29 @@ def collate(samples: list[Sample], indices: list[int], device: torch.device, pad
         ids, attn = _padded(chosen, pad_id)
         position_ids = None
     shared = _shared_prompts(chosen, width, pad_id) if share_prompts else None
-    return MicroBatch(list(indices), as_t(ids), None if attn is None else as_t(attn), as_t(pos), as_t(resp), as_t(mask),
-                      as_t(tokens), temps, None if shared is None else SharedPrompts(*(as_t(a) for a in shared)),
-                      position_ids)
+    mb = MicroBatch(list(indices), as_t(ids), None if attn is None else as_t(attn), as_t(pos), as_t(resp), as_t(mask),
+                    as_t(tokens), temps, None if shared is None else SharedPrompts(*(as_t(a) for a in shared)),
+                    position_ids)
+    return mb if sequence is None else _split(mb, pos[tokens[0], tokens[1]], tokens, sequence, pad_id)
+
+
+def _split(mb: MicroBatch, predicting: np.ndarray, tokens: np.ndarray, sequence: SequenceGroup,
+           pad_id: int) -> MicroBatch:
+    """Packed `mb` with its row padded to a multiple of the group's size, and this rank's
+    `SequenceShard` of it. `tokens` (2, N): its response tokens (`MicroBatch.tokens`), predicted at
+    row positions `predicting` (N,). Computed on the host, so that no rank waits for its device."""
+    assert mb.position_ids is not None
+    length = mb.input_ids.shape[1]
+    pad, begin, mine = split_row(length, predicting, sequence.size, sequence.rank)
+    device = mb.input_ids.device
+    # The padding is a sample of its own (its positions start at 0): no real token attends to it, and
+    # it predicts no response token.
+    ids = torch.cat([mb.input_ids, torch.full((1, pad), pad_id, dtype=mb.input_ids.dtype, device=device)], dim=1)
+    position_ids = torch.cat([mb.position_ids, torch.arange(pad, device=device).unsqueeze(0)], dim=1)
+    end = begin + (length + pad) // sequence.size
+    shard = SequenceShard(sequence.group, sequence.size, begin, end, position_ids,
+                          torch.from_numpy(tokens[:, mine]).to(device), torch.from_numpy(predicting[mine] - begin).to(device))
+    return dataclasses.replace(mb, input_ids=ids, position_ids=position_ids, sequence=shard)
 
 
 def _padded(chosen: list[Sample], pad_id: int) -> tuple[np.ndarray, np.ndarray]:

@@ -20,13 +20,16 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import torch
 import torch.distributed as dist
 
 from rfthpc.errors import UserError
 from rfthpc.launch.torchrun import rdzv_port
+
+if TYPE_CHECKING:
+    from rfthpc.trainer.sequence_parallel import SequenceGroup
 
 T = TypeVar("T")
 
@@ -43,11 +46,23 @@ class DistEnv:
     local_rank: int
     device: torch.device
     backend: str
+    sequence: SequenceGroup | None = None
+    """The sequence-parallel group this rank splits sequences with (`sequence_parallel`); None: none."""
 
     @property
     def is_main(self) -> bool:
         """True on rank 0, the rank that reads the store and writes the run directory."""
         return self.rank == 0
+
+    @property
+    def dp_rank(self) -> int:
+        """This rank's data-parallel replica: which share of a batch it trains on."""
+        return self.rank if self.sequence is None else self.sequence.dp_rank
+
+    @property
+    def dp_size(self) -> int:
+        """Data-parallel replicas: the ranks, or their sequence-parallel groups."""
+        return self.world_size if self.sequence is None else self.sequence.dp_size
 
     def broadcast_object(self, obj: Any = None, src: int = 0) -> Any:
         """Return rank `src`'s `obj` on every rank (pickled; for batches and small decisions)."""

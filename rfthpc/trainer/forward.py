@@ -21,7 +21,9 @@ Granite) and models not listed in `PLAIN_DECODERS` take the model's own logits a
 positions instead, with the same chunked statistics: right, but holding (b, L, V).
 
 A micro-batch is padded, or packed into one row (padding-free, `batching`), or carries its distinct
-prompts apart (`SharedPrompts`); all give the same numbers.
+prompts apart (`SharedPrompts`); all give the same numbers. A packed row split over a
+sequence-parallel group (`sequence_parallel`) gives them too: each rank computes the tokens
+predicted within its slice, and the group's sum hands every rank all of them.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ from rfthpc.trainer.dist import DistEnv
 from rfthpc.trainer.fsdp import in_root_forward
 from rfthpc.trainer.packed_attention import ATTENTION
 from rfthpc.trainer.samples import Sample
+from rfthpc.trainer.sequence_parallel import ATTENTION as SEQUENCE_PARALLEL_ATTENTION
+from rfthpc.trainer.sequence_parallel import gather_tokens
 
 HEAD_CHUNK_LOGITS = 1 << 26
 """Logits (positions x vocabulary) per chunk of the LM head: 256 MiB in float32, about 440
@@ -54,7 +58,8 @@ PLAIN_DECODERS = frozenset({
 state) and nothing more, and build their attention masks with transformers' mask functions from
 the position ids (which read each restart at 0 as the start of another sample)."""
 
-PACKING_ATTENTION = frozenset({ATTENTION, "flash_attention_2", "flash_attention_3", "flex_attention"})
+PACKING_ATTENTION = frozenset({ATTENTION, SEQUENCE_PARALLEL_ATTENTION, "flash_attention_2", "flash_attention_3",
+                               "flex_attention"})
 """Attention implementations that confine attention to each sample of a packed row at the cost of
 the samples alone: sample by sample (`packed_attention`), variable-length kernels (flash-attention)
 or a block mask that skips the blocks between samples (flex). transformers' sdpa and eager confine
@@ -88,13 +93,16 @@ def _keeps_cache(model: nn.Module) -> bool:
 
 
 def _response_features(model: nn.Module, mb: MicroBatch, head: nn.Module | None) -> torch.Tensor:
-    """(N, F): at each response token (`mb.tokens`), the decoder's last hidden state at the position
-    that predicts it (F = hidden size), or with no plain `head` the model's logits (F = V)."""
+    """(n, F): at each response token this rank computes (`mb.computed_tokens`), the decoder's last
+    hidden state at the position that predicts it (F = hidden size), or with no plain `head` the
+    model's logits (F = V)."""
     net = model.get_decoder() if head is not None else model
     rows, cols = mb.tokens
     if mb.shared is not None and _keeps_cache(model):
         return _shared_prompt_outputs(net, mb, head is not None)[rows, cols]
     out = net(**mb.model_inputs(), use_cache=False)
+    if mb.sequence is not None:
+        return _last(out)[0, mb.sequence.positions]
     return _last(out)[mb.output_rows(rows), mb.positions[rows, cols]]
 
 
@@ -150,7 +158,9 @@ def _chunked_stats(head: nn.Module, features: torch.Tensor, targets: torch.Tenso
     size = max(1, HEAD_CHUNK_LOGITS // vocab)
     keep_graph = torch.is_grad_enabled() and features.requires_grad
     parts = []
-    for begin in range(0, features.shape[0], size):
+    # No position still makes one (empty) chunk: a rank of a sequence-parallel group that predicts no
+    # token of a micro-batch must still backpropagate through the model, whose exchanges need it.
+    for begin in range(0, max(1, features.shape[0]), size):
         args = (head, features[begin:begin + size], targets[begin:begin + size], temps[begin:begin + size], stats)
         parts.append(checkpoint(_chunk_stats, *args, use_reentrant=False) if keep_graph else _chunk_stats(*args))
     return [torch.cat(column) for column in zip(*parts)]
@@ -163,13 +173,14 @@ def _response_stats(model: nn.Module, mb: MicroBatch, stats: tuple[Stat, ...]) -
     def run() -> tuple[torch.Tensor, ...]:
         head = _plain_head(model)
         features = _response_features(model, mb, head)
-        rows, cols = mb.tokens
+        rows, cols = mb.computed_tokens
         columns = _chunked_stats(head if head is not None else nn.Identity(), features, mb.response_ids[rows, cols],
                                  mb.temperature[rows], stats)
         blank = torch.zeros(mb.response_ids.shape, dtype=torch.float32, device=mb.response_ids.device)
         return tuple(blank.index_put((rows, cols), c) for c in columns)
 
-    return in_root_forward(model, run)
+    out = in_root_forward(model, run)
+    return out if mb.sequence is None else gather_tokens(out, mb.sequence)
 
 
 def token_logprobs(
@@ -203,8 +214,13 @@ def token_values(critic: nn.Module, mb: MicroBatch) -> torch.Tensor:
     """(b, R) critic values V(s_j) of the state before each response token (the value head's output
     at the position that predicts the token, as veRL's critic)."""
     out = critic(**mb.model_inputs(), use_cache=False).logits.squeeze(-1)
-    rows = torch.arange(mb.positions.shape[0], device=mb.positions.device).unsqueeze(1)
-    values = out[mb.output_rows(rows), mb.positions].float()
+    if mb.sequence is not None:
+        rows, cols = mb.sequence.tokens
+        blank = torch.zeros(mb.response_ids.shape, dtype=torch.float32, device=mb.response_ids.device)
+        values, = gather_tokens((blank.index_put((rows, cols), out[0, mb.sequence.positions].float()),), mb.sequence)
+    else:
+        rows = torch.arange(mb.positions.shape[0], device=mb.positions.device).unsqueeze(1)
+        values = out[mb.output_rows(rows), mb.positions].float()
     return values * 0.0 if mb.is_padding else values
 
 
@@ -214,12 +230,12 @@ def sharded_forward(
     env: DistEnv,
     planner: Callable[[list[Sample], list[int]], BatchPlan],
 ) -> list[np.ndarray]:
-    """`fn` (a no-grad per-token forward) over every sample, split over the ranks; returns, on every
-    rank, one float32 array per sample with one value per response token."""
+    """`fn` (a no-grad per-token forward) over every sample, split over the (data-parallel) ranks;
+    returns, on every rank, one float32 array per sample with one value per response token."""
     plan = planner(samples, list(range(len(samples))))
     mine: dict[int, np.ndarray] = {}
     with torch.no_grad():
-        for mb in plan.micro_batches(samples, env.rank, env.device):
+        for mb in plan.micro_batches(samples, env.dp_rank, env.device, env.sequence):
             out = fn(mb).float().cpu().numpy()
             for row, i in enumerate(mb.indices):
                 mine[i] = out[row, :len(samples[i].response_ids)].copy()

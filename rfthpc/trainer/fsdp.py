@@ -36,7 +36,7 @@ from torch.distributed.fsdp import (
 
 from rfthpc.config.lora import LoRASettings
 from rfthpc.errors import UserError
-from rfthpc.trainer import packed_attention
+from rfthpc.trainer import packed_attention, sequence_parallel
 from rfthpc.trainer.dist import DistEnv
 from rfthpc.weight_publisher import Publication, Publisher
 from rfthpc.weights import TensorStream
@@ -109,7 +109,8 @@ def build_sharded_model(
     critic; the head is freshly initialised when `path` is a causal LM). Non-trainable models
     (the frozen reference) get `requires_grad=False` and eval mode. `cpu_offload` keeps parameters,
     gradients and optimizer state in CPU memory between uses (FSDP2's CPUOffloadPolicy; GPU only).
-    `lora`: a peft model whose adapter alone trains (`rfthpc.trainer.lora`).
+    `lora`: a peft model whose adapter alone trains (`rfthpc.trainer.lora`). With a sequence-parallel
+    group in `env`, the model attends across it (`sequence_parallel`); FSDP2 still shards over every rank.
     """
     path = Path(path)
     if kind == "value":
@@ -121,6 +122,8 @@ def build_sharded_model(
     with torch.device("meta"):
         model = auto.from_config(config, dtype=torch.float32)
     packed_attention.adopt(model)
+    if env.sequence is not None:
+        sequence_parallel.adopt(model, env.sequence.size)
     if gradient_checkpointing and trainable:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if lora is not None:

@@ -61,6 +61,7 @@ from rfthpc.trainer.meta import TrainerMeta, write_trainer_meta
 from rfthpc.trainer.optim import LRSchedule, make_optimizer, set_lr
 from rfthpc.trainer.rl_batch import StepTensors, build_step_tensors
 from rfthpc.trainer.samples import Sample
+from rfthpc.trainer.sequence_parallel import sequence_group
 from rfthpc.trainer.sft_data import SFTData, load_tokenizer
 from rfthpc.trainer.stages import Position, next_trainable, resume_position
 from rfthpc.trainer.update import MicroLoss, ShardedUpdater, UpdateResult
@@ -164,6 +165,11 @@ class Trainer:
             self.reader = StoreReader(self.rundir.root, poll_s=min(0.5, run.poll_interval_s))
             if meta and meta.reader is not None:
                 self.reader.load_state(meta.reader)
+        if run.sequence_parallel_size > 1:
+            self.env = dataclasses.replace(self.env, sequence=sequence_group(self.env.world_size, self.env.device.type,
+                                                                              run.sequence_parallel_size))
+            log.info("sequence parallelism: %d replica(s) of %d ranks, each rank holding 1/%d of every sequence",
+                     self.env.dp_size, run.sequence_parallel_size, run.sequence_parallel_size)
         self.policy = build_sharded_model(run.model_path, self.env, dtype=run.dtype,
                                           gradient_checkpointing=run.gradient_checkpointing,
                                           cpu_offload=run.cpu_offload, lora=run.lora)
@@ -255,15 +261,23 @@ class Trainer:
     def _setup_stage(self, stage: TrainerStageSettings, pos: Position, meta: CheckpointMeta | None) -> _StageState:
         alg = Algorithm.from_settings(stage.algorithm)
         padding_free = stage.use_remove_padding and packs_samples(self.policy)
+        split = self.env.sequence.size if self.env.sequence is not None else 1
+        if split > 1 and not padding_free:
+            raise UserError(f"stage {stage.name!r}: trainer.ulysses_sequence_parallel_size {split} splits padding-free "
+                            "micro-batches; set trainer.use_remove_padding: true (or the size to 1)")
         if stage.use_remove_padding and not padding_free:
             log.info("padding-free micro-batches are off: %s with %s attention does not confine attention to each "
                      "sample of a packed row", self.policy.config.model_type, self.policy.config._attn_implementation)
         planner = functools.partial(
-            _plan, world_size=self.env.world_size, token_budget=stage.token_budget,
+            # A sequence-parallel group is one data-parallel replica: it takes one share of a batch, and
+            # its micro-batches the tokens of its `split` GPUs (veRL's budget too).
+            _plan, world_size=self.env.dp_size,
+            token_budget=None if stage.token_budget is None else stage.token_budget * split,
             micro_batch_size=stage.ppo_micro_batch_size_per_gpu,
             # The policy under gradient checkpointing keeps no keys and values to share a prompt's:
-            # padding-free micro-batches are then always the cheaper.
-            share_prompts=stage.share_prompt_forward and not (padding_free and self.settings.gradient_checkpointing),
+            # padding-free micro-batches are then always the cheaper. Split rows are packed.
+            share_prompts=stage.share_prompt_forward and split == 1
+            and not (padding_free and self.settings.gradient_checkpointing),
             padding_free=padding_free,
         )
         optimizer = make_optimizer(self.policy, stage.algorithm.optimizer)

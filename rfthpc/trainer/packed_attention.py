@@ -26,6 +26,12 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 ATTENTION = "rfthpc_sdpa"
 
+SHARD_KWARG = "sequence_shard"
+"""The model forward's keyword argument that carries a slice of a packed row split over a
+sequence-parallel group to every layer's attention (`sequence_parallel`; transformers passes a
+forward's extra keyword arguments down to it). This attention takes whole rows and refuses a slice,
+which it would attend to as if it were all there is."""
+
 
 def _sample_starts(position_ids: torch.Tensor | None, length: int) -> list[int] | None:
     """Where each sample of a packed row (batch 1) begins, then its end; None without position ids."""
@@ -44,6 +50,9 @@ def packed_sdpa_attention(module: nn.Module, query: torch.Tensor, key: torch.Ten
                           attention_mask: torch.Tensor | None, position_ids: torch.Tensor | None = None,
                           **kwargs) -> tuple[torch.Tensor, None]:
     """transformers' sdpa attention ((b, T, heads, head_dim) out), each sample of a packed row on its own."""
+    if kwargs.get(SHARD_KWARG) is not None:
+        raise ValueError(f"{ATTENTION} got a slice of a row split over a sequence-parallel group; the model must "
+                         "attend across the group (sequence_parallel.adopt)")
     bounds = None
     if attention_mask is None and query.shape[2] == key.shape[2]:
         bounds = _sample_starts(position_ids, query.shape[2])
@@ -54,7 +63,7 @@ def packed_sdpa_attention(module: nn.Module, query: torch.Tensor, key: torch.Ten
     return torch.cat(pieces, dim=1), None
 
 
-def _mask(*, attention_mask: torch.Tensor | None = None, q_length: int, kv_length: int, **kwargs
+def packed_mask(*, attention_mask: torch.Tensor | None = None, q_length: int, kv_length: int, **kwargs
           ) -> torch.Tensor | None:
     """sdpa's mask, except none for a row with no padding and no cache: `packed_sdpa_attention` then
     confines each sample itself."""
@@ -79,4 +88,4 @@ def adopt(model: nn.Module) -> None:
 
 
 AttentionInterface.register(ATTENTION, packed_sdpa_attention)
-AttentionMaskInterface.register(ATTENTION, _mask)
+AttentionMaskInterface.register(ATTENTION, packed_mask)

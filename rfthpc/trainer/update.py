@@ -13,6 +13,10 @@ a loss metric is then the count-weighted mean of the micro-batch sums. FSDP2 ave
 rank scales its losses by the world size to make that a sum. The result does not depend on how
 the mini-batch is split, so 1 rank and N ranks train the same model (up to float rounding).
 
+With sequence parallelism the ranks of a group split each micro-batch's row and compute the same
+loss; their gradients add up to the micro-batch's (`sequence_parallel`), so the scale is still the
+world size, and each contributes 1/N of the metrics.
+
 A non-finite loss or gradient norm on any rank abandons the update: gradients are dropped and
 the optimizer does not step.
 """
@@ -97,7 +101,9 @@ class ShardedUpdater:
         # gradients between micro-batches instead of copying them through its collective buffers
         # for each one (it reduces once, after the last backward).
         accumulate = self.env.world_size == 1 and isinstance(self.model, FSDPModule)
-        for k, mb in enumerate(plan.micro_batches(samples, self.env.rank, self.env.device)):
+        # Each rank of a sequence-parallel group computes the same metrics.
+        share = 1.0 if self.env.sequence is None else 1.0 / self.env.sequence.size
+        for k, mb in enumerate(plan.micro_batches(samples, self.env.dp_rank, self.env.device, self.env.sequence)):
             if accumulate:
                 last = k == plan.n_micro - 1
                 self.model.set_requires_gradient_sync(last)
@@ -111,7 +117,7 @@ class ShardedUpdater:
             finite = finite and bool(torch.isfinite(loss).item())
             (loss * ((w if self.averaged else 1.0) * self.env.world_size)).backward()
             for name, value in metrics.items():
-                sums[name] += value * w
+                sums[name] += value * w * share
         finite = not self.env.any(not finite)
         norm = grad_norm_and_clip(self.model, self.grad_clip)
         finite = finite and math.isfinite(norm)

@@ -232,11 +232,6 @@ def test_trinity_keys_without_meaning_here_are_ignored_with_a_note(tmp_path: Pat
     assert any(n.startswith("log: ignored: rfthpc writes each role's log to <run dir>/log/") for n in notes)
 
 
-def test_unsupported_sequence_parallelism(tmp_path: Path, base: str) -> None:
-    msg = _error(write(tmp_path, base + "trainer:\n  ulysses_sequence_parallel_size: 2\n"))
-    assert "trainer.ulysses_sequence_parallel_size: rfthpc supports only 1" in msg
-
-
 def test_unknown_verl_key_in_trainer_config(tmp_path: Path, base: str) -> None:
     text = base + ("trainer:\n  trainer_config:\n    actor_rollout_ref:\n      actor:\n"
                    "        ppo_micro_batch_size_per_gpus: 2\n")
