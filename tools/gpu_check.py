@@ -5,10 +5,15 @@ GRPO config: trainer steps with FSDP2 on one rank (bf16 compute on CUDA, float32
 published as full snapshots and deltas (`synchronizer.weight_deltas: on`, a full snapshot every 2
 versions), rollouts with the transformers engine on the same device, a checkpoint; then converts
 the checkpoint (`rfthpc convert`) and rebuilds the last policy version (`rfthpc weights
-materialize`). Every step must succeed; the figures come from the run's metrics.
+materialize`). Micro-batches are padding-free (`trainer.use_remove_padding`, on by default). Then
+the same run with a LoRA adapter (`model.lora`): the adapter trains on the frozen base, each
+version is published as the adapter alone and applied by the explorer through peft, and the
+checkpoint converts by merging the adapter into the base. Every step must succeed; the figures
+come from the runs' metrics.
 
 Last line: `FIGURES device=… dtype=… step_time_s=… train_tokens_per_s=… rollout_tokens_per_s=…
-deltas=… full_snapshots=… weight_stall_s=… convert_s=…`.
+deltas=… full_snapshots=… weight_stall_s=… convert_s=… lora_step_time_s=… lora_adapters=…
+lora_bytes_per_sync=…`.
 
 Usage: `bash tools/gpu_check.sh [--wheels DIR]` (or this script with the project importable).
 """
@@ -54,6 +59,10 @@ def config(demo: Path, root: Path) -> dict:
     }
 
 
+LORA = {"lora_rank": 8, "lora_alpha": 16, "target_modules": "all-linear"}
+"""The LoRA leg's adapter: every linear layer of the decoder."""
+
+
 def _rfthpc(*args: str) -> subprocess.CompletedProcess:
     result = subprocess.run([sys.executable, "-m", "rfthpc", *args], cwd=ROOT, capture_output=True, text=True, check=False)
     if result.returncode != 0:
@@ -64,6 +73,66 @@ def _rfthpc(*args: str) -> subprocess.CompletedProcess:
 
 def _records(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def _run_check(work: Path, cfg: dict) -> tuple[Path, list[dict], list[dict]]:
+    """Run `cfg` with `rfthpc run`; (its run directory, trainer step records, rollout records)."""
+    path = work / f"{cfg['name']}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    _rfthpc("run", "--config", str(path))
+    run = work / "runs" / cfg["project"] / cfg["name"]
+    trainer = [r for r in _records(run / "monitor" / "trainer.jsonl") if "perf/time_per_step" in r]
+    explorer = [r for f in sorted((run / "monitor").glob("explorer_*.jsonl")) for r in _records(f)
+                if "rollout/tokens_per_s" in r]
+    if len(trainer) < STEPS or not explorer:
+        raise SystemExit(f"gpu_check: {len(trainer)} trainer steps and {len(explorer)} rollout batches recorded in "
+                         f"{cfg['name']}; expected {STEPS} and some (see {run}/logs)")
+    return run, trainer, explorer
+
+
+def _convert(run: Path) -> float:
+    """Seconds `rfthpc convert` takes to write the run's checkpoint as a Hugging Face model (checked)."""
+    start = time.perf_counter()
+    _rfthpc("convert", "--checkpoint-dir", str(run), "--no-progress")
+    seconds = time.perf_counter() - start
+    if not list(run.glob("global_step_*/actor/huggingface/*.safetensors")):
+        raise SystemExit(f"gpu_check: rfthpc convert wrote no Hugging Face weights for {run.name}")
+    return seconds
+
+
+def _full_run(work: Path) -> dict[str, float | int]:
+    """Full fine-tuning: steps, deltas and snapshots, rollouts, convert, materialize."""
+    run, trainer, explorer = _run_check(work, config(work / "demo", work / "runs"))
+    listing = json.loads(_rfthpc("weights", "list", str(run), "--json").stdout)
+    deltas = sum(r["delta_mb"] is not None for r in listing)
+    full = sum(r["full_mb"] is not None for r in listing)
+    if not deltas:
+        raise SystemExit("gpu_check: no delta was published")
+    convert_s = _convert(run)
+    _rfthpc("weights", "materialize", str(run), "--version", str(STEPS), "--out", str(work / "final"))
+    # The first step pays for warm-up (CUDA kernels, allocator): the median of the rest.
+    return {
+        "step_time_s": statistics.median(r["perf/time_per_step"] for r in trainer[1:]),
+        "train_tokens_per_s": statistics.median(r["perf/throughput"] for r in trainer[1:]),
+        "rollout_tokens_per_s": statistics.median(r["rollout/tokens_per_s"] for r in explorer),
+        "deltas": deltas, "full_snapshots": full,
+        "weight_stall_s": max(r.get("rollout/weight_stall_s", 0.0) for r in explorer),
+        "convert_s": convert_s,
+    }
+
+
+def _lora_run(work: Path, cfg: dict) -> dict[str, float | int]:
+    """LoRA: adapter-only publications the explorer applies, and convert merging into the base."""
+    run, trainer, _ = _run_check(work, cfg)
+    adapters = sorted((run / "weights").glob("step_*/adapter_model.safetensors"))
+    if not adapters:
+        raise SystemExit("gpu_check: the LoRA run published no adapter (weights/step_*/adapter_model.safetensors)")
+    _convert(run)
+    return {
+        "lora_step_time_s": statistics.median(r["perf/time_per_step"] for r in trainer[1:]),
+        "lora_adapters": len(adapters),
+        "lora_bytes_per_sync": adapters[-1].stat().st_size,
+    }
 
 
 def main() -> int:
@@ -77,38 +146,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="rfthpc-gpu-check-") as tmp:
         work = Path(tmp)
         _rfthpc("make-demo", "--out", str(work / "demo"))
-        cfg = work / "check.yaml"
-        cfg.write_text(yaml.safe_dump(config(work / "demo", work / "runs")))
-        _rfthpc("run", "--config", str(cfg))
-        run = work / "runs" / "gpu-check" / "check"
-        trainer = [r for r in _records(run / "monitor" / "trainer.jsonl") if "perf/time_per_step" in r]
-        explorer = [r for f in sorted((run / "monitor").glob("explorer_*.jsonl")) for r in _records(f)
-                    if "rollout/tokens_per_s" in r]
-        if len(trainer) < STEPS or not explorer:
-            raise SystemExit(f"gpu_check: {len(trainer)} trainer steps and {len(explorer)} rollout batches recorded; "
-                             f"expected {STEPS} and some (see {run}/logs)")
-        listing = json.loads(_rfthpc("weights", "list", str(run), "--json").stdout)
-        deltas = sum(r["delta_mb"] is not None for r in listing)
-        full = sum(r["full_mb"] is not None for r in listing)
-        if not deltas:
-            raise SystemExit("gpu_check: no delta was published")
-        start = time.perf_counter()
-        _rfthpc("convert", "--checkpoint-dir", str(run), "--no-progress")
-        convert_s = time.perf_counter() - start
-        if not list(run.glob("global_step_*/actor/huggingface/*.safetensors")):
-            raise SystemExit("gpu_check: rfthpc convert wrote no Hugging Face weights")
-        _rfthpc("weights", "materialize", str(run), "--version", str(STEPS), "--out", str(work / "final"))
-        # The first step pays for warm-up (CUDA kernels, allocator): the median of the rest.
-        steps = [r["perf/time_per_step"] for r in trainer[1:]]
-        figures = {
-            "device": device, "dtype": dtype,
-            "step_time_s": statistics.median(steps),
-            "train_tokens_per_s": statistics.median(r["perf/throughput"] for r in trainer[1:]),
-            "rollout_tokens_per_s": statistics.median(r["rollout/tokens_per_s"] for r in explorer),
-            "deltas": deltas, "full_snapshots": full,
-            "weight_stall_s": max(r.get("rollout/weight_stall_s", 0.0) for r in explorer),
-            "convert_s": convert_s,
-        }
+        figures = {"device": device, "dtype": dtype, **_full_run(work)}
+        lora = config(work / "demo", work / "runs")
+        lora["name"] = "check-lora"
+        lora["model"]["lora"] = LORA
+        figures.update(_lora_run(work, lora))
     print("FIGURES " + " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in figures.items()))
     return 0
 
