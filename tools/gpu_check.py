@@ -8,12 +8,13 @@ the checkpoint (`rfthpc convert`) and rebuilds the last policy version (`rfthpc 
 materialize`). Micro-batches are padding-free (`trainer.use_remove_padding`, on by default). Then
 the same run with a LoRA adapter (`model.lora`): the adapter trains on the frozen base, each
 version is published as the adapter alone and applied by the explorer through peft, and the
-checkpoint converts by merging the adapter into the base. Every step must succeed; the figures
-come from the runs' metrics.
+checkpoint converts by merging the adapter into the base. Then, with two GPUs (or on CPU), the run
+with 2 trainer ranks at `trainer.ulysses_sequence_parallel_size: 2`. Every step must succeed; the
+figures come from the runs' metrics.
 
 Last line: `FIGURES device=… dtype=… step_time_s=… train_tokens_per_s=… rollout_tokens_per_s=…
 deltas=… full_snapshots=… weight_stall_s=… convert_s=… lora_step_time_s=… lora_adapters=…
-lora_bytes_per_sync=…`.
+lora_bytes_per_sync=… [sp2_step_time_s=…]` (the last with two GPUs or on CPU).
 
 Usage: `bash tools/gpu_check.sh [--wheels DIR]` (or this script with the project importable).
 """
@@ -75,11 +76,11 @@ def _records(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
 
 
-def _run_check(work: Path, cfg: dict) -> tuple[Path, list[dict], list[dict]]:
-    """Run `cfg` with `rfthpc run`; (its run directory, trainer step records, rollout records)."""
+def _run_check(work: Path, cfg: dict, *run_args: str) -> tuple[Path, list[dict], list[dict]]:
+    """Run `cfg` with `rfthpc run` (and `run_args`); (its run directory, trainer step records, rollout records)."""
     path = work / f"{cfg['name']}.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    _rfthpc("run", "--config", str(path))
+    _rfthpc("run", "--config", str(path), *run_args)
     run = work / "runs" / cfg["project"] / cfg["name"]
     trainer = [r for r in _records(run / "monitor" / "trainer.jsonl") if "perf/time_per_step" in r]
     explorer = [r for f in sorted((run / "monitor").glob("explorer_*.jsonl")) for r in _records(f)
@@ -135,6 +136,12 @@ def _lora_run(work: Path, cfg: dict) -> dict[str, float | int]:
     }
 
 
+def _sp_run(work: Path, cfg: dict) -> dict[str, float]:
+    """Ulysses sequence parallelism: 2 trainer ranks, each holding half of every packed row."""
+    _, trainer, _ = _run_check(work, cfg, "--trainer-procs", "2")
+    return {"sp2_step_time_s": statistics.median(r["perf/time_per_step"] for r in trainer[1:])}
+
+
 def main() -> int:
     """Run the check; print the figures."""
     import torch
@@ -151,6 +158,12 @@ def main() -> int:
         lora["name"] = "check-lora"
         lora["model"]["lora"] = LORA
         figures.update(_lora_run(work, lora))
+        # Two trainer ranks need two GPUs on CUDA; on CPU they are two gloo processes.
+        if device == "cpu" or torch.cuda.device_count() >= 2:
+            sp = config(work / "demo", work / "runs")
+            sp["name"] = "check-sp2"
+            sp["trainer"]["ulysses_sequence_parallel_size"] = 2
+            figures.update(_sp_run(work, sp))
     print("FIGURES " + " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in figures.items()))
     return 0
 
