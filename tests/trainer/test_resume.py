@@ -98,8 +98,9 @@ def _assert_same_training(run: RunDir, ref: RunDir, steps: int) -> None:
     a = load_file(str(weights.step_dir(run.root, steps) / "model.safetensors"))
     b = load_file(str(weights.step_dir(ref.root, steps) / "model.safetensors"))
     # Not bit for bit: a resumed process's sums round differently in the last bits (seen: 3e-7 running
-    # whole sequences, 2e-6 with shared prompts), far below one step's change of the weights (~1e-3).
-    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
+    # whole sequences, 2e-6 with shared prompts, 1.5e-5 once on a loaded machine: Adam turns the rounding
+    # of a near-zero gradient into an lr-sized step), far below one step's change of the weights (~1e-3).
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-4
 
 
 @pytest.fixture(scope="module")
