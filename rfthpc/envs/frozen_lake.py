@@ -41,6 +41,18 @@ _INTRO = "You are on a frozen lake. Walk from P to the goal G without falling in
 _SLIPPERY = " The ice is slippery: a move may take you sideways instead."
 
 
+def player_cell(env: FrozenLakeEnv | None) -> tuple[int, int]:
+    """(row, column) where the player of a started gymnasium FrozenLake stands."""
+    assert env is not None, "reset() first"
+    return divmod(int(env.s), env.ncol)
+
+
+def cell_letter(env: FrozenLakeEnv | None, row: int, col: int) -> str:
+    """The map letter of a cell of a started gymnasium FrozenLake: S, F, H or G."""
+    assert env is not None, "reset() first"
+    return env.desc[row, col].decode()
+
+
 class FrozenLake:
     """gymnasium's FrozenLake-v1 with a text grid for observations and direction words for actions."""
 
@@ -68,21 +80,12 @@ class FrozenLake:
         self._steps = 0
         self._done = False
 
-    @property
-    def _position(self) -> tuple[int, int]:
-        assert self._env is not None
-        return divmod(int(self._env.s), self._env.ncol)
-
-    def _cell(self, row: int, col: int) -> str:
-        assert self._env is not None
-        return self._env.desc[row, col].decode()
-
     def render(self) -> str:
         """The grid: one line per row, `P` where the player stands."""
         assert self._env is not None
-        player = self._position
+        player = player_cell(self._env)
         return "\n".join(
-            "".join("P" if (r, c) == player else _CELLS[self._cell(r, c)] for c in range(self._env.ncol))
+            "".join("P" if (r, c) == player else _CELLS[cell_letter(self._env, r, c)] for c in range(self._env.ncol))
             for r in range(self._env.nrow)
         )
 
@@ -90,13 +93,13 @@ class FrozenLake:
         """The goal's offset from the player, then what lies one move away in each direction, in words
         (two lines)."""
         assert self._env is not None
-        row, col = self._position
+        row, col = player_cell(self._env)
         names = {"_": "ice", "O": "hole", "G": "goal"}
         around = []
         for word, (dr, dc) in _MOVES.items():
             r, c = row + dr, col + dc
             inside = 0 <= r < self._env.nrow and 0 <= c < self._env.ncol
-            around.append(f"{word} {names[_CELLS[self._cell(r, c)]] if inside else 'edge'}")
+            around.append(f"{word} {names[_CELLS[cell_letter(self._env, r, c)]] if inside else 'edge'}")
         goal_row, goal_col = divmod(int(self._env.desc.ravel().tolist().index(b"G")), self._env.ncol)
         offsets = [f"{abs(d)} {word}" for d, word in ((goal_row - row, "Down" if goal_row > row else "Up"),
                                                        (goal_col - col, "Right" if goal_col > col else "Left")) if d]
@@ -137,12 +140,12 @@ class FrozenLake:
             feedback = f"Invalid action: {e} You did not move."
         else:
             info["action"] = word
-            before = self._position
+            before = player_cell(self._env)
             _, r, terminated, _, _ = self._env.step(ACTIONS.index(word))
             reward = float(r)
-            feedback = self._move_feedback(word, before, self._position)
+            feedback = self._move_feedback(word, before, player_cell(self._env))
             if terminated:
-                success = self._cell(*self._position) == "G"
+                success = cell_letter(self._env, *player_cell(self._env)) == "G"
                 info["success"] = success
                 feedback += " You reached the goal!" if success else " You fell into a hole."
         truncated = not terminated and self._steps >= self.max_steps

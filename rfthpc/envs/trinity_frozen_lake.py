@@ -36,6 +36,7 @@ from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv
 from gymnasium.utils import seeding
 
 from rfthpc.envs.args import bad_arg, bool_arg, float_arg, int_arg, lake_map_arg
+from rfthpc.envs.frozen_lake import cell_letter, player_cell
 from rfthpc.envs.seeds import EpisodeSeeds
 
 ACTIONS = ("Left", "Down", "Right", "Up")
@@ -138,23 +139,14 @@ class TrinityFrozenLake:
         self._steps = 0
         self._done = False
 
-    @property
-    def _position(self) -> tuple[int, int]:
-        assert self._env is not None
-        return divmod(int(self._env.s), self._env.ncol)
-
-    def _cell(self, row: int, col: int) -> str:
-        assert self._env is not None
-        return self._env.desc[row, col].decode()
-
     def render(self) -> str:
         """The grid as Trinity renders it: one line per row, `P` where the player stands (`X` in a hole,
         `√` on the goal), `_` frozen ice (the start too), `O` a hole, `G` the goal."""
         assert self._env is not None
-        player = self._position
+        player = player_cell(self._env)
         marks = {"H": _ON_HOLE, "G": _ON_GOAL}
         return "\n".join(
-            "".join(marks.get(self._cell(r, c), "P") if (r, c) == player else _CELLS[self._cell(r, c)]
+            "".join(marks.get(cell_letter(self._env, r, c), "P") if (r, c) == player else _CELLS[cell_letter(self._env, r, c)]
                     for c in range(self._env.ncol))
             for r in range(self._env.nrow)
         )
@@ -186,7 +178,7 @@ class TrinityFrozenLake:
         if self._env is None or self._done:
             raise RuntimeError("TrinityFrozenLake.step called before reset or after the episode ended")
         self._steps += 1
-        before = self._position
+        before = player_cell(self._env)
         word = read_action(action)
         info: dict[str, Any] = {}
         reward, terminated = 0.0, False
@@ -198,9 +190,9 @@ class TrinityFrozenLake:
             reward = float(r)
         truncated = not terminated and self._steps >= self.max_steps
         if terminated or truncated:
-            info["success"] = self._cell(*self._position) == "G"
+            info["success"] = cell_letter(self._env, *player_cell(self._env)) == "G"
         self._done = terminated or truncated
-        return self._observation(stayed=self._position == before), reward, terminated, truncated, info
+        return self._observation(stayed=player_cell(self._env) == before), reward, terminated, truncated, info
 
     def close(self) -> None:
         """Drop the episode's gymnasium environment."""
