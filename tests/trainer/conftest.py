@@ -14,6 +14,7 @@ from rfthpc.config import Config, dump_yaml
 from rfthpc.config.schema import StageConfig
 from rfthpc.rundir import RunDir
 from rfthpc.store import ChunkWriter, Experience, Group
+from rfthpc.trainer.samples import Sample
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -140,3 +141,16 @@ def kill_while_writing(script: str, weights_dir: Path, prefix: str, timeout_s: f
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     return [n for n in os.listdir(weights_dir) if n.startswith(prefix)]
+
+
+def grouped_samples(vocab: int) -> list[Sample]:
+    """Three groups of 4 responses (1 to 9 tokens, some masked) to prompts of 2, 6 and 9 tokens, T=0.7."""
+    rng = np.random.default_rng(3)
+    out = []
+    for g, p in enumerate((2, 6, 9)):
+        prompt = rng.integers(3, vocab, size=p)
+        for _ in range(4):
+            r = int(rng.integers(1, 10))
+            out.append(Sample(prompt, rng.integers(3, vocab, size=r), rng.random(r) > 0.2, group=g,
+                              temperature=0.7))
+    return out

@@ -9,37 +9,22 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 from rfthpc.algorithms import entropy_from_logits
 from rfthpc.trainer import forward, packed_attention
 from rfthpc.trainer.batching import MicroBatch, collate
-from rfthpc.trainer.samples import Sample
-from tests.trainer.conftest import ROOT, trainer_env
+from tests.trainer.conftest import ROOT, grouped_samples, trainer_env
 
 CHUNK_POSITIONS = 5
 """Positions per chunk of the LM head in these tests: a micro-batch's 50-odd response tokens take
 several chunks, the last one short."""
 
 
-def _samples(vocab: int) -> list[Sample]:
-    """Three groups of 4 responses (1 to 9 tokens, some masked) to prompts of 2, 6 and 9 tokens, T=0.7."""
-    rng = np.random.default_rng(3)
-    out = []
-    for g, p in enumerate((2, 6, 9)):
-        prompt = rng.integers(3, vocab, size=p)
-        for _ in range(4):
-            r = int(rng.integers(1, 10))
-            out.append(Sample(prompt, rng.integers(3, vocab, size=r), rng.random(r) > 0.2, group=g,
-                              temperature=0.7))
-    return out
-
-
 def forward_cases(vocab: int) -> dict[str, MicroBatch]:
     """The micro-batch layouts the forward pass takes, over the same samples."""
-    samples = _samples(vocab)
+    samples = grouped_samples(vocab)
     every = list(range(len(samples)))
     cpu = torch.device("cpu")
     return {"padded": collate(samples, every, cpu), "shared": collate(samples, every, cpu, share_prompts=True),

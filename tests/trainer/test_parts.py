@@ -38,6 +38,7 @@ from rfthpc.trainer.losses import Algorithm
 from rfthpc.trainer.optim import LRSchedule
 from rfthpc.trainer.samples import Sample, check_group, samples_from_groups
 from rfthpc.trainer.stages import Position, resume_position
+from tests.trainer.conftest import grouped_samples
 
 
 def _sample(p: int, r: int, group: int = 0) -> Sample:
@@ -180,19 +181,6 @@ def test_collate_lays_out_each_distinct_prompt_once() -> None:
     assert not plan_micro_batches(s, [0, 2], 1, token_budget=None, micro_batch_size=4, share_prompts=True).share_prompts
 
 
-def _groups_of_samples(vocab: int) -> list[Sample]:
-    """Three groups of 4 responses (lengths 1 to 9) to prompts of 2, 6 and 9 tokens, sampled at T=0.7."""
-    rng = np.random.default_rng(3)
-    out = []
-    for g, p in enumerate((2, 6, 9)):
-        prompt = rng.integers(3, vocab, size=p)
-        for _ in range(4):
-            r = int(rng.integers(1, 10))
-            out.append(Sample(prompt, rng.integers(3, vocab, size=r), rng.random(r) > 0.2, group=g,
-                              temperature=0.7))
-    return out
-
-
 @pytest.mark.parametrize("checkpointing", [False, True])
 def test_shared_prompt_forward_gives_the_same_logprobs_and_gradients(tiny_model: Path, checkpointing: bool) -> None:
     """Each prompt run once, its responses on its keys and values: the log-probabilities, entropies
@@ -206,7 +194,7 @@ def test_shared_prompt_forward_gives_the_same_logprobs_and_gradients(tiny_model:
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
-    samples = _groups_of_samples(model.config.vocab_size)
+    samples = grouped_samples(model.config.vocab_size)
     results = []
     for share in (False, True):
         mb = collate(samples, list(range(len(samples))), torch.device("cpu"), share_prompts=share)
