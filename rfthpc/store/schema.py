@@ -72,6 +72,13 @@ BASELINE_REWARD = "baseline_reward"
 when the advantage function declares `greedy_baseline` (ReMax). Older stores have no such key."""
 
 
+SUBGROUP = "subgroup"
+"""Key of an experience's `info`: the experiences of one group that name different subgroups (none
+names the group's own) are compared apart by group-relative advantages, e.g. the policy's responses
+to a task and its replies as their judge (math_trainable_ruler_workflow), which Trinity-RFT gives
+task ids of their own."""
+
+
 @dataclass
 class Group:
     """All `repeat_times` responses to one task: the unit of commit and of read."""

@@ -18,7 +18,7 @@ import torch
 from rfthpc import algorithms as algos
 from rfthpc.trainer.batching import pad_rows
 from rfthpc.trainer.losses import Algorithm
-from rfthpc.trainer.samples import Sample
+from rfthpc.trainer.samples import Sample, advantage_groups
 
 
 @dataclass
@@ -113,7 +113,7 @@ def build_step_tensors(
         rewards=rewards,
         response_mask=mask,
         token_level_rewards=token_rewards,
-        group_ids=torch.tensor([s.group for s in samples], dtype=torch.long),
+        group_ids=torch.tensor(advantage_groups(samples), dtype=torch.long),
         values=t.values,
         old_log_probs=t.old,
         sum_pi_squared=None if sum_pi_squared is None else _tensor(sum_pi_squared, width),

@@ -14,6 +14,7 @@ import numpy as np
 
 from rfthpc.errors import UserError
 from rfthpc.store import Group
+from rfthpc.store.schema import SUBGROUP
 
 
 @dataclass
@@ -33,7 +34,9 @@ class Sample:
     token_rewards: np.ndarray | None = None
     """float32 [R] or None: per-token rewards from the workflow."""
     group: int = 0
-    """Index of its group (task) within the batch; group-relative advantages compare these."""
+    """Index of its group (task) within the batch; group-relative advantages compare these, apart by `subgroup`."""
+    subgroup: str | None = None
+    """Its experience's `SUBGROUP` (None: the group's own responses)."""
     policy_version: int = 0
     """Version of the weights that generated it (`weights/step_<N>`)."""
     temperature: float = 1.0
@@ -117,6 +120,7 @@ def samples_from_groups(
                     behaviour_logprobs=np.asarray(e.logprobs, dtype=np.float32),
                     token_rewards=None if e.token_rewards is None else np.asarray(e.token_rewards, np.float32),
                     group=g_index,
+                    subgroup=e.info.get(SUBGROUP),
                     policy_version=int(group.policy_version),
                     temperature=t,
                     reward_components=_components(e.info),
@@ -124,6 +128,13 @@ def samples_from_groups(
                 )
             )
     return samples
+
+
+def advantage_groups(samples: list[Sample]) -> list[int]:
+    """Per sample, the index of the responses it is compared with by group-relative advantages: its
+    group's, split by `subgroup`."""
+    index: dict[tuple[int, str | None], int] = {}
+    return [index.setdefault((s.group, s.subgroup), len(index)) for s in samples]
 
 
 def _components(info: dict) -> dict[str, float] | None:

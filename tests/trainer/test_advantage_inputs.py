@@ -15,10 +15,11 @@ from rfthpc.config.derive import finalize
 from rfthpc.config.settings import AlgorithmSettings
 from rfthpc.monitor import read_metrics
 from rfthpc.store import ChunkWriter, Experience, Group
+from rfthpc.store.schema import SUBGROUP
 from rfthpc.trainer.batching import collate
 from rfthpc.trainer.losses import Algorithm
 from rfthpc.trainer.rl_batch import build_step_tensors
-from rfthpc.trainer.samples import Sample, samples_from_groups
+from rfthpc.trainer.samples import Sample, advantage_groups, samples_from_groups
 from tests.trainer.conftest import make_run, random_group, rl_config, run_trainer_inprocess
 
 
@@ -84,6 +85,26 @@ def test_responses_grpo_leaves_out_leave_the_loss_mask() -> None:
     everyone, metrics = build_step_tensors(samples, _algorithm("grpo"))
     assert everyone.mask.tolist() == [[True, True]] * 3 + [[True, False]]
     assert metrics["critic/dropped_responses"] == 0.0
+
+
+def test_a_groups_subgroups_are_compared_apart() -> None:
+    """A task's policy responses and its judge replies (info subgroup, math_trainable_ruler_workflow) are two
+    GRPO groups: each is normalised on its own, as Trinity-RFT's two task ids are."""
+    def experience(reward: float, subgroup: str | None = None) -> Experience:
+        return Experience(prompt_ids=[1], response_ids=[2, 3], logprobs=[-1.0, -1.0], loss_mask=[1, 1], reward=reward,
+                          info={SUBGROUP: subgroup} if subgroup else {})
+
+    tasks = [Group(task_id=t, experiences=[experience(1.0), experience(0.0), experience(0.9, "judge"),
+                                           experience(0.5, "judge")], policy_version=0, explorer="ex", rank=0)
+             for t in ("a", "b")]
+    samples = samples_from_groups(tasks, vocab_size=10, max_length=None)
+    assert [s.group for s in samples] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert advantage_groups(samples) == [0, 0, 1, 1, 2, 2, 3, 3]
+    t, _ = build_step_tensors(samples, _algorithm("grpo"))
+    a = 0.5 / (np.sqrt(0.5) + 1e-6)
+    j = 0.2 / (np.sqrt(0.08) + 1e-6)
+    torch.testing.assert_close(t.advantages[:, 0].double(), torch.tensor([a, -a, j, -j] * 2, dtype=torch.float64),
+                               rtol=1e-5, atol=1e-6)
 
 
 def test_a_run_trains_without_the_groups_grpo_leaves_out(tmp_path: Path, tiny_model: Path) -> None:
