@@ -25,6 +25,8 @@ WORKFLOWS: Registry[Workflow] = Registry("workflow", "buffer.explorer_input.defa
     "math_dapo_workflow": "rfthpc.workflows.math:math_dapo_workflow",
     "math_rm_workflow": "rfthpc.workflows.judge:math_rm_workflow",
     "rubric_judge_workflow": "rfthpc.workflows.judge:rubric_judge_workflow",
+    "math_ruler_workflow": "rfthpc.workflows.ruler:math_ruler_workflow",
+    "math_trainable_ruler_workflow": "rfthpc.workflows.ruler:math_trainable_ruler_workflow",
     "toolcall_workflow": "rfthpc.workflows.toolcall:toolcall_workflow",
     "tool_call_workflow": "rfthpc.workflows.toolcall:toolcall_workflow",
     "frozen_lake_workflow": "rfthpc.workflows.frozen_lake:frozen_lake_workflow",

@@ -7,7 +7,7 @@ from typing import Any
 
 from rfthpc.data.tasksets import EncodedPrompt, Task
 from rfthpc.rewards.registry import REWARDS
-from rfthpc.rewards.scoring import score_group, takes
+from rfthpc.rewards.scoring import RewardOutcome, score_group, takes
 from rfthpc.workflows.base import Completion, Experience, WorkflowContext, WorkflowResult, needs
 
 SKIPPED = "prompt longer than max_prompt_tokens"
@@ -40,6 +40,19 @@ def group_result(
     return WorkflowResult(experiences, {"prompt_truncated": prompt.truncated, **(info or {})})
 
 
+def score_responses(
+    task: Task, ctx: WorkflowContext, reward_fn: str, responses: Sequence[str],
+    reward_args: Mapping[str, Any] | None = None,
+) -> RewardOutcome:
+    """The task's `responses` scored by the named reward function (`score_group`: one that raises
+    gives rewards 0 and `error`). `reward_args` are passed where the function takes them; the
+    taskset's `reward_fn_args` win over them."""
+    fn = REWARDS.get(reward_fn)
+    args = {**{k: v for k, v in (reward_args or {}).items() if takes(fn, k)}, **task.reward_fn_args}
+    return score_group(fn, reward_fn, responses, task.truth, args,
+                       {"prompt": task.prompt, "task": task, "auxiliary": ctx.auxiliary})
+
+
 def run_single_turn(
     task: Task, ctx: WorkflowContext, reward_fn: str, default_system_prompt: str | None = None, *,
     messages: Sequence[Mapping[str, Any]] | None = None, chat_template: str | None = None,
@@ -55,17 +68,12 @@ def run_single_turn(
     function that raises gives rewards 0 and `info["reward_error"]` on the group and on each
     experience, so the caller can log it, count it and keep going.
     """
-    fn = REWARDS.get(reward_fn)
     chat = messages if messages is not None else ctx.prompts.messages(task, default_system_prompt)
     sampled = sample_group(task, ctx, chat, chat_template)
     if sampled is None:
         return WorkflowResult([], {"skipped": SKIPPED})
     prompt, completions = sampled
-    args = {**{k: v for k, v in (reward_args or {}).items() if takes(fn, k)}, **task.reward_fn_args}
-    outcome = score_group(
-        fn, reward_fn, [c.text for c in completions], task.truth, args,
-        {"prompt": task.prompt, "task": task, "auxiliary": ctx.auxiliary},
-    )
+    outcome = score_responses(task, ctx, reward_fn, [c.text for c in completions], reward_args)
     error = {} if outcome.error is None else {"reward_error": outcome.error}
     return group_result(prompt, completions, outcome.rewards, outcome.components,
                         [dict(error) for _ in completions], error)
