@@ -12,6 +12,7 @@ import pytest
 from rfthpc.config import load_config
 from tests.config.conftest import write
 from tests.config.test_bad_input import BASE, _error, _judge
+from tests.test_cli import rfthpc
 
 
 @pytest.fixture
@@ -53,6 +54,23 @@ def test_the_judge_a_workflow_asks_is_checked(tmp_path: Path, base: str) -> None
         msg = _error(write(tmp_path, _judged(_with(base, workflow, **{key: "critic"}))))
         assert (f"tasksets[0].workflow_args.{key}: 'critic' is not an auxiliary model of the explorers; "
                 "explorer.auxiliary_models are: judge") in msg
+
+
+def test_ruler_workflows_load_and_their_judge_is_checked_before_anything_runs(tmp_path: Path, base: str) -> None:
+    """math_ruler_workflow asks an auxiliary model (Trinity's example names none: the only one);
+    math_trainable_ruler_workflow asks none, and takes rfthpc's ground_truth_probability."""
+    load_config(write(tmp_path, _judged(_with(base, "math_ruler_workflow"))))
+    load_config(write(tmp_path, _judged(_with(base, "math_ruler_workflow", judge_model="judge"))))
+    load_config(write(tmp_path, _with(base, "math_trainable_ruler_workflow", ground_truth_probability="0.5")))
+    out = rfthpc("config", "validate", "--no-path-checks", "--config",
+                 str(write(tmp_path, _with(base, "math_ruler_workflow"))))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert ("tasksets[0].default_workflow_type: workflow 'math_ruler_workflow' asks an auxiliary model (a judge or a "
+            "reward model) and explorer.auxiliary_models is empty; add one") in out.stderr
+    msg = _error(write(tmp_path, _with(base, "math_trainable_ruler_workflow", ground_truth_probability="2")))
+    assert "tasksets[0].workflow_args.ground_truth_probability: 2; use a number from 0 to 1" in msg
+    msg = _error(write(tmp_path, _judged(_with(base, "math_trainable_ruler_workflow", judge_model="judge"))))
+    assert "workflow_args: 'judge_model' not used by workflow 'math_trainable_ruler_workflow'" in msg
 
 
 DAPO_ARGS = "{enable_overlong_penalty: true, penalty_factor: 0.5, max_response_length: 32, cache_length: 8}"
