@@ -11,6 +11,7 @@ so it does not hold the training rollouts back. For each taskset:
     eval/<taskset>/response_length    mean response tokens
     eval/<taskset>/tasks, failed      tasks evaluated, tasks whose workflow failed
     eval/<taskset>/success_rate, turns_mean, ...   multi-turn episodes (`rfthpc.explorer.episodes`)
+    eval/<taskset>/judge_success, gold_reward      judged responses (`rfthpc.explorer.judged`)
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from rfthpc.explorer.episodes import episode_metrics
+from rfthpc.explorer.judged import judge_metrics
 from rfthpc.explorer.rollout import TaskOutcome
 from rfthpc.explorer.setup import Taskset
 
@@ -56,8 +58,9 @@ def eval_metrics(name: str, outcomes: Sequence[TaskOutcome]) -> dict[str, float]
         out[f"{prefix}/response_length"] = float(np.mean(lengths))
     for key, values in components.items():
         out[f"{prefix}/{key}"] = float(np.mean(values))
-    out.update(episode_metrics(prefix, (e.info for o in outcomes if o.result is not None
-                                        for e in o.result.experiences)))
+    infos = [e.info for o in outcomes if o.result is not None for e in o.result.experiences]
+    out.update(episode_metrics(prefix, infos))
+    out.update(judge_metrics(prefix, infos))
     return out
 
 

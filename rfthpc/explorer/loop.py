@@ -59,6 +59,7 @@ from rfthpc.explorer import setup
 from rfthpc.explorer.episodes import episode_metrics
 from rfthpc.explorer.follow import WeightFollower
 from rfthpc.explorer.heartbeat import Heartbeat
+from rfthpc.explorer.judged import judge_metrics
 from rfthpc.explorer.meta import Progress
 from rfthpc.explorer.rollout import RolloutPolicy, TaskOutcome, run_tasks
 from rfthpc.explorer.staleness import expected_train_step, required_version, staleness, taskset_offsets
@@ -846,6 +847,7 @@ class Explorer:
         if scored:
             metrics["rollout/baseline_reward_mean"] = float(np.mean(scored))
         metrics.update(episode_metrics("rollout", (e.info for _, g in groups for e in g.experiences)))
+        metrics.update(judge_metrics("rollout", (e.info for _, g in groups for e in g.experiences)))
         step = self.progress.record.steps + 1
         assert self.monitor is not None
         self.monitor.log(metrics, step=step, axis="rollout/step")

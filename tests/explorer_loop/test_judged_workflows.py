@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.explorer_loop.conftest import explorer, groups, make_run, write_jsonl
+from tests.explorer_loop.conftest import explorer, groups, make_run, metrics, write_jsonl
 
 
 def test_rubric_judge_workflow_in_an_explorer(tmp_path: Path, tiny_model: Path) -> None:
@@ -53,5 +53,7 @@ def test_trainable_ruler_judgements_reach_the_store_as_their_own_advantage_group
         # The untrained policy writes no list of scores in 4 tokens: every judgement is rewarded 0.
         assert [e.reward for e in g.experiences[2:]] == [0.0, 0.0]
         assert g.experiences[2].prompt_ids.tolist() != g.experiences[0].prompt_ids.tolist()
+    (record,) = [m for m in metrics(run) if "rollout/reward_mean" in m]
+    assert record["rollout/judge_success"] == 0.0 and 0.0 <= record["rollout/gold_reward"] <= 1.0
     samples = samples_from_groups(found, vocab_size=384, max_length=None)
     assert advantage_groups(samples) == [0, 0, 1, 1, 2, 2, 3, 3]

@@ -17,6 +17,9 @@ import pytest
 import torch
 
 from rfthpc.errors import ConfigError
+from rfthpc.explorer.eval import eval_metrics
+from rfthpc.explorer.judged import judge_metrics
+from rfthpc.explorer.rollout import TaskOutcome
 from rfthpc.store.schema import SUBGROUP
 from rfthpc.workflows.base import SamplingArgs
 from rfthpc.workflows.registry import run_workflow
@@ -112,6 +115,20 @@ def test_math_ruler_workflow_rewards_the_judges_scores_of_the_whole_group(tiny_m
     prompt, params = engine.asked[0]
     assert prompt == _chat(RULER_SYSTEM, RULER_USER)
     assert params.temperature == 0.0
+
+
+def test_the_gold_reward_and_the_judges_success_are_explorer_metrics(tiny_model: Path, tokenizer) -> None:
+    """Trinity's gold_reward and judge_success metrics: eval/<taskset>/... and rollout/... (judge_metrics)."""
+    policy = HFEngine(tiny_model, forced=[RIGHT, WRONG, NONE])
+    judge = _judge(tiny_model, tokenizer, lambda _: "[0.5, 0.4, 0]")
+    task = _task("math_ruler_workflow")
+    result = run_workflow(task, _ctx(policy, tokenizer, judge=judge))
+    metrics = eval_metrics("gsm", [TaskOutcome(task, result)])
+    assert metrics["eval/gsm/reward_mean"] == pytest.approx(0.3) and metrics["eval/gsm/ruler"] == pytest.approx(0.3)
+    assert metrics["eval/gsm/gold_reward"] == pytest.approx(1 / 3) and metrics["eval/gsm/judge_success"] == 1.0
+    infos = [{"judge_success": False}, {"judge_success": True, "gold_reward": 0.5}, {"turns": 2}]
+    assert judge_metrics("rollout", infos) == {"rollout/judge_success": 0.5, "rollout/gold_reward": 0.5}
+    assert judge_metrics("rollout", [{"turns": 2}]) == {}
 
 
 @pytest.mark.parametrize("reply", ["All fine: [1, 1]", "I cannot judge these."])
