@@ -161,7 +161,7 @@ def ground_truth_problems(args: Mapping[str, Any]) -> list[str]:
 
 def self_judgements(task: Task, ctx: WorkflowContext, responses: Sequence[str], n: int
                     ) -> tuple[list[int], list[Completion], list[list[float] | None]]:
-    """The policy's `n` judgements of its own `responses` (`ruler_chat` in the policy's chat, sampled
+    """The policy's `n` judgements of its own `responses` (`ruler_chat` in the task's chat template, sampled
     with the task's rollout_args): the judge prompt's tokens, the replies and their scores (None:
     unparsed). A judge prompt over `max_prompt_tokens` (not truncated) gives no replies."""
     prompt = ctx.prompts.encode(ruler_chat(task.prompt, responses), task.chat_template)
