@@ -116,6 +116,10 @@ ALGORITHM_PRESETS: dict[str, dict[str, Any]] = {
         policy_loss_fn_args={"clip_range_low": 1.0, "clip_range_high": 0.28},
     ),
     "tis": _preset(advantage_fn="grpo", policy_loss_fn="tis", repeat_times=2),
+    # M2PO (arXiv:2510.01161) as Trinity-RFT's preset: eight responses per task, neither a reference model
+    # (no KL term) nor an entropy term; the loss reads the behaviour policy's log-probabilities.
+    "m2po": _preset(advantage_fn="grpo", policy_loss_fn="m2po", repeat_times=8, kl_loss_fn="none",
+                    entropy_loss_fn="none"),
     # AReaL's decoupled PPO (arXiv:2505.24298): clip against the policy at the start of the step,
     # weight by proximal / behaviour, for stale rollouts.
     "decoupled_ppo": _preset(advantage_fn="grpo", policy_loss_fn="decoupled_ppo", repeat_times=2),

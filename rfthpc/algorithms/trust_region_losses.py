@@ -134,6 +134,7 @@ def m2po(
     inputs: PolicyLossInputs,
     *,
     m2_threshold: float = 0.04,
+    log_ratio_clip: float = 20.0,
     loss_agg_mode: str = "token-mean",
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Second-Moment Trust Policy Optimization (M2PO, arXiv:2510.01161; Trinity-RFT's `m2po`):
@@ -144,6 +145,10 @@ def m2po(
     T is at most m2_threshold (default 0.04, the paper's). Dropped tokens still count in the
     denominator (the paper normalises by all response tokens).
 
+    rho's value is exp(clamp(log rho, -log_ratio_clip, log_ratio_clip)) (Trinity's argument, default
+    20), but its gradient is not cut where the clamp acts: it is rho's value times the gradient of
+    log pi, as in Trinity. M2 is measured on the unclamped log rho.
+
     The paper sorts the tokens of a whole optimiser mini-batch; here those of the (micro-)batch the
     loss sees, so with several micro-batches per update the mask is computed per micro-batch.
     Metrics: pg_clipfrac = share of dropped tokens, ppo_kl, actor/m2po_m2_before / _m2_after (mean
@@ -153,8 +158,15 @@ def m2po(
         raise ConfigError(
             f"algorithm.policy_loss_fn_args.m2_threshold must be a finite number >= 0 for 'm2po', got {m2_threshold}."
         )
+    positive("m2po", "log_ratio_clip", log_ratio_clip)
     inputs = masked_inputs(inputs)
-    log_ratio, ratio, adv = _ratio_terms(inputs, "m2po")
+    old = _need(inputs.old_log_prob, "behaviour log-probabilities (old_log_prob)", "m2po")
+    adv = _need(inputs.advantages, "advantages", "m2po")
+    log_ratio = inputs.log_prob - old
+    # The clamp bounds rho's value only (a stale token cannot overflow it); the straight-through term
+    # keeps the gradient a hard clamp would zero.
+    bounded = log_ratio + (torch.clamp(log_ratio, -log_ratio_clip, log_ratio_clip) - log_ratio).detach()
+    ratio = torch.exp(bounded)
     mask = inputs.response_mask
     valid = mask.bool()
     m2 = log_ratio.detach() ** 2
@@ -169,7 +181,7 @@ def m2po(
         dropped.view(-1)[region_index[order[keep:]]] = True
     token_loss = torch.where(dropped, torch.zeros_like(ratio), -adv * ratio)
     loss = aggregate_loss(token_loss, mask, loss_agg_mode)
-    metrics = _metrics(loss, log_ratio, mask, dropped)
+    metrics = _metrics(loss, bounded, mask, dropped)
     kept = in_region & ~dropped
     metrics["actor/m2po_m2_before"] = masked_mean(m2, in_region).item()
     metrics["actor/m2po_m2_after"] = masked_mean(m2, kept).item()

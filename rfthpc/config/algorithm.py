@@ -95,7 +95,7 @@ class AlgorithmConfig:
 
     algorithm_type: str = "ppo"
     """Preset that fills unset functions: ppo, grpo, dr_grpo, dapo, gspo, gmpo, sapo, lite_ppo, rloo,
-    remax, reinforceplusplus, reinforce_plus_plus_baseline, opmd, cispo, tis, topr, kimi15,
+    remax, reinforceplusplus, reinforce_plus_plus_baseline, opmd, cispo, tis, m2po, topr, kimi15,
     decoupled_ppo, sft."""
     repeat_times: Optional[int] = None
     """Responses sampled per task (GRPO group size; veRL's `actor_rollout_ref.rollout.n`); defaults to the preset's."""

@@ -257,6 +257,8 @@ def test_trinity_features_rfthpc_lacks_are_answered_not_unknown(tmp_path: Path, 
     ("algorithm_type: grpo", "false", "ignored"),  # ppo recomputes at the step's start anyway
     ("algorithm_type: grpo\n  policy_loss_fn: gspo", "true", "refused"),
     ("algorithm_type: grpo\n  policy_loss_fn: m2po", "false", "refused"),
+    ("algorithm_type: m2po", "true", "ignored"),  # Trinity's m2po example: the preset's loss reads them anyway
+    ("algorithm_type: m2po", "false", "refused"),  # a proximal old policy, which Trinity's m2po refuses too
 ])
 def test_trinity_bypass_old_logprobs(tmp_path: Path, base: str, algorithm: str, value: str, answer: str) -> None:  # noqa: F811
     text = base.replace("algorithm_type: grpo", f"{algorithm}\n  bypass_old_logprobs: {value}")

@@ -40,6 +40,7 @@ def test_preset_names_resolve_and_args_bind(algorithm_type):
         ("opmd", "opmd", "opmd", "k2", 2, False, True, True),
         ("topr", "reinforce", "topr", "k2", 2, False, True, False),
         ("cispo", "grpo", "cispo", "k2", 2, False, True, True),
+        ("m2po", "grpo", "m2po", "none", 8, False, False, True),
         ("sft", None, "sft", "none", 1, False, False, False),
     ],
 )
@@ -55,6 +56,14 @@ def test_trinity_defaults(
     flags = (needs_critic(preset["advantage_fn"]), needs_reference(preset["kl_penalty_fn"], preset["kl_loss_fn"]),
              needs_groups(preset["advantage_fn"]))
     assert flags == (critic, reference, groups)
+
+
+def test_m2po_preset_is_trinitys():
+    """Trinity-RFT's M2POAlgorithm: no reference model, no entropy term; its loss reads the behaviour
+    policy's log-probabilities (what Trinity's bypass_old_logprobs: true, which it requires, asks for)."""
+    m2po = ALGORITHM_PRESETS["m2po"]
+    assert (m2po["entropy_loss_fn"], m2po["loss_agg_mode"]) == ("none", "token-mean")
+    assert POLICY_LOSS_FNS.needs(m2po["policy_loss_fn"]).old_log_prob == "behaviour"
 
 
 def test_cispo_preset_uses_trinity_clip_arguments():

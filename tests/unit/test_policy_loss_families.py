@@ -163,6 +163,29 @@ def test_m2po_keeps_everything_below_the_threshold():
     assert run("m2po", inputs)[2]["actor/pg_clipfrac"] == 0.0
 
 
+@pytest.mark.parametrize(("log_ratio_clip", "value"), [(20.0, 20.0), (3.0, 3.0), (30.0, 25.0)])
+def test_m2po_bounds_the_ratio_but_not_its_gradient(log_ratio_clip, value):
+    """Trinity-RFT's log_ratio_clip: rho = e^25 (A < 0, outside M2PO's trust region) counts as
+    e^min(25, clip), and the gradient -A rho of the bounded value still flows (a hard clamp gives 0)."""
+    inputs = inputs_from_log_ratios([[-1.0]], [[25.0]], [[-1.0]], [[1]])
+    loss, grad, metrics = run("m2po", inputs, log_ratio_clip=log_ratio_clip)
+    assert loss == pytest.approx(math.exp(value))
+    close(grad, [[math.exp(value)]])
+    assert metrics["actor/ppo_kl"] == pytest.approx(-value)
+    assert metrics["actor/pg_clipfrac"] == 0.0
+
+
+def test_m2po_measures_the_second_moment_before_the_clamp():
+    """A > 0 with log rho = 3 and 0.1: M2 = 9 and 0.01 before a clamp at 1 (1 and 0.01 after); the mean,
+    4.505, and the 3 token's drop follow the unclamped values."""
+    inputs = inputs_from_log_ratios([[-1.0, -1.0]], [[3.0, 0.1]], [[1.0, 1.0]], [[1, 1]])
+    loss, grad, metrics = run("m2po", inputs, log_ratio_clip=1.0)
+    assert metrics["actor/m2po_m2_before"] == pytest.approx(4.505)
+    assert metrics["actor/m2po_masked_fraction"] == 0.5
+    assert loss == pytest.approx(-math.exp(0.1) / 2)
+    close(grad, [[0.0, -math.exp(0.1) / 2]])
+
+
 # ratios 1.5, 0.3, 0.5, 3.5; -A log pi = 1, 2, -3, -4
 REC_BATCH = ([[-1.0, -2.0, -3.0, -4.0]], [[math.log(1.5), math.log(0.3), math.log(0.5), math.log(3.5)]],
              [[1.0, 1.0, -1.0, -1.0]], [[1, 1, 1, 1]])
@@ -254,6 +277,7 @@ def test_reports_verl_metrics(name):
     ("dppo_kl", {"clip_ratio_c": 0.0}, "clip_ratio_c must be > 0"),
     ("sapo", {"tau_neg": 0.0}, "tau_neg must be > 0"),
     ("m2po", {"m2_threshold": -0.1}, "m2_threshold must be a finite number >= 0"),
+    ("m2po", {"log_ratio_clip": 0.0}, "log_ratio_clip must be > 0"),
     ("rec", {"clip_mode": "both"}, "clip_mode: 'both' is not a 'rec' choice"),
     ("rec", {"clip_range_low": 1.5}, "must be <= 1"),
     ("rec", {"temp": 0.0}, "temp must be > 0"),
