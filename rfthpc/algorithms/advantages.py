@@ -54,9 +54,14 @@ class AdvantageInputs:
     old_log_probs: torch.Tensor | None = None
     """(B, T) log-probabilities of the trained policy before this step's update (the trainer's
     forward pass); given when the estimator declares forward_outputs (optimal_token_baseline)."""
+    behaviour_log_probs: torch.Tensor | None = None
+    """(B, T) log-probabilities of the policy that generated the tokens (the explorer's)."""
     sum_pi_squared: torch.Tensor | None = None
     """(B, T) sum_v pi_v^2 over the vocabulary at each response position, from the same forward pass;
     given when the estimator declares forward_outputs=("sum_pi_squared",)."""
+    entropy: torch.Tensor | None = None
+    """(B, T) entropy of the policy before this step's update at each response position, from the same
+    forward pass; given when the estimator declares forward_outputs=("entropy",) (clipb)."""
     reward_components: dict[str, torch.Tensor] | None = None
     """Name -> (B,) value of each named reward component (the reward function's dict; 0 for a
     response whose reward has no such component); given when the estimator declares reward_components."""

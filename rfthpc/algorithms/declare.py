@@ -64,6 +64,9 @@ class Needs:
     """Advantage: returns a third tensor, (B,) bool, False for the responses the step leaves out: their
     tokens leave the loss mask, so no term of the loss (policy, KL, entropy) and no denominator counts
     them, as if they were not in the batch (grpo's std_threshold)."""
+    drops_tokens: bool = False
+    """Advantage: returns a third tensor, (B, T) bool, False for the tokens the step leaves out, which
+    leave the loss mask as drops_responses' responses do (clipb)."""
 
     def __post_init__(self) -> None:
         if self.old_log_prob not in ("proximal", "behaviour"):
@@ -71,6 +74,11 @@ class Needs:
         unknown = sorted(set(self.forward_outputs) - set(FORWARD_OUTPUTS))
         if unknown:
             raise ConfigError(f"forward_outputs {unknown}: known outputs are {', '.join(FORWARD_OUTPUTS)}")
+
+    @property
+    def narrows_mask(self) -> bool:
+        """Advantage: its third tensor takes responses or tokens out of the step's loss mask."""
+        return self.drops_responses or self.drops_tokens
 
     @classmethod
     def of(cls, declared: dict[str, Any], where: str) -> Needs:

@@ -62,9 +62,15 @@ def _preset(
     }
 
 
+_GRPO = _preset(advantage_fn="grpo", policy_loss_fn="ppo", repeat_times=2)
+
 ALGORITHM_PRESETS: dict[str, dict[str, Any]] = {
     "ppo": _preset(advantage_fn="ppo", policy_loss_fn="ppo", repeat_times=1),
-    "grpo": _preset(advantage_fn="grpo", policy_loss_fn="ppo", repeat_times=2),
+    "grpo": _GRPO,
+    # Trinity-RFT's GRPO with the advantage computed by the trainer, on its whole batch, instead of by
+    # the explorers per task: rfthpc's trainer computes every advantage so (an advantage that reads the
+    # trainer's forward pass, such as clipb, needs it).
+    "grpo_verl": _GRPO,
     # Dr. GRPO (arXiv:2503.20783): neither the group's std nor each response's length divides the
     # advantage, and no KL term.
     "dr_grpo": _preset(advantage_fn="grpo", policy_loss_fn="ppo", repeat_times=2, kl_loss_fn="none",

@@ -94,8 +94,8 @@ class AlgorithmConfig:
     """The RL algorithm. Unset functions come from the `algorithm_type` preset."""
 
     algorithm_type: str = "ppo"
-    """Preset that fills unset functions: ppo, grpo, dr_grpo, dapo, gspo, gmpo, sapo, lite_ppo, rloo,
-    remax, reinforceplusplus, reinforce_plus_plus_baseline, opmd, cispo, tis, m2po, topr, kimi15,
+    """Preset that fills unset functions: ppo, grpo, grpo_verl, dr_grpo, dapo, gspo, gmpo, sapo, lite_ppo,
+    rloo, remax, reinforceplusplus, reinforce_plus_plus_baseline, opmd, cispo, tis, m2po, topr, kimi15,
     decoupled_ppo, sft."""
     repeat_times: Optional[int] = None
     """Responses sampled per task (GRPO group size; veRL's `actor_rollout_ref.rollout.n`); defaults to the preset's."""
@@ -104,8 +104,8 @@ class AlgorithmConfig:
     its saved configs carry, is read as this: rfthpc's SFT warm-up is a `stages:` entry)."""
     advantage_fn: Optional[str] = None
     """Advantage estimator (grpo, rloo, opmd, opo, gpg, grpo_passk, gdpo, lite_ppo, remax, reinforce,
-    reinforceplusplus, reinforce_plus_plus_baseline, optimal_token_baseline, ppo/gae; docs/configuration.md)
-    or `module:function`."""
+    reinforceplusplus, reinforce_plus_plus_baseline, optimal_token_baseline, clipb, ppo/gae;
+    docs/configuration.md) or `module:function`."""
     advantage_fn_args: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the advantage function (e.g. gamma, lam, std_normalize)."""
     policy_loss_fn: Optional[str] = None

@@ -136,18 +136,20 @@ def _chunk_stats(head: nn.Module, features: torch.Tensor, targets: torch.Tensor,
     head(features) / T."""
     logits = head(features).float() / temps.unsqueeze(-1)
     log_z = torch.logsumexp(logits, dim=-1)
-    out = [logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_z]
-    for stat in stats:
+    log_prob = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_z
+    computed: dict[Stat, torch.Tensor] = {}
+    # sum_pi_squared last: it overwrites the chunk's logits, which the other stats read.
+    for stat in sorted(stats, key=lambda name: name == "sum_pi_squared"):
         if stat == "entropy_grad":
-            out.append(entropy_from_logits(logits))
+            computed[stat] = entropy_from_logits(logits)
             continue
         with torch.no_grad():
             if stat == "entropy":
-                out.append(entropy_from_logits(logits))
+                computed[stat] = entropy_from_logits(logits)
             else:
                 # sum_v pi_v^2 = sum_v exp(2 log pi_v), in place over the chunk's logits.
-                out.append(logits.sub_(log_z.unsqueeze(-1)).mul_(2).exp_().sum(dim=-1))
-    return tuple(out)
+                computed[stat] = logits.sub_(log_z.unsqueeze(-1)).mul_(2).exp_().sum(dim=-1)
+    return (log_prob, *(computed[stat] for stat in stats))
 
 
 def _chunked_stats(head: nn.Module, features: torch.Tensor, targets: torch.Tensor, temps: torch.Tensor,
@@ -203,10 +205,11 @@ def token_logprobs(
 
 
 @torch.no_grad()
-def token_logprobs_and_sum_pi_squared(model: nn.Module, mb: MicroBatch) -> torch.Tensor:
-    """(b, R, 2), no gradient: log pi of each response token, and sum_v pi_v^2 over the vocabulary
-    at its position (what the optimal token baseline reads)."""
-    out = torch.stack(_response_stats(model, mb, ("sum_pi_squared",)), dim=-1)
+def token_logprobs_and_stats(model: nn.Module, mb: MicroBatch, stats: tuple[Stat, ...]) -> torch.Tensor:
+    """(b, R, 1 + len(stats)), no gradient: log pi of each response token, then each of `stats` at its
+    position ("entropy"; "sum_pi_squared", sum_v pi_v^2 over the vocabulary): what an advantage
+    function declaring them as forward_outputs reads (optimal_token_baseline, clipb)."""
+    out = torch.stack(_response_stats(model, mb, stats), dim=-1)
     return out * 0.0 if mb.is_padding else out
 
 

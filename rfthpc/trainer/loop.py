@@ -51,7 +51,7 @@ from rfthpc.trainer.forward import (
     packs_samples,
     sharded_forward,
     token_logprobs,
-    token_logprobs_and_sum_pi_squared,
+    token_logprobs_and_stats,
     token_values,
 )
 from rfthpc.trainer.fsdp import build_sharded_model, compute_dtype, publish_model, vocab_size
@@ -413,13 +413,15 @@ class Trainer:
         # SFT: one update per step; RL: one per `ppo_mini_batch_size` groups, `ppo_epochs` times.
         minis = [list(range(len(samples)))] if alg.is_sft else mini_batches(samples, stage.ppo_mini_batch_size)
         epochs = 1 if alg.is_sft else stage.ppo_epochs
-        sum_pi_squared = None
-        if "sum_pi_squared" in alg.advantage_needs.forward_outputs:
-            # One pass gives the advantage both pi(y_t) and sum_v pi_v^2 of the policy before the update,
-            # and the loss its old log-probabilities when it recomputes them.
-            both = sharded_forward(lambda mb: token_logprobs_and_sum_pi_squared(self.policy, mb), samples, self.env,
-                                   planner)
-            old, sum_pi_squared = [a[:, 0].copy() for a in both], [a[:, 1].copy() for a in both]
+        stats = alg.advantage_needs.forward_outputs
+        forward_stats = None
+        if stats:
+            # One pass gives the advantage pi(y_t) and what else it reads of the policy before the update
+            # (sum_v pi_v^2, the entropy), and the loss its old log-probabilities when it recomputes them.
+            out = sharded_forward(lambda mb: token_logprobs_and_stats(self.policy, mb, stats), samples, self.env,
+                                  planner)
+            old = [a[:, 0].copy() for a in out]
+            forward_stats = {name: [a[:, i + 1].copy() for a in out] for i, name in enumerate(stats)}
         elif (alg.recompute_old_logprob and len(minis) * epochs > 1) or alg.needs_start_policy:
             old = sharded_forward(lambda mb: token_logprobs(self.policy, mb)[0], samples, self.env, planner)
         if st.critic is not None:
@@ -427,9 +429,9 @@ class Trainer:
         tensors, metrics = build_step_tensors(samples, alg, ref=ref, old=old, values=values,
                                               max_prompt_tokens=stage.max_prompt_tokens,
                                               max_response_tokens=stage.max_response_tokens,
-                                              sum_pi_squared=sum_pi_squared)
-        if alg.advantage_needs.drops_responses:
-            # The samples' own masks, which the micro-batches carry, lose those responses too.
+                                              forward_stats=forward_stats)
+        if alg.advantage_needs.narrows_mask:
+            # The samples' own masks, which the micro-batches carry, lose those tokens too.
             samples = _rejected(samples, tensors.mask)
         actor_samples, actor_mask = samples, tensors.mask
         if alg.needs_start_policy:

@@ -73,12 +73,13 @@ def build_step_tensors(
     values: list[np.ndarray] | None = None,
     max_prompt_tokens: int | None = None,
     max_response_tokens: int | None = None,
-    sum_pi_squared: list[np.ndarray] | None = None,
+    forward_stats: dict[str, list[np.ndarray]] | None = None,
 ) -> tuple[StepTensors, dict[str, float]]:
     """Pad the batch, shape the rewards (KL penalty) and compute advantages; return the tensors and
     veRL's batch metrics (critic/score, critic/rewards, critic/advantages, response_length, ...).
     The length limits (the model's) give veRL's `*_length/clip_ratio`: the share of samples at the limit.
-    `sum_pi_squared` (with `old`, from one forward pass) is for an advantage that declares it."""
+    `forward_stats` (with `old`, from one forward pass: forward output name -> one array per sample) is
+    for an advantage that declares those outputs."""
     width = max(1, max(len(s.response_ids) for s in samples))
     mask = torch.from_numpy(pad_rows([s.loss_mask for s in samples], width, dtype=bool, fill=False))
     rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
@@ -116,7 +117,9 @@ def build_step_tensors(
         group_ids=torch.tensor(advantage_groups(samples), dtype=torch.long),
         values=t.values,
         old_log_probs=t.old,
-        sum_pi_squared=None if sum_pi_squared is None else _tensor(sum_pi_squared, width),
+        behaviour_log_probs=t.behaviour,
+        sum_pi_squared=_forward_stat(forward_stats, "sum_pi_squared", width),
+        entropy=_forward_stat(forward_stats, "entropy", width),
         reward_components=_reward_components(samples) if algorithm.advantage_needs.reward_components else None,
         # NaN marks a group without a greedy baseline; None when no group has one (remax names both).
         baseline_rewards=_baselines(samples),
@@ -126,6 +129,11 @@ def build_step_tensors(
         # The responses the advantage leaves out (grpo's std_threshold) leave the loss mask.
         t.mask = mask = mask & trained[0].unsqueeze(-1)
         metrics["critic/dropped_responses"] = float((~trained[0]).sum())
+    elif algorithm.advantage_needs.drops_tokens:
+        # The tokens it leaves out (clipb's) leave the loss mask.
+        kept = mask & trained[0]
+        metrics["critic/dropped_token_fraction"] = 1.0 - kept.sum().item() / max(mask.sum().item(), 1)
+        t.mask = mask = kept
     seq_rewards = token_rewards.sum(-1) if token_rewards is not None else rewards
     metrics.update(_stats("critic/score", scores.sum(-1) if scores is not None else rewards))
     metrics.update(_stats("critic/rewards", seq_rewards))
@@ -135,6 +143,11 @@ def build_step_tensors(
         metrics.update(_stats("critic/values", t.values, mask))
         metrics["critic/vf_explained_var"] = _explained_variance(t.returns, t.values, mask)
     return t, metrics
+
+
+def _forward_stat(stats: dict[str, list[np.ndarray]] | None, name: str, width: int) -> torch.Tensor | None:
+    """(B, width) forward output `name` of the policy before the update, if the step computed it."""
+    return None if stats is None or name not in stats else _tensor(stats[name], width)
 
 
 def _reward_components(samples: list[Sample]) -> dict[str, torch.Tensor]:

@@ -34,7 +34,7 @@ def main(model_dir: str, out: str) -> None:
         # Every rank has the same micro-batch and FSDP2 averages the ranks' gradients: the mean is it.
         ((lp + 0.1 * entropy) * mb.response_mask).sum().backward()
         grads = {n: p.grad.full_tensor() for n, p in model.named_parameters()}
-        both = forward.token_logprobs_and_sum_pi_squared(model, mb)
+        both = forward.token_logprobs_and_stats(model, mb, ("sum_pi_squared",))
         results[name] = {"lp": lp.detach(), "entropy": entropy.detach(), "grads": grads, "both": both}
     if env.is_main:
         torch.save(results, out)

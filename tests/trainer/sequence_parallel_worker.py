@@ -57,7 +57,7 @@ def main(model_dir: str, out: str, sp: str) -> None:
         lp, entropy = forward.token_logprobs(model, mb, with_entropy=True, entropy_grad=True)
         (((lp + 0.1 * entropy) * mb.response_mask).sum() * env.world_size).backward()
         results["forward"][name] = {"lp": lp.detach(), "entropy": entropy.detach(), "grads": _full(params, True),
-                                    "both": forward.token_logprobs_and_sum_pi_squared(model, mb)}
+                                    "both": forward.token_logprobs_and_stats(model, mb, ("sum_pi_squared",))}
 
     batch = samples(vocab)
 

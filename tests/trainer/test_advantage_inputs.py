@@ -1,5 +1,6 @@
 """What the trainer hands an advantage estimator beyond rewards and masks: the reward's components
-(gdpo) and the policy's sum_v pi_v^2 from its forward pass (optimal_token_baseline)."""
+(gdpo), the policy's sum_v pi_v^2 or entropy from its forward pass (optimal_token_baseline, clipb) and
+the behaviour log-probabilities; and what it does with the responses or tokens an estimator leaves out."""
 
 from __future__ import annotations
 
@@ -28,9 +29,10 @@ def _algorithm(advantage_fn: str, **args) -> Algorithm:
     return Algorithm.from_settings(AlgorithmSettings.of(finalize(cfg).algorithm))
 
 
-def _sample(group: int, reward: float, components: dict[str, float] | None, n: int = 2) -> Sample:
+def _sample(group: int, reward: float, components: dict[str, float] | None, n: int = 2,
+            behaviour: float = 0.0) -> Sample:
     return Sample(prompt_ids=np.array([1]), response_ids=np.arange(2, 2 + n), loss_mask=np.ones(n, dtype=bool),
-                  reward=reward, behaviour_logprobs=np.zeros(n, dtype=np.float32), group=group,
+                  reward=reward, behaviour_logprobs=np.full(n, behaviour, dtype=np.float32), group=group,
                   reward_components=components)
 
 
@@ -87,6 +89,19 @@ def test_responses_grpo_leaves_out_leave_the_loss_mask() -> None:
     assert metrics["critic/dropped_responses"] == 0.0
 
 
+def test_tokens_clipb_leaves_out_leave_the_loss_mask() -> None:
+    """clipb reads the explorer's log-probabilities and the forward pass's entropy: with log mu = -1 the
+    signal is S = (H - 1) / e, S * e = 0, 0, -3 | 0, -3, 1 (mean -5/6, std 1.572): both -3 tokens fall below
+    mean - 1 * std, and the negative response's leaves the step; the positive one's stays."""
+    samples = [_sample(0, 1.0, None, n=3, behaviour=-1.0), _sample(0, 0.0, None, n=3, behaviour=-1.0)]
+    entropy = [np.array([1.0, 1.0, -2.0], dtype=np.float32), np.array([1.0, -2.0, 2.0], dtype=np.float32)]
+    t, metrics = build_step_tensors(samples, _algorithm("clipb", mu=1.0), old=[np.zeros(3, np.float32)] * 2,
+                                    forward_stats={"entropy": entropy})
+    assert t.mask.tolist() == [[True, True, True], [True, False, True]]
+    assert metrics["critic/dropped_token_fraction"] == pytest.approx(1 / 6)
+    assert t.advantages[0, 0] > 0 > t.advantages[1, 0]
+
+
 def test_a_groups_subgroups_are_compared_apart() -> None:
     """A task's policy responses and its judge replies (info subgroup, math_trainable_ruler_workflow) are two
     GRPO groups: each is normalised on its own, as Trinity-RFT's two task ids are."""
@@ -126,22 +141,23 @@ def test_a_run_trains_without_the_groups_grpo_leaves_out(tmp_path: Path, tiny_mo
 
 
 @pytest.mark.parametrize("share", [False, True])
-def test_the_forward_pass_gives_log_probs_and_the_sum_of_squared_probabilities(tiny_model: Path,
-                                                                               share: bool) -> None:
+def test_the_forward_pass_gives_log_probs_the_sum_of_squared_probabilities_and_the_entropy(tiny_model: Path,
+                                                                                           share: bool) -> None:
     from transformers import AutoModelForCausalLM
 
-    from rfthpc.trainer.forward import token_logprobs, token_logprobs_and_sum_pi_squared
+    from rfthpc.trainer.forward import token_logprobs, token_logprobs_and_stats
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
     rng = np.random.default_rng(5)
     samples = [Sample(np.array([4, 9, 17]), rng.integers(3, 300, size=n), np.ones(n, bool), temperature=0.7)
                for n in (1, 4, 6)]
     mb = collate(samples, [0, 1, 2], torch.device("cpu"), share_prompts=share)
-    both = token_logprobs_and_sum_pi_squared(model, mb)
+    both = token_logprobs_and_stats(model, mb, ("sum_pi_squared", "entropy"))
     with torch.no_grad():
-        lp, _ = token_logprobs(model, mb)
+        lp, entropy = token_logprobs(model, mb, with_entropy=True)
     mask = mb.response_mask
     torch.testing.assert_close(both[..., 0][mask], lp[mask])
+    torch.testing.assert_close(both[..., 2][mask], entropy[mask])
     for row, s in enumerate(samples):
         ids = torch.from_numpy(np.concatenate([s.prompt_ids, s.response_ids])).unsqueeze(0)
         with torch.no_grad():
@@ -164,10 +180,11 @@ def _write_groups_with_components(run, n: int, repeat: int, seed: int = 0) -> No
 
 
 @pytest.mark.parametrize(("advantage_fn", "mini_batch"), [("optimal_token_baseline", 1),
-                                                          ("optimal_token_baseline", 2), ("gdpo", 2)])
+                                                          ("optimal_token_baseline", 2), ("gdpo", 2),
+                                                          ("clipb", 2)])
 def test_a_run_trains_with_the_estimator(tmp_path: Path, tiny_model: Path, advantage_fn: str, mini_batch: int) -> None:
     """Two trainer steps; with one mini-batch of two groups the loss needs no recomputed log-probabilities,
-    with two it does and reuses the pass that gave sum_v pi_v^2."""
+    with two it does and reuses the pass that gave sum_v pi_v^2 (or the entropy)."""
     cfg = rl_config(tiny_model, **{"algorithm.advantage_fn": advantage_fn, "buffer.total_steps": 2,
                                    "trainer.ppo_mini_batch_size": mini_batch, "trainer.save_hf_checkpoint": "never"})
     run = make_run(tmp_path / "run", cfg)
@@ -177,3 +194,5 @@ def test_a_run_trains_with_the_estimator(tmp_path: Path, tiny_model: Path, advan
     assert sorted(records) == [1, 2]
     assert all(np.isfinite(records[2][k]) for k in ("actor/pg_loss", "critic/advantages/mean", "critic/advantages/max"))
     assert records[2]["critic/advantages/max"] > 0
+    if advantage_fn == "clipb":
+        assert 0 <= records[2]["critic/dropped_token_fraction"] < 1

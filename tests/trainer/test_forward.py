@@ -97,7 +97,7 @@ def test_the_chunked_head_gives_the_plain_numbers(tiny_model: Path, layout: str,
     lp, entropy = forward.token_logprobs(model, mb, with_entropy=True, entropy_grad=True)
     ((lp + 0.1 * entropy) * mb.response_mask).sum().backward()
     got = {"lp": lp.detach(), "entropy": entropy.detach(), "grads": {n: p.grad for n, p in model.named_parameters()},
-           "both": forward.token_logprobs_and_sum_pi_squared(model, mb)}
+           "both": forward.token_logprobs_and_stats(model, mb, ("sum_pi_squared",))}
     hook.remove()
     assert_same(got, want, mb)
     n = mb.tokens.shape[1]
@@ -133,7 +133,7 @@ def test_a_model_without_a_plain_head_uses_its_own_logits(tiny_model: Path, monk
         ((lp + 0.1 * entropy) * mb.response_mask).sum().backward()
         got = {"lp": lp.detach(), "entropy": entropy.detach(),
                "grads": {n: p.grad for n, p in model.named_parameters()},
-               "both": forward.token_logprobs_and_sum_pi_squared(model, mb)}
+               "both": forward.token_logprobs_and_stats(model, mb, ("sum_pi_squared",))}
         assert_same(got, want, mb)
 
 

@@ -246,8 +246,10 @@ def test_equal_rewards_give_exact_zeros_despite_rounding(name, reward):
 
 # ---- the group estimators of group_advantages -------------------------------------------------------------------
 
-NEEDS_FORWARD = {"old_log_probs": torch.log(torch.full((7, 3), 0.5)), "sum_pi_squared": torch.full((7, 3), 0.3)}
-"""What optimal_token_baseline reads from the trainer's forward pass: pi(y_t) = 0.5, sum_v pi_v^2 = 0.3."""
+NEEDS_FORWARD = {"old_log_probs": torch.log(torch.full((7, 3), 0.5)), "sum_pi_squared": torch.full((7, 3), 0.3),
+                 "behaviour_log_probs": torch.log(torch.full((7, 3), 0.4)), "entropy": torch.full((7, 3), 1.2)}
+"""What optimal_token_baseline and clipb read of the policies: pi(y_t) = 0.5, sum_v pi_v^2 = 0.3 from the trainer's
+forward pass, mu(y_t) = 0.4 from the explorer, entropy 1.2."""
 
 
 def test_opo_weights_the_baseline_by_length():
@@ -409,8 +411,47 @@ def test_optimal_token_baseline_needs_the_forward_outputs():
         ADVANTAGE_FNS.get("optimal_token_baseline")(batch())
 
 
+# Clip_B's batch: groups of two (rewards 1, 0) and one (reward 5, one token); every token has behaviour
+# probability 1/e, so S = (H - 1) / e, and its entropies give S * e = 0, 0, -3 | 0, -3, 1 | 0. The lone
+# response's padding holds NaN, which must reach nothing.
+CLIPB = AdvantageInputs(
+    rewards=torch.tensor([1.0, 0.0, 5.0]), response_mask=torch.tensor([[1, 1, 1], [1, 1, 1], [1, 0, 0]]),
+    group_ids=torch.tensor([0, 0, 1]), behaviour_log_probs=torch.full((3, 3), -1.0),
+    entropy=torch.tensor([[1.0, 1.0, -2.0], [1.0, -2.0, 2.0], [1.0, math.nan, math.nan]]))
+
+
+@pytest.mark.parametrize(("mu", "dropped"), [(1.0, [(1, 1)]), (1.5, [(1, 1)]), (2.5, [])])
+def test_clipb_by_hand(mu, dropped):
+    signal = [0, 0, -3, 0, -3, 1, 0]  # S * e over the response tokens: mean -5/7, population std 1.4846
+    threshold = statistics.mean(signal) - mu * statistics.pstdev(signal)
+    assert (threshold > -3) == bool(dropped)  # -2.199 and -2.941 are above the -3 tokens, -4.426 below
+    adv, returns, kept = ADVANTAGE_FNS.get("clipb")(CLIPB, mu=mu)
+    a = 0.5 / (math.sqrt(0.5) + 1e-6)
+    close(adv.tolist(), [[a] * 3, [-a] * 3, [0.0, 0.0, 0.0]])
+    assert torch.equal(adv, returns)
+    # the -3 token of the positive response stays; the negative response's -3 goes below the threshold
+    expected = CLIPB.response_mask.bool().clone()
+    for row, col in dropped:
+        expected[row, col] = False
+    assert torch.equal(kept, expected)
+
+
+def test_clipb_keeps_everything_when_the_signal_is_flat():
+    flat = AdvantageInputs(rewards=torch.tensor([1.0, 0.0]), response_mask=torch.ones(2, 2),
+                           group_ids=torch.tensor([0, 0]), behaviour_log_probs=torch.full((2, 2), -1.0),
+                           entropy=torch.ones(2, 2))
+    assert ADVANTAGE_FNS.get("clipb")(flat, mu=0.0)[2].all()
+
+
+def test_clipb_needs_the_entropy_and_a_sensible_mu():
+    with pytest.raises(ConfigError, match="'clipb' needs the behaviour log-probabilities and the policy's entropy"):
+        ADVANTAGE_FNS.get("clipb")(batch())
+    with pytest.raises(ConfigError, match="advantage_fn_args.mu must be a finite number >= 0"):
+        ADVANTAGE_FNS.get("clipb")(CLIPB, mu=-1.0)
+
+
 GROUP_ESTIMATORS = ["grpo", "rloo", "opmd", "opo", "gpg", "grpo_passk", "reinforce_plus_plus_baseline", "gdpo",
-                    "lite_ppo", "optimal_token_baseline", "tir_optimal_token_baseline"]
+                    "lite_ppo", "optimal_token_baseline", "tir_optimal_token_baseline", "clipb"]
 
 
 @pytest.mark.parametrize("name", GROUP_ESTIMATORS + ["reinforce", "reinforceplusplus"])
@@ -428,7 +469,7 @@ def test_every_group_estimator_gives_exact_zeros_without_contrast(name, reward):
     # seven equal rewards (their float32 mean is not exactly 0.1) and a lone response
     inputs = AdvantageInputs(rewards=torch.tensor([reward] * 7 + [5.0]), response_mask=torch.ones(8, 3),
                              group_ids=torch.tensor([2] * 7 + [9]),
-                             old_log_probs=torch.log(torch.full((8, 3), 0.5)), sum_pi_squared=torch.full((8, 3), 0.3))
+                             **{k: torch.cat([v, v[:1]]) for k, v in NEEDS_FORWARD.items()})
     adv, _ = ADVANTAGE_FNS.get(name)(inputs)[:2]
     assert adv.abs().max().item() == 0.0
 

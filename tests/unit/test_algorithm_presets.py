@@ -34,6 +34,7 @@ def test_preset_names_resolve_and_args_bind(algorithm_type):
     [
         ("ppo", "ppo", "ppo", "k2", 1, True, True, False),
         ("grpo", "grpo", "ppo", "k2", 2, False, True, True),
+        ("grpo_verl", "grpo", "ppo", "k2", 2, False, True, True),
         ("dapo", "grpo", "ppo", "none", 16, False, False, True),
         ("reinforceplusplus", "reinforceplusplus", "ppo", "k2", 2, False, True, False),
         ("rloo", "rloo", "ppo", "k2", 2, False, True, True),
