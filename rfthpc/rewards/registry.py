@@ -14,6 +14,7 @@ REWARDS: Registry[Callable[..., Any]] = Registry("reward function", "buffer.expl
     "format_reward": "rfthpc.rewards.format_reward:format_reward",
     "countdown_reward": "rfthpc.rewards.countdown_reward:countdown_reward",
     "math_dapo_reward": "rfthpc.rewards.math_reward:math_dapo_reward",
+    "rlcr_reward": "rfthpc.rewards.rlcr_reward:rlcr_reward",
     "toolcall_reward": "rfthpc.rewards.toolcall_reward:toolcall_reward",
     "verl_reward": "rfthpc.rewards.verl_reward:verl_reward",
 })

@@ -163,6 +163,18 @@ def test_rm_gallery_reward_is_named_as_not_part_of_rfthpc(tmp_path: Path, base: 
     assert "default_reward_fn_type: 'rm_gallery_reward' calls RM-Gallery, which is not part of rfthpc" in msg
 
 
+def test_rlcr_reward_takes_its_weights_and_a_misspelt_argument_is_refused(tmp_path: Path, base: str) -> None:
+    """Trinity's RLCR example: math_workflow scored by rlcr_reward with the five weights."""
+    weights = "{format: 0.5, accuracy: 0.5, brier: 0.5, mean_confidence: 1.0e-5, confidence_one_or_zero: 1.0e-5}"
+    rlcr = _with(base, "math_workflow", "rlcr_reward")
+    loaded = load_config(write(tmp_path, rlcr.replace(
+        "response_key: answer", f"response_key: answer\n      reward_fn_args: {{weights: {weights}}}")))
+    assert loaded.config.buffer.explorer_input.tasksets[0].reward_fn_args["weights"]["brier"] == 0.5
+    msg = _error(write(tmp_path, rlcr.replace("response_key: answer",
+                                              f"response_key: answer\n      reward_fn_args: {{weight: {weights}}}")))
+    assert "reward_fn_args ['weight'] are not parameters of reward function 'rlcr_reward'" in msg
+
+
 def test_rows_of_a_workflow_that_reads_no_text_need_no_prompt_or_answer_column(tmp_path: Path, base: str) -> None:
     """env_workflow's rows are an environment's seeds: the column check asks for neither the prompt's
     nor the reference answer's column; a workflow that reads them still needs them."""
