@@ -207,8 +207,32 @@ REWARDS_ELSEWHERE = {
                          "auxiliary model (math_rm_workflow) or an LLM judge (rubric_judge_workflow), or name your "
                          "own function as module:function",
 }
+OPENJUDGE = ("is one of Trinity-RFT's OpenJudge graders, which ask a judge model behind an outside "
+             "OpenAI-compatible API (its reward_fn_args name the model and the environment variables holding "
+             "the API's address and key); rfthpc's explorers call no outside service: judge with a model served "
+             "as an auxiliary model (explorer.auxiliary_models) through math_rm_workflow or rubric_judge_workflow, "
+             "or name your own function as module:function")
+REWARDS_ELSEWHERE.update(dict.fromkeys(("openjudge_reward", "trajectory_accuracy_grader_reward",
+                                        "openjudge_trajectory_accuracy_reward", "openjudge_multi_grader_reward"),
+                                       OPENJUDGE))
 """Trinity-RFT's reward functions that rfthpc does not have, and why with the alternative (a refusal,
 reported instead of an unknown reward function)."""
+
+_ALFWORLD = ("plays ALFWorld (household tasks in TextWorld), a simulator with its own game files that is not part "
+             "of rfthpc")
+_OWN_ENVIRONMENT = ("; install it beside rfthpc and write its loop as a module:function workflow, or wrap it as an "
+                    "rfthpc environment for env_workflow (docs/agents.md)")
+WORKFLOWS_ELSEWHERE = {
+    **dict.fromkeys(("alfworld_workflow", "step_wise_alfworld_workflow", "RAFT_alfworld_workflow",
+                     "RAFT_reflect_alfworld_workflow"), _ALFWORLD + _OWN_ENVIRONMENT),
+    "sciworld_workflow": "plays ScienceWorld, a Java simulator that is not part of rfthpc" + _OWN_ENVIRONMENT,
+    "webshop_workflow": "plays WebShop, a web shop served with its product index, which is not part of rfthpc"
+                        + _OWN_ENVIRONMENT,
+    "intercode_sql_workflow": "runs each SQL query in InterCode's MySQL environment, a Docker container, which "
+                              "rfthpc's explorers do not start" + _OWN_ENVIRONMENT,
+}
+"""Trinity-RFT's workflows that need a simulator or service rfthpc does not ship, and why with the
+alternative (a refusal, reported instead of an unknown workflow)."""
 
 _SELECTOR_DEFAULTS = {"selector_type": "sequential", "seed": 42}
 

@@ -250,7 +250,11 @@ def _check_workflow(problems: Problems, key: str, ts: TasksetConfig, auxiliary: 
     from rfthpc.workflows.registry import WORKFLOWS
 
     before = len(problems.items)
-    _check_function(problems, f"{key}.default_workflow_type", ts.default_workflow_type, WORKFLOWS, kind=WORKFLOW)
+    elsewhere = compat.WORKFLOWS_ELSEWHERE.get(ts.default_workflow_type or "")
+    if elsewhere:
+        problems.add(f"{key}.default_workflow_type: {ts.default_workflow_type!r} {elsewhere}", REFUSED)
+    else:
+        _check_function(problems, f"{key}.default_workflow_type", ts.default_workflow_type, WORKFLOWS, kind=WORKFLOW)
     elsewhere = compat.REWARDS_ELSEWHERE.get(ts.default_reward_fn_type or "")
     if elsewhere:
         problems.add(f"{key}.default_reward_fn_type: {ts.default_reward_fn_type!r} {elsewhere}", REFUSED)

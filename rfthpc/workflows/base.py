@@ -251,6 +251,9 @@ class WorkflowNeeds:
     ignored: Mapping[str, str] = field(default_factory=dict)
     """`workflow_args` keys it accepts and does not read, each with why (a note when a config sets one):
     keys of another framework's workflow of the same name that do nothing there either."""
+    refused: Mapping[str, str] = field(default_factory=dict)
+    """`workflow_args` keys of another framework's workflow of the same name that rfthpc cannot follow,
+    each with why and the alternative: an error when a config gives one a value (empty: nothing to follow)."""
     text_columns: bool = True
     """It reads the rows' prompt and reference answer (`format.prompt_key`, `format.response_key`).
     False: its tasks are made of other columns (an environment's seed and settings), so rows need neither."""
@@ -259,13 +262,15 @@ class WorkflowNeeds:
                  has_truth: bool, auxiliary: Sequence[str] | None = None) -> list[str]:
         """What is wrong with a taskset's settings for this workflow, each naming the key and the fix.
         `auxiliary`: the names of the auxiliary models there are (None: not checked)."""
-        out = []
-        unknown = sorted(set(workflow_args) - set(self.args) - set(self.ignored))
+        out = [f"workflow_args.{name}: {workflow_args[name]!r}: {why}" for name, why in self.refused.items()
+               if workflow_args.get(name)]
+        unknown = sorted(set(workflow_args) - set(self.args) - set(self.ignored) - set(self.refused))
         if unknown:
             out.append(f"workflow_args: {', '.join(map(repr, unknown))} not used by workflow {workflow!r}; it "
                        f"takes: {', '.join(self.args) or '(none)'}")
         if not unknown and self.check is not None:
-            out.extend(self.check({k: v for k, v in workflow_args.items() if k not in self.ignored}))
+            out.extend(self.check({k: v for k, v in workflow_args.items()
+                                   if k not in self.ignored and k not in self.refused}))
         if self.auxiliary is not None and auxiliary is not None:
             problem = auxiliary_problem(workflow, self.auxiliary, workflow_args.get(self.auxiliary), auxiliary)
             if problem:

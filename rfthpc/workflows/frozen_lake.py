@@ -136,6 +136,14 @@ ARGS = ("max_steps", "is_slippery", "desc", "use_multistep_prompt")
 _NOT_READ = ("Trinity-RFT's frozen_lake_workflow reads neither env_max_steps nor agent_max_steps (its example sets "
              "them); it reads max_steps (default 10) for the steps of an episode and the path length of its maps")
 IGNORED = {"env_max_steps": _NOT_READ, "agent_max_steps": _NOT_READ}
+_JUDGED = ("Trinity-RFT's frozen_lake_workflow scores each episode's whole chat with the reward function named "
+           "here instead of the environment's reward (1 on the goal); the ones that take an episode are its OpenJudge "
+           "graders (trajectory_accuracy_grader_reward, openjudge_reward, ...), which ask a judge model behind an "
+           "outside OpenAI-compatible API, and rfthpc's explorers call no outside service: remove reward_fn_type "
+           "and reward_fn_args to train on the environment's reward, or write the episode loop as a module:function "
+           "workflow that asks a judge served as an auxiliary model (explorer.auxiliary_models, ctx.auxiliary)")
+REFUSED = {"reward_fn_type": _JUDGED,
+           "reward_fn_args": "the arguments of the reward function reward_fn_type names: remove them with it"}
 
 
 def _is_int(value: Any) -> bool:
@@ -188,7 +196,7 @@ def episode_record(info: Mapping[str, Any]) -> dict[str, int]:
             "success": int(bool(info.get("success")))}
 
 
-@needs(args=ARGS, reward_fn=False, check=arg_problems, ignored=IGNORED, text_columns=False)
+@needs(args=ARGS, reward_fn=False, check=arg_problems, ignored=IGNORED, refused=REFUSED, text_columns=False)
 def frozen_lake_workflow(task: Task, ctx: WorkflowContext) -> WorkflowResult:
     """Trinity-RFT's `frozen_lake_workflow` (module doc): `env_workflow`'s episodes of the
     `trinity_frozen_lake` environment, set up as Trinity sets up its own."""

@@ -163,6 +163,21 @@ def test_rm_gallery_reward_is_named_as_not_part_of_rfthpc(tmp_path: Path, base: 
     assert "default_reward_fn_type: 'rm_gallery_reward' calls RM-Gallery, which is not part of rfthpc" in msg
 
 
+@pytest.mark.parametrize(("workflow", "reward", "why"), [
+    ("math_rm_workflow", "trajectory_accuracy_grader_reward",
+     "is one of Trinity-RFT's OpenJudge graders, which ask a judge model behind an outside OpenAI-compatible API"),
+    ("step_wise_alfworld_workflow", None, "plays ALFWorld (household tasks in TextWorld), a simulator"),
+    ("intercode_sql_workflow", None, "runs each SQL query in InterCode's MySQL environment, a Docker container"),
+])
+def test_trinity_names_that_need_an_outside_service_are_refused_with_the_alternative(
+        tmp_path: Path, base: str, workflow: str, reward: str | None, why: str) -> None:
+    msg = _error(write(tmp_path, _with(base, workflow, reward)))
+    key, name = ("default_reward_fn_type", reward) if reward else ("default_workflow_type", workflow)
+    assert f"refused features:\n  - buffer.explorer_input.tasksets[0].{key}: {name!r} {why}" in msg, msg
+    assert ("auxiliary model" if reward else "module:function workflow") in msg
+    assert len(msg.splitlines()) == 3, msg  # one round: nothing else to fix first
+
+
 def test_rlcr_reward_takes_its_weights_and_a_misspelt_argument_is_refused(tmp_path: Path, base: str) -> None:
     """Trinity's RLCR example: math_workflow scored by rlcr_reward with the five weights."""
     weights = "{format: 0.5, accuracy: 0.5, brier: 0.5, mean_confidence: 1.0e-5, confidence_one_or_zero: 1.0e-5}"

@@ -13,7 +13,7 @@ import pytest
 
 from rfthpc.data.tasksets import Task
 from rfthpc.envs.trinity_frozen_lake import INVALID_FEEDBACK, TrinityFrozenLake, trinity_random_map
-from rfthpc.errors import UserError
+from rfthpc.errors import ConfigError, UserError
 from rfthpc.workflows.base import SamplingArgs, needs_of
 from rfthpc.workflows.frozen_lake import MULTI_SHOT_SYSTEM_PROMPT, SYSTEM_PROMPT
 from rfthpc.workflows.registry import WORKFLOWS, run_workflow
@@ -159,6 +159,23 @@ def test_workflow_args_are_checked_and_trinitys_unread_keys_accepted() -> None:
     ]
     assert "'max_turns' not used by workflow 'frozen_lake_workflow'" in declared.problems(
         "frozen_lake_workflow", {"max_turns": 3}, None, False)[0]
+
+
+def test_trinitys_episode_grader_is_refused_with_its_reason(tokenizer) -> None:
+    """Trinity 0.6 scores the episode's chat with workflow_args.reward_fn_type (its OpenJudge graders, an outside
+    judge API): refused, both keys at once, with the alternative; left empty they change nothing."""
+    declared = needs_of(WORKFLOWS.get("frozen_lake_workflow"))
+    graded = {"max_steps": 8, "reward_fn_type": "trajectory_accuracy_grader_reward",
+              "reward_fn_args": {"model_name": "qwen3-max"}}
+    problems = declared.problems("frozen_lake_workflow", graded, None, False)
+    assert [p.split(":")[0] for p in problems] == ["workflow_args.reward_fn_type", "workflow_args.reward_fn_args"]
+    assert problems[0].startswith("workflow_args.reward_fn_type: 'trajectory_accuracy_grader_reward': Trinity-RFT's "
+                                  "frozen_lake_workflow scores each episode's whole chat")
+    assert "OpenJudge" in problems[0] and "remove reward_fn_type and reward_fn_args" in problems[0]
+    assert "explorer.auxiliary_models" in problems[0]
+    assert declared.problems("frozen_lake_workflow", {"reward_fn_type": None, "reward_fn_args": {}}, None, False) == []
+    with pytest.raises(ConfigError, match="workflow_args.reward_fn_type: 'openjudge_reward': "):
+        run_workflow(lake_task(reward_fn_type="openjudge_reward"), context(scripted(tokenizer, []), tokenizer))
 
 
 def test_trinitys_rows_load_without_prompt_or_answer_columns(tmp_path: Path, tokenizer) -> None:
