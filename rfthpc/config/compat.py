@@ -209,9 +209,9 @@ REWARDS_ELSEWHERE = {
 }
 OPENJUDGE = ("is one of Trinity-RFT's OpenJudge graders, which ask a judge model behind an outside "
              "OpenAI-compatible API (its reward_fn_args name the model and the environment variables holding "
-             "the API's address and key); rfthpc's explorers call no outside service: judge with a model served "
-             "as an auxiliary model (explorer.auxiliary_models) through math_rm_workflow or rubric_judge_workflow, "
-             "or name your own function as module:function")
+             "the API's address and key); rfthpc's explorers call no outside service: remove it with its "
+             "reward_fn_args, and judge with a model served as an auxiliary model (explorer.auxiliary_models) "
+             "through math_rm_workflow or rubric_judge_workflow, or name your own function as module:function")
 REWARDS_ELSEWHERE.update(dict.fromkeys(("openjudge_reward", "trajectory_accuracy_grader_reward",
                                         "openjudge_trajectory_accuracy_reward", "openjudge_multi_grader_reward"),
                                        OPENJUDGE))
