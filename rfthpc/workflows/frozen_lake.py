@@ -134,7 +134,9 @@ MULTI_SHOT_SYSTEM_PROMPT = _GUIDE + _EXAMPLES + "\nNow it is your turn, please "
 
 ARGS = ("max_steps", "is_slippery", "desc", "use_multistep_prompt")
 _NOT_READ = ("Trinity-RFT's frozen_lake_workflow reads neither env_max_steps nor agent_max_steps (its example sets "
-             "them); it reads max_steps (default 10) for the steps of an episode and the path length of its maps")
+             "them); it reads max_steps (default 10) for the steps of an episode and the path length of its maps. "
+             "Trinity 0.6's reads these two instead (the maps' path length, default 8; the steps of an episode, "
+             "default 10): rfthpc's follows 0.5, so set max_steps for both")
 IGNORED = {"env_max_steps": _NOT_READ, "agent_max_steps": _NOT_READ}
 _JUDGED = ("Trinity-RFT's frozen_lake_workflow scores each episode's whole chat with the reward function named "
            "here instead of the environment's reward (1 on the goal); the ones that take an episode are its OpenJudge "
