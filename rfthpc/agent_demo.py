@@ -14,9 +14,9 @@ success on held-out maps is evaluated greedily before and after. Everything is m
 
 A demonstration plays one training map from its reset: each move is, with probability
 `--optimal`, one that starts a shortest path to the goal, and otherwise a random safe move (one
-that moves the player and does not fall into a hole). With the default (every move optimal) the
-warm-up shows shortest paths only; in its few minutes the demo's tiny model learns the move format
-and only part of the policy, so reinforcement learning has something left to learn.
+that moves the player and does not fall into a hole). With the default (`--optimal 0`) every move
+is a random safe one: the warm-up teaches the reply format and valid moves, not the way to the
+goal, which GRPO then learns from the environment's reward (docs/agents.md, "Measured").
 """
 
 from __future__ import annotations
@@ -65,14 +65,15 @@ class FrozenLakeDemoArgs:
     """Seed of the model's initial weights, of the environment seeds drawn and of the demonstrations."""
     size: int = 4
     """Map side (size x size cells)."""
-    train: int = 2000
+    train: int = 4000
     """Training tasks (maps) for the explorers."""
     test: int = 100
     """Held-out eval tasks (maps not among the training maps)."""
-    sft: int = 1000
+    sft: int = 3000
     """Warm-up demonstrations (one episode each, on the first training maps)."""
-    optimal: float = 1.0
-    """Probability that a demonstrated move starts a shortest path (otherwise: a random safe move)."""
+    optimal: float = 0.0
+    """Probability that a demonstrated move starts a shortest path (otherwise: a random safe move);
+    the default shows valid moves only, and leaves reaching the goal to reinforcement learning."""
     max_turns: int = 10
     """Most moves per demonstration (and per episode in the config)."""
 
