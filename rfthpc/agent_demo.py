@@ -4,7 +4,8 @@ The demo (configs/frozenlake-cpu.yaml, docs/agents.md) teaches a tiny Qwen2 to w
 maps (4x4, not slippery) in a multi-turn conversation: the environment shows the map, the model
 answers with a move, and so on until it reaches the goal, falls into a hole or runs out of turns.
 An SFT warm-up on demonstrations comes first, then GRPO with vLLM rollouts over `env_workflow`;
-success on held-out maps is evaluated greedily before and after. Everything is made here, offline:
+success on held-out maps is evaluated before and after, sampled as in training and greedily.
+Everything is made here, offline:
 
     <out>/model/        the random-init model, its tokenizer trained on the environment's text
     <out>/train.jsonl   training tasks: one environment seed per row (`env_args`)
@@ -287,13 +288,24 @@ def make_frozenlake_demo(args: FrozenLakeDemoArgs,
     return want
 
 
+EVAL_SAMPLED, EVAL_GREEDY = "frozenlake-eval", "frozenlake-eval-greedy"
+"""configs/frozenlake-cpu.yaml's eval tasksets: the held-out maps at the rollout temperature (the
+demo's figure) and greedily."""
+
+
 def print_figures(run_dir: str | Path, wall_s: float) -> None:
-    """Print the demo's summary line: `FIGURES success_sft=… success_rft=… wall_s=…` (held-out
-    success rate of the policy RFT starts from, and of the final policy)."""
+    """Print the demo's summary line: `FIGURES success_sft=… success_rft=… greedy_sft=… greedy_rft=…
+    wall_s=…`: the share of held-out episodes that reach the goal, for the policy RFT starts from and
+    the final policy, played at temperature 1 (`success_*`) and greedily (`greedy_*`)."""
     from rfthpc.demo import demo_figures
 
-    sft, rft = demo_figures(Path(run_dir), "success_rate")
-    print(f"FIGURES success_sft={sft:.3f} success_rft={rft:.3f} wall_s={wall_s:.0f}")
+    # `success`: the reward component of `reward_type: success`, 1 for an episode that reached the
+    # goal and 0 otherwise, cut episodes included (`success_rate` leaves out episodes the workflow
+    # cut, which no environment judged).
+    sft, rft = demo_figures(Path(run_dir), "success", EVAL_SAMPLED)
+    greedy_sft, greedy_rft = demo_figures(Path(run_dir), "success", EVAL_GREEDY)
+    print(f"FIGURES success_sft={sft:.3f} success_rft={rft:.3f} greedy_sft={greedy_sft:.3f} "
+          f"greedy_rft={greedy_rft:.3f} wall_s={wall_s:.0f}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -133,18 +133,20 @@ def last_stage_start(run_dir: Path) -> int:
     return first - 1
 
 
-def demo_figures(run_dir: Path, metric: str = "accuracy") -> tuple[float, float]:
-    """(eval `metric` after the SFT warm-up, after RFT) of a finished demo run.
+def demo_figures(run_dir: Path, metric: str = "accuracy", taskset: str | None = None) -> tuple[float, float]:
+    """(eval `metric` after the SFT warm-up, after RFT) of a finished demo run, on the eval taskset
+    named `taskset` (None: the run's only one, or the first logged of each evaluation).
 
     The first is the evaluation of the policy the RFT stage starts from (evaluated on start-up),
     the second the evaluation of the final policy.
     """
     start = last_stage_start(run_dir)
-    evals = eval_accuracy(run_dir, metric)
+    evals = [e for e in eval_accuracy(run_dir, metric) if taskset is None or e[1] == taskset]
     first = [acc for version, _, acc in evals if version == start]
     if not first or evals[-1][0] <= start:
+        named = f" of eval taskset {taskset!r}" if taskset is not None else ""
         raise UserError(
-            f"{run_dir} has no evaluation of version {start} (the start of RFT) and of a later version "
+            f"{run_dir} has no evaluation{named} of version {start} (the start of RFT) and of a later version "
             f"(found versions {sorted({v for v, _, _ in evals})}); is the run finished? See {run_dir}/log/"
         )
     return first[0], evals[-1][2]

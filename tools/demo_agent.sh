@@ -7,7 +7,8 @@
 # `rfthpc run --config configs/frozenlake-cpu.yaml` (an SFT warm-up, then GRPO with vLLM rollouts
 # over env_workflow) as a new run under $RFTHPC_CHECKPOINT_ROOT_DIR (default ./checkpoints), writes
 # its charts (`rfthpc plot`), and ends by printing
-#   FIGURES success_sft=<held-out success rate after the warm-up> success_rft=<after RFT> wall_s=<seconds>
+#   FIGURES success_sft=<held-out success rate after the warm-up> success_rft=<after RFT> greedy_sft=… greedy_rft=… wall_s=<seconds>
+# (success_*: the held-out maps played at temperature 1, 4 episodes each; greedy_*: at temperature 0)
 # where wall_s counts everything after the environment set-up.
 set -euo pipefail
 cd "$(dirname "$0")/.."

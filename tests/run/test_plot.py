@@ -103,6 +103,17 @@ def test_demo_figures_are_the_evaluations_around_rft(tmp_path: Path) -> None:
     assert demo_figures(run.root) == (0.25, 0.75)
 
 
+def test_demo_figures_of_one_eval_taskset_among_several(tmp_path: Path) -> None:
+    run = _two_stage_run(tmp_path / "run")
+    explorer = Monitor(run, "explorer_explorer_0", MonitorConfig(monitor_type=[]), "p", "n")
+    explorer.log({"eval/arith-eval-greedy/accuracy": 0.5}, 4)
+    explorer.log({"eval/arith-eval-greedy/accuracy": 0.625}, 7)
+    assert demo_figures(run.root, taskset="arith-eval") == (0.25, 0.75)
+    assert demo_figures(run.root, taskset="arith-eval-greedy") == (0.5, 0.625)
+    with pytest.raises(UserError, match="no evaluation of eval taskset 'arith-eval-sampled' of version 4"):
+        demo_figures(run.root, taskset="arith-eval-sampled")
+
+
 def test_demo_figures_of_an_unfinished_run_name_the_problem(tmp_path: Path) -> None:
     run = RunDir(tmp_path / "run").create()
     with pytest.raises(UserError, match="no evaluation of version 0"):
