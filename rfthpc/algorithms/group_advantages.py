@@ -1,5 +1,5 @@
-"""More group-relative advantage estimators: the ones veRL 0.9.1 names beyond grpo and rloo, and
-ROLL's LitePPO normalisation.
+"""More group-relative advantage estimators: the ones veRL 0.9.1 names beyond grpo and rloo, ROLL's
+LitePPO normalisation, and Trinity-RFT's asymre and rec.
 
 They follow `advantages`' conventions: an `AdvantageInputs` in, `(advantages, returns)` out, both
 (B, T) and zero outside the response mask; R_b is the sequence reward (or the sum of the token-level
@@ -9,6 +9,8 @@ reward (see `advantages`).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -331,3 +333,81 @@ def _optimal_token_baseline(
     adv = torch.where(on, returns - baseline, zero)
     adv = torch.where(_has_contrast(scores, inverse, n_groups).unsqueeze(-1), adv, zero)
     return adv, returns
+
+
+@declare("advantage", "asymre", groups=True)
+@torch.no_grad()
+def asymre(inputs: AdvantageInputs, *, baseline_shift: float = -0.1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Asymmetric REINFORCE (AsymRE, Trinity-RFT's `asymre`): the group mean shifted by a constant.
+
+        A_i = R_i - (mean_g(R) + baseline_shift)
+    A negative shift (Trinity's default -0.1) lowers the baseline, so positive rewards weigh more
+    than negative ones (AsymRE's remedy for training off-policy). A group whose scores are all equal gets A = -baseline_shift
+    exactly, as in Trinity (the shift is the point; no rounding noise of R - mean survives). A lone
+    response gets 0, where Trinity's baseline 0 gives it A = R: it has no group to be compared with.
+    Returns (A, A) broadcast over the response tokens.
+    """
+    if isinstance(baseline_shift, bool) or not (isinstance(baseline_shift, (int, float))
+                                                and math.isfinite(baseline_shift)):
+        raise ConfigError(f"algorithm.advantage_fn_args.baseline_shift must be a finite number for 'asymre', got "
+                          f"{baseline_shift!r}; Trinity-RFT's default is -0.1.")
+    scores = _scores(inputs)
+    inverse, sizes, n_groups = _group_index(_group_ids(inputs, "asymre"))
+    centred = torch.where(_has_contrast(scores, inverse, n_groups),
+                          scores - _group_mean(scores, inverse, n_groups), torch.zeros_like(scores))
+    adv = torch.where(sizes > 1, centred - baseline_shift, torch.zeros_like(scores))
+    return _outcome(inputs, adv)
+
+
+REC_DROPS = (None, "balance")
+"""`rec`'s drop strategies: none, or balance (drop negatives until they are no more than the positives)."""
+
+
+@declare("advantage", "rec", groups=True)
+@torch.no_grad()
+def rec(
+    inputs: AdvantageInputs, *, epsilon: float = 1e-6, std_normalize: bool = False, drop: str | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The REC family's advantage (Trinity-RFT's `rec`): group-centred rewards, optionally balanced.
+
+    A response is positive when R_i >= mean_g(R), negative otherwise. With drop="balance", a group
+    with more negatives than positives has randomly chosen negatives dropped until the counts are
+    equal; a dropped response gets A = 0 and stays in the batch (as in Trinity: its tokens still
+    count in the loss's denominator and in any KL or entropy term). Over the kept responses K_g:
+        A_i = R_i - mean_K(R)                                   (std_normalize false, the default)
+        A_i = (R_i - mean_K(R)) / (std_K(R) + epsilon)          (std_normalize; population std)
+    A group without contrast (a lone response, or all scores equal) gives 0 (Trinity raises on a lone
+    response). The draw uses torch's global generator (seeded by the trainer).
+    Returns (A, A) broadcast over the response tokens.
+    """
+    if drop not in REC_DROPS:
+        raise ConfigError(f"algorithm.advantage_fn_args.drop: {drop!r} is not a 'rec' choice; use null or 'balance'.")
+    if not epsilon >= 0:
+        raise ConfigError(f"algorithm.advantage_fn_args.epsilon must be >= 0 for 'rec', got {epsilon}.")
+    scores = _scores(inputs)
+    inverse, sizes, n_groups = _group_index(_group_ids(inputs, "rec"))
+    kept = torch.ones_like(scores, dtype=torch.bool)
+    if drop == "balance":
+        kept = _balanced(scores, inverse, sizes, n_groups)
+    weight = kept.to(scores.dtype)
+    count = _group_sum(weight, inverse, n_groups)[inverse]
+    mean = _group_sum(weight * scores, inverse, n_groups)[inverse] / count
+    adv = scores - mean
+    if std_normalize:
+        std = (_group_sum(weight * adv**2, inverse, n_groups)[inverse] / count).sqrt()
+        adv = adv / (std + epsilon)
+    adv = torch.where(kept & _has_contrast(scores, inverse, n_groups), adv, torch.zeros_like(adv))
+    return _outcome(inputs, adv)
+
+
+def _balanced(scores: torch.Tensor, inverse: torch.Tensor, sizes: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """(B,) bool: the responses kept when each group drops random negatives (R < mean_g) until it has
+    no more negatives than positives (R >= mean_g)."""
+    negative = scores < _group_mean(scores, inverse, n_groups)
+    n_negative = _group_sum(negative.long(), inverse, n_groups)[inverse]
+    excess = (2 * n_negative - sizes).clamp(min=0)
+    # Each negative's rank among its group's negatives in a random order; the first `excess` go.
+    noise = torch.rand(scores.shape, device=scores.device)
+    same = (inverse.unsqueeze(0) == inverse.unsqueeze(1)) & negative.unsqueeze(0)
+    rank = (same & (noise.unsqueeze(0) < noise.unsqueeze(1))).sum(-1)
+    return ~(negative & (rank < excess))

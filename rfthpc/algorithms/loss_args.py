@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from rfthpc.errors import ConfigError
 
@@ -20,6 +21,19 @@ def clip_bounds(
     for name, value in (("clip_range_low", low), ("clip_range_high", high)):
         positive(loss, name, value)
     return float(low), float(high)
+
+
+def spelled_either(loss: str, name: str, value: Any, trinity_name: str, trinity_value: Any, default: Any) -> Any:
+    """An argument Trinity-RFT spells differently: the value given under either name, else `default`.
+
+    ConfigError when both names are given different values.
+    """
+    if value is not None and trinity_value is not None and value != trinity_value:
+        raise ConfigError(
+            f"algorithm.policy_loss_fn_args: {name}={value} and {trinity_name}={trinity_value} name the same "
+            f"argument of {loss!r} ({trinity_name} is Trinity-RFT's spelling); keep one."
+        )
+    return next((v for v in (value, trinity_value) if v is not None), default)
 
 
 def positive(loss: str, name: str, value: float) -> None:

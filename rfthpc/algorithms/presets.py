@@ -130,6 +130,14 @@ ALGORITHM_PRESETS: dict[str, dict[str, Any]] = {
     # weight by proximal / behaviour, for stale rollouts.
     "decoupled_ppo": _preset(advantage_fn="grpo", policy_loss_fn="decoupled_ppo", repeat_times=2),
     "kimi15": _preset(advantage_fn="opmd", policy_loss_fn="kimi15", repeat_times=2),
+    # Trinity-RFT's AsymRE, sPPO and REC presets: neither a KL term (so no reference model; Trinity's
+    # RECAlgorithm loads one all the same, which nothing reads) nor an entropy term.
+    "asymre": _preset(advantage_fn="asymre", policy_loss_fn="opmd", repeat_times=2, kl_loss_fn="none",
+                      entropy_loss_fn="none"),
+    "sppo": _preset(advantage_fn="opmd", policy_loss_fn="sppo", repeat_times=2, kl_loss_fn="none",
+                    entropy_loss_fn="none"),
+    "rec": _preset(advantage_fn="rec", policy_loss_fn="rec", repeat_times=2, kl_loss_fn="none",
+                   entropy_loss_fn="none"),
     "sft": _preset(
         advantage_fn=None,
         policy_loss_fn="sft",

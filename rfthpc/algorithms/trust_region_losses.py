@@ -3,8 +3,9 @@
 dppo_tv / dppo_kl (DPPO, arXiv:2602.04879): a token leaves the gradient when the probability moved
 too far, measured by total variation or binary KL; sapo (arXiv:2511.20347): a smooth sigmoid gate
 instead of the hard clip; m2po (arXiv:2510.01161): tokens are dropped until the second moment of
-the log-ratios is small. Notation as in `policy_loss` (p = pi(a_t), q = mu(a_t) the probabilities
-of the sampled token).
+the log-ratios is small; sppo (Trinity-RFT's sPPO, arXiv:2108.05828): the log-ratio itself is the
+surrogate, kept only inside a ratio band. Notation as in `policy_loss` (p = pi(a_t), q = mu(a_t)
+the probabilities of the sampled token).
 """
 
 from __future__ import annotations
@@ -188,3 +189,28 @@ def m2po(
     metrics["actor/m2po_masked_fraction"] = metrics["actor/pg_clipfrac"]
     metrics["actor/m2po_trust_region_fraction"] = _fraction(in_region, mask)
     return loss, metrics
+
+
+@declare("policy_loss", "sppo", old_log_prob="proximal")
+def sppo(
+    inputs: PolicyLossInputs, *, epsilon: float = 0.3, loss_agg_mode: str = "token-mean"
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """sPPO (Trinity-RFT's `sppo` loss): PPO's surrogate with log rho in place of rho, zero outside a
+    band around 1 that is symmetric in log rho:
+
+        l = -A (log pi - log mu) [1 / (1 + epsilon) <= sg(rho) <= 1 + epsilon]
+    mu is the policy at the start of the trainer step (Trinity's recomputed old_logprob). Defaults
+    are Trinity's (epsilon 0.3). Trinity averages over tokens; here loss_agg_mode applies (its
+    default, token-mean, is Trinity's). Metrics: pg_clipfrac = share of tokens outside the band, ppo_kl.
+    """
+    positive("sppo", "epsilon", epsilon)
+    inputs = masked_inputs(inputs)
+    old = _need(inputs.old_log_prob, "old log-probabilities (old_log_prob)", "sppo")
+    log_ratio, ratio, adv = _ratio_terms(inputs, "sppo")
+    rho = ratio.detach()
+    inside = (rho >= 1 / (1 + epsilon)) & (rho <= 1 + epsilon)
+    # The raw difference, as Trinity's; rho's clamp serves only the band test.
+    token_loss = torch.where(inside, -adv * (inputs.log_prob - old), torch.zeros_like(rho))
+    mask = inputs.response_mask
+    loss = aggregate_loss(token_loss, mask, loss_agg_mode)
+    return loss, _metrics(loss, log_ratio, mask, ~inside)

@@ -95,22 +95,22 @@ class AlgorithmConfig:
 
     algorithm_type: str = "ppo"
     """Preset that fills unset functions: ppo, grpo, grpo_verl, dr_grpo, dapo, gspo, gmpo, sapo, lite_ppo,
-    rloo, remax, reinforceplusplus, reinforce_plus_plus_baseline, opmd, cispo, tis, m2po, topr, kimi15,
-    decoupled_ppo, sft."""
+    rloo, remax, reinforceplusplus, reinforce_plus_plus_baseline, opmd, asymre, sppo, rec, cispo, tis, m2po,
+    topr, kimi15, decoupled_ppo, sft."""
     repeat_times: Optional[int] = None
     """Responses sampled per task (GRPO group size; veRL's `actor_rollout_ref.rollout.n`); defaults to the preset's."""
     sample_strategy: Literal["default"] = "default"
     """How the trainer samples experience: in commit order from the store (Trinity-RFT's `warmup`, which
     its saved configs carry, is read as this: rfthpc's SFT warm-up is a `stages:` entry)."""
     advantage_fn: Optional[str] = None
-    """Advantage estimator (grpo, rloo, opmd, opo, gpg, grpo_passk, gdpo, lite_ppo, remax, reinforce,
-    reinforceplusplus, reinforce_plus_plus_baseline, optimal_token_baseline, clipb, ppo/gae;
+    """Advantage estimator (grpo, rloo, opmd, asymre, rec, opo, gpg, grpo_passk, gdpo, lite_ppo, remax,
+    reinforce, reinforceplusplus, reinforce_plus_plus_baseline, optimal_token_baseline, clipb, ppo/gae;
     docs/configuration.md) or `module:function`."""
     advantage_fn_args: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the advantage function (e.g. gamma, lam, std_normalize)."""
     policy_loss_fn: Optional[str] = None
     """Policy loss (ppo, pg/vanilla/gpg, gspo, geo_mean/gmpo, sapo, clip_cov, kl_cov, dppo_tv, dppo_kl, dro,
-    cispo, tis, topr, kimi15, opmd, rec, m2po, decoupled_ppo, bypass_mode, sft; docs/configuration.md) or
+    cispo, tis, topr, kimi15, opmd, sppo, rec, m2po, decoupled_ppo, bypass_mode, sft; docs/configuration.md) or
     `module:function`."""
     policy_loss_fn_args: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the policy loss (e.g. clip_range, clip_ratio_c)."""

@@ -142,8 +142,8 @@ def test_an_unset_environment_variable_is_one_problem_among_the_others(
 
 
 def test_the_functions_of_an_unknown_algorithm_are_checked_under_its_kind(tmp_path: Path, base: str) -> None:  # noqa: F811
-    text = base.replace("algorithm_type: grpo", "algorithm_type: asymre\n  advantage_fn: clipv")
+    text = base.replace("algorithm_type: grpo", "algorithm_type: no_such_algorithm\n  advantage_fn: clipv")
     lines = str(pytest.raises(ConfigError, load_config, write(tmp_path, text)).value).splitlines()
     assert lines[0].endswith(": 2 problems") and lines[1] == "algorithm:", lines
-    assert lines[2].startswith("  - algorithm.algorithm_type: unknown algorithm 'asymre'")
+    assert lines[2].startswith("  - algorithm.algorithm_type: unknown algorithm 'no_such_algorithm'")
     assert lines[3].startswith("  - algorithm.advantage_fn: unknown advantage function 'clipv'")

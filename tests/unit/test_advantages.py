@@ -451,10 +451,10 @@ def test_clipb_needs_the_entropy_and_a_sensible_mu():
 
 
 GROUP_ESTIMATORS = ["grpo", "rloo", "opmd", "opo", "gpg", "grpo_passk", "reinforce_plus_plus_baseline", "gdpo",
-                    "lite_ppo", "optimal_token_baseline", "tir_optimal_token_baseline", "clipb"]
+                    "lite_ppo", "optimal_token_baseline", "tir_optimal_token_baseline", "clipb", "rec"]
 
 
-@pytest.mark.parametrize("name", GROUP_ESTIMATORS + ["reinforce", "reinforceplusplus"])
+@pytest.mark.parametrize("name", GROUP_ESTIMATORS + ["asymre", "reinforce", "reinforceplusplus"])
 def test_every_estimator_gives_zeros_for_an_empty_batch(name):
     inputs = AdvantageInputs(rewards=torch.tensor([1.0, 0.0]), response_mask=torch.zeros(2, 3),
                              group_ids=torch.tensor([0, 0]), **{k: v[:2] for k, v in NEEDS_FORWARD.items()})
@@ -474,7 +474,7 @@ def test_every_group_estimator_gives_exact_zeros_without_contrast(name, reward):
     assert adv.abs().max().item() == 0.0
 
 
-@pytest.mark.parametrize("name", GROUP_ESTIMATORS)
+@pytest.mark.parametrize("name", GROUP_ESTIMATORS + ["asymre"])
 def test_group_estimators_ignore_token_rewards_outside_the_mask(name):
     token_rewards = outcome_token_rewards(REWARDS, MASK)
     clean = ADVANTAGE_FNS.get(name)(batch(token_level_rewards=token_rewards, **NEEDS_FORWARD))
@@ -482,3 +482,80 @@ def test_group_estimators_ignore_token_rewards_outside_the_mask(name):
     dirty = ADVANTAGE_FNS.get(name)(batch(token_level_rewards=poisoned, **NEEDS_FORWARD))
     for a, b in zip(clean, dirty, strict=True):
         assert torch.equal(a, b)
+
+
+def test_asymre_shifts_the_group_mean():
+    adv, returns = ADVANTAGE_FNS.get("asymre")(batch())
+    # group 0: baseline 0.5 - 0.1 = 0.4; group 1 (equal rewards): -shift = 0.1; group 2 (alone): 0
+    assert per_sequence(adv) == pytest.approx([0.6, -0.4, -0.4, None, 0.1, 0.1, 0.0])
+    assert torch.equal(adv, returns)
+    adv, _ = ADVANTAGE_FNS.get("asymre")(batch(), baseline_shift=0.25)
+    assert per_sequence(adv) == pytest.approx([0.25, -0.75, -0.75, None, -0.25, -0.25, 0.0])
+
+
+@pytest.mark.parametrize("reward", [0.1, 1 / 3])
+def test_asymre_equal_rewards_give_exactly_minus_the_shift(reward):
+    # the float32 mean of seven equal rewards is not exactly the reward: no trace of it may remain
+    inputs = AdvantageInputs(rewards=torch.tensor([reward] * 7 + [5.0]), response_mask=torch.ones(8, 3),
+                             group_ids=torch.tensor([2] * 7 + [9]))
+    adv, _ = ADVANTAGE_FNS.get("asymre")(inputs, baseline_shift=-0.1)
+    assert adv[:7].unique().tolist() == [torch.tensor(0.1).item()]
+    assert adv[7].abs().max().item() == 0.0
+
+
+def test_asymre_follows_a_mask_with_holes():
+    mask = torch.tensor([[1, 0, 1], [0, 1, 1]])
+    inputs = AdvantageInputs(rewards=torch.tensor([1.0, 0.0]), response_mask=mask, group_ids=torch.tensor([0, 0]))
+    adv, _ = ADVANTAGE_FNS.get("asymre")(inputs)
+    close(adv.tolist(), [[0.6, 0.0, 0.6], [0.0, -0.4, -0.4]])
+
+
+@pytest.mark.parametrize("shift", [float("nan"), "low", True])
+def test_asymre_rejects_a_shift_that_is_not_a_finite_number(shift):
+    with pytest.raises(ConfigError, match="baseline_shift must be a finite number"):
+        ADVANTAGE_FNS.get("asymre")(batch(), baseline_shift=shift)
+
+
+def test_rec_centres_on_the_group_mean():
+    adv, returns = ADVANTAGE_FNS.get("rec")(batch())
+    assert per_sequence(adv) == pytest.approx([0.5, -0.5, -0.5, None, 0.0, 0.0, 0.0])
+    assert torch.equal(adv, returns)
+    # population std of (1, 0, 0, 1) is 0.5
+    adv, _ = ADVANTAGE_FNS.get("rec")(batch(), std_normalize=True, epsilon=0.5)
+    assert per_sequence(adv) == pytest.approx([0.5, -0.5, -0.5, None, 0.0, 0.0, 0.0])
+    adv, _ = ADVANTAGE_FNS.get("rec")(batch(), std_normalize=True)
+    assert per_sequence(adv) == pytest.approx([1.0, -1.0, -1.0, None, 0.0, 0.0, 0.0], abs=1e-5)
+
+
+# group 0: one response at or above its mean 0.25, three below; group 1: (2, 1) at or above 1, one below;
+# group 2 alone. The last response's mask has a hole.
+BALANCE = AdvantageInputs(rewards=torch.tensor([1.0, 0.0, 0.0, 0.0, 2.0, 1.0, 0.0, 3.0]),
+                          response_mask=torch.tensor([[1, 1]] * 7 + [[1, 0]]),
+                          group_ids=torch.tensor([0, 0, 0, 0, 1, 1, 1, 2]))
+
+
+@pytest.mark.parametrize("std_normalize", [False, True])
+def test_rec_balance_drops_the_surplus_negatives(std_normalize):
+    kept_negatives = set()
+    for seed in range(20):
+        torch.manual_seed(seed)
+        adv, _ = ADVANTAGE_FNS.get("rec")(BALANCE, drop="balance", std_normalize=std_normalize, epsilon=0.0)
+        seq = adv[:, 0].tolist()
+        # kept in group 0: the positive and one negative, mean 0.5 (population std 0.5)
+        scale = 2.0 if std_normalize else 1.0
+        assert seq[0] == pytest.approx(0.5 * scale)
+        assert sorted(seq[1:4]) == pytest.approx([-0.5 * scale, 0.0, 0.0])
+        kept_negatives.add(1 + [abs(v) > 0 for v in seq[1:4]].index(True))
+        # group 1 has no surplus: (2, 1, 0) - 1, over the population std sqrt(2/3)
+        expected = [1.0, 0.0, -1.0] if not std_normalize else [v / math.sqrt(2 / 3) for v in (1.0, 0.0, -1.0)]
+        assert seq[4:7] == pytest.approx(expected)
+        assert adv[7].tolist() == [0.0, 0.0]
+    # the negative kept is drawn at random
+    assert len(kept_negatives) > 1
+
+
+@pytest.mark.parametrize(("args", "match"), [({"drop": "random"}, "drop: 'random' is not a 'rec' choice"),
+                                             ({"epsilon": -1.0}, "epsilon must be >= 0")])
+def test_rec_rejects_bad_arguments(args, match):
+    with pytest.raises(ConfigError, match=match):
+        ADVANTAGE_FNS.get("rec")(batch(), **args)

@@ -42,6 +42,9 @@ def test_preset_names_resolve_and_args_bind(algorithm_type):
         ("topr", "reinforce", "topr", "k2", 2, False, True, False),
         ("cispo", "grpo", "cispo", "k2", 2, False, True, True),
         ("m2po", "grpo", "m2po", "none", 8, False, False, True),
+        ("asymre", "asymre", "opmd", "none", 2, False, False, True),
+        ("sppo", "opmd", "sppo", "none", 2, False, False, True),
+        ("rec", "rec", "rec", "none", 2, False, False, True),
         ("sft", None, "sft", "none", 1, False, False, False),
     ],
 )
@@ -65,6 +68,19 @@ def test_m2po_preset_is_trinitys():
     m2po = ALGORITHM_PRESETS["m2po"]
     assert (m2po["entropy_loss_fn"], m2po["loss_agg_mode"]) == ("none", "token-mean")
     assert POLICY_LOSS_FNS.needs(m2po["policy_loss_fn"]).old_log_prob == "behaviour"
+
+
+@pytest.mark.parametrize("algorithm_type", ["asymre", "sppo", "rec"])
+def test_trinitys_presets_without_entropy_term(algorithm_type):
+    """Trinity-RFT's AsymREAlgorithm, sPPOAlgorithm and RECAlgorithm: no entropy term, token-mean,
+    and no function arguments of their own (Trinity's functions' defaults apply)."""
+    preset = ALGORITHM_PRESETS[algorithm_type]
+    assert (preset["entropy_loss_fn"], preset["loss_agg_mode"]) == ("none", "token-mean")
+    assert not any(key.endswith("_args") for key in preset)
+
+
+def test_sppo_compares_with_the_policy_at_the_start_of_the_step():
+    assert POLICY_LOSS_FNS.needs("sppo").old_log_prob == "proximal"
 
 
 def test_cispo_preset_uses_trinity_clip_arguments():

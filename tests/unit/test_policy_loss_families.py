@@ -204,12 +204,42 @@ E = math.e
     ({"clip_mode": "gspo-one-side"}, -1.0, [-0.25, -0.25, 0.25, 0.25]),
     ({"weight": "importance_sampling"}, (1.5 + 0.6 - 1.5 - 14) / 4, [-1.5 / 4, -0.3 / 4, 0.5 / 4, 3.5 / 4]),
     ({"weight": "advantage"}, (E + 2 * E - 3 / E - 4 / E) / 4, [-E / 4, -E / 4, 1 / E / 4, 1 / E / 4]),
+    # rho clipped to [1 - 0.6, 1 + 2]: (1.5, 0.4, 0.5, 3.0)
+    ({"weight": "truncated_importance_sampling"}, (1.5 + 0.8 - 1.5 - 12) / 4, [-1.5 / 4, -0.4 / 4, 0.5 / 4, 3 / 4]),
+    # Trinity's spellings: one-side with eps_high 0.6 keeps token 0 (rho 1.5) too
+    ({"clip_mode": "one-side", "epsilon_low": 0.2, "epsilon_high": 0.6}, (1 + 2 - 4) / 4, [-0.25, -0.25, 0.0, 0.25]),
+    ({"clip_mode": "one-side", "clip_range_high": 0.6, "epsilon_high": 0.6}, (1 + 2 - 4) / 4,
+     [-0.25, -0.25, 0.0, 0.25]),
+    # ring, eps'_low 0.8 and eps'_high 1.0: nothing in the band; of the rest, only rho 3.5 >= 2 where A <= 0 (token 3)
+    ({"clip_mode": "ring", "epsilon_low_prime": 0.8, "epsilon_high_prime": 1.0}, -4 / 4, [0.0, 0.0, 0.0, 0.25]),
     ({"regularizer": "forward-kl", "regularizer_coef": 0.5}, (-4 + 0.5 * 10) / 4, [-0.375, -0.375, 0.125, 0.125]),
 ])
 def test_rec_variants(args, loss, grad):
     value, gradient, _ = run("rec", inputs_from_log_ratios(*REC_BATCH), **args)
     assert value == pytest.approx(loss)
     close(gradient, [grad])
+
+
+def test_rec_fix_opd_advantage_adds_log_mu_minus_log_pi():
+    log_prob, log_ratios = REC_BATCH[0][0], REC_BATCH[1][0]
+    shifted = [a - r for a, r in zip(REC_BATCH[2][0], log_ratios, strict=True)]
+    value, gradient, _ = run("rec", inputs_from_log_ratios(*REC_BATCH), fix_opd_advantage=True)
+    assert value == pytest.approx(sum(-w * lp for w, lp in zip(shifted, log_prob, strict=True)) / 4)
+    close(gradient, [[-w / 4 for w in shifted]])
+
+
+def test_sppo_keeps_the_log_ratio_inside_the_band():
+    batch = ([[-1.0, -2.0, -3.0]], [[math.log(1.2), math.log(0.7), math.log(1.4)]], [[2.0, 1.0, -1.0]], [[1, 1, 1]])
+    # epsilon 0.3: band [1/1.3, 1.3] keeps rho 1.2 only
+    value, gradient, metrics = run("sppo", inputs_from_log_ratios(*batch))
+    assert value == pytest.approx(-2 * math.log(1.2) / 3)
+    close(gradient, [[-2 / 3, 0.0, 0.0]])
+    assert metrics["actor/pg_clipfrac"] == pytest.approx(2 / 3)
+    # epsilon 0.5: band [2/3, 1.5] keeps all three
+    value, gradient, metrics = run("sppo", inputs_from_log_ratios(*batch), epsilon=0.5)
+    assert value == pytest.approx(-(2 * math.log(1.2) + math.log(0.7) - math.log(1.4)) / 3)
+    close(gradient, [[-2 / 3, -1 / 3, 1 / 3]])
+    assert metrics["actor/pg_clipfrac"] == 0.0
 
 
 def test_rec_k2_regularizer():
@@ -229,7 +259,7 @@ def test_dro():
 
 
 ARGS = {"dro": {"beta": 0.5}}
-NEW = ["gspo", "geo_mean", "clip_cov", "kl_cov", "dppo_tv", "dppo_kl", "sapo", "m2po", "rec", "dro"]
+NEW = ["gspo", "geo_mean", "clip_cov", "kl_cov", "dppo_tv", "dppo_kl", "sapo", "m2po", "rec", "dro", "sppo"]
 # a one-token response, a response with a hole, a fully padded one
 EDGE = ([[-0.5, -1.0, -1.0], [-0.2, -0.7, -1.5], [-1.0, -1.0, -1.0]], [[0.3, 0.0, 0.0], [-0.4, 0.0, 0.6], [0.0] * 3],
         [[1.0] * 3, [-1.0] * 3, [0.5] * 3], [[1, 0, 0], [1, 0, 1], [0, 0, 0]])
@@ -281,6 +311,9 @@ def test_reports_verl_metrics(name):
     ("rec", {"clip_mode": "both"}, "clip_mode: 'both' is not a 'rec' choice"),
     ("rec", {"clip_range_low": 1.5}, "must be <= 1"),
     ("rec", {"temp": 0.0}, "temp must be > 0"),
+    ("rec", {"clip_range_low": 0.2, "epsilon_low": 0.3}, "clip_range_low=0.2 and epsilon_low=0.3 name the same"),
+    ("rec", {"epsilon_low_prime": 1.5}, "must be <= 1"),
+    ("sppo", {"epsilon": 0.0}, "epsilon must be > 0"),
     ("dro", {}, "beta: 'dro' needs a positive beta"),
 ])
 def test_bad_arguments_name_the_key(name, args, match):
