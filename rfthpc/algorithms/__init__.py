@@ -32,6 +32,7 @@ from rfthpc.algorithms.presets import (
     needs_greedy_baseline,
     needs_groups,
     needs_reference,
+    trains_on_dataset,
 )
 from rfthpc.algorithms.registry import ADVANTAGE_FNS, ENTROPY_LOSS_FNS, KL_FNS, LOSS_AGG_MODES, POLICY_LOSS_FNS
 
@@ -93,5 +94,6 @@ __all__ = [
     "needs_groups",
     "needs_reference",
     "outcome_token_rewards",
+    "trains_on_dataset",
     "value_loss",
 ]

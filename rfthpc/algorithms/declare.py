@@ -64,6 +64,10 @@ class Needs:
     """Advantage: returns a third tensor, (B,) bool, False for the responses the step leaves out: their
     tokens leave the loss mask, so no term of the loss (policy, KL, entropy) and no denominator counts
     them, as if they were not in the batch (grpo's std_threshold)."""
+    preference_pairs: bool = False
+    """Policy loss: trains on preference pairs (DPO): the stage reads (prompt, chosen, rejected) rows from
+    its dataset, and the loss gets the frozen reference model's log-probabilities and, per response, its
+    pair's other response's log-ratio to the reference under the policy at the start of the step."""
     drops_tokens: bool = False
     """Advantage: returns a third tensor, (B, T) bool, False for the tokens the step leaves out, which
     leave the loss mask as drops_responses' responses do (clipb)."""

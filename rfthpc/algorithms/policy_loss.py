@@ -50,6 +50,13 @@ class PolicyLossInputs:
     rollout_is_weights: torch.Tensor | None = None
     """(B, T) rollout-correction importance weights (no gradient); given to losses that declare
     rollout_is_weights=True, which apply them themselves (None: rollout_is is off)."""
+    ref_log_prob: torch.Tensor | None = None
+    """(B, T) log pi_ref of the frozen reference model; given to losses that declare preference_pairs=True."""
+    pair_sign: torch.Tensor | None = None
+    """(B,) +1 for the chosen response of its preference pair, -1 for the rejected one (preference_pairs)."""
+    partner_log_ratio: torch.Tensor | None = None
+    """(B,) sum over its pair's other response of log pi - log pi_ref, pi the policy at the start of the
+    step (no gradient; preference_pairs)."""
 
 
 def masked_inputs(inputs: PolicyLossInputs) -> PolicyLossInputs:

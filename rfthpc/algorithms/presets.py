@@ -8,7 +8,7 @@ model or groups are needed follows from the functions finally named (`needs_crit
 Differences from Trinity-RFT: `tis` and `kimi15` are ROLL's off-policy variants made into algorithm
 types here (Trinity has no such type); `kimi15` takes the group-mean baseline advantage of the
 Kimi k1.5 paper (`opmd` with its default mean baseline); `remax` is veRL's estimator (Trinity has
-no ReMax).
+no ReMax); `dpo` adds no KL loss unless the config names one (Trinity forces k2).
 """
 
 from __future__ import annotations
@@ -145,5 +145,26 @@ ALGORITHM_PRESETS: dict[str, dict[str, Any]] = {
         kl_loss_fn="none",
         entropy_loss_fn="none",
     ),
+    # DPO (arXiv:2305.18290) on a preference dataset, trainer only. The loss is a mean over pairs, so
+    # micro-batches are weighted by their sequences. Trinity-RFT forces a k2 KL loss on it (its way of
+    # loading a reference model); here the loss itself asks for the reference, and an extra KL term is
+    # added only when the config names one (the paper and TRL add none).
+    "dpo": _preset(
+        advantage_fn=None,
+        policy_loss_fn="dpo",
+        repeat_times=1,
+        kl_loss_fn="none",
+        entropy_loss_fn="none",
+        loss_agg_mode="seq-mean-token-mean",
+    ),
 }
 """algorithm_type → default algorithm fields."""
+
+DATASET_ALGORITHMS = ("sft", "dpo")
+"""Algorithm types that train on a dataset (`buffer.trainer_input.experience_buffer.path`), with the
+trainer alone: no explorer, no advantage, no behaviour policy."""
+
+
+def trains_on_dataset(algorithm_type: str | None) -> bool:
+    """True for an algorithm type that trains on a dataset instead of the explorers' experience."""
+    return algorithm_type in DATASET_ALGORITHMS

@@ -96,7 +96,7 @@ class AlgorithmConfig:
     algorithm_type: str = "ppo"
     """Preset that fills unset functions: ppo, grpo, grpo_verl, dr_grpo, dapo, gspo, gmpo, sapo, lite_ppo,
     rloo, remax, reinforceplusplus, reinforce_plus_plus_baseline, opmd, asymre, sppo, rec, cispo, tis, m2po,
-    topr, kimi15, decoupled_ppo, sft."""
+    topr, kimi15, decoupled_ppo, sft, dpo (trainer only, on a preference dataset)."""
     repeat_times: Optional[int] = None
     """Responses sampled per task (GRPO group size; veRL's `actor_rollout_ref.rollout.n`); defaults to the preset's."""
     sample_strategy: Literal["default"] = "default"
@@ -110,7 +110,7 @@ class AlgorithmConfig:
     """Keyword arguments of the advantage function (e.g. gamma, lam, std_normalize)."""
     policy_loss_fn: Optional[str] = None
     """Policy loss (ppo, pg/vanilla/gpg, gspo, geo_mean/gmpo, sapo, clip_cov, kl_cov, dppo_tv, dppo_kl, dro,
-    cispo, tis, topr, kimi15, opmd, sppo, rec, m2po, decoupled_ppo, bypass_mode, sft; docs/configuration.md) or
+    cispo, tis, topr, kimi15, opmd, sppo, rec, m2po, decoupled_ppo, bypass_mode, sft, dpo; docs/configuration.md) or
     `module:function`."""
     policy_loss_fn_args: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the policy loss (e.g. clip_range, clip_ratio_c)."""

@@ -21,6 +21,11 @@ class FormatConfig:
     response_key: str = "response"
     """Column holding the reference answer (ground truth, or the SFT target); "" for a taskset without one
     (e.g. environment tasks, whose environment scores the episodes)."""
+    chosen_key: str = "chosen"
+    """DPO datasets: column holding the preferred reply (plaintext: its text; messages: a list of messages
+    continuing the `messages_key` chat, e.g. one assistant turn)."""
+    rejected_key: str = "rejected"
+    """DPO datasets: column holding the dispreferred reply, in the form of `chosen_key`'s."""
     messages_key: str = "messages"
     """Column holding a chat when `prompt_type` is messages (tasksets: it must not end with an assistant turn)."""
     system_prompt: Optional[str] = None

@@ -25,7 +25,7 @@ def _fill(value: Any, default: Any) -> Any:
 
 
 def _apply_preset(cfg: Config, problems: Problems) -> None:
-    from rfthpc.algorithms.presets import ALGORITHM_PRESETS
+    from rfthpc.algorithms.presets import ALGORITHM_PRESETS, trains_on_dataset
 
     alg = cfg.algorithm
     preset = ALGORITHM_PRESETS.get(alg.algorithm_type)
@@ -33,7 +33,7 @@ def _apply_preset(cfg: Config, problems: Problems) -> None:
         problems.add(f"algorithm.algorithm_type: unknown algorithm {alg.algorithm_type!r}; "
                      f"known: {', '.join(sorted(ALGORITHM_PRESETS))}", ALGORITHM)
         preset = {}  # validation leaves the functions of an unknown algorithm unchecked
-    if alg.rollout_correction.bypass_mode and alg.policy_loss_fn is None and alg.algorithm_type != "sft":
+    if alg.rollout_correction.bypass_mode and alg.policy_loss_fn is None and not trains_on_dataset(alg.algorithm_type):
         # veRL's bypass mode picks the loss by loss_type (an unknown one is reported by validation).
         from rfthpc.algorithms.rollout_settings import BYPASS_LOSSES
 
@@ -51,7 +51,9 @@ def _apply_preset(cfg: Config, problems: Problems) -> None:
         for key, value in (preset.get(name) or {}).items():
             if getattr(section, key) is None:
                 setattr(section, key, value)
-    if alg.algorithm_type == "sft":
+    if trains_on_dataset(alg.algorithm_type):
+        # One sample per dataset row (a DPO row's two replies are its pair, not repeats; Trinity-RFT
+        # sets a fake 2 for them).
         alg.repeat_times = 1
     elif alg.repeat_times is None:
         alg.repeat_times = preset.get("repeat_times", 1)

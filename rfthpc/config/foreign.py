@@ -208,8 +208,6 @@ _STORAGE_KEYS: dict[str, Answer] = {
     "mm_data_kwargs": Refused(MULTIMODAL, _off),
     "format.image_key": Refused(MULTIMODAL, _off),
     "format.video_key": Refused(MULTIMODAL, _off),
-    "format.chosen_key": Ignored("a DPO column; rfthpc has no DPO"),
-    "format.rejected_key": Ignored("a DPO column; rfthpc has no DPO"),
     "format.tools_key": Refused(
         "rfthpc passes no tool definitions to the chat template (toolcall_workflow reads its `tools` column itself); "
         "remove it", _is("tools"),

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
-from rfthpc.algorithms.presets import needs_greedy_baseline
+from rfthpc.algorithms.presets import needs_greedy_baseline, trains_on_dataset
 from rfthpc.algorithms.rollout_settings import RolloutCorrection
 from rfthpc.config.algorithm import AlgorithmConfig, OptimizerConfig
 from rfthpc.config.buffer import ExperienceBufferConfig, TasksetConfig
@@ -76,7 +76,7 @@ class AlgorithmSettings:
     algorithm_type: str
     repeat_times: int
     advantage_fn: str | None
-    """None only for SFT."""
+    """None only for SFT and DPO."""
     advantage_fn_args: Mapping[str, Any]
     policy_loss_fn: str
     policy_loss_fn_args: Mapping[str, Any]
@@ -91,7 +91,7 @@ class AlgorithmSettings:
     loss_scale_factor: float | None = None
     """seq-mean-token-sum-norm's constant length (default model.max_response_tokens); None otherwise."""
     rollout_correction: RolloutCorrection = field(default_factory=RolloutCorrection)
-    """`algorithm.rollout_correction`, parsed (off for SFT, which has no behaviour policy)."""
+    """`algorithm.rollout_correction`, parsed (off for SFT and DPO, which have no behaviour policy)."""
 
     @classmethod
     def of(cls, alg: AlgorithmConfig) -> AlgorithmSettings:
@@ -112,7 +112,7 @@ class AlgorithmSettings:
             loss_agg_mode=_required(alg.loss_agg_mode, "algorithm.loss_agg_mode"),
             optimizer=OptimizerSettings.of(alg.optimizer),
             loss_scale_factor=alg.loss_scale_factor,
-            rollout_correction=RolloutCorrection() if alg.algorithm_type == "sft"
+            rollout_correction=RolloutCorrection() if trains_on_dataset(alg.algorithm_type)
             else RolloutCorrection.of(alg.rollout_correction),
         )
 
@@ -164,7 +164,7 @@ class TrainerStageSettings:
     chunk_delay_s: float
     """`buffer.trainer_input.experience_buffer.max_chunk_delay`."""
     sft_data: ExperienceBufferConfig
-    """The SFT dataset (SFT stages); a copy the trainer owns."""
+    """The SFT or DPO dataset (SFT and DPO stages); a copy the trainer owns."""
     claim_sets: tuple[str, ...]
     """The `TaskClaims` names of the stage's tasksets, as its explorers name them."""
     replay: ReplayPolicy | None = None
@@ -250,11 +250,11 @@ def _trainer_stage(stage: Stage, claim_sets: tuple[str, ...]) -> TrainerStageSet
 
 
 def replay_policy(cfg: Config) -> ReplayPolicy | None:
-    """The replay policy of a (finalized) stage; None without replay, and for an sft stage, which reads
+    """The replay policy of a (finalized) stage; None without replay, and for an sft or dpo stage, which reads
     a dataset (as Trinity-RFT, whose replay buffer is a queue's). Raises ConfigError for bad values."""
     eb = cfg.buffer.trainer_input.experience_buffer
     rb = eb.replay_buffer
-    if not rb.enable or cfg.algorithm.algorithm_type == "sft":
+    if not rb.enable or trains_on_dataset(cfg.algorithm.algorithm_type):
         return None
     return ReplayPolicy(capacity=eb.capacity, reuse_cooldown_s=rb.reuse_cooldown_time, priority_fn=rb.priority_fn,
                         priority_fn_args=_frozen(rb.priority_fn_args))

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from rfthpc.algorithms.declare import Needs
+from rfthpc.algorithms.presets import trains_on_dataset
+from rfthpc.algorithms.registry import AlgorithmRegistry
 from rfthpc.config import compat
 from rfthpc.config.buffer import TasksetConfig
 from rfthpc.config.derive import (
@@ -107,7 +109,7 @@ def _check_functions(cfg: Config, problems: Problems) -> None:
             ALGORITHM)
     _check_loss_scale_factor(problems, alg.loss_agg_mode, alg.loss_scale_factor)
     _check_rollout_correction(cfg, problems)
-    if _advantage_needs(alg.advantage_fn).groups and alg.algorithm_type != "sft":
+    if _advantage_needs(alg.advantage_fn).groups and not trains_on_dataset(alg.algorithm_type):
         # A lone response has nothing to be compared with: its advantage is 0 and only the KL term trains.
         counts = [("algorithm.repeat_times", alg.repeat_times)] if cfg.mode == "train" else [
             (f"buffer.explorer_input.tasksets[{i}].repeat_times", ts.repeat_times) for i, ts in enumerate(inp.tasksets)
@@ -170,7 +172,7 @@ def _check_replay(cfg: Config, problems: Problems) -> None:
 
     eb = cfg.buffer.trainer_input.experience_buffer
     rb = eb.replay_buffer
-    if not rb.enable or cfg.algorithm.algorithm_type == "sft":
+    if not rb.enable or trains_on_dataset(cfg.algorithm.algorithm_type):
         return
     found = policy_problems(eb.capacity, rb.reuse_cooldown_time, rb.priority_fn, rb.priority_fn_args)
     for message in found:
@@ -184,14 +186,47 @@ def _check_replay(cfg: Config, problems: Problems) -> None:
         )
 
 
+def _check_preference(cfg: Config, problems: Problems) -> None:
+    """A dpo stage runs the trainer alone on a preference dataset with the dpo loss, whose mean over
+    pairs needs micro-batches weighted by their responses (a seq-mean loss_agg_mode); the dpo loss
+    runs only there."""
+    from rfthpc import algorithms as algos
+
+    alg = cfg.algorithm
+    pairs = _needs(algos.POLICY_LOSS_FNS, alg.policy_loss_fn).preference_pairs
+    if alg.algorithm_type != "dpo":
+        if pairs:
+            problems.add(f"algorithm.policy_loss_fn: {alg.policy_loss_fn!r} trains on preference pairs, which only a "
+                         "dpo stage reads; set algorithm.algorithm_type: dpo (and mode: train)", ALGORITHM)
+        return
+    if explores(cfg.mode):
+        problems.add(f"mode: DPO trains on a preference dataset with the trainer alone, so mode {cfg.mode!r} has "
+                     "nothing for explorers to do; set mode: train (as Trinity-RFT requires)", INVALID)
+    if not pairs:
+        problems.add(f"algorithm.policy_loss_fn: a dpo stage trains on preference pairs, but {alg.policy_loss_fn!r} "
+                     "is not a preference loss; set policy_loss_fn: dpo (or remove it)", ALGORITHM)
+    if not alg.loss_agg_mode.startswith("seq-mean"):
+        problems.add(f"algorithm.loss_agg_mode: DPO's loss is a mean over pairs, so micro-batches are weighted by "
+                     f"their responses, but {alg.loss_agg_mode!r} weights them by tokens; use seq-mean-token-mean "
+                     "(the dpo default) or another seq-mean mode", ALGORITHM)
+    args = alg.policy_loss_fn_args
+    smoothing, beta = args.get("label_smoothing"), args.get("beta")
+    if smoothing is not None and not (isinstance(smoothing, (int, float)) and 0.0 <= smoothing < 0.5):
+        problems.add(f"algorithm.policy_loss_fn_args.label_smoothing: {smoothing!r} is not a probability in "
+                     "[0, 0.5) (the chance a pair's label is wrong); set it so, or 0 for plain DPO", ALGORITHM)
+    if beta is not None and not (isinstance(beta, (int, float)) and beta > 0):
+        problems.add(f"algorithm.policy_loss_fn_args.beta: {beta!r} must be > 0 (DPO's inverse temperature, "
+                     "e.g. 0.1)", ALGORITHM)
+
+
 def _check_rollout_correction(cfg: Config, problems: Problems) -> None:
-    """`algorithm.rollout_correction` parses and fits the policy loss (an sft stage ignores it: no
-    behaviour policy)."""
+    """`algorithm.rollout_correction` parses and fits the policy loss (an sft or dpo stage ignores it:
+    no behaviour policy)."""
     from rfthpc import algorithms as algos
     from rfthpc.algorithms.rollout_settings import BYPASS_LOSSES, KEY, RolloutCorrection
 
     alg = cfg.algorithm
-    if alg.algorithm_type == "sft":
+    if trains_on_dataset(alg.algorithm_type):
         return
     try:
         rc = RolloutCorrection.of(alg.rollout_correction)
@@ -227,8 +262,14 @@ def _advantage_needs(advantage_fn: str | None) -> Needs:
     know (reported on its own)."""
     from rfthpc import algorithms as algos
 
+    return _needs(algos.ADVANTAGE_FNS, advantage_fn)
+
+
+def _needs(registry: AlgorithmRegistry[Any], name: str | None) -> Needs:
+    """What function `name` of an algorithm registry needs; nothing for none, or for a name the
+    registry does not know (reported on its own)."""
     try:
-        return algos.ADVANTAGE_FNS.needs(advantage_fn) if advantage_fn else Needs()
+        return registry.needs(name) if name else Needs()
     except ConfigError:
         return Needs()
 
@@ -467,13 +508,13 @@ def _check_sequence_parallel(cfg: Config, problems: Problems, check_paths: bool)
 
 def _check_inputs(cfg: Config, problems: Problems, check_paths: bool) -> None:
     inp = cfg.buffer.explorer_input
-    sft = cfg.algorithm.algorithm_type == "sft"
+    sft = trains_on_dataset(cfg.algorithm.algorithm_type)
     if explores(cfg.mode) and not sft and not inp.tasksets:
         problems.add("buffer.explorer_input.taskset: missing; explorers need at least one training taskset", PATHS)
     eb = cfg.buffer.trainer_input.experience_buffer
     if sft and not eb.path:
-        problems.add("buffer.trainer_input.experience_buffer.path: an sft stage trains on this dataset; "
-                     "give its local path", PATHS)
+        problems.add(f"buffer.trainer_input.experience_buffer.path: an {cfg.algorithm.algorithm_type} stage trains "
+                     "on this dataset; give its local path", PATHS)
     for group, sets in (("tasksets", inp.tasksets), ("eval_tasksets", inp.eval_tasksets)):
         for i, ts in enumerate(sets):
             try:
@@ -507,7 +548,7 @@ def _check_columns(cfg: Config, problems: Problems, missing: set[str]) -> None:
     from rfthpc.workflows.registry import reads_text_columns
 
     inp, eb = cfg.buffer.explorer_input, cfg.buffer.trainer_input.experience_buffer
-    sft = cfg.algorithm.algorithm_type == "sft"
+    sft = trains_on_dataset(cfg.algorithm.algorithm_type)
     datasets = []
     if explores(cfg.mode) and not sft:
         for group, sets in (("tasksets", inp.tasksets), ("eval_tasksets", inp.eval_tasksets)):
@@ -515,7 +556,8 @@ def _check_columns(cfg: Config, problems: Problems, missing: set[str]) -> None:
                 ts.format, text=reads_text_columns(ts.default_workflow_type, ts.format.workflow_key or None)))
                 for i, ts in enumerate(sets)]
     if sft:
-        datasets.append(("buffer.trainer_input.experience_buffer", eb, format_columns(eb.format, sft=True)))
+        datasets.append(("buffer.trainer_input.experience_buffer", eb,
+                         format_columns(eb.format, sft=True, pairs=cfg.algorithm.algorithm_type == "dpo")))
     for key, ds, required in datasets:
         if f"{key}.path" in missing or not ds.path:
             continue
@@ -541,6 +583,7 @@ def validate(cfg: Config, source: str = "config", check_paths: bool = True, prob
     _check_functions(cfg, problems)
     _check_reward_shaping(cfg, problems)
     _check_replay(cfg, problems)
+    _check_preference(cfg, problems)
     _check_inputs(cfg, problems, check_paths)
     if cfg.model.lora is not None:
         for message in lora_problems(cfg.model.lora, cfg.model.model_path, check_paths):

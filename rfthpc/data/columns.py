@@ -31,23 +31,28 @@ JSONL_ROWS = 100
 
 def required_columns(*, prompt_type: str, prompt_key: str | None, response_key: str | None, messages_key: str | None,
                      system_prompt_key: str | None = None, workflow_key: str | None = None,
-                     reward_fn_key: str | None = None) -> list[tuple[str, str]]:
+                     reward_fn_key: str | None = None, chosen_key: str | None = None,
+                     rejected_key: str | None = None) -> list[tuple[str, str]]:
     """(format option, column) for every column the format keys name (unset optional keys name none)."""
     chat = prompt_type == "messages"
     named = [("messages_key" if chat else "prompt_key", messages_key if chat else prompt_key),
              ("response_key", response_key), ("system_prompt_key", system_prompt_key),
-             ("workflow_key", workflow_key), ("reward_fn_key", reward_fn_key)]
+             ("workflow_key", workflow_key), ("reward_fn_key", reward_fn_key),
+             ("chosen_key", chosen_key), ("rejected_key", rejected_key)]
     return [(option, key) for option, key in named if key]
 
 
-def format_columns(fmt: FormatConfig, sft: bool = False, text: bool = True) -> list[tuple[str, str]]:
+def format_columns(fmt: FormatConfig, sft: bool = False, text: bool = True, pairs: bool = False) -> list[tuple[str, str]]:
     """`required_columns` of a taskset's `format` (the explorer's reading; without `text`, for a
     workflow that reads neither, not the prompt's and reference answer's), or with `sft` of an SFT
-    dataset's (the trainer's: the chat, or the prompt and the reply; no per-row workflow or reward)."""
+    dataset's (the trainer's: the chat, or the prompt and the reply; no per-row workflow or reward);
+    with `pairs` too, of a DPO dataset's (the chat or the prompt, the chosen and the rejected reply)."""
     if sft:
         chat = fmt.prompt_type == "messages"
-        return required_columns(prompt_type=fmt.prompt_type, prompt_key=fmt.prompt_key,
-                                response_key=None if chat else fmt.response_key, messages_key=fmt.messages_key)
+        reply = None if chat or pairs else fmt.response_key
+        return required_columns(prompt_type=fmt.prompt_type, prompt_key=fmt.prompt_key, response_key=reply,
+                                messages_key=fmt.messages_key, chosen_key=fmt.chosen_key if pairs else None,
+                                rejected_key=fmt.rejected_key if pairs else None)
     return required_columns(prompt_type=fmt.prompt_type, prompt_key=fmt.prompt_key if text else None,
                             response_key=fmt.response_key if text else None,
                             messages_key=fmt.messages_key if text else None,

@@ -1,12 +1,13 @@
 """The training loop: stages in order, one step at a time, publishing, checkpointing, stopping cleanly.
 
 A step (global step t, the trainer holding policy version t - 1):
- 1. rank 0 takes a batch (experience groups from the store, or SFT rows), checks it and hands it
-    to every rank;
+ 1. rank 0 takes a batch (experience groups from the store, or SFT rows, or DPO pairs), checks it
+    and hands it to every rank;
  2. forward passes without gradients where the algorithm needs them: the reference model's
-    log-probabilities (KL; with LoRA the policy with its adapter switched off), the policy's before the update (PPO's ratio, when the step makes
-    several updates; with sum_v pi_v^2 for an advantage that declares it, the optimal token
-    baseline), the critic's values (GAE);
+    log-probabilities (KL, DPO; with LoRA the policy with its adapter switched off), the policy's
+    before the update (PPO's ratio, when the step makes several updates; DPO's pair partners; with
+    sum_v pi_v^2 for an advantage that declares it, the optimal token baseline), the critic's
+    values (GAE);
  3. rewards are shaped and advantages computed (every rank, whole batch); responses the advantage
     leaves out (grpo's std_threshold) leave the loss masks;
  4. the critic, then the policy, take `ppo_epochs` passes of mini-batch updates;
@@ -62,7 +63,7 @@ from rfthpc.trainer.optim import LRSchedule, make_optimizer, set_lr
 from rfthpc.trainer.rl_batch import StepTensors, build_step_tensors
 from rfthpc.trainer.samples import Sample
 from rfthpc.trainer.sequence_parallel import sequence_group
-from rfthpc.trainer.sft_data import SFTData, load_tokenizer
+from rfthpc.trainer.sft_data import PreferenceData, SFTData, load_tokenizer
 from rfthpc.trainer.stages import Position, next_trainable, resume_position
 from rfthpc.trainer.update import MicroLoss, ShardedUpdater, UpdateResult
 from rfthpc.weight_publisher import Publication, Publisher
@@ -289,8 +290,9 @@ class Trainer:
             if self.env.is_main:
                 try:
                     tokenizer = load_tokenizer(self.settings.model_path, stage.chat_template)
-                    sft = SFTData(stage.sft_data, tokenizer, self._max_length(stage),
-                                  enable_thinking=stage.enable_thinking)
+                    data_class = PreferenceData if alg.is_preference else SFTData
+                    sft = data_class(stage.sft_data, tokenizer, self._max_length(stage),
+                                     enable_thinking=stage.enable_thinking)
                     rows = len(sft)
                 except UserError as e:
                     rows = str(e)
@@ -434,7 +436,7 @@ class Trainer:
             # The samples' own masks, which the micro-batches carry, lose those tokens too.
             samples = _rejected(samples, tensors.mask)
         actor_samples, actor_mask = samples, tensors.mask
-        if alg.needs_start_policy:
+        if alg.needs_start_policy and not alg.is_sft:  # a dataset has no behaviour policy to correct for
             staleness_t = torch.tensor([pos.step - s.policy_version for s in samples])
             tensors.rollout_is_weights, keep, corr_metrics = alg.correct_rollouts(tensors.old, tensors.behaviour,
                                                                                  tensors.mask, staleness_t)
@@ -627,9 +629,13 @@ def _rejected(samples: list[Sample], keep: torch.Tensor) -> list[Sample]:
 
 def _actor_loss(alg: Algorithm, t: StepTensors, model: torch.nn.Module, mb, idx: list[int]):
     lp, entropy = token_logprobs(model, mb, with_entropy=True, entropy_grad=alg.entropy_needs_grad)
+    width, dev = lp.shape[1], lp.device
+    if alg.is_preference:
+        return alg.actor_loss(lp, entropy, mb.response_mask, None, None, None, t.rows("ref", idx, width, dev),
+                              pair_sign=t.rows("pair_sign", idx, width, dev),
+                              partner_log_ratio=t.rows("partner_log_ratio", idx, width, dev))
     if alg.is_sft:
         return alg.actor_loss(lp, entropy, mb.response_mask, None, None, None, None)
-    width, dev = lp.shape[1], lp.device
     if not alg.recompute_old_logprob:
         old = t.rows("behaviour", idx, width, dev)
     elif t.old is not None:

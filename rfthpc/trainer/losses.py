@@ -65,13 +65,18 @@ class Algorithm:
 
     @property
     def is_sft(self) -> bool:
-        """Supervised fine-tuning: no advantages, no behaviour policy."""
+        """Trains on a dataset (SFT, or DPO's preference pairs): no advantages, no behaviour policy."""
         return self.advantage is None
 
     @property
+    def is_preference(self) -> bool:
+        """The policy loss trains on preference pairs (DPO)."""
+        return self.policy_needs.preference_pairs
+
+    @property
     def use_reference(self) -> bool:
-        """A frozen reference model is needed (KL loss or KL penalty)."""
-        return not self.is_sft and algos.needs_reference(self.kl_penalty_fn, self.kl_loss_fn)
+        """A frozen reference model is needed (a preference loss, a KL loss or a KL penalty)."""
+        return self.is_preference or (not self.is_sft and algos.needs_reference(self.kl_penalty_fn, self.kl_loss_fn))
 
     @property
     def use_critic(self) -> bool:
@@ -106,10 +111,11 @@ class Algorithm:
     @property
     def needs_start_policy(self) -> bool:
         """Every step computes the policy's log-probabilities at its start, even with one update: for
-        rollout correction (weights, rejection, the rollout_corr/* metrics) and for losses that read
-        the behaviour policy next to the proximal one (decoupled PPO)."""
-        return not self.is_sft and (self.rollout.active or self.policy_needs.behaviour_log_prob
-                                    or self.policy_needs.rollout_is_weights)
+        rollout correction (weights, rejection, the rollout_corr/* metrics), for losses that read
+        the behaviour policy next to the proximal one (decoupled PPO), and for a preference loss (each
+        response's partner's log-ratio)."""
+        return self.is_preference or (not self.is_sft and (self.rollout.active or self.policy_needs.behaviour_log_prob
+                                                           or self.policy_needs.rollout_is_weights))
 
     def correct_rollouts(
         self, start: torch.Tensor, behaviour: torch.Tensor, mask: torch.Tensor, staleness: torch.Tensor
@@ -145,10 +151,10 @@ class Algorithm:
         if alg.advantage_fn:
             out.advantage_name = alg.advantage_fn
             out.advantage = algos.ADVANTAGE_FNS.bind(alg.advantage_fn, alg.advantage_fn_args)
-        elif alg.policy_loss_fn != "sft":
+        elif alg.policy_loss_fn != "sft" and not out.is_preference:
             raise ConfigError(
                 f"algorithm.advantage_fn: missing for policy loss {alg.policy_loss_fn!r}; name one (e.g. grpo) "
-                "or use algorithm_type sft"
+                "or use algorithm_type sft or dpo"
             )
         out.kl_loss_fn = alg.kl_loss_fn
         out.kl_penalty_fn = alg.kl_penalty_fn
@@ -170,12 +176,15 @@ class Algorithm:
         ref_log_prob: torch.Tensor | None,
         behaviour_log_prob: torch.Tensor | None = None,
         rollout_is_weights: torch.Tensor | None = None,
+        pair_sign: torch.Tensor | None = None,
+        partner_log_ratio: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """The loss L above on one micro-batch (aggregated over its own tokens) and its metrics.
 
         `rollout_is_weights`: the step's weights against the policy at its start (a loss with a
         proximal old_log_prob); a loss comparing with the behaviour policy gets weights against the
-        current policy, computed here from `behaviour_log_prob`."""
+        current policy, computed here from `behaviour_log_prob`. `pair_sign` and `partner_log_ratio`:
+        a preference loss's pairs (`PolicyLossInputs`)."""
         needs = self.policy_needs
         weights = rollout_is_weights
         if self.rollout.rollout_is is not None and self.compares_with_behaviour and behaviour_log_prob is not None:
@@ -185,6 +194,8 @@ class Algorithm:
             log_prob=log_prob, response_mask=mask, old_log_prob=old_log_prob, advantages=advantages, rewards=rewards,
             behaviour_log_prob=behaviour_log_prob if needs.behaviour_log_prob or needs.rollout_is_weights else None,
             rollout_is_weights=weights if needs.rollout_is_weights else None,
+            ref_log_prob=ref_log_prob if needs.preference_pairs else None,
+            pair_sign=pair_sign, partner_log_ratio=partner_log_ratio,
         )
         with self.loss_scale():
             # In bypass mode veRL applies the weights only in a loss that takes them (REINFORCE): PPO's

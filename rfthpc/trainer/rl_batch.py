@@ -38,6 +38,10 @@ class StepTensors:
     returns: torch.Tensor | None = None
     rollout_is_weights: torch.Tensor | None = None
     """Rollout-correction importance weights against the policy at the step's start (Algorithm.correct_rollouts)."""
+    pair_sign: torch.Tensor | None = None
+    """(B,) DPO: +1 chosen, -1 rejected (`Sample.preference`)."""
+    partner_log_ratio: torch.Tensor | None = None
+    """(B,) DPO: the log-ratio to the reference of each response's pair partner, at the step's start."""
 
     def rows(self, name: str, indices: list[int], width: int, device: torch.device) -> torch.Tensor | None:
         """Rows `indices` of tensor `name`, first `width` tokens, on `device` (None if absent)."""
@@ -50,6 +54,25 @@ class StepTensors:
                 picked = torch.nn.functional.pad(picked, (0, width - picked.shape[1]))
             picked = picked[:, :width]
         return picked.to(device)
+
+
+def preference_pairs(samples: list[Sample], start: torch.Tensor, ref: torch.Tensor,
+                     mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(pair_sign, partner_log_ratio), (B,) each, of a batch of DPO pairs: each sample's
+    `preference`, and the log-ratio sum_t m_t (log pi_start - log pi_ref) of the other sample of its
+    pair (its `group`). Raises ValueError unless every group is one chosen and one rejected sample."""
+    ratios = ((start - ref) * mask).sum(dim=-1)
+    members: dict[int, list[int]] = {}
+    for i, s in enumerate(samples):
+        members.setdefault(s.group, []).append(i)
+    partner = torch.zeros(len(samples), dtype=torch.long)
+    for group, rows in members.items():
+        if sorted(samples[i].preference for i in rows) != [-1, 1]:
+            raise ValueError(f"preference pair {group}: needs one chosen and one rejected sample, got preferences "
+                             f"{[samples[i].preference for i in rows]}")
+        partner[rows[0]], partner[rows[1]] = rows[1], rows[0]
+    sign = torch.tensor([float(s.preference) for s in samples])
+    return sign, ratios[partner]
 
 
 def _tensor(rows: list[np.ndarray | None], width: int) -> torch.Tensor:
@@ -91,6 +114,9 @@ def build_step_tensors(
                                 ("prompt_length", prompt_lengths, max_prompt_tokens)):
         if limit is not None:
             metrics[f"{name}/clip_ratio"] = (counts >= limit).float().mean().item()
+    if algorithm.is_preference:
+        t.ref, t.old = _tensor(ref, width), _tensor(old, width)
+        t.pair_sign, t.partner_log_ratio = preference_pairs(samples, t.old, t.ref, mask)
     if algorithm.is_sft:
         return t, metrics
     t.behaviour = _tensor([s.behaviour_logprobs for s in samples], width)

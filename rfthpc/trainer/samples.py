@@ -1,4 +1,4 @@
-"""What the trainer trains on: `Sample`s, made from experience groups (RL) or dataset rows (SFT).
+"""What the trainer trains on: `Sample`s, made from experience groups (RL) or dataset rows (SFT, DPO).
 
 Experience groups come from explorers that may run another tokenizer or model by mistake, so each
 group is checked before training; a bad one stops the trainer with a `UserError` naming the
@@ -45,6 +45,9 @@ class Sample:
     """The reward function's named components ({"accuracy": 1.0, "format": 0.5}), when it gave them."""
     baseline_reward: float = math.nan
     """Reward of the greedy response to its task (ReMax's baseline; `Group.baseline_reward`), NaN if none."""
+    preference: int = 0
+    """DPO: +1 for the chosen response of its preference pair (the pair is its `group`), -1 for the
+    rejected one; 0 outside preference pairs."""
 
     @property
     def length(self) -> int:

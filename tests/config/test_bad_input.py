@@ -360,9 +360,9 @@ def test_one_chat_template_for_every_role(tmp_path: Path, base: str) -> None:
 
 def test_derivation_leaves_nothing_for_the_roles_to_fill(tmp_path: Path, base: str) -> None:
     """Every value a role reads is set once, here (the roles have no defaults of their own)."""
-    from rfthpc.algorithms.presets import ALGORITHM_PRESETS
+    from rfthpc.algorithms.presets import ALGORITHM_PRESETS, DATASET_ALGORITHMS
 
-    for name in sorted(set(ALGORITHM_PRESETS) - {"sft", "ppo"}):
+    for name in sorted(set(ALGORITHM_PRESETS) - {*DATASET_ALGORITHMS, "ppo"}):
         text = base.replace("algorithm_type: grpo", f"algorithm_type: {name}").replace(
             "  max_response_tokens: 32\n", "  max_response_tokens: 32\n  dtype: float32\n")
         cfg = load_config(write(tmp_path, text)).config
