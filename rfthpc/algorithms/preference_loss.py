@@ -46,10 +46,10 @@ def dpo(
     loss_agg_mode: str = "seq-mean-token-mean",
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """DPO's sigmoid loss (module docstring), a mean over the rows of the micro-batch with a trained
-    token. `beta` and `label_smoothing` as Trinity-RFT's dpo loss (defaults 0.1 and 0; the config checks
-label_smoothing is in [0, 0.5)). The loss is a
-    mean over pairs whatever `loss_agg_mode`; the config accepts only a seq-mean mode for it, so that
-    micro-batches are weighted by their responses."""
+    token. `beta` and `label_smoothing` as Trinity-RFT's dpo loss (defaults 0.1 and 0; the config
+    checks label_smoothing is in [0, 0.5)). The loss is a mean over pairs whatever `loss_agg_mode`;
+    the config accepts only a seq-mean mode for it, so that micro-batches are weighted by their
+    responses."""
     ref = _need(inputs.ref_log_prob, "the reference model's log-probabilities", "dpo")
     sign = _need(inputs.pair_sign, "preference pairs (a DPO dataset)", "dpo").to(inputs.log_prob.dtype)
     partner = _need(inputs.partner_log_ratio, "preference pairs (a DPO dataset)", "dpo").to(inputs.log_prob.dtype)
