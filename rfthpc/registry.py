@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from rfthpc.errors import ConfigError
+from rfthpc.errors import ALGORITHM, ConfigError, Problems
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -177,6 +177,19 @@ class Registry(Generic[F]):
         target = self._builtins.get(name)
         accepted = source_keywords(target) if target is not None else accepted_keywords(self.get(name))
         check_keywords(accepted, args or {}, f"{self.config_key}_args", f"{self.kind} {name!r}")
+
+    def report(self, problems: Problems, key: str, name: str | None, args: Mapping[str, Any] | None = None,
+               kind: str = ALGORITHM) -> None:
+        """`check`, recording the problem (of `kind`, named by the config key `key`) instead of raising;
+        nothing for an unset name."""
+        if not name:
+            return
+        try:
+            self.check(name, args)
+        except ConfigError as e:
+            message = str(e)
+            problems.add(message if message.startswith(f"{self.config_key}_args:")
+                         else f"{key}: {message.removeprefix(self.config_key + ': ')}", kind)
 
     def defaults(self, name: str) -> dict[str, Any]:
         """The tunable arguments of `name` with their default values."""

@@ -56,18 +56,18 @@ def _keys(text: str) -> set[str]:
 def test_migration_gives_every_foreign_key_its_answer() -> None:
     """docs/migration.md lists each Trinity-RFT, veRL and ROLL key rfthpc maps, ignores or refuses, in
     its framework's table of that answer (the code's tables are the truth; the doc must follow)."""
-    from rfthpc.config import compat, foreign
+    from rfthpc.dialects import mapping, roll, trinity, verl
 
     sections = _sections((ROOT / "docs" / "migration.md").read_text(), "## ")
     missing = []
     for title, mapped, answers in (
-        ("Trinity-RFT keys", compat.RENAMED_KEYS, foreign.TRINITY_KEYS),
-        ("veRL settings", compat.VERL_MAP, foreign.VERL_KEYS),
-        ("ROLL settings", [*compat.ROLL_MAP, "async_generation_ratio"], foreign.ROLL_KEYS),
+        ("Trinity-RFT keys", trinity.RENAMED_KEYS, trinity.TRINITY_KEYS),
+        ("veRL settings", verl.VERL_MAP, verl.VERL_KEYS),
+        ("ROLL settings", [*roll.ROLL_MAP, "async_generation_ratio"], roll.ROLL_KEYS),
     ):
         tables = {name: _keys(body) for name, body in _sections(sections[title], "### ").items()}
         expected = [("Mapped", key) for key in mapped] + [
-            ("Ignored (a note)" if isinstance(answer, foreign.Ignored) else "Refused (an error)", key)
+            ("Ignored (a note)" if isinstance(answer, mapping.Ignored) else "Refused (an error)", key)
             for key, answer in answers.items()]
         missing += [f"{title} / {table}: {key}" for table, key in expected if key not in tables[table]]
     assert not missing, "\n".join(missing)

@@ -83,13 +83,14 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
-    from rfthpc.data.tasksets import PromptBuilder, Task
+    from rfthpc.demos.tinymodel import build_tiny_model
     from rfthpc.engines import EngineSettings, make_engine
     from rfthpc.engines.batching import RequestBatcher
+    from rfthpc.engines.sampling import SamplingArgs
     from rfthpc.explorer.rollout import RolloutPolicy, run_tasks
     from rfthpc.signals import StopRequest
-    from rfthpc.tinymodel import build_tiny_model
-    from rfthpc.workflows.base import SamplingArgs, WorkflowContext
+    from rfthpc.tasks.tasksets import PromptBuilder, Task
+    from rfthpc.workflows.base import WorkflowContext
 
     work = Path(tempfile.mkdtemp(prefix="bench_agent_"))
     model = args.model or build_tiny_model(work, "tiny", seed=0)

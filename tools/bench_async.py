@@ -5,7 +5,7 @@ usage: python tools/bench_async.py [--steps 30] [--sync-offset 1] [--repeat 8] [
 
 Two runs of the demo's GRPO stage (configs/tiny-cpu.yaml without its SFT warm-up and without
 evaluation, model and data from `rfthpc make-demo`), the same config and budget except the
-staleness bound, each started like `rfthpc run` (rfthpc.local) with the trainer pinned to core 0
+staleness bound, each started like `rfthpc run` (rfthpc.launch.local) with the trainer pinned to core 0
 and the vLLM explorer to core 1 (`taskset`, OMP_NUM_THREADS=1):
 
 - sync:  `sync_interval: 1, sync_offset: 0`: the explorer waits for the weights of step t before
@@ -74,8 +74,8 @@ def bench_config(demo_dir: Path, root: Path, name: str, args: argparse.Namespace
 def run_once(config: Path) -> dict[str, Any]:
     """Run a config like `rfthpc run` with the trainer on core 0 and the explorer on core 1."""
     from rfthpc.config import load_config
-    from rfthpc.local import plan_roles, run_local
-    from rfthpc.rundir import prepare_run_dir
+    from rfthpc.launch.local import plan_roles, run_local
+    from rfthpc.launch.run_dir import prepare_run_dir
 
     loaded = load_config(config)
     run = prepare_run_dir(loaded)
@@ -107,7 +107,7 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     demo_dir = args.demo_dir
     if demo_dir is None:
-        from rfthpc.demo import MakeDemoArgs, make_demo
+        from rfthpc.demos.gsm8k import MakeDemoArgs, make_demo
 
         demo_dir = work / "demo-data"
         make_demo(MakeDemoArgs(out=demo_dir))

@@ -50,7 +50,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def problems(n: int) -> list[dict[str, str]]:
-    from rfthpc.data.synth_gsm8k import Difficulty, generate_problem
+    from rfthpc.demos.synth_gsm8k import Difficulty, generate_problem
 
     rng = random.Random(0)
     return [generate_problem(rng, Difficulty.level(1 + i % 3)) for i in range(n)]
@@ -79,7 +79,7 @@ def run_explorer(engine, work: Path, model: Path, records: list[dict[str, str]],
     from rfthpc.config import load_config, load_resolved
     from rfthpc.config.settings import explorer_settings
     from rfthpc.explorer.loop import Explorer
-    from rfthpc.rundir import prepare_run_dir
+    from rfthpc.launch.run_dir import prepare_run_dir
     from rfthpc.store.chunks import read_chunk
     from rfthpc.store.layout import list_chunks, open_store
 
@@ -148,10 +148,10 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     from transformers import AutoTokenizer
 
-    from rfthpc.data.tasksets import PromptBuilder
+    from rfthpc.demos.tinymodel import build_tiny_model
     from rfthpc.engines import EngineSettings
     from rfthpc.engines.vllm_engine import VLLMEngine
-    from rfthpc.tinymodel import build_tiny_model
+    from rfthpc.tasks.tasksets import PromptBuilder
     from rfthpc.workflows.math import MATH_SYSTEM_PROMPT
 
     model = args.model or work / "bench30m"

@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import h5py
 
-from rfthpc.fsutil import fsync_dir
+from rfthpc.sharedfs.fileops import fsync_dir
 from rfthpc.store.layout import list_chunks
 from rfthpc.store.reader import StoreReader
 from rfthpc.store.schema import Experience, Group

@@ -33,8 +33,8 @@ TIMEOUT_S = 600.0
 
 def build_inputs(root: Path) -> None:
     """The tiny model and the synthetic data the run reads."""
-    from rfthpc.data.synth_gsm8k import generate_splits, write_splits
-    from rfthpc.tinymodel import build_tiny_model
+    from rfthpc.demos.synth_gsm8k import generate_splits, write_splits
+    from rfthpc.demos.tinymodel import build_tiny_model
 
     build_tiny_model(root / "model", "tiny", seed=0)
     write_splits(root / "gsm8k", generate_splits(400, 20, seed=0), "jsonl")

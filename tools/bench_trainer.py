@@ -73,7 +73,7 @@ class Args:
     """Trainer benchmark settings."""
 
     size: str = "bench30m"
-    """Tiny model size (rfthpc.tinymodel): tiny, small or bench30m."""
+    """Tiny model size (rfthpc.demos.tinymodel): tiny, small or bench30m."""
     steps: int = 7
     """Steps per run (two trainer runs, three bare runs); the first of each run is warm-up, not timed.
     Step times vary by ~10 % on a shared machine: six timed steps a run keep the medians steady."""
@@ -130,8 +130,8 @@ def make_groups(n_steps: int, args: Args, vocab: int, seed: int = 0):
 def bench_trainer(model: Path, work: Path, args: Args, groups: list, budget: int) -> tuple[list[float], float]:
     """Run the real trainer on `groups`; return (seconds of its steps after the first, tokens per step)."""
     from rfthpc.config import Config, dump_yaml
-    from rfthpc.monitor import read_metrics
-    from rfthpc.rundir import RunDir
+    from rfthpc.rundir.metrics import read_metrics
+    from rfthpc.rundir.paths import RunDir
     from rfthpc.store import ChunkWriter
     from rfthpc.trainer.loop import run_trainer
 
@@ -201,7 +201,7 @@ def copy_dir(published: Path, dst: Path) -> float:
     """Copy every file of a published step to `dst` on the same filesystem (read, write, fsync
     each, then fsync the directory): the bytes and durability of a publish, with nothing else.
     Returns the seconds taken."""
-    from rfthpc.fsutil import fsync_dir
+    from rfthpc.sharedfs.fileops import fsync_dir
 
     files = sorted(f for f in published.iterdir() if f.is_file())
     dst.mkdir()
@@ -239,11 +239,11 @@ def bench_weights(model_dir: Path, work: Path, args: Args) -> tuple[list[float],
     explorer process's engine. Returns the publish, load and copy seconds and a published step."""
     import torch
 
-    from rfthpc import weights
-    from rfthpc.rundir import RunDir
+    from rfthpc.rundir.paths import RunDir
     from rfthpc.trainer.dist import init_distributed
     from rfthpc.trainer.fsdp import build_sharded_model, publish_model
-    from rfthpc.weight_publisher import Publisher
+    from rfthpc.weights import published as weights
+    from rfthpc.weights.publisher import Publisher
 
     ctx = mp.get_context("spawn")
     conn, child = ctx.Pipe()
@@ -456,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     args = tyro.cli(Args, args=argv)
     from transformers import AutoConfig
 
-    from rfthpc.tinymodel import build_tiny_model
+    from rfthpc.demos.tinymodel import build_tiny_model
 
     unknown = set(args.sections) - {"training", "weights", "logprob", "padfree"}
     if unknown:

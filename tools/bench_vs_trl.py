@@ -168,7 +168,7 @@ def write_prompts(model: Path, tasks: Path, out: Path) -> None:
     """The training tasks as TRL reads them, with the token ids rfthpc's explorer renders for each."""
     from transformers import AutoTokenizer
 
-    from rfthpc.data.tasksets import PromptBuilder
+    from rfthpc.tasks.tasksets import PromptBuilder
 
     builder = PromptBuilder(AutoTokenizer.from_pretrained(model))
     with open(tasks) as f, open(out, "w") as o:
@@ -199,7 +199,7 @@ def rfthpc_round(work: Path, setting: Setting, sft_model: Path, k: int, engine: 
     cfg = write_config(work / f"{name}.yaml", raw, demo)
     wall = run([str(rfthpc_bin()), "run", "--config", str(cfg)], work / f"{name}.log")
     run_dir = work / "runs" / raw["project"] / name
-    from rfthpc.monitor import read_metrics
+    from rfthpc.rundir.metrics import read_metrics
 
     rollouts = [r for f in sorted((run_dir / "monitor").glob("explorer_*.jsonl")) for r in read_metrics(f)
                 if "rollout/time_s" in r]
@@ -295,8 +295,8 @@ def held_out_accuracy(model_dir: Path, tasks: Path, max_new_tokens: int) -> floa
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rfthpc.data.tasksets import PromptBuilder
     from rfthpc.rewards.math_reward import accuracy_reward
+    from rfthpc.tasks.tasksets import PromptBuilder
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()

@@ -62,7 +62,7 @@ class Args:
     versions: int = 20
     """Policy versions published (one AdamW step each)."""
     size: str = "bench100m"
-    """Model size (rfthpc.tinymodel)."""
+    """Model size (rfthpc.demos.tinymodel)."""
     batch: int = 8
     """Demo problems per training step."""
     lr: float = 1e-6
@@ -81,7 +81,7 @@ def demo_batches(tokenizer, batch: int, seed: int = 0):
     correct answer as the target (prompt tokens masked)."""
     import torch
 
-    from rfthpc.tinymodel import Difficulty, generate_problem
+    from rfthpc.demos.tinymodel import Difficulty, generate_problem
 
     rng = random.Random(seed)
     while True:
@@ -114,7 +114,7 @@ def index_value_bytes(prev: dict, new: dict) -> int:
     import numpy as np
     import zstandard
 
-    from rfthpc.weight_delta import bits
+    from rfthpc.weights.delta import bits
 
     cctx = zstandard.ZstdCompressor(level=3)
     total = 0
@@ -130,8 +130,8 @@ def same_bits(path: Path, truth: dict) -> bool:
     """True if the safetensors under `path` hold exactly `truth`'s bit patterns."""
     import torch
 
-    from rfthpc.engines.weight_files import SafetensorsDir
-    from rfthpc.weight_delta import bits
+    from rfthpc.weights.delta import bits
+    from rfthpc.weights.safetensors_read import SafetensorsDir
 
     files = SafetensorsDir(path)
     return sorted(files.names()) == sorted(truth) and all(
@@ -142,7 +142,7 @@ class Follower:
     """An engine following run A through a real WeightFollower, and its cold loads from run B."""
 
     def __init__(self, name: str, engine, run_a) -> None:
-        from rfthpc.explorer.follow import WeightFollower
+        from rfthpc.weights.follow import WeightFollower
 
         self.name, self.engine = name, engine
         # Staging where explorers stage by default (/dev/shm: memory).
@@ -190,7 +190,7 @@ class LoRARun:
 
         from rfthpc.config.lora import LoRAConfig, LoRASettings
         from rfthpc.trainer import lora
-        from rfthpc.weight_publisher import Publisher
+        from rfthpc.weights.publisher import Publisher
 
         settings = LoRASettings.of(LoRAConfig(lora_rank=rank, lora_alpha=2 * rank))
         self.model = lora.add_adapter(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), settings)
@@ -205,8 +205,8 @@ class LoRARun:
         """One AdamW step of the adapter, then its publication as `version`."""
         import torch
 
-        from rfthpc import weights
         from rfthpc.trainer import lora
+        from rfthpc.weights import published as weights
 
         self.model(input_ids=ids, labels=labels).loss.backward()
         self.optimizer.step()
@@ -233,13 +233,14 @@ def run(args: Args, work: Path) -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rfthpc import weight_chain, weights
     from rfthpc.config.synchronizer import SynchronizerConfig
+    from rfthpc.demos.tinymodel import build_tiny_model
     from rfthpc.engines.base import EngineSettings
     from rfthpc.engines.hf_engine import TransformersEngine
-    from rfthpc.rundir import RunDir
-    from rfthpc.tinymodel import build_tiny_model
-    from rfthpc.weight_publisher import Publisher
+    from rfthpc.rundir.paths import RunDir
+    from rfthpc.weights import chain as weight_chain
+    from rfthpc.weights import published as weights
+    from rfthpc.weights.publisher import Publisher
 
     torch.manual_seed(0)
     model_dir = build_tiny_model(work / "model", args.size, seed=0, tie_word_embeddings=False)

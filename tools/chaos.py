@@ -48,14 +48,14 @@ from typing import Any
 
 import yaml
 
-from rfthpc.explorer.meta import read_progress
-from rfthpc.rundir import RunDir
+from rfthpc.rundir.explorer_meta import read_progress
+from rfthpc.rundir.paths import RunDir
+from rfthpc.rundir.trainer_meta import read_trainer_meta
 from rfthpc.store.audit import consumption, stored_tasks
 from rfthpc.store.chunks import read_chunk
 from rfthpc.store.layout import list_chunks
 from rfthpc.store.reader_files import ReaderState, read_reader_progress
 from rfthpc.store.schema import TaskRef
-from rfthpc.trainer.meta import read_trainer_meta
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -76,8 +76,8 @@ def rfthpc(*args: str) -> subprocess.CompletedProcess[str]:
 
 def build_inputs(root: Path) -> None:
     """The tiny model and the synthetic data the run reads."""
-    from rfthpc.data.synth_gsm8k import generate_splits, write_splits
-    from rfthpc.tinymodel import build_tiny_model
+    from rfthpc.demos.synth_gsm8k import generate_splits, write_splits
+    from rfthpc.demos.tinymodel import build_tiny_model
 
     build_tiny_model(root / "model", "tiny", seed=0)
     write_splits(root / "gsm8k", generate_splits(1500, 20, seed=0), "jsonl")

@@ -23,5 +23,5 @@ start=$(date +%s.%N)
 .venv/bin/rfthpc plot "$run_dir"
 wall=$(.venv/bin/python -c "import sys; print(float(sys.argv[2]) - float(sys.argv[1]))" "$start" "$(date +%s.%N)")
 echo "charts: $run_dir/monitor/plots/overview.png; walk-through: docs/agents.md"
-.venv/bin/python -c "import sys; from rfthpc.agent_demo import print_figures; print_figures(sys.argv[1], float(sys.argv[2]))" \
+.venv/bin/python -c "import sys; from rfthpc.demos.frozenlake import print_figures; print_figures(sys.argv[1], float(sys.argv[2]))" \
   "$run_dir" "$wall"

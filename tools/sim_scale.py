@@ -162,10 +162,10 @@ def _group(i: int, claim, rng: np.random.Generator):
 
 def explorer(i: int, run: Path, args: Args, ahead: int, shards: int, stop, out) -> None:
     """One simulated explorer process (see the module docstring); puts its figures on `out`."""
-    from rfthpc import weights
-    from rfthpc.fsutil import write_json_atomic
-    from rfthpc.store.claims import ClaimSet
+    from rfthpc.sharedfs.fileops import write_json_atomic
     from rfthpc.store.writer import ChunkWriter
+    from rfthpc.tasks.claims import ClaimSet
+    from rfthpc.weights import published as weights
 
     shim = Shim(str(run), args.latency_ms / 1000)
     shim.install()
@@ -233,10 +233,10 @@ def explorer(i: int, run: Path, args: Args, ahead: int, shards: int, stop, out) 
 def trainer(run: Path, args: Args, expected, out) -> None:
     """The real StoreReader: takes batches until every committed group is taken (the total comes on
     `expected` once the explorers have stopped); checkpoints and collects garbage; publishes weights."""
-    from rfthpc import weights
     from rfthpc.store import StoreReader, collect_garbage
     from rfthpc.store.reader import StoreTimeout
     from rfthpc.store.schema import TaskRef
+    from rfthpc.weights import published as weights
 
     shim = Shim(str(run), args.latency_ms / 1000)
     shim.install()

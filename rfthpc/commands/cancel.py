@@ -7,7 +7,7 @@ import argparse
 
 def _run(args: argparse.Namespace, overrides: list[str]) -> int:
     from rfthpc.launch.cancel import cancel_jobs
-    from rfthpc.rundir import RunDir
+    from rfthpc.rundir.paths import RunDir
 
     ids = cancel_jobs(RunDir(args.run_dir), role=args.role, name=args.name)
     if ids:

@@ -65,9 +65,9 @@ def _run(args: argparse.Namespace, overrides: list[str]) -> int:
 
 def _import(args: argparse.Namespace, later: list[str]) -> int:
     from rfthpc.config import load_config
-    from rfthpc.config.importing import write_jsonl
-    from rfthpc.config.roll_import import import_roll
-    from rfthpc.config.verl_import import import_verl
+    from rfthpc.dialects.roll_import import import_roll
+    from rfthpc.dialects.translation import write_jsonl
+    from rfthpc.dialects.verl_import import import_verl
     from rfthpc.errors import ConfigError
 
     # Overrides may also follow the options (`FILE --script run.sh key=value`); argparse leaves those over.

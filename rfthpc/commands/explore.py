@@ -13,7 +13,7 @@ import logging
 import os
 
 from rfthpc.errors import UserError
-from rfthpc.rundir import RunDir
+from rfthpc.rundir.paths import RunDir
 
 
 def default_rank() -> int:

@@ -6,7 +6,7 @@ import argparse
 
 
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
-    from rfthpc.data.synth_gsm8k import main
+    from rfthpc.demos.synth_gsm8k import main
 
     return main(rest)
 

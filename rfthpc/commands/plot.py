@@ -8,7 +8,7 @@ from pathlib import Path
 
 def _run(args: argparse.Namespace, overrides: list[str]) -> int:
     from rfthpc.errors import UserError
-    from rfthpc.plot import plot_run
+    from rfthpc.observe.plot import plot_run
 
     run_dir = Path(args.run_dir)
     if not (run_dir / "monitor").is_dir():

@@ -19,8 +19,8 @@ def _run(args: argparse.Namespace, overrides: list[str]) -> int:
     from rfthpc.config import load_config
     from rfthpc.config.schema import trains
     from rfthpc.errors import UserError
-    from rfthpc.local import plan_roles, run_local
-    from rfthpc.rundir import prepare_run_dir
+    from rfthpc.launch.local import plan_roles, run_local
+    from rfthpc.launch.run_dir import prepare_run_dir
 
     if args.trainer_procs < 1:
         raise UserError(f"--trainer-procs {args.trainer_procs}: use 1 or more processes")

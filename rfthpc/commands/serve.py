@@ -3,7 +3,7 @@
 A task of the model's server job array (`rfthpc submit` queues it beside the explorers) or a local
 process of `rfthpc run`. It reads the config explorer array N reads (`R/explorers/<N>/config.yaml`
 if that exists, else `R/config.yaml`), starts vLLM's OpenAI-compatible server for auxiliary model
-NAME and publishes its address in `R/servers/NAME/K.json` (`rfthpc.model_server`). `--engine`
+NAME and publishes its address in `R/servers/NAME/K.json` (`rfthpc.engines.server`). `--engine`
 defaults to `$SLURM_ARRAY_TASK_ID`, else 0. Exit codes: 0 the run needs it no more, 124 stopped by
 SIGTERM/SIGUSR2 (requeue), 1 the server kept failing, 2 a user error.
 """
@@ -15,14 +15,14 @@ import logging
 
 from rfthpc.commands.explore import default_rank
 from rfthpc.errors import UserError
-from rfthpc.rundir import RunDir
+from rfthpc.rundir.paths import RunDir
 
 
 def _run(args: argparse.Namespace, overrides: list[str]) -> int:
     from rfthpc.config import load_resolved
     from rfthpc.config.schema import trains
     from rfthpc.config.settings import explorer_settings
-    from rfthpc.model_server import ModelServer, shared_model
+    from rfthpc.engines.server import ModelServer, shared_model
 
     run = RunDir(args.run_dir)
     path = run.role_config(args.explorer)

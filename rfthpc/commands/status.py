@@ -8,7 +8,7 @@ from pathlib import Path
 
 
 def _run(args: argparse.Namespace, overrides: list[str]) -> int:
-    from rfthpc.launch.status import collect_status, format_status
+    from rfthpc.observe.status import collect_status, format_status
 
     status = collect_status(Path(args.run_dir), timeout_s=args.timeout)
     if args.json:

@@ -6,7 +6,7 @@ import argparse
 
 
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
-    from rfthpc.tinymodel import main
+    from rfthpc.demos.tinymodel import main
 
     return main(rest)
 

@@ -11,14 +11,14 @@ from rfthpc.errors import UserError
 
 
 def _list(run_dir: Path, as_json: bool) -> None:
-    from rfthpc import weights
+    from rfthpc.weights import published
 
-    full, deltas = weights.published_versions(run_dir)
-    latest = weights.read_latest(run_dir)
+    full, deltas = published.published_versions(run_dir)
+    latest = published.read_latest(run_dir)
     rows = []
     for v in sorted(full | deltas):
-        size = sum(p.stat().st_size for p in weights.step_dir(run_dir, v).glob("*.safetensors")) if v in full else 0
-        delta = weights.delta_file(run_dir, v)
+        size = sum(p.stat().st_size for p in published.step_dir(run_dir, v).glob("*.safetensors")) if v in full else 0
+        delta = published.delta_file(run_dir, v)
         rows.append({"version": v, "full_mb": round(size / 1e6, 2) if v in full else None,
                      "delta_mb": round(delta.stat().st_size / 1e6, 3) if v in deltas else None,
                      "latest": v == latest})
@@ -35,7 +35,7 @@ def _list(run_dir: Path, as_json: bool) -> None:
 
 
 def _run(args: argparse.Namespace, overrides: list[str]) -> int:
-    from rfthpc import weight_chain
+    from rfthpc.weights import chain as weight_chain
 
     run_dir = Path(args.run_dir)
     if not (run_dir / "weights").is_dir():

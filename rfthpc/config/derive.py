@@ -7,12 +7,13 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from rfthpc.config import compat
 from rfthpc.config.buffer import TasksetConfig
 from rfthpc.config.explorer import InferenceModelConfig
 from rfthpc.config.schema import STAGE_SECTIONS, Config, explores, trains
 from rfthpc.config.synchronizer import default_max_staleness
-from rfthpc.config.typed import ALGORITHM, PATHS, Problems, build, to_dict
+from rfthpc.config.typed import build, to_dict
+from rfthpc.dialects import trinity, verl
+from rfthpc.errors import ALGORITHM, PATHS, Problems
 
 # Algorithm fields a preset may fill; an explicit value in the config always wins.
 PRESET_FIELDS = (
@@ -318,10 +319,10 @@ def _resolve_stage(cfg: Config, base: dict[str, Any], index: int, run_problems: 
     if sections["trainer"].pop("trainer_config_path", None):
         problems.add("trainer.trainer_config_path is read for the whole run only; give the stage's veRL settings "
                      "inline as trainer.trainer_config")
-    compat.apply_renamed_keys(sections, problems)
-    compat.apply_trinity_overlong(sections, problems, inherited=base)
-    compat.apply_trinity_old_logprobs(sections, problems, inherited=base)
-    compat.apply_verl_trainer_config(sections, problems, inherited=base)
+    trinity.apply_renamed_keys(sections, problems)
+    trinity.apply_trinity_overlong(sections, problems, inherited=base)
+    trinity.apply_trinity_old_logprobs(sections, problems, inherited=base)
+    verl.apply_verl_trainer_config(sections, problems, inherited=base)
     _stage_taskset_into_list(sections["buffer"], merged["buffer"])
     for section in STAGE_SECTIONS:
         merged[section] = deep_merge(merged[section], sections[section])

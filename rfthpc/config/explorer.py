@@ -117,4 +117,4 @@ class ExplorerConfig:
     weights_poll_interval: float = 1.0
     """Longest time in seconds between checks of `weights/latest` for a newer policy while waiting for
     one; a publication (which replaces that file) is noticed within tens of milliseconds while the
-    explorer needs it (rfthpc.handoff)."""
+    explorer needs it (rfthpc.sharedfs.handoff)."""

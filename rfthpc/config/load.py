@@ -16,13 +16,13 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from rfthpc.config import compat
 from rfthpc.config.derive import Stage, deep_merge, idle_gpus_note, merge_taskset, resolve_stages
 from rfthpc.config.schema import Config
 from rfthpc.config.settings import UnresolvedError, explorer_settings, trainer_settings
-from rfthpc.config.typed import INVALID, PATHS, Mapped, Problems, build, to_dict
+from rfthpc.config.typed import build, to_dict
 from rfthpc.config.validate import validate
-from rfthpc.errors import ConfigError
+from rfthpc.dialects import roll, trinity, verl
+from rfthpc.errors import INVALID, PATHS, ConfigError, Mapped, Problems
 
 
 class _Loader(yaml.SafeLoader):
@@ -164,14 +164,14 @@ def config_from_dict(raw: dict[str, Any], source: str, problems: Problems | None
             problems.add(f"trainer.trainer_config_path: {e}", PATHS)
         else:
             trainer["trainer_config"] = deep_merge(from_file, trainer.get("trainer_config") or {})
-    compat.apply_roll_keys(raw, problems)
-    compat.apply_renamed_keys(raw, problems)
-    compat.apply_trinity_overlong(raw, problems)
-    compat.apply_trinity_old_logprobs(raw, problems)
-    compat.apply_trinity_modes(raw, problems)
-    compat.apply_sync_style_names(raw, problems)
-    compat.apply_trinity_value_names(raw, problems)
-    compat.apply_verl_trainer_config(raw, problems)
+    roll.apply_roll_keys(raw, problems)
+    trinity.apply_renamed_keys(raw, problems)
+    trinity.apply_trinity_overlong(raw, problems)
+    trinity.apply_trinity_old_logprobs(raw, problems)
+    trinity.apply_trinity_modes(raw, problems)
+    trinity.apply_sync_style_names(raw, problems)
+    trinity.apply_trinity_value_names(raw, problems)
+    verl.apply_verl_trainer_config(raw, problems)
     cfg = build(Config, raw, "", problems)
     merge_taskset(cfg, problems)
     if own:
@@ -186,9 +186,9 @@ def apply_overrides(cfg: Config, args: list[str], prog: str = "rfthpc", problems
         return cfg
     own = problems is None
     problems = Problems("command line") if problems is None else problems
-    args = compat.renamed_flags(args)
+    args = trinity.renamed_flags(args)
     new = tyro.cli(Config, default=cfg, args=args, prog=prog, use_underscores=True)
-    if compat.apply_verl_overrides(new, cfg.trainer.trainer_config, args, problems):
+    if verl.apply_verl_overrides(new, cfg.trainer.trainer_config, args, problems):
         # Typed again: a veRL value mapped onto a field is checked like any other.
         typed = Problems("command line")
         new = build(Config, to_dict(new), "", typed)
@@ -228,7 +228,7 @@ def load_config(
     """
     problems = Problems(str(path))
     raw = read_yaml(Path(path), problems)
-    notes = compat.value_notes(raw)
+    notes = trinity.value_notes(raw)
     cfg = config_from_dict(raw, str(path), problems)
     cfg = apply_overrides(cfg, list(overrides or []), prog=prog, problems=problems)
     problems.start_checks()

@@ -18,7 +18,9 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from rfthpc.algorithms.presets import needs_greedy_baseline, trains_on_dataset
+from rfthpc.algorithms.replay import ReplayPolicy
 from rfthpc.algorithms.rollout_settings import RolloutCorrection
+from rfthpc.algorithms.shaping import GroupFilter, OverlongPenalty, group_filter, overlong_penalty
 from rfthpc.config.algorithm import AlgorithmConfig, OptimizerConfig
 from rfthpc.config.buffer import ExperienceBufferConfig, TasksetConfig
 from rfthpc.config.derive import Stage
@@ -27,8 +29,6 @@ from rfthpc.config.lora import LoRAConfig, LoRASettings
 from rfthpc.config.monitor import MonitorConfig
 from rfthpc.config.schema import Config, explores, trains
 from rfthpc.errors import ConfigError
-from rfthpc.explorer.shaping import GroupFilter, OverlongPenalty, group_filter, overlong_penalty
-from rfthpc.replay import ReplayPolicy
 
 
 def _frozen(args: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -7,9 +7,6 @@ from typing import Literal, Optional
 
 SyncStyle = Literal["fixed", "explorer_driven", "trainer_driven"]
 
-SYNC_STYLE_ALIASES = {"dynamic_by_explorer": "explorer_driven", "dynamic_by_trainer": "trainer_driven"}
-"""Trinity-RFT's former names of the styles, which it still accepts."""
-
 
 def default_max_staleness(style: str, sync_interval: int, sync_offset: int) -> int:
     """The staleness bound a style implies when `max_staleness` is not set.

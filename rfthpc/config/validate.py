@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rfthpc.algorithms.declare import Needs
 from rfthpc.algorithms.presets import trains_on_dataset
 from rfthpc.algorithms.registry import AlgorithmRegistry
-from rfthpc.config import compat
-from rfthpc.config.buffer import TasksetConfig
 from rfthpc.config.derive import (
     explorer_gpus,
     explorer_task_gpus,
@@ -26,12 +24,26 @@ from rfthpc.config.monitor import sink_problems
 from rfthpc.config.schema import Config, explores, trains
 from rfthpc.config.synchronizer import SynchronizerConfig, default_max_staleness
 from rfthpc.config.trainer import sequence_parallel_problems
-from rfthpc.config.typed import ALGORITHM, GPUS, INVALID, PATHS, REFUSED, WORKFLOW, Problems
-from rfthpc.errors import ConfigError
-from rfthpc.registry import Registry
-from rfthpc.workflows.base import SamplingArgs
+from rfthpc.dialects import trinity
+from rfthpc.errors import ALGORITHM, GPUS, INVALID, PATHS, REFUSED, ConfigError, Problems
+
+COMPONENT_CHECKS: dict[str, str] = {
+    "env_vars": "rfthpc.launch.resources:env_var_problems",
+    "workflows": "rfthpc.workflows.checks:workflow_problems",
+    "rollout_args": "rfthpc.engines.sampling:rollout_args_problems",
+    "columns": "rfthpc.workflows.checks:column_problems",
+}
+"""The checks of settings that belong to a component above the config, as `module:function`: each
+lives beside its component, which imports `rfthpc.config`; the config imports none of them until a
+config is validated."""
 
 NO_INTERNET_HINT = "compute nodes have no internet: download it first, then give the local directory"
+
+
+def _component(name: str) -> Callable[..., None]:
+    """The check `COMPONENT_CHECKS[name]`, taking the config and the problems (and what else it names)."""
+    module, _, function = COMPONENT_CHECKS[name].partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
 def _path_problem(key: str, value: str | None, kind: str) -> str | None:
@@ -51,19 +63,6 @@ def _path_problem(key: str, value: str | None, kind: str) -> str | None:
     return f"{key}: {value!r} does not exist; {NO_INTERNET_HINT}"
 
 
-def _check_function(problems: Problems, key: str, name: str | None, registry: Registry,
-                    args: Mapping[str, Any] | None = None, kind: str = ALGORITHM) -> None:
-    """Record a problem under `key` if the registry does not know `name` or its function does not take `args`."""
-    if not name:
-        return
-    try:
-        registry.check(name, args)
-    except ConfigError as e:
-        message = str(e)
-        problems.add(message if message.startswith(f"{registry.config_key}_args:")
-                     else f"{key}: {message.removeprefix(registry.config_key + ': ')}", kind)
-
-
 def _check_functions(cfg: Config, problems: Problems) -> None:
     # The registries check built-in algorithm names and arguments from the functions' source:
     # validating a config does not import torch.
@@ -72,29 +71,23 @@ def _check_functions(cfg: Config, problems: Problems) -> None:
 
     alg = cfg.algorithm
     inp = cfg.buffer.explorer_input
-    for group, sets in (("tasksets", inp.tasksets), ("eval_tasksets", inp.eval_tasksets)):
-        for i, ts in enumerate(sets):
-            _check_workflow(problems, f"buffer.explorer_input.{group}[{i}]", ts,
-                            [aux.name for aux in cfg.explorer.auxiliary_models])
     if alg.algorithm_type not in ALGORITHM_PRESETS:
         # Reported when it was finalized; the functions the config names itself are still checked
         # (the rest of the algorithm, which the preset would have filled, is not set).
-        _check_function(problems, "algorithm.advantage_fn", alg.advantage_fn, algos.ADVANTAGE_FNS,
-                        alg.advantage_fn_args)
-        _check_function(problems, "algorithm.policy_loss_fn", alg.policy_loss_fn, algos.POLICY_LOSS_FNS,
-                        alg.policy_loss_fn_args)
+        algos.ADVANTAGE_FNS.report(problems, "algorithm.advantage_fn", alg.advantage_fn, alg.advantage_fn_args)
+        algos.POLICY_LOSS_FNS.report(problems, "algorithm.policy_loss_fn", alg.policy_loss_fn,
+                                     alg.policy_loss_fn_args)
         return
     # Each function's arguments are checked as the trainer binds them: advantage, policy-loss and
     # entropy arguments are keyword arguments of the function; the KL coefficients go through the
     # same plain-Python functions the trainer builds them with.
-    _check_function(problems, "algorithm.advantage_fn", alg.advantage_fn, algos.ADVANTAGE_FNS, alg.advantage_fn_args)
-    _check_function(problems, "algorithm.policy_loss_fn", alg.policy_loss_fn, algos.POLICY_LOSS_FNS,
-                    alg.policy_loss_fn_args)
-    _check_function(problems, "algorithm.entropy_loss_fn", alg.entropy_loss_fn, algos.ENTROPY_LOSS_FNS,
-                    alg.entropy_loss_fn_args)
+    algos.ADVANTAGE_FNS.report(problems, "algorithm.advantage_fn", alg.advantage_fn, alg.advantage_fn_args)
+    algos.POLICY_LOSS_FNS.report(problems, "algorithm.policy_loss_fn", alg.policy_loss_fn, alg.policy_loss_fn_args)
+    algos.ENTROPY_LOSS_FNS.report(problems, "algorithm.entropy_loss_fn", alg.entropy_loss_fn,
+                                  alg.entropy_loss_fn_args)
     for key, name in (("kl_penalty_fn", alg.kl_penalty_fn), ("kl_loss_fn", alg.kl_loss_fn)):
         if name != "none":
-            _check_function(problems, f"algorithm.{key}", name, algos.KL_FNS)
+            algos.KL_FNS.report(problems, f"algorithm.{key}", name)
     coefficients: list[Callable[[], object]] = [lambda: algos.kl_loss_coef(alg.kl_loss_fn_args)]
     if alg.kl_penalty_fn != "none":
         coefficients.append(lambda: algos.kl_controller(alg.kl_penalty_fn_args))
@@ -141,7 +134,7 @@ def _check_loss_scale_factor(problems: Problems, mode: str | None, factor: float
 def _check_reward_shaping(cfg: Config, problems: Problems) -> None:
     """`algorithm.filter_groups` and `algorithm.overlong_buffer` resolve as the explorers resolve them,
     and dynamic sampling has groups to compare."""
-    from rfthpc.explorer.shaping import group_filter, overlong_penalty
+    from rfthpc.algorithms.shaping import group_filter, overlong_penalty
 
     alg = cfg.algorithm
     try:
@@ -167,8 +160,8 @@ def _check_reward_shaping(cfg: Config, problems: Problems) -> None:
 def _check_replay(cfg: Config, problems: Problems) -> None:
     """`experience_buffer.replay_buffer` builds (name, arguments and values checked), and a group read
     can be read again before it is too stale."""
+    from rfthpc.algorithms.replay import policy_problems
     from rfthpc.config.schema import trains
-    from rfthpc.replay import policy_problems
 
     eb = cfg.buffer.trainer_input.experience_buffer
     rb = eb.replay_buffer
@@ -282,45 +275,6 @@ def _groupless_advantages() -> list[str]:
             if not (algos.ADVANTAGE_FNS.needs(n).groups or algos.ADVANTAGE_FNS.needs(n).critic)]
 
 
-def _check_workflow(problems: Problems, key: str, ts: TasksetConfig, auxiliary: list[str]) -> None:
-    """The taskset's workflow and reward function exist and get the arguments, columns and auxiliary
-    models (`auxiliary`: their names) they need."""
-    from rfthpc.rewards.registry import REWARDS
-    from rfthpc.rewards.scoring import check_reward_args
-    from rfthpc.workflows.base import needs_of
-    from rfthpc.workflows.registry import WORKFLOWS
-
-    before = len(problems.items)
-    elsewhere = compat.WORKFLOWS_ELSEWHERE.get(ts.default_workflow_type or "")
-    if elsewhere:
-        problems.add(f"{key}.default_workflow_type: {ts.default_workflow_type!r} {elsewhere}", REFUSED)
-    else:
-        _check_function(problems, f"{key}.default_workflow_type", ts.default_workflow_type, WORKFLOWS, kind=WORKFLOW)
-    elsewhere = compat.REWARDS_ELSEWHERE.get(ts.default_reward_fn_type or "")
-    if elsewhere:
-        problems.add(f"{key}.default_reward_fn_type: {ts.default_reward_fn_type!r} {elsewhere}", REFUSED)
-    else:
-        _check_function(problems, f"{key}.default_reward_fn_type", ts.default_reward_fn_type, REWARDS, kind=WORKFLOW)
-    if len(problems.items) > before or not ts.default_workflow_type:
-        return
-    # The workflow is imported (workflows are light; a user's module:function is imported anyway).
-    declared = needs_of(WORKFLOWS.get(ts.default_workflow_type))
-    reward = ts.default_reward_fn_type
-    if declared is not None:
-        for name, why in declared.ignored.items():
-            if name in ts.workflow_args:
-                problems.ignored(f"{key}.workflow_args.{name}", why)
-        for message in declared.problems(ts.default_workflow_type, ts.workflow_args, reward,
-                                         ts.format.response_key is not None, auxiliary):
-            problems.add(f"{key}.{message}", WORKFLOW)
-        reward = declared.reward(reward)
-    if reward is not None:
-        try:
-            check_reward_args(REWARDS.get(reward), reward, ts.reward_fn_args)
-        except ConfigError as e:
-            problems.add(f"{key}.{e}", WORKFLOW)
-
-
 def _check_sync_style(sync: SynchronizerConfig, problems: Problems) -> None:
     """A staleness bound below what explorer_driven or trainer_driven needs: explorers would wait for
     the trainer before the sync points these styles set, so sync_interval and sync_offset would not
@@ -418,23 +372,6 @@ def _check_sizes(cfg: Config, problems: Problems) -> None:
                 problems.add(f"slurm.{role}.{name}: {value} must be >= {least}")
 
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def _check_env_vars(cfg: Config, problems: Problems) -> None:
-    """`explorer.env_vars` names variables a shell could set, and no credential (the config is stored
-    in the run directory, readable by whoever reads it)."""
-    from rfthpc.launch.resources import SECRET_PATTERN
-
-    for name in cfg.explorer.env_vars:
-        key = f"explorer.env_vars.{name}"
-        if not _ENV_NAME.fullmatch(name):
-            problems.add(f"{key}: not an environment variable name (letters, digits and _, not starting with a digit)")
-        elif SECRET_PATTERN.search(name):
-            problems.add(f"{key}: a credential would be stored in the run directory's config.yaml; export it in your "
-                         "shell before `rfthpc submit` or `rfthpc run` instead (the roles inherit the environment)")
-
-
 def _check_gpus(cfg: Config, problems: Problems) -> None:
     c = cfg.cluster
     if c.gpu_per_node <= 0:
@@ -515,12 +452,7 @@ def _check_inputs(cfg: Config, problems: Problems, check_paths: bool) -> None:
     if sft and not eb.path:
         problems.add(f"buffer.trainer_input.experience_buffer.path: an {cfg.algorithm.algorithm_type} stage trains "
                      "on this dataset; give its local path", PATHS)
-    for group, sets in (("tasksets", inp.tasksets), ("eval_tasksets", inp.eval_tasksets)):
-        for i, ts in enumerate(sets):
-            try:
-                SamplingArgs.from_config(ts.rollout_args)
-            except ConfigError as e:
-                problems.add(f"buffer.explorer_input.{group}[{i}].{e}")
+    _component("rollout_args")(cfg, problems)
     if not check_paths:
         return
     checks = [("model.model_path", cfg.model.model_path, "model")]
@@ -539,34 +471,7 @@ def _check_inputs(cfg: Config, problems: Problems, check_paths: bool) -> None:
         if msg:
             problems.add(msg, PATHS)
             missing.add(key)
-    _check_columns(cfg, problems, missing)
-
-
-def _check_columns(cfg: Config, problems: Problems, missing: set[str]) -> None:
-    """Every column a `format` key names is in its dataset (read from the header: fast on a large file)."""
-    from rfthpc.data.columns import column_problem, dataset_columns, format_columns
-    from rfthpc.workflows.registry import reads_text_columns
-
-    inp, eb = cfg.buffer.explorer_input, cfg.buffer.trainer_input.experience_buffer
-    sft = trains_on_dataset(cfg.algorithm.algorithm_type)
-    datasets = []
-    if explores(cfg.mode) and not sft:
-        for group, sets in (("tasksets", inp.tasksets), ("eval_tasksets", inp.eval_tasksets)):
-            datasets += [(f"buffer.explorer_input.{group}[{i}]", ts, format_columns(
-                ts.format, text=reads_text_columns(ts.default_workflow_type, ts.format.workflow_key or None)))
-                for i, ts in enumerate(sets)]
-    if sft:
-        datasets.append(("buffer.trainer_input.experience_buffer", eb,
-                         format_columns(eb.format, sft=True, pairs=cfg.algorithm.algorithm_type == "dpo")))
-    for key, ds, required in datasets:
-        if f"{key}.path" in missing or not ds.path:
-            continue
-        columns = dataset_columns(ds.path, ds.subset_name, ds.split)
-        if columns is not None:
-            where = f"{key} ({ds.path}, split {ds.split!r})"
-            problem = column_problem(where, columns, required)
-            if problem:
-                problems.add(problem, PATHS)
+    _component("columns")(cfg, problems, missing)
 
 
 def validate(cfg: Config, source: str = "config", check_paths: bool = True, problems: Problems | None = None) -> None:
@@ -578,8 +483,9 @@ def validate(cfg: Config, source: str = "config", check_paths: bool = True, prob
         problems.add("model.model_path: missing; give the local directory of the model to fine-tune", PATHS)
     _check_sizes(cfg, problems)
     _check_sequence_parallel(cfg, problems, check_paths)
-    _check_env_vars(cfg, problems)
+    _component("env_vars")(cfg, problems)
     _check_gpus(cfg, problems)
+    _component("workflows")(cfg, problems)
     _check_functions(cfg, problems)
     _check_reward_shaping(cfg, problems)
     _check_replay(cfg, problems)
@@ -590,7 +496,7 @@ def validate(cfg: Config, source: str = "config", check_paths: bool = True, prob
             problems.add(message, PATHS if message.startswith("model.lora.path") else INVALID)
     for message in sink_problems(cfg.monitor):
         problems.add(message)
-    for message in compat.unsupported_values(cfg):
+    for message in trinity.unsupported_values(cfg):
         problems.add(message, REFUSED)
     if own:
         problems.raise_if_any()

@@ -70,7 +70,7 @@ def _interrupt(signum: int, frame: object) -> None:
 def run(args: argparse.Namespace) -> int:
     """Convert as `args` say; print one line per checkpoint; raise UserError if any failed."""
     from rfthpc.convert.merge import ConvertOptions, Outcome, convert_checkpoints, roles_for
-    from rfthpc.convert.writer import parse_size
+    from rfthpc.weights.safetensors_write import parse_size
 
     options = ConvertOptions(
         base_model_dir=args.base_model_dir,

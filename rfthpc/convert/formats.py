@@ -21,7 +21,7 @@ from typing import Protocol
 import torch
 
 from rfthpc.errors import UserError
-from rfthpc.fsutil import is_temporary
+from rfthpc.sharedfs.fileops import is_temporary
 
 STEP_DIR = re.compile(r"global_step_(\d+)")
 ROLES = ("actor", "critic")

@@ -21,7 +21,7 @@ from rfthpc.config.lora import ADAPTER_CONFIG, read_adapter_config
 from rfthpc.convert.hfdir import tied_output_key
 from rfthpc.convert.rfthpc_dcp import DcpCheckpoint, config_dir_of, is_rfthpc_checkpoint
 from rfthpc.errors import UserError
-from rfthpc.weights import TensorStream, write_adapter_dir, write_hf_dir
+from rfthpc.weights.published import TensorStream, write_adapter_dir, write_hf_dir
 
 
 def is_lora_checkpoint(role_dir: Path) -> bool:

@@ -41,9 +41,9 @@ from rfthpc.convert.hfdir import (
     tied_output_key,
     write_config_files,
 )
-from rfthpc.convert.writer import TensorEntry, has_complete_adapter, has_complete_weights, write_shards
 from rfthpc.errors import UserError
-from rfthpc.fsutil import TMP_PREFIX, fsync_dir, temporary_name
+from rfthpc.sharedfs.fileops import TMP_PREFIX, fsync_dir, temporary_name
+from rfthpc.weights.safetensors_write import TensorEntry, has_complete_adapter, has_complete_weights, write_shards
 
 HF_DIR = "huggingface"
 LORA_ADAPTER_DIR = "lora_adapter"

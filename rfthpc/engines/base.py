@@ -1,7 +1,7 @@
 """What every rollout engine provides, and the settings it is built from.
 
 An engine turns prompt token ids into sampled responses with the behaviour policy's per-token
-logprobs (`rfthpc.workflows.base.Completion`) and can swap in new weights from a published step
+logprobs (`rfthpc.engines.sampling.Completion`) and can swap in new weights from a published step
 directory without a restart. Workflows see only `generate(prompts, n, params)` (the
 `RolloutEngine` protocol of `rfthpc.workflows.base`); the explorer additionally calls
 `generate_batch` (requests of several tasks in one engine call), `load_weights` and `close`.
@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Literal, Protocol, get_args
 
 from rfthpc.config.lora import LoRASettings
+from rfthpc.engines.sampling import GREEDY_TEMPERATURE, Completion, SamplingArgs
 from rfthpc.errors import ConfigError, UserError
-from rfthpc.workflows.base import GREEDY_TEMPERATURE, Completion, SamplingArgs
 
 EngineType = Literal["vllm", "vllm_async", "transformers"]
 ENGINE_TYPES: tuple[str, ...] = get_args(EngineType)
@@ -101,7 +101,7 @@ class PolicyEngine(Protocol):
 
     def load_weights(self, path: Path) -> None:
         """Replace the weights with those of the HF directory `path` (same architecture), in place; a
-        PEFT adapter directory (`rfthpc.weights.is_adapter_dir`) replaces the adapter applied to the
+        PEFT adapter directory (`rfthpc.weights.published.is_adapter_dir`) replaces the adapter applied to the
         base model instead."""
         ...
 

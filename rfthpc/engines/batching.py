@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from rfthpc.engines.base import GenerateRequest, PolicyEngine
-from rfthpc.workflows.base import Completion, SamplingArgs
+from rfthpc.engines.sampling import Completion, SamplingArgs
 
 
 class GenerationCancelled(Exception):

@@ -18,11 +18,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rfthpc import weights
 from rfthpc.engines.base import EngineSettings, GenerateRequest, check_prompt_fits, is_greedy
-from rfthpc.engines.weight_files import iter_safetensors_dir
+from rfthpc.engines.sampling import Completion, SamplingArgs
 from rfthpc.errors import UserError
-from rfthpc.workflows.base import Completion, SamplingArgs
+from rfthpc.weights import published
+from rfthpc.weights.safetensors_read import iter_safetensors_dir
 
 
 def _top(logprobs: Any, k: int) -> list[dict[int, float]]:
@@ -166,7 +166,7 @@ class TransformersEngine:
     def load_weights(self, path: Path) -> None:
         """Copy the tensors of `path/*.safetensors` into the live model (tied output layer included), or
         of the adapter in PEFT directory `path` into the live model's adapter."""
-        if weights.is_adapter_dir(path):
+        if published.is_adapter_dir(path):
             self._load_adapter(Path(path))
             return
         if self.adapted:

@@ -1,8 +1,8 @@
 """A shared auxiliary model as an engine: its server's OpenAI-compatible API, reached over HTTP.
 
-An auxiliary model with `placement: shared` runs in a server job of its own (`rfthpc.model_server`:
+An auxiliary model with `placement: shared` runs in a server job of its own (`rfthpc.engines.server`:
 vLLM's `vllm.entrypoints.openai.api_server`, one per engine), whose engines publish their
-addresses in the run directory (`rfthpc.server_address`). `RemoteEngine` is what an explorer
+addresses in the run directory (`rfthpc.rundir.servers`). `RemoteEngine` is what an explorer
 holds instead of an in-process engine: `generate(prompt token ids, n, params)` posts one
 `/v1/completions` request with the prompts as token ids and asks for the sampled token ids
 (`return_token_ids`) and their logprobs (vLLM's processed logprobs, as the server runs with
@@ -17,7 +17,7 @@ Failures: a request the server refuses (HTTP 400 or 422: a prompt too long, a ba
 time-out, HTTP 401/404 from a new process on a reused port, a server error) means no engine
 answers right now: the client reads the addresses again and retries, with backoff (0.5 s doubling
 up to 10 s) and at once when an engine publishes a new address (the model's doorbell rings),
-through the one waiting mechanism of `rfthpc.handoff`. A requeued server job publishes its next
+through the one waiting mechanism of `rfthpc.sharedfs.handoff`. A requeued server job publishes its next
 generation and the request goes through. After `timeout_s` without an answer it raises
 `ServerUnavailable`, naming the addresses it tried. A request in flight is given up when
 `cancelled()` says why (the explorer stops, the workflow ran out of time): `GenerationCancelled`.
@@ -39,9 +39,9 @@ from typing import Any
 
 from rfthpc.engines.base import RequestRejected, is_greedy
 from rfthpc.engines.batching import EngineFailed, GenerationCancelled, RequestBatcher
-from rfthpc.handoff import Signature, Waiter, WaitPolicy
-from rfthpc.server_address import ServerAddress, doorbell, read_addresses, servers_dir
-from rfthpc.workflows.base import Completion, SamplingArgs
+from rfthpc.engines.sampling import Completion, SamplingArgs
+from rfthpc.rundir.servers import ServerAddress, doorbell, read_addresses, servers_dir
+from rfthpc.sharedfs.handoff import Signature, Waiter, WaitPolicy
 
 log = logging.getLogger(__name__)
 

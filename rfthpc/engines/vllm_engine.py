@@ -26,10 +26,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rfthpc import weights
 from rfthpc.engines.base import EngineSettings, GenerateRequest, RequestRejected, check_prompt_fits, is_greedy
+from rfthpc.engines.sampling import Completion, SamplingArgs
 from rfthpc.errors import ConfigError, UserError
-from rfthpc.workflows.base import Completion, SamplingArgs
+from rfthpc.weights import published
 
 
 def _top(position: dict[int, Any], k: int) -> dict[int, float]:
@@ -171,7 +171,7 @@ class VLLMEngine:
     def load_weights(self, path: Path) -> None:
         """Load `path/*.safetensors` into the running engine, or use the adapter in PEFT directory `path`
         from now on, and drop cached prefixes of the old weights."""
-        if weights.is_adapter_dir(path):
+        if published.is_adapter_dir(path):
             self._load_adapter(Path(path))
             return
         if self.settings.lora is not None:

@@ -30,7 +30,7 @@ from vllm.model_executor.layers.linear import LinearBase
 from vllm.model_executor.model_loader import register_model_loader
 from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
 
-from rfthpc.engines.weight_files import iter_safetensors_dir
+from rfthpc.weights.safetensors_read import iter_safetensors_dir
 
 PLAIN_CPU_FORMAT = "rfthpc_plain_cpu"
 """The `load_format` that keeps linear weights plain on CPU (registered when this module loads)."""

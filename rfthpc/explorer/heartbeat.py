@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Self
 
-from rfthpc.explorer.follow import WeightFollower
-from rfthpc.explorer.meta import Progress
-from rfthpc.store.claims import ClaimSet, TaskClaims
+from rfthpc.rundir.explorer_meta import Progress
+from rfthpc.tasks.claims import ClaimSet, TaskClaims
+from rfthpc.weights.follow import WeightFollower
 
 log = logging.getLogger(__name__)
 

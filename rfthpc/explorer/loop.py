@@ -14,7 +14,7 @@ One process (one Slurm array task, or one local process) runs it:
 3. Each finished group, stamped with the policy version that generated it, goes to the
    `ChunkWriter`; a claim is completed only once its group's chunk is committed, so a crash never
    loses a task (a requeued or other explorer redoes it). Tasks that failed every attempt or were
-   skipped (over-long prompt), and groups dynamic sampling drops (`rfthpc.explorer.shaping`: all
+   skipped (over-long prompt), and groups dynamic sampling drops (`rfthpc.algorithms.shaping`: all
    responses scored alike), are completed without a group and counted. With a greedy baseline
    (ReMax) each task also runs once greedily, in the same engine calls, and the group carries its reward.
    Once every task of the stage is done, the process stays while the trainer is still in the
@@ -46,9 +46,7 @@ from typing import Any, Self
 
 import numpy as np
 
-from rfthpc import weight_requests, weights
 from rfthpc.config.settings import POLICY_ENGINE, ExplorerSettings, ExplorerStageSettings, InferenceModelSettings
-from rfthpc.data.tasksets import Task
 from rfthpc.engines.base import EngineSettings, EngineType, PolicyEngine, is_greedy, make_engine
 from rfthpc.engines.batching import EngineFailed, RequestBatcher
 from rfthpc.engines.gpus import build_engines, process_gpus
@@ -57,22 +55,26 @@ from rfthpc.errors import EXIT_PREEMPTED, UserError
 from rfthpc.explorer import eval as evaluation
 from rfthpc.explorer import setup
 from rfthpc.explorer.episodes import episode_metrics
-from rfthpc.explorer.follow import WeightFollower
 from rfthpc.explorer.heartbeat import Heartbeat
 from rfthpc.explorer.judged import judge_metrics
-from rfthpc.explorer.meta import Progress
 from rfthpc.explorer.rollout import RolloutPolicy, TaskOutcome, run_tasks
 from rfthpc.explorer.staleness import expected_train_step, required_version, staleness, taskset_offsets
 from rfthpc.explorer.sync import is_sync_point
-from rfthpc.fsutil import set_share_group
-from rfthpc.handoff import Waiter, WaitPolicy
-from rfthpc.monitor import Monitor
-from rfthpc.rundir import RunDir
+from rfthpc.observe.monitor import Monitor
+from rfthpc.rundir.explorer_meta import Progress
+from rfthpc.rundir.paths import RunDir
+from rfthpc.rundir.trainer_meta import read_trainer_meta
+from rfthpc.sharedfs.fileops import set_share_group
+from rfthpc.sharedfs.handoff import Waiter, WaitPolicy
 from rfthpc.signals import StopRequest
-from rfthpc.store import ChunkWriter, Claim, ClaimSet, Group
+from rfthpc.store import ChunkWriter, Group
 from rfthpc.store.schema import BASELINE_REWARD, TaskRef
 from rfthpc.store.schema import Experience as StoredExperience
-from rfthpc.trainer.meta import read_trainer_meta
+from rfthpc.tasks.claims import Claim, ClaimSet
+from rfthpc.tasks.tasksets import Task
+from rfthpc.weights import asking as weight_requests
+from rfthpc.weights import published
+from rfthpc.weights.follow import WeightFollower
 from rfthpc.workflows.base import RolloutEngine, WorkflowContext
 
 log = logging.getLogger(__name__)
@@ -241,7 +243,7 @@ class Explorer:
         version, path = self.follower.start_point(rm.model_path)
         # A LoRA run's policy is its base model with the version's adapter (at version 0, before the
         # trainer publishes, the adapter training starts from, if any).
-        adapter = path if weights.is_adapter_dir(path) else rm.lora.init_path if rm.lora is not None else None
+        adapter = path if published.is_adapter_dir(path) else rm.lora.init_path if rm.lora is not None else None
         base = rm.model_path if rm.lora is not None else path
         log.info("explorer %s rank %d: starting %s engine on %s%s (policy version %d)", self.name, self.rank,
                  rm.engine_type, base, f" with adapter {adapter}" if adapter else "", version)

@@ -20,11 +20,11 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from rfthpc.data.tasksets import Task
 from rfthpc.engines.batching import EngineFailed, GenerationCancelled, RequestBatcher
 from rfthpc.errors import UserError
 from rfthpc.rewards.registry import REWARDS
 from rfthpc.signals import StopRequest
+from rfthpc.tasks.tasksets import Task
 from rfthpc.workflows.base import WorkflowContext, WorkflowResult
 from rfthpc.workflows.registry import WORKFLOWS, run_workflow
 

@@ -4,7 +4,7 @@ The explorer's settings (`rfthpc.config.settings.ExplorerSettings`: engines, cha
 limits, prompt truncation) become engine settings and prompt builders here, and a stage's finalized
 tasksets (data, format, rollout_args, repeat_times, workflow, reward) become Tasks. Keys rfthpc
 accepts but cannot honour are rejected when the config is validated
-(`rfthpc.config.compat.unsupported_values`).
+(`rfthpc.dialects.trinity.unsupported_values`).
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ from typing import Any
 
 from rfthpc.config.buffer import TasksetConfig
 from rfthpc.config.settings import ExplorerSettings, InferenceModelSettings
-from rfthpc.data.tasksets import PromptBuilder, Task, load_taskset
 from rfthpc.engines.base import EngineSettings
+from rfthpc.engines.sampling import SamplingArgs
 from rfthpc.errors import ConfigError
-from rfthpc.workflows.base import AuxiliaryModel, RolloutEngine, SamplingArgs
+from rfthpc.tasks.tasksets import PromptBuilder, Task, load_taskset
+from rfthpc.workflows.base import AuxiliaryModel, RolloutEngine
 from rfthpc.workflows.registry import reads_text_columns
 
 

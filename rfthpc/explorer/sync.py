@@ -5,7 +5,7 @@
   there. (Trinity-RFT's trainer, at its own interval, offers a sync and waits for the explorer to
   join an NCCL broadcast, while the explorer, at its sync points, joins if one is offered and
   goes on otherwise. A publication under `weights/` stays there, so rfthpc's trainer does not wait.)
-- explorer_driven: at its sync points, it asks the trainer for weights (`rfthpc.weight_requests`)
+- explorer_driven: at its sync points, it asks the trainer for weights (`rfthpc.weights.asking`)
   and waits, at most `synchronizer.sync_timeout`, for the answer: the policy the trainer published
   on being asked, or the newest one if it trained nothing since. (Trinity-RFT's explorer raises
   when that wait times out; rfthpc's goes on with the weights it holds and asks again at its next

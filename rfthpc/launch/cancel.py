@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import Literal
 
 from rfthpc.errors import SlurmError, UserError
-from rfthpc.launch.jobs import JobRecord, read_jobs
+from rfthpc.launch.job_states import live_jobs
 from rfthpc.launch.slurmcli import first_line, run_slurm
-from rfthpc.launch.status import live_jobs
-from rfthpc.rundir import RunDir
+from rfthpc.rundir.jobs import JobRecord, read_jobs
+from rfthpc.rundir.paths import RunDir
 
 CancelRole = Literal["all", "trainer", "explorer"]
 

@@ -13,9 +13,9 @@ from rfthpc.config import resolve_stages
 from rfthpc.config.derive import deep_merge
 from rfthpc.config.load import apply_overrides, config_from_dict, read_yaml
 from rfthpc.config.schema import Config
-from rfthpc.config.typed import Problems, to_dict
+from rfthpc.config.typed import to_dict
 from rfthpc.config.validate import validate
-from rfthpc.errors import ConfigError
+from rfthpc.errors import ConfigError, Problems
 
 # Sections of an add-explorers config that belong to the new array; everything else stays the run's.
 _EXPLORER_SECTIONS = ("explorer", "cluster")

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from rfthpc.config.explorer import InferenceModelConfig
 from rfthpc.config.schema import Config
 from rfthpc.config.slurm import SlurmRoleConfig
-from rfthpc.errors import ConfigError
+from rfthpc.errors import ConfigError, Problems
 
 Role = Literal["trainer", "explorer", "server"]
 
@@ -242,3 +242,18 @@ def hetjob_trainer_parameters(cfg: Config, code_dir: Path | None) -> dict[str, A
 
 def _per_cpu(mem: str, cpus: int | None, key: str) -> str:
     return f"{math.ceil(parse_mem_mb(mem, key) / max(1, cpus or 1))}M"
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def env_var_problems(cfg: Config, problems: Problems) -> None:
+    """`explorer.env_vars` names variables a shell could set, and no credential (the config is stored
+    in the run directory, readable by whoever reads it). A check of `rfthpc.config.validate`."""
+    for name in cfg.explorer.env_vars:
+        key = f"explorer.env_vars.{name}"
+        if not _ENV_NAME.fullmatch(name):
+            problems.add(f"{key}: not an environment variable name (letters, digits and _, not starting with a digit)")
+        elif SECRET_PATTERN.search(name):
+            problems.add(f"{key}: a credential would be stored in the run directory's config.yaml; export it in your "
+                         "shell before `rfthpc submit` or `rfthpc run` instead (the roles inherit the environment)")

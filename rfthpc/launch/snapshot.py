@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 
 import rfthpc
-from rfthpc.fsutil import TMP_PREFIX, apply_mode, make_dirs
+from rfthpc.sharedfs.fileops import TMP_PREFIX, apply_mode, make_dirs
 
 _SKIP_DIRS = {"__pycache__"}
 _SKIP_SUFFIXES = (".pyc", ".pyo")

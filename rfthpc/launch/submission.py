@@ -21,10 +21,8 @@ from submitit.core.utils import FailedJobError
 
 from rfthpc.config.derive import shared_models
 from rfthpc.config.schema import Config, explores, trains
-from rfthpc.fsutil import write_text_atomic
 from rfthpc.launch.executors import RunExecutor
 from rfthpc.launch.hetjob import HetjobExecutor
-from rfthpc.launch.jobs import JobRecord, JobRole, record_job
 from rfthpc.launch.resources import (
     config_keys,
     executor_parameters,
@@ -35,7 +33,9 @@ from rfthpc.launch.resources import (
 )
 from rfthpc.launch.slurmcli import run_slurm, sbatch_rejection
 from rfthpc.launch.submitit_jobs import RoleJob
-from rfthpc.rundir import RunDir
+from rfthpc.rundir.jobs import JobRecord, JobRole, record_job
+from rfthpc.rundir.paths import RunDir
+from rfthpc.sharedfs.fileops import write_text_atomic
 
 
 @dataclass

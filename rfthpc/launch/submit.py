@@ -17,15 +17,16 @@ from rfthpc.config import LoadedConfig, dump_yaml, load_resolved, resolve_stages
 from rfthpc.config.derive import shared_models
 from rfthpc.config.schema import Config
 from rfthpc.errors import ConfigError, UserError
-from rfthpc.fsutil import make_dirs, set_share_group, write_text_atomic
 from rfthpc.launch.explorer_config import merged_explorer_config
-from rfthpc.launch.jobs import JobRecord, read_jobs
+from rfthpc.launch.job_states import live_jobs
 from rfthpc.launch.resources import check_no_secrets
+from rfthpc.launch.run_dir import prepare_run_dir
 from rfthpc.launch.slurmcli import check_controller
 from rfthpc.launch.snapshot import code_hash, package_dir, snapshot_code
-from rfthpc.launch.status import live_jobs
 from rfthpc.launch.submission import JobPlan, explorer_plan, plan_jobs, submit_plans, write_scripts
-from rfthpc.rundir import RunDir, prepare_run_dir, run_dir_of
+from rfthpc.rundir.jobs import JobRecord, read_jobs
+from rfthpc.rundir.paths import RunDir, run_dir_of
+from rfthpc.sharedfs.fileops import make_dirs, set_share_group, write_text_atomic
 
 DRY_RUN_DIR = "dry-run"
 
@@ -57,7 +58,7 @@ def _check_submittable(cfg: Config) -> None:
 
 def run_here(loaded: LoadedConfig, resume: bool = False, dry_run: bool = False) -> int:
     """`slurm.executor: local`: run the roles as local processes, as `rfthpc run` does; return the exit code."""
-    from rfthpc.local import plan_roles, run_local
+    from rfthpc.launch.local import plan_roles, run_local
 
     cfg = loaded.config
     check_no_secrets(cfg)

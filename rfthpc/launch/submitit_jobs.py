@@ -37,9 +37,9 @@ from submitit.helpers import Checkpointable
 
 import rfthpc
 from rfthpc.errors import EXIT_PREEMPTED
-from rfthpc.fsutil import make_dirs
 from rfthpc.launch.torchrun import rendezvous_from_slurm, torchrun_argv, torchrun_env
-from rfthpc.rundir import RunDir
+from rfthpc.rundir.paths import RunDir
+from rfthpc.sharedfs.fileops import make_dirs
 
 JobKind = Literal["trainer", "explorer", "hetjob", "server"]
 

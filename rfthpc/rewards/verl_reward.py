@@ -5,7 +5,7 @@ which picks a scorer by the row's data source (the column `data.reward_fn_key` n
 default), or with the user's own function of that signature (`custom_reward_function.path` / `name`).
 `verl_reward` does the same for each row: it reads the row's data source and scores with the rfthpc
 reward function that reads and compares answers as veRL's scorer of that source does
-(`DATA_SOURCES`), or calls the user's veRL function (`compute_score`, named as `file.py:function` or
+(`rfthpc.dialects.verl_data.DATA_SOURCES`), or calls the user's veRL function (`compute_score`, named as `file.py:function` or
 `module:function`). A row whose data source has no rfthpc scorer (`unscored`) fails its group: the
 group gets rewards 0 and is marked, as any failing reward does.
 """
@@ -15,47 +15,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from rfthpc.data.columns import column_value
+from rfthpc.dialects.verl_data import DATA_SOURCES, unscored
 from rfthpc.registry import load_user_function
+from rfthpc.tasks.columns import column_value
 
 if TYPE_CHECKING:
-    from rfthpc.data.tasksets import Task
-
-_MATH = ("lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500")
-
-DATA_SOURCES: dict[str, tuple[str, dict[str, Any]]] = {
-    "openai/gsm8k": ("math_reward", {"strict": True}),
-    **{source: ("math_boxed_reward", {}) for source in _MATH},
-}
-"""veRL data source -> the rfthpc reward function (and its arguments) that reads answers as veRL's
-scorer of that source does: GSM8K's `#### 42` only (veRL's strict extraction), MATH's last
-`\\boxed{}`; both score 1 or 0. rfthpc compares the answers symbolically (math-verify: `42.0` equals
-`42`, `\\frac{1}{2}` equals `0.5`), where veRL compares normalised strings."""
-
-_UNSCORED = (
-    (lambda s: s in ("math_dapo", "math", "math_dapo_reasoning") or s.startswith("aime"),
-     ("veRL's math_dapo scorer reads the last `Answer:` line (Minerva's normalisation) and scores 1 or -1; "
-      "rfthpc's math_dapo_reward reads the last \\boxed{}")),
-    (lambda s: s.startswith("numina_"),
-     "veRL's prime_math scorer (PRIME's answer grading) has no rfthpc counterpart"),
-    (lambda s: s in ("codecontests", "apps", "codeforces", "taco"),
-     "veRL runs the code against test cases (prime_code or a sandbox); rfthpc has no code-execution reward"),
-    (lambda s: s == "hiyouga/geometry3k",
-     "a multimodal data set (images); rfthpc trains text-only models"),
-    (lambda s: s.startswith("searchR1_"),
-     "veRL's exact-match scorer of a search agent's answer has no rfthpc counterpart"),
-)
+    from rfthpc.tasks.tasksets import Task
 
 
-def unscored(source: str) -> str | None:
-    """Why rows of veRL data source `source` cannot be scored by `verl_reward` without a `compute_score`
-    of the user's; None if they can."""
-    if source in DATA_SOURCES:
-        return None
-    for matches, why in _UNSCORED:
-        if matches(source):
-            return why
-    return "veRL's default reward does not know this data source either"
+
 
 
 def _score(result: Any) -> float:

@@ -1,11 +1,9 @@
 """The experience store: the only channel from explorers to the trainer (docs/store.md).
 
-Explorers write groups with `ChunkWriter` and share their tasksets through `ClaimSet` (sharded `TaskClaims`); the
-trainer takes groups with `StoreReader`, exactly once (with experience replay, as often as its
-`rfthpc.replay.ReplayPolicy` allows), and checkpoints its `state()` (a `ReaderState`).
+Explorers write groups with `ChunkWriter`; the trainer takes groups with `StoreReader`, exactly once (with experience replay, as often as its
+`rfthpc.algorithms.replay.ReplayPolicy` allows), and checkpoints its `state()` (a `ReaderState`).
 """
 
-from rfthpc.store.claims import Claim, ClaimSet, TaskClaims
 from rfthpc.store.gc import collect_garbage
 from rfthpc.store.inspect import format_inspect, inspect_store
 from rfthpc.store.reader import StoreReader, StoreTimeout
@@ -15,14 +13,11 @@ from rfthpc.store.writer import ChunkWriter
 
 __all__ = [
     "ChunkWriter",
-    "Claim",
-    "ClaimSet",
     "Experience",
     "Group",
     "ReaderState",
     "StoreReader",
     "StoreTimeout",
-    "TaskClaims",
     "collect_garbage",
     "format_inspect",
     "inspect_store",

@@ -21,9 +21,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from rfthpc.fsutil import TMP_PREFIX
-from rfthpc.locks import process_gone
-from rfthpc.store.layout import QUARANTINE_DIR, READER_DIR, explorer_dirs, list_chunks, open_store
+from rfthpc.rundir.paths import READER_DIR
+from rfthpc.sharedfs.fileops import TMP_PREFIX
+from rfthpc.sharedfs.locks import process_gone
+from rfthpc.store.layout import QUARANTINE_DIR, explorer_dirs, list_chunks, open_store
 from rfthpc.store.reader_files import Cursor, ReaderState, read_checkpointed
 
 _TMP_RE = re.compile(r"^" + re.escape(TMP_PREFIX) + r".+?\.(?:h5|json|txt)\.(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]{8}$")

@@ -14,12 +14,12 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from rfthpc.fsutil import is_temporary
-from rfthpc.rundir import RunDir
+from rfthpc.rundir.paths import RunDir
+from rfthpc.sharedfs.fileops import is_temporary
 from rfthpc.store.chunks import ChunkCorrupt, read_chunk_attrs
-from rfthpc.store.claims import TaskClaims
 from rfthpc.store.layout import explorer_dirs, list_chunks, open_store
 from rfthpc.store.reader_files import ReaderState, read_reader_progress
+from rfthpc.tasks.claims import TaskClaims
 
 
 def _hist(counter: Counter[int]) -> dict[str, int]:

@@ -9,7 +9,7 @@
     experiences/_reader/losses.json                  groups it lost per claim set it consumes (for refills)
                                                      (the three `_reader` files: rfthpc.store.reader_files)
     experiences/_doorbell                            replaced after every committed chunk: the trainer's
-                                                     cheap signal that something arrived (rfthpc.handoff)
+                                                     cheap signal that something arrived (rfthpc.sharedfs.handoff)
 
 A *stream* is one writer process: `<explorer>/<rank>-<token>`, where the token is new for every
 process start, so a requeued explorer never reuses a file name. Its chunks are numbered 0, 1, 2, ...
@@ -26,15 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rfthpc.errors import UserError
-from rfthpc.fsutil import is_temporary, make_dirs, read_json, write_json_atomic, write_text_atomic
-from rfthpc.handoff import Doorbell
-from rfthpc.rundir import CONFIG_FILE, RunDir
+from rfthpc.rundir.paths import CONFIG_FILE, RunDir
+from rfthpc.sharedfs.fileops import is_temporary, make_dirs, read_json, write_json_atomic, write_text_atomic
+from rfthpc.sharedfs.handoff import Doorbell
 
 STORE_MARKER = "STORE.json"
 STORE_FORMAT = "rfthpc-experience-store"
 STORE_VERSION = 1
 QUARANTINE_DIR = "_quarantine"
-READER_DIR = "_reader"
 DOORBELL_FILE = "_doorbell"
 
 _CHUNK_RE = re.compile(

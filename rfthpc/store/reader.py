@@ -20,7 +20,7 @@ as soon as a take walks past a drop, even one that does not complete a batch: th
 waiting for exactly those replacements (`TaskClaims` hands out a fresh task per lost group).
 
 With replay (`replay`, a `ReplayPolicy`), "exactly once" becomes "at most as often as the policy
-allows": every listed training group enters a replay buffer (rfthpc.replay) as the cursors move past
+allows": every listed training group enters a replay buffer (rfthpc.algorithms.replay) as the cursors move past
 it, and a take reads the ready groups of highest priority. The buffer, each entry with its read count,
 priority and cooldown, is part of the same state, so a trainer resumed from a checkpoint reads a group
 no more often, in all, than the steps it kept read it plus what the policy still allows. A group that
@@ -40,8 +40,9 @@ from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from rfthpc.handoff import Waiter, WaitPolicy
-from rfthpc.replay import Entry, ReplayBuffer, ReplayPolicy, Slot
+from rfthpc.algorithms.replay import Entry, ReplayBuffer, ReplayPolicy, Slot
+from rfthpc.rundir.lost_groups import write_losses
+from rfthpc.sharedfs.handoff import Waiter, WaitPolicy
 from rfthpc.store.chunks import ChunkCorrupt, read_chunk
 from rfthpc.store.layout import ChunkRef, experience_doorbell, list_chunks, open_store, quarantine
 from rfthpc.store.reader_files import (
@@ -50,7 +51,6 @@ from rfthpc.store.reader_files import (
     ReaderProgress,
     ReaderState,
     write_checkpointed,
-    write_losses,
     write_reader_progress,
 )
 from rfthpc.store.schema import Group, TaskRef
@@ -88,8 +88,8 @@ class StoreReader:
                  replay: ReplayPolicy | None = None) -> None:
         """`max_staleness`: drop (and count) groups with `current_version - policy_version` above it
         (None keeps all). `poll_s`: the longest a waiting `take` goes without listing the store; it looks
-        again at once when an explorer rings the store's doorbell (rfthpc.handoff). `replay`: read
-        through a replay buffer (rfthpc.replay) instead of once each in commit order."""
+        again at once when an explorer rings the store's doorbell (rfthpc.sharedfs.handoff). `replay`: read
+        through a replay buffer (rfthpc.algorithms.replay) instead of once each in commit order."""
         if max_staleness is not None and max_staleness < 0:
             raise ValueError(f"max_staleness must be >= 0 or None, got {max_staleness}")
         self.store = open_store(run_dir, create=True)
@@ -283,7 +283,7 @@ class StoreReader:
 
     def _select_replay(self, n: int, current_version: int) -> _Selection:
         """With replay (or a replay buffer left by a stage that had it): admit every listed group to a
-        copy of the buffer, then pick the `n` ready groups of highest priority (rfthpc.replay)."""
+        copy of the buffer, then pick the `n` ready groups of highest priority (rfthpc.algorithms.replay)."""
         policy, now = self.replay, time.time()
         sel = _Selection(dict(self._cursor), dict(self._taken), buffer=self._buffer.copy())
         buf = sel.buffer
@@ -401,7 +401,7 @@ class StoreReader:
     def take(self, n_groups: int, current_version: int, timeout_s: float | None = None) -> list[Group]:
         """Return the next `n_groups` training groups: without replay the next committed in commit order,
         each exactly once; with replay the `n_groups` of highest priority in the replay buffer, each at
-        most as often as the replay policy allows (rfthpc.replay).
+        most as often as the replay policy allows (rfthpc.algorithms.replay).
 
         Eval groups are skipped and stale groups (`current_version - policy_version > max_staleness`)
         dropped, both counted in `metrics()`. Waits for groups to arrive; raises StoreTimeout after

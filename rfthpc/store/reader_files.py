@@ -16,15 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
-from rfthpc.fsutil import make_dirs, read_json, write_json_atomic
-from rfthpc.replay import Entry, Slot
-from rfthpc.store.layout import READER_DIR
+from rfthpc.algorithms.replay import Entry, Slot
+from rfthpc.rundir.paths import READER_DIR
+from rfthpc.sharedfs.fileops import make_dirs, read_json, write_json_atomic
 
 PROGRESS_FILE = "progress.json"
 CHECKPOINTED_FILE = "checkpointed.json"
-LOSSES_FILE = "losses.json"
 STATE_FORMAT = 1
-LOSSES_FORMAT = 1
 COUNTERS = ("consumed", "dropped_stale", "dropped_duplicate", "skipped_eval", "quarantined_chunks",
             "quarantined_groups", "evicted", "reused")
 """The reader's counters. Every committed group ends in one of them but `reused` and
@@ -63,7 +61,7 @@ class ReaderState:
     version_hist: Mapping[int, int] = field(default_factory=dict)
     """Policy version -> reads."""
     replay: Mapping[Slot, Entry] = field(default_factory=dict)
-    """The replay buffer (rfthpc.replay): groups past the cursors that may still be read, by where they
+    """The replay buffer (rfthpc.algorithms.replay): groups past the cursors that may still be read, by where they
     are stored. Empty without replay."""
 
     def at(self, stream: str) -> Cursor:
@@ -186,18 +184,3 @@ def read_reader_progress(store: Path) -> ReaderProgress | None:
 def write_reader_progress(store: Path, progress: ReaderProgress) -> None:
     make_dirs(store / READER_DIR)
     write_json_atomic(store / READER_DIR / PROGRESS_FILE, progress.to_dict())
-
-
-def read_losses(store: Path) -> dict[str, int] | None:
-    """{claim set: groups lost} the trainer reports for the claim sets it consumes (`StoreReader.
-    track_tasksets`), or None when no trainer reports (no file, or an unreadable one)."""
-    data = _read(store / READER_DIR / LOSSES_FILE)
-    if not isinstance(data, dict) or data.get("format") != LOSSES_FORMAT or not isinstance(data.get("lost"), dict):
-        return None
-    return {str(k): int(v) for k, v in data["lost"].items()}
-
-
-def write_losses(store: Path, lost: Mapping[str, int]) -> None:
-    """Publish the groups lost per claim set (the trainer's reader is the only writer)."""
-    make_dirs(store / READER_DIR)
-    write_json_atomic(store / READER_DIR / LOSSES_FILE, {"format": LOSSES_FORMAT, "lost": dict(sorted(lost.items()))})

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,8 +15,6 @@ from typing import Any
 import numpy as np
 
 from rfthpc.errors import UserError
-
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 _INT32_MAX = np.iinfo(np.int32).max
 # dtype objects: comparing with these is faster than with the scalar types, once per array.
@@ -120,16 +117,6 @@ class Group:
     def staleness(self, current_version: int) -> int:
         """How many policy versions the trainer is ahead: `current_version - policy_version`."""
         return current_version - self.policy_version
-
-
-def check_name(what: str, value: str) -> str:
-    """Return `value` if it is a safe directory/file name component, else raise UserError."""
-    if not isinstance(value, str) or not NAME_PATTERN.match(value):
-        raise UserError(
-            f"{what} {value!r} is not a valid name: use 1-100 letters, digits, '_', '.' or '-', "
-            "starting with a letter or digit"
-        )
-    return value
 
 
 def _where(group: Group, i: int | None = None, field: str = "") -> str:

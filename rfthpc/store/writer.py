@@ -17,10 +17,11 @@ from types import TracebackType
 from typing import Self
 
 from rfthpc.errors import UserError
-from rfthpc.fsutil import apply_mode, fsync_dir, make_dirs, temporary_name
+from rfthpc.rundir.paths import check_name
+from rfthpc.sharedfs.fileops import apply_mode, fsync_dir, make_dirs, temporary_name
 from rfthpc.store.chunks import ChunkBuilder, PendingGroup
 from rfthpc.store.layout import chunk_name, experience_doorbell, open_store, stream_key
-from rfthpc.store.schema import Group, check_group, check_name
+from rfthpc.store.schema import Group, check_group
 
 
 def new_stream_token() -> str:

@@ -50,13 +50,13 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from rfthpc.config.lora import ADAPTER_CONFIG
-from rfthpc.fsutil import TMP_PREFIX, fsync_dir, make_dirs, write_json_atomic, write_text_atomic
-from rfthpc.rundir import RunDir
+from rfthpc.rundir.paths import RunDir
+from rfthpc.sharedfs.fileops import TMP_PREFIX, fsync_dir, make_dirs, write_json_atomic, write_text_atomic
 from rfthpc.trainer.checkpoint_meta import META_FILE, CheckpointMeta, write_checkpoint_meta
 from rfthpc.trainer.dist import DistEnv
 from rfthpc.trainer.fsdp import drain, gathered, gathered_adapter
 from rfthpc.trainer.lora import trainable_names
-from rfthpc.weights import copy_config_files, write_adapter_dir, write_hf_dir
+from rfthpc.weights.published import copy_config_files, write_adapter_dir, write_hf_dir
 
 log = logging.getLogger(__name__)
 

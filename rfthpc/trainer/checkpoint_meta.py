@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rfthpc.fsutil import read_json, write_json_atomic
-from rfthpc.rundir import RunDir
+from rfthpc.rundir.paths import RunDir
+from rfthpc.sharedfs.fileops import read_json, write_json_atomic
 from rfthpc.store.reader_files import ReaderState
 
 META_FILE = "rfthpc_checkpoint.json"

@@ -16,9 +16,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rfthpc.rundir import RunDir
-from rfthpc.store import Group, StoreReader, StoreTimeout, TaskClaims
-from rfthpc.store.claims import ClaimsStatus
+from rfthpc.rundir.paths import RunDir
+from rfthpc.store import Group, StoreReader, StoreTimeout
+from rfthpc.tasks.claims import ClaimsStatus, TaskClaims
 from rfthpc.trainer.samples import Sample, samples_from_groups
 
 

@@ -38,8 +38,8 @@ from rfthpc.config.lora import LoRASettings
 from rfthpc.errors import UserError
 from rfthpc.trainer import packed_attention, sequence_parallel
 from rfthpc.trainer.dist import DistEnv
-from rfthpc.weight_publisher import Publication, Publisher
-from rfthpc.weights import TensorStream
+from rfthpc.weights.published import TensorStream
+from rfthpc.weights.publisher import Publication, Publisher
 
 ModelKind = Literal["causal_lm", "value"]
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -217,7 +217,7 @@ def gathered(model: nn.Module, env: DistEnv, dtype: torch.dtype, only: set[str] 
     """
     from torch.distributed.tensor import DTensor
 
-    from rfthpc.convert.writer import TensorEntry
+    from rfthpc.weights.safetensors_write import TensorEntry
 
     # FSDP2 shards parameters in place and keeps their names: the module's own state dict has the
     # Hugging Face names, at a fifth of the cost of get_model_state_dict's name bookkeeping.
@@ -268,9 +268,9 @@ def publish_model(model: nn.Module, env: DistEnv, run_dir: Path, step: int, publ
     """Publish the sharded `model` as version `step` (all ranks gather; rank 0's `publisher` writes a
     full snapshot or a delta; `adapter`: the LoRA adapter alone); what was written on rank 0, None
     elsewhere or if the version was published already (its files are kept)."""
-    from rfthpc import weights
+    from rfthpc.weights import published
 
-    exists = env.broadcast_object(weights.is_published(run_dir, step) if env.is_main else None)
+    exists = env.broadcast_object(published.is_published(run_dir, step) if env.is_main else None)
     assert publisher is not None or not env.is_main, "rank 0 publishes"
     dtype = publisher.dtype if publisher is not None else torch.float32
     if adapter:

@@ -12,7 +12,7 @@ A step (global step t, the trainer holding policy version t - 1):
     leaves out (grpo's std_threshold) leave the loss masks;
  4. the critic, then the policy, take `ppo_epochs` passes of mini-batch updates;
  5. every `sync_interval` steps of an RL stage the policy is published under `weights/step_<t>`
-    (`sync_style: explorer_driven`: when an explorer asked for weights, `rfthpc.weight_requests`;
+    (`sync_style: explorer_driven`: when an explorer asked for weights, `rfthpc.weights.asking`;
     the trainer also looks for requests while it waits for experience);
  6. every `save_interval` steps, at the end of each stage and on SIGTERM/SIGUSR2 a checkpoint is
     written (then a signal makes the trainer exit with 124 to be requeued).
@@ -36,12 +36,12 @@ from typing import Any
 
 import torch
 
-from rfthpc import weight_chain, weight_requests, weights
 from rfthpc.config import load_resolved
 from rfthpc.config.settings import TrainerSettings, TrainerStageSettings, trainer_settings
 from rfthpc.errors import EXIT_PREEMPTED, UserError
-from rfthpc.fsutil import set_share_group
-from rfthpc.rundir import RunDir
+from rfthpc.rundir.paths import RunDir
+from rfthpc.rundir.trainer_meta import TrainerMeta, write_trainer_meta
+from rfthpc.sharedfs.fileops import set_share_group
 from rfthpc.signals import StopRequest
 from rfthpc.trainer import checkpoint as ckpt
 from rfthpc.trainer.batching import mini_batches, plan_micro_batches
@@ -58,7 +58,6 @@ from rfthpc.trainer.forward import (
 from rfthpc.trainer.fsdp import build_sharded_model, compute_dtype, publish_model, vocab_size
 from rfthpc.trainer.lora import AdapterDisabled, adapter_config
 from rfthpc.trainer.losses import Algorithm
-from rfthpc.trainer.meta import TrainerMeta, write_trainer_meta
 from rfthpc.trainer.optim import LRSchedule, make_optimizer, set_lr
 from rfthpc.trainer.rl_batch import StepTensors, build_step_tensors
 from rfthpc.trainer.samples import Sample
@@ -66,7 +65,8 @@ from rfthpc.trainer.sequence_parallel import sequence_group
 from rfthpc.trainer.sft_data import PreferenceData, SFTData, load_tokenizer
 from rfthpc.trainer.stages import Position, next_trainable, resume_position
 from rfthpc.trainer.update import MicroLoss, ShardedUpdater, UpdateResult
-from rfthpc.weight_publisher import Publication, Publisher
+from rfthpc.weights import asking, chain, published
+from rfthpc.weights.publisher import Publication, Publisher
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ class Trainer:
         """What the last publication wrote (rank 0)."""
         self.meta: TrainerMeta | None = None
         """The last report written to trainer_meta.json (rank 0)."""
-        self.requests = weight_requests.RequestDesk(self.rundir.root) if env.is_main else None
+        self.requests = asking.RequestDesk(self.rundir.root) if env.is_main else None
         """Rank 0's view of the explorers' requests for weights (`sync_style: explorer_driven`)."""
 
     # ---- entry ---------------------------------------------------------------------------------
@@ -159,7 +159,7 @@ class Trainer:
         self.last_saved = (meta.step, meta.stage_finished) if meta else None
         run = self.settings
         if self.env.is_main:
-            from rfthpc.monitor import Monitor
+            from rfthpc.observe.monitor import Monitor
             from rfthpc.store import StoreReader
 
             self.monitor = Monitor(self.rundir, "trainer", run.monitor, run.project, run.name)
@@ -248,7 +248,7 @@ class Trainer:
             self._log({**metrics, **timeline}, pos.step)
             self._write_trainer_meta(pos)
         # Rank 0 decides: every rank must take part in a publication (it gathers the weights).
-        if st.is_rl and self.env.broadcast_object(weights.read_latest(self.rundir.root) != pos.step):
+        if st.is_rl and self.env.broadcast_object(published.read_latest(self.rundir.root) != pos.step):
             self._publish(pos.step, st.stage)
         if st.is_rl and st.stage.sync_style == "explorer_driven":
             self._serve_requests(st, pos)  # explorers asking now get the stage's final policy
@@ -507,7 +507,7 @@ class Trainer:
         self.publication = publish_model(self.policy, self.env, self.rundir.root, step, self.publisher,
                                          adapter=run.lora is not None)
         if self.env.is_main:
-            removed = weight_chain.collect_published(self.rundir.root, stage.keep_published, run.lease_s)
+            removed = chain.collect_published(self.rundir.root, stage.keep_published, run.lease_s)
             p = self.publication
             log.info("published policy version %d in %.2f s (%s)%s", step, time.perf_counter() - start,
                      "already published" if p is None else ", ".join(
@@ -535,7 +535,7 @@ class Trainer:
             assert self.requests is not None
             if not self.requests.pending():
                 return None
-            return weights.read_latest(self.rundir.root) != pos.step
+            return published.read_latest(self.rundir.root) != pos.step
 
         publish = self.env.on_main(asked)
         if publish is None:
@@ -543,7 +543,7 @@ class Trainer:
         if publish:
             self._publish(pos.step, st.stage)
         if self.requests is not None:
-            latest = weights.read_latest(self.rundir.root)
+            latest = published.read_latest(self.rundir.root)
             self.requests.answer(pos.step if latest is None else latest)
         return publish
 
@@ -567,7 +567,7 @@ class Trainer:
             reader=self.reader.state() if self.reader is not None else None,
             sft_data=st.sft.state_dict() if st.sft is not None else None,
             kl_controller=st.algorithm.kl_controller.value if st.algorithm.kl_controller is not None else None,
-            nan_skipped_batches=self.nan_batches, published_version=weights.read_latest(self.rundir.root),
+            nan_skipped_batches=self.nan_batches, published_version=published.read_latest(self.rundir.root),
         )
         hf = st.stage.save_hf_checkpoint
         last = stage_finished and pos.stage_index == len(self.stages) - 1
@@ -590,7 +590,7 @@ class Trainer:
             return
         self.meta = write_trainer_meta(self.rundir, TrainerMeta(
             step=pos.step, stage=self.stages[pos.stage_index].name, stage_index=pos.stage_index,
-            stage_start_step=pos.stage_start_step, published_version=weights.read_latest(self.rundir.root),
+            stage_start_step=pos.stage_start_step, published_version=published.read_latest(self.rundir.root),
             done=done, state="done" if done else "training"))
 
     def _report_end(self, code: int) -> None:

@@ -1,6 +1,6 @@
 """SFT and DPO data: a dataset (`buffer.trainer_input.experience_buffer`) as samples, in order, resumably.
 
-Rows are read with the taskset loader (`rfthpc.data.tasksets.read_split`: a local HF dataset
+Rows are read with the taskset loader (`rfthpc.tasks.tasksets.read_split`: a local HF dataset
 directory, parquet, jsonl, json). Two shapes (`format.prompt_type`):
 - plaintext: `prompt_key` (user message) and `response_key` (the assistant's reply), with an
   optional system prompt (`format.system_prompt` or the `system_prompt_key` column);
@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 
 from rfthpc.config.buffer import ExperienceBufferConfig
-from rfthpc.data.columns import column_problem, column_value, field_paths, format_columns
 from rfthpc.errors import UserError
+from rfthpc.tasks.columns import column_problem, column_value, field_paths, format_columns
 from rfthpc.trainer.samples import Sample
 
 
@@ -51,7 +51,7 @@ class SFTData:
         chat_template: str | None = None,
         enable_thinking: bool | None = None,
     ) -> None:
-        from rfthpc.data.tasksets import read_split
+        from rfthpc.tasks.tasksets import read_split
 
         if not buffer.path:
             raise UserError("buffer.trainer_input.experience_buffer.path: an sft or dpo stage trains on a dataset; "

@@ -14,78 +14,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from rfthpc.engines.sampling import Completion, SamplingArgs
 from rfthpc.errors import ConfigError
 
 if TYPE_CHECKING:
-    from rfthpc.data.tasksets import PromptBuilder, Task
-
-
-MAX_TOP_LOGPROBS = 20
-"""Most top alternatives per token a request may ask for (vLLM's default `max_logprobs`)."""
-
-
-GREEDY_TEMPERATURE = 1e-5
-"""Below this temperature the engines decode greedily: vLLM's greedy threshold (`_SAMPLING_EPS`)."""
-MIN_SAMPLING_TEMPERATURE = 0.01
-"""The smallest temperature vLLM samples at (it raises a lower one, above GREEDY_TEMPERATURE, to this)."""
-
-
-@dataclass(frozen=True)
-class SamplingArgs:
-    """A taskset's `rollout_args`."""
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    """-1: no top-k cut."""
-    max_tokens: int = 512
-    """Most response tokens per sample."""
-    logprobs: int = 0
-    """Top alternatives per response token returned in `Completion.top_logprobs` (0: none)."""
-    seed: int | None = None
-    """Seed of the request's sampling: the same weights and prompt give the same samples (None: not seeded)."""
-
-    @classmethod
-    def from_config(cls, rollout_args: Any) -> SamplingArgs:
-        """The sampling of a finalized taskset's `rollout_args` (unset values: the defaults above);
-        a ConfigError names a value out of range."""
-        names = ("temperature", "top_p", "top_k", "max_tokens", "logprobs", "seed")
-        return cls(**{name: value for name in names if (value := getattr(rollout_args, name)) is not None})
-
-    def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ConfigError(f"rollout_args.temperature={self.temperature}: use a value ≥ 0")
-        if GREEDY_TEMPERATURE <= self.temperature < MIN_SAMPLING_TEMPERATURE:
-            # vLLM samples at 0.01 at least, while the trainer would divide its logits by the value given.
-            raise ConfigError(
-                f"rollout_args.temperature={self.temperature}: use 0 (greedy) or at least "
-                f"{MIN_SAMPLING_TEMPERATURE} (vLLM's smallest sampling temperature)"
-            )
-        if not 0 < self.top_p <= 1:
-            raise ConfigError(f"rollout_args.top_p={self.top_p}: use a value in (0, 1]")
-        if self.top_k == 0 or self.top_k < -1:
-            raise ConfigError(f"rollout_args.top_k={self.top_k}: use -1 (off) or a positive count")
-        if self.max_tokens < 1:
-            raise ConfigError(f"rollout_args.max_tokens={self.max_tokens}: use at least 1")
-        if not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
-            raise ConfigError(
-                f"rollout_args.logprobs={self.logprobs}: use 0 to {MAX_TOP_LOGPROBS} top alternatives per token"
-            )
-
-
-@dataclass
-class Completion:
-    """One sampled response as the engine returns it."""
-
-    token_ids: list[int]
-    logprobs: list[float]
-    """Log-probability each token was sampled with (after temperature, top-k and top-p: vLLM's processed logprobs)."""
-    text: str
-    finish_reason: str
-    """"stop" (an end token) or "length" (max_tokens reached)."""
-    top_logprobs: list[dict[int, float]] | None = None
-    """With `SamplingArgs.logprobs` k > 0: per token, the k most likely tokens of the distribution it was
-    sampled from and their logprobs (same convention as `logprobs`); None otherwise."""
+    from rfthpc.tasks.tasksets import PromptBuilder, Task
 
 
 class RolloutEngine(Protocol):

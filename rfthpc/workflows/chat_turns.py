@@ -27,8 +27,8 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-from rfthpc.data.tasksets import EncodedPrompt, PromptBuilder
 from rfthpc.errors import UserError
+from rfthpc.tasks.tasksets import EncodedPrompt, PromptBuilder
 
 _PLACEHOLDER = "."
 """Content of the fixed user and assistant turns the framing is measured after (any text works)."""

@@ -33,11 +33,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rfthpc.data.tasksets import EncodedPrompt, Task
+from rfthpc.engines.sampling import Completion, SamplingArgs
 from rfthpc.envs.base import TextEnv
 from rfthpc.envs.registry import check_env, env_factory
 from rfthpc.errors import ConfigError, UserError
-from rfthpc.workflows.base import Completion, RolloutEngine, SamplingArgs, WorkflowContext, WorkflowResult, needs
+from rfthpc.tasks.tasksets import EncodedPrompt, Task
+from rfthpc.workflows.base import RolloutEngine, WorkflowContext, WorkflowResult, needs
 from rfthpc.workflows.chat_turns import ChatTurns
 from rfthpc.workflows.episode import REWARD_TYPES, Episode, RewardType
 

@@ -12,7 +12,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rfthpc.workflows.base import Completion, Experience
+from rfthpc.engines.sampling import Completion
+from rfthpc.workflows.base import Experience
 
 RewardType = Literal["sum", "success"]
 REWARD_TYPES: tuple[str, ...] = ("sum", "success")

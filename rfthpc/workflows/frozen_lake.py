@@ -33,9 +33,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rfthpc.data.tasksets import Task
 from rfthpc.envs.args import lake_map_problem
 from rfthpc.errors import UserError
+from rfthpc.tasks.tasksets import Task
 from rfthpc.workflows.base import WorkflowContext, WorkflowResult, needs
 from rfthpc.workflows.env import EnvWorkflowArgs, play_episodes
 

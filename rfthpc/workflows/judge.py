@@ -19,16 +19,10 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from rfthpc.data.tasksets import Task
+from rfthpc.engines.sampling import SamplingArgs
 from rfthpc.rewards.math_reward import reference_answer
-from rfthpc.workflows.base import (
-    AuxiliaryModel,
-    SamplingArgs,
-    WorkflowContext,
-    WorkflowResult,
-    auxiliary_of,
-    needs,
-)
+from rfthpc.tasks.tasksets import Task
+from rfthpc.workflows.base import AuxiliaryModel, WorkflowContext, WorkflowResult, auxiliary_of, needs
 from rfthpc.workflows.simple import SKIPPED, group_result, sample_group
 
 Chat = list[dict[str, str]]

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rfthpc.data.tasksets import Task
 from rfthpc.rewards.math_reward import accuracy_reward
 from rfthpc.rewards.registry import REWARDS
+from rfthpc.tasks.tasksets import Task
 from rfthpc.workflows.base import WorkflowContext, WorkflowResult, needs
 from rfthpc.workflows.simple import run_single_turn
 

@@ -10,7 +10,7 @@ from rfthpc.registry import Registry
 from rfthpc.workflows.base import Workflow, WorkflowContext, WorkflowResult, needs_of
 
 if TYPE_CHECKING:
-    from rfthpc.data.tasksets import Task
+    from rfthpc.tasks.tasksets import Task
 
 WORKFLOWS: Registry[Workflow] = Registry("workflow", "buffer.explorer_input.default_workflow_type", {
     "simple_workflow": "rfthpc.workflows.simple:simple_workflow",

@@ -21,12 +21,13 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rfthpc.data.tasksets import Task
+from rfthpc.engines.sampling import Completion
 from rfthpc.rewards.math_reward import accuracy_reward
 from rfthpc.rewards.registry import REWARDS
 from rfthpc.rewards.scoring import RewardOutcome
 from rfthpc.store.schema import SUBGROUP
-from rfthpc.workflows.base import Completion, Experience, WorkflowContext, WorkflowResult, auxiliary_of, needs
+from rfthpc.tasks.tasksets import Task
+from rfthpc.workflows.base import Experience, WorkflowContext, WorkflowResult, auxiliary_of, needs
 from rfthpc.workflows.judge import RUBRIC_SYSTEM_PROMPT, Chat, judge_replies
 from rfthpc.workflows.simple import SKIPPED, group_result, sample_group, score_responses
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rfthpc.data.tasksets import EncodedPrompt, Task
+from rfthpc.engines.sampling import Completion
 from rfthpc.rewards.registry import REWARDS
 from rfthpc.rewards.scoring import RewardOutcome, score_group, takes
-from rfthpc.workflows.base import Completion, Experience, WorkflowContext, WorkflowResult, needs
+from rfthpc.tasks.tasksets import EncodedPrompt, Task
+from rfthpc.workflows.base import Experience, WorkflowContext, WorkflowResult, needs
 
 SKIPPED = "prompt longer than max_prompt_tokens"
 """`WorkflowResult.info["skipped"]` of a task whose prompt is too long (and not truncated)."""

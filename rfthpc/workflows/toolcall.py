@@ -17,8 +17,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rfthpc.data.tasksets import Task
 from rfthpc.errors import UserError
+from rfthpc.tasks.tasksets import Task
 from rfthpc.workflows.base import WorkflowContext, WorkflowResult, needs
 from rfthpc.workflows.simple import run_single_turn
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from rfthpc.algorithms.shaping import GroupFilter, OverlongPenalty
 from rfthpc.config import load_config
 from rfthpc.config.settings import explorer_settings
 from rfthpc.errors import ConfigError
-from rfthpc.explorer.shaping import GroupFilter, OverlongPenalty
 from tests.config.conftest import write
 from tests.config.test_bad_input import base  # noqa: F401  (fixture)
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rfthpc.config import foreign, load_config
+from rfthpc.config import load_config
+from rfthpc.dialects import trinity as foreign
 from rfthpc.errors import ConfigError
 from tests.config.conftest import SEEDS, write
 from tests.config.test_bad_input import base  # noqa: F401  (fixture)

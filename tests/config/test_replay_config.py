@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from rfthpc.algorithms.replay import ReplayPolicy
 from rfthpc.config import load_config
 from rfthpc.config.settings import trainer_settings
 from rfthpc.errors import ConfigError
-from rfthpc.replay import ReplayPolicy
 from tests.config.conftest import write
 
 BASE = """

@@ -14,9 +14,9 @@ import yaml
 
 from rfthpc.cli import main
 from rfthpc.config import load_config
-from rfthpc.config.hydra_compose import compose
-from rfthpc.config.importing import flatten
-from rfthpc.config.roll_import import import_roll
+from rfthpc.dialects.hydra import compose
+from rfthpc.dialects.roll_import import import_roll
+from rfthpc.dialects.translation import flatten
 from rfthpc.errors import ConfigError
 
 EXAMPLES = Path(__file__).parent / "roll_examples"

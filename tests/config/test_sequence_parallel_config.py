@@ -129,7 +129,7 @@ def test_local_trainer_processes_must_split_into_groups(tmp_path: Path, capsys: 
 def test_a_roll_import_keeps_actor_trains_ulysses_size(tmp_path: Path) -> None:
     """`rfthpc config import --from roll`: fsdp2_train's ulysses_size becomes the size (ROLL's data-parallel
     size, which its batch sizes count, is then its GPUs over it, as rfthpc's)."""
-    from rfthpc.config.roll_import import import_roll
+    from rfthpc.dialects.roll_import import import_roll
     from tests.config.test_roll_import import AGENTIC
 
     result = import_roll(AGENTIC, tmp_path / "tasks", overrides=[

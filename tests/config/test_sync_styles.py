@@ -10,7 +10,7 @@ import pytest
 from rfthpc.config import load_config
 from rfthpc.config.settings import explorer_settings, trainer_settings
 from rfthpc.errors import ConfigError
-from rfthpc.rundir import prepare_run_dir
+from rfthpc.launch.run_dir import prepare_run_dir
 from tests.config.conftest import write
 from tests.config.test_bad_input import base  # noqa: F401  (fixture)
 

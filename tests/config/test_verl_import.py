@@ -17,9 +17,9 @@ import yaml
 
 from rfthpc.cli import main
 from rfthpc.config import load_config
-from rfthpc.config.hydra_compose import compose
-from rfthpc.config.importing import flatten
-from rfthpc.config.verl_import import import_verl
+from rfthpc.dialects.hydra import compose
+from rfthpc.dialects.translation import flatten
+from rfthpc.dialects.verl_import import import_verl
 from rfthpc.errors import ConfigError
 
 EXAMPLES = Path(__file__).parent / "verl_examples"
@@ -99,7 +99,7 @@ def test_the_example_run_imports_into_a_config_that_validates(tmp_path: Path, mo
 
 
 def _script_overrides() -> list[str]:
-    from rfthpc.config.verl_script import read_script
+    from rfthpc.dialects.verl_script import read_script
 
     return read_script(SCRIPT, ["trainer.total_epochs=2"], environ=ENV).overrides
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rfthpc.config.verl_script import read_script
+from rfthpc.dialects.verl_script import read_script
 from rfthpc.errors import ConfigError
 
 EXAMPLE = Path(__file__).parent / "verl_examples" / "run_qwen2_5-0_5b_grpo.sh"

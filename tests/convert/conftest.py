@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rfthpc.tinymodel import build_tiny_model
+from rfthpc.demos.tinymodel import build_tiny_model
 
 REPO = Path(__file__).resolve().parents[2]
 

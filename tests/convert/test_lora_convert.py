@@ -13,8 +13,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rfthpc import weights
-from rfthpc.rundir import RunDir
+from rfthpc.rundir.paths import RunDir
+from rfthpc.weights import published as weights
 from tests.trainer.conftest import make_run, run_trainer_inprocess, write_groups
 from tests.trainer.test_lora import lora_config
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from rfthpc.cli import main as rfthpc_main
-from rfthpc.weights import step_dir
+from rfthpc.weights.published import step_dir
 
 pytestmark = pytest.mark.slow
 

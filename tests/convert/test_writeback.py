@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from rfthpc.convert import writer
-from rfthpc.convert.writer import TensorEntry, write_shards
+from rfthpc.weights import safetensors_write as writer
+from rfthpc.weights.safetensors_write import TensorEntry, write_shards
 
 
 def _write(out: Path, tensors: dict[str, torch.Tensor]) -> None:

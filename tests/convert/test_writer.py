@@ -9,7 +9,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from rfthpc.convert.writer import (
+from rfthpc.errors import UserError
+from rfthpc.weights.safetensors_write import (
     INDEX_FILE,
     SINGLE_FILE,
     TensorEntry,
@@ -18,7 +19,6 @@ from rfthpc.convert.writer import (
     plan_shards,
     write_shards,
 )
-from rfthpc.errors import UserError
 
 
 def _tensors() -> dict[str, torch.Tensor]:

@@ -2,7 +2,7 @@
 the way vLLM answers them (token ids, processed logprobs, top alternatives as `token_id:<id>`), with
 made-up tokens: each sample is [prompt length, engine, sample index]. Used in the client's tests, and
 run as a script (`python fake_vllm.py --port P --engine K`, key from VLLM_API_KEY) as the server
-process of `rfthpc.model_server` in its tests."""
+process of `rfthpc.engines.server` in its tests."""
 
 from __future__ import annotations
 

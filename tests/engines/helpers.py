@@ -9,10 +9,10 @@ from pathlib import Path
 
 import torch
 
-from rfthpc import weights
 from rfthpc.engines.base import EngineSettings, GenerateRequest
 from rfthpc.engines.hf_engine import TransformersEngine
-from rfthpc.workflows.base import Completion
+from rfthpc.engines.sampling import Completion
+from rfthpc.weights import published as weights
 
 
 def load_hf(model_dir: Path):

@@ -1,4 +1,4 @@
-"""`rfthpc.model_server.ModelServer` as a script, for the tests: `python serve_script.py RUN_DIR ENGINE [MODEL_DIR]`
+"""`rfthpc.engines.server.ModelServer` as a script, for the tests: `python serve_script.py RUN_DIR ENGINE [MODEL_DIR]`
 serves auxiliary model `judge` (the run has a trainer) with tests/engines/fake_vllm.py as its server process,
 or, given MODEL_DIR, with vLLM's real server on that model."""
 
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from rfthpc.config.settings import InferenceModelSettings
-from rfthpc.model_server import ModelServer
+from rfthpc.engines.server import ModelServer
 
 FAKE = Path(__file__).with_name("fake_vllm.py")
 JUDGE = InferenceModelSettings(

@@ -12,7 +12,7 @@ import pytest
 from rfthpc.engines import EngineSettings, make_engine
 from rfthpc.engines.base import GenerateRequest, PromptTooLong
 from rfthpc.engines.batching import EngineFailed, GenerationCancelled, RequestBatcher, split_samples
-from rfthpc.workflows.base import Completion, SamplingArgs
+from rfthpc.engines.sampling import Completion, SamplingArgs
 from tests.engines.helpers import DyingEngine
 
 

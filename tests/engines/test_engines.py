@@ -14,8 +14,8 @@ import torch
 from rfthpc.engines import EngineSettings, GenerateRequest, make_engine
 from rfthpc.engines.base import PromptTooLong, RequestRejected, check_prompt_fits
 from rfthpc.engines.batching import split_samples
+from rfthpc.engines.sampling import SamplingArgs
 from rfthpc.errors import UserError
-from rfthpc.workflows.base import SamplingArgs
 from tests.engines.helpers import forward_logprobs, load_hf, publish_changed
 
 TOL = 1e-5

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-from rfthpc import weights
 from rfthpc.config.lora import LoRAConfig, LoRASettings
 from rfthpc.engines.base import GenerateRequest, make_engine
+from rfthpc.engines.sampling import SamplingArgs
 from rfthpc.errors import UserError
-from rfthpc.explorer.follow import WeightFollower
-from rfthpc.rundir import RunDir
+from rfthpc.rundir.paths import RunDir
 from rfthpc.trainer.samples import Sample
-from rfthpc.workflows.base import SamplingArgs
+from rfthpc.weights import published as weights
+from rfthpc.weights.follow import WeightFollower
 from tests.engines.helpers import forward_logprobs, load_hf
 from tests.engines.test_engines import TOL, prompts, settings
 from tests.trainer.conftest import make_run, run_trainer_inprocess, write_groups

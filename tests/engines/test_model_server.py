@@ -1,4 +1,4 @@
-"""The server role (`rfthpc.model_server`) with a stand-in for vLLM's server (tests/engines/fake_vllm.py;
+"""The server role (`rfthpc.engines.server`) with a stand-in for vLLM's server (tests/engines/fake_vllm.py;
 the real one runs on the local Slurm cluster in tests/launch/test_aux_server.py): it publishes its
 address once the server answers; a server process that dies is started again on a new port, with the
 next generation, and a client's request waiting meanwhile goes through; it stops when the run is
@@ -19,14 +19,14 @@ from pathlib import Path
 import pytest
 
 from rfthpc.engines.remote import RemoteEngine
+from rfthpc.engines.sampling import SamplingArgs
+from rfthpc.engines.server import finished, vllm_command
 from rfthpc.errors import EXIT_PREEMPTED
-from rfthpc.explorer.meta import ExplorerProgress
-from rfthpc.fsutil import write_json_atomic
-from rfthpc.model_server import finished, vllm_command
-from rfthpc.rundir import RunDir
-from rfthpc.server_address import ServerAddress, address_path, read_address
-from rfthpc.trainer.meta import TrainerMeta, write_trainer_meta
-from rfthpc.workflows.base import SamplingArgs
+from rfthpc.rundir.explorer_meta import ExplorerProgress
+from rfthpc.rundir.paths import RunDir
+from rfthpc.rundir.servers import ServerAddress, address_path, read_address
+from rfthpc.rundir.trainer_meta import TrainerMeta, write_trainer_meta
+from rfthpc.sharedfs.fileops import write_json_atomic
 from tests.engines.serve_script import JUDGE
 
 HERE = Path(__file__).parent
@@ -34,7 +34,7 @@ REPO = HERE.parents[1]
 
 
 def start_server(run: Path, engine: int, log: Path, model: Path | None = None) -> subprocess.Popen[bytes]:
-    """`rfthpc.model_server` for auxiliary model `judge` in a process of its own: the stand-in server, or
+    """`rfthpc.engines.server` for auxiliary model `judge` in a process of its own: the stand-in server, or
     vLLM's on `model`."""
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     with open(log, "ab") as out:

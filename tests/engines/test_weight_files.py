@@ -9,9 +9,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from rfthpc import weights
-from rfthpc.engines.weight_files import iter_safetensors_dir
 from rfthpc.errors import UserError
+from rfthpc.weights import published as weights
+from rfthpc.weights.safetensors_read import iter_safetensors_dir
 from tests.engines.helpers import publish_changed
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rfthpc.tinymodel import build_tiny_model
+from rfthpc.demos.tinymodel import build_tiny_model
 
 
 @pytest.fixture(scope="session")

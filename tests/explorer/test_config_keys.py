@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from rfthpc.config import load_config
+from rfthpc.engines.sampling import SamplingArgs
 from rfthpc.errors import ConfigError
-from rfthpc.workflows.base import SamplingArgs
 
 BASE: dict[str, Any] = {
     "algorithm": {"algorithm_type": "grpo", "repeat_times": 2},

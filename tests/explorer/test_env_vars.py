@@ -12,7 +12,7 @@ import pytest
 import rfthpc.explorer.loop as explorer_loop
 from rfthpc.cli import main
 from rfthpc.config import dump_yaml, load_config
-from rfthpc.rundir import RunDir
+from rfthpc.rundir.paths import RunDir
 
 CONFIG = """
 model:

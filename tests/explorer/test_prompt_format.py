@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from rfthpc.data.tasksets import PromptBuilder, Task, load_taskset
+from rfthpc.demos.tinymodel import CHAT_TEMPLATE
 from rfthpc.errors import ConfigError, UserError
-from rfthpc.tinymodel import CHAT_TEMPLATE
+from rfthpc.tasks.tasksets import PromptBuilder, Task, load_taskset
 
 # The tiny model's template plus Qwen3's switch: `enable_thinking=False` opens the reply with an
 # empty think block.

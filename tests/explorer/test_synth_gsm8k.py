@@ -8,13 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rfthpc.data.synth_gsm8k import (
-    Difficulty,
-    final_answer,
-    generate_splits,
-    main,
-    sft_records,
-)
+from rfthpc.demos.synth_gsm8k import Difficulty, final_answer, generate_splits, main, sft_records
 from rfthpc.errors import UserError
 
 # Read the story back independently of the generator: each sentence is one operation.

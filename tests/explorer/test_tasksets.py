@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rfthpc.data.synth_gsm8k import (
+from rfthpc.demos.synth_gsm8k import (
     generate_splits,
     write_hf_disk,
     write_hub_layout,
@@ -18,9 +18,9 @@ from rfthpc.data.synth_gsm8k import (
     write_parquet,
     write_splits,
 )
-from rfthpc.data.tasksets import PromptBuilder, Task, load_taskset, read_split
+from rfthpc.engines.sampling import SamplingArgs
 from rfthpc.errors import ConfigError, UserError
-from rfthpc.workflows.base import SamplingArgs
+from rfthpc.tasks.tasksets import PromptBuilder, Task, load_taskset, read_split
 
 SPLITS = generate_splits(12, 4, seed=5)
 
@@ -227,7 +227,7 @@ def test_json_dir_file_is_a_list(tmp_path: Path) -> None:
 def test_columns_are_read_from_the_header_of_every_layout(tmp_path: Path) -> None:
     """`dataset_columns` (validation before the queue) agrees with what the loader reads, for each
     layout; a JSON document (columns only by reading it all) is left to the loader."""
-    from rfthpc.data.columns import dataset_columns
+    from rfthpc.tasks.columns import dataset_columns
 
     columns = list(SPLITS["train"][0])
     for fmt in ("jsonl", "parquet"):
@@ -268,7 +268,7 @@ def test_keys_name_fields_inside_records_by_dotted_path(tmp_path: Path, cache: s
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rfthpc.data.columns import dataset_columns
+    from rfthpc.tasks.columns import dataset_columns
 
     path = tmp_path / f"train.{fmt}"
     if fmt == "parquet":

@@ -12,8 +12,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from rfthpc.demos.tinymodel import IM_END, PAD_TOKEN, SIZES, build_tiny_model, main, parameter_count
 from rfthpc.errors import UserError
-from rfthpc.tinymodel import IM_END, PAD_TOKEN, SIZES, build_tiny_model, main, parameter_count
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from rfthpc.data.tasksets import Task
+from rfthpc.dialects.verl_data import unscored
 from rfthpc.rewards.math_reward import accuracy_reward
 from rfthpc.rewards.registry import REWARDS
 from rfthpc.rewards.scoring import score_group
-from rfthpc.rewards.verl_reward import unscored, verl_reward
+from rfthpc.rewards.verl_reward import verl_reward
+from rfthpc.tasks.tasksets import Task
 
 
 def task(source: str, truth: str, **raw) -> Task:

@@ -15,16 +15,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rfthpc.data.tasksets import PromptBuilder, Task
+from rfthpc.engines.sampling import Completion, SamplingArgs
 from rfthpc.errors import ConfigError
-from rfthpc.workflows.base import (
-    AuxiliaryModel,
-    Completion,
-    Experience,
-    SamplingArgs,
-    WorkflowContext,
-    WorkflowResult,
-)
+from rfthpc.tasks.tasksets import PromptBuilder, Task
+from rfthpc.workflows.base import AuxiliaryModel, Experience, WorkflowContext, WorkflowResult
 from rfthpc.workflows.math import MATH_SYSTEM_PROMPT
 from rfthpc.workflows.registry import WORKFLOWS, run_workflow
 

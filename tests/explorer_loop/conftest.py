@@ -40,7 +40,7 @@ def taskset(name: str, path: Path, **extra: Any) -> dict[str, Any]:
 def make_run(tmp_path: Path, model_dir: Path, tasksets: list[dict], **over: Any) -> Path:
     """Write a config, create its run directory as `rfthpc run` does, and return the run directory."""
     from rfthpc.config import load_config
-    from rfthpc.rundir import prepare_run_dir
+    from rfthpc.launch.run_dir import prepare_run_dir
 
     cfg = {
         "project": "test", "name": "explore", "checkpoint_root_dir": str(tmp_path / "ckpt"),
@@ -76,13 +76,13 @@ def claims_state(run_dir: Path, name: str) -> dict[str, Any]:
 
 
 def metrics(run_dir: Path, name: str = "explorer", rank: int = 0) -> list[dict[str, Any]]:
-    from rfthpc.monitor import read_metrics
+    from rfthpc.rundir.metrics import read_metrics
 
     return read_metrics(run_dir / "monitor" / f"explorer_{name}_{rank}.jsonl")
 
 
 def progress(run_dir: Path, name: str = "explorer", rank: int = 0) -> dict[str, Any]:
-    from rfthpc.fsutil import read_json
+    from rfthpc.sharedfs.fileops import read_json
 
     return read_json(run_dir / "explorer_meta" / name / f"{rank}.json", {}) or {}
 

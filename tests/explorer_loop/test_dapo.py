@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from rfthpc.algorithms.shaping import OverlongPenalty
 from rfthpc.explorer.loop import GenerationBudgetExceeded
-from rfthpc.explorer.shaping import OverlongPenalty
 from rfthpc.store import StoreReader
 from tests.explorer_loop.conftest import (
     USER_REWARDS,
@@ -96,10 +96,10 @@ def test_remax_stores_the_greedy_responses_reward_and_the_trainer_subtracts_it(t
     from rfthpc.config import load_resolved
     from rfthpc.config.settings import AlgorithmSettings
     from rfthpc.engines import EngineSettings, make_engine
+    from rfthpc.engines.sampling import SamplingArgs
     from rfthpc.trainer.losses import Algorithm
     from rfthpc.trainer.rl_batch import build_step_tensors
     from rfthpc.trainer.samples import samples_from_groups
-    from rfthpc.workflows.base import SamplingArgs
     from tests.explorer_loop.user_rewards import response_length
 
     ts = _tasks(tmp_path, ["a", "b"], "response_length")

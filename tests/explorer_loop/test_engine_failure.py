@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from rfthpc.explorer.loop import EXIT_FAILED
-from rfthpc.store.claims import TaskClaims
+from rfthpc.tasks.claims import TaskClaims
 from tests.engines.helpers import DyingEngine, publish_changed
 from tests.explorer_loop.conftest import claims_state, explorer, groups, make_run, progress, taskset, write_jsonl
 

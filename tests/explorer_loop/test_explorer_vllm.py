@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 import torch
 
-from rfthpc import weights
 from rfthpc.engines import EngineSettings, make_engine
-from rfthpc.workflows.base import SamplingArgs
+from rfthpc.engines.sampling import SamplingArgs
+from rfthpc.weights import published as weights
 from rfthpc.workflows.math import MATH_SYSTEM_PROMPT
 from tests.engines.helpers import changed_state_dict, forward_logprobs, load_hf
 from tests.explorer_loop.conftest import (

@@ -9,8 +9,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from rfthpc.weight_publisher import Publisher
-from rfthpc.weights import TensorStream
+from rfthpc.weights.published import TensorStream
+from rfthpc.weights.publisher import Publisher
 from tests.engines.helpers import forward_logprobs, load_hf
 from tests.explorer_loop.conftest import explorer, groups, make_run, taskset, write_jsonl
 from tests.trainer.test_lora import random_adapter

@@ -10,9 +10,10 @@ import time
 from pathlib import Path
 
 from rfthpc.config.monitor import MonitorConfig
-from rfthpc.fsutil import write_json_atomic
-from rfthpc.monitor import Monitor, read_metrics
-from rfthpc.rundir import RunDir
+from rfthpc.observe.monitor import Monitor
+from rfthpc.rundir.metrics import read_metrics
+from rfthpc.rundir.paths import RunDir
+from rfthpc.sharedfs.fileops import write_json_atomic
 from tests.engines.helpers import publish_changed
 from tests.explorer_loop.conftest import explorer, make_run, metrics, progress, taskset, write_jsonl
 from tests.explorer_loop.wandb_history import history
@@ -80,8 +81,8 @@ def test_an_evaluation_after_later_rollout_steps_reaches_wandb(tmp_path: Path, t
 STEP_SIGNAL = """
 import os, signal, subprocess, sys, time
 from rfthpc.config.monitor import MonitorConfig
-from rfthpc.monitor import Monitor
-from rfthpc.rundir import RunDir
+from rfthpc.observe.monitor import Monitor
+from rfthpc.rundir.paths import RunDir
 from rfthpc.signals import StopRequest
 
 stop = StopRequest().install()

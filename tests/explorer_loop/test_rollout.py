@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from rfthpc.data.tasksets import PromptBuilder, Task
 from rfthpc.engines import EngineSettings, make_engine
 from rfthpc.engines.batching import EngineFailed, RequestBatcher
+from rfthpc.engines.sampling import SamplingArgs
 from rfthpc.errors import ConfigError
 from rfthpc.explorer.rollout import RolloutPolicy, run_tasks
 from rfthpc.signals import StopRequest
-from rfthpc.workflows.base import SamplingArgs, WorkflowContext
+from rfthpc.tasks.tasksets import PromptBuilder, Task
+from rfthpc.workflows.base import WorkflowContext
 from tests.engines.helpers import DyingEngine
 from tests.explorer_loop import user_workflows
 

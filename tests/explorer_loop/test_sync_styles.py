@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from rfthpc import weight_requests, weights
 from rfthpc.engines.base import EngineSettings, GenerateRequest
 from rfthpc.engines.hf_engine import TransformersEngine
+from rfthpc.engines.sampling import Completion
 from rfthpc.explorer.sync import is_sync_point
-from rfthpc.workflows.base import Completion
+from rfthpc.weights import asking as weight_requests
+from rfthpc.weights import published as weights
 from tests.engines.helpers import publish_changed
 from tests.explorer_loop.conftest import explorer, make_run, metrics, progress, taskset, write_jsonl
 

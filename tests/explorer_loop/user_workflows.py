@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 from collections import Counter
 
+from rfthpc.engines.sampling import Completion
 from rfthpc.errors import ConfigError
-from rfthpc.workflows.base import Completion, Experience, WorkflowResult
+from rfthpc.workflows.base import Experience, WorkflowResult
 
 ATTEMPTS: Counter[str] = Counter()
 

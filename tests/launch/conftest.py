@@ -91,8 +91,8 @@ def cluster_report() -> str:
 @pytest.fixture(scope="session")
 def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny model (`model/`), synthetic GSM8K-format data (`gsm8k/{train,test}.jsonl`) and `sft.jsonl`."""
-    from rfthpc.data.synth_gsm8k import generate_splits, sft_records, write_jsonl, write_splits
-    from rfthpc.tinymodel import build_tiny_model
+    from rfthpc.demos.synth_gsm8k import generate_splits, sft_records, write_jsonl, write_splits
+    from rfthpc.demos.tinymodel import build_tiny_model
 
     root = tmp_path_factory.mktemp("demo")
     build_tiny_model(root / "model", "tiny", seed=0)

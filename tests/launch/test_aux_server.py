@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from rfthpc.fsutil import read_json
-from rfthpc.launch.jobs import read_jobs
-from rfthpc.rundir import RunDir
-from rfthpc.server_address import address_path, read_address
+from rfthpc.rundir.jobs import read_jobs
+from rfthpc.rundir.paths import RunDir
+from rfthpc.rundir.servers import address_path, read_address
+from rfthpc.sharedfs.fileops import read_json
 from tests.conftest import cancel
 from tests.launch.conftest import (
     judged_config,

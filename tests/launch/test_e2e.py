@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from rfthpc.explorer.meta import read_progress
-from rfthpc.fsutil import read_json
-from rfthpc.launch.jobs import read_jobs
-from rfthpc.rundir import RunDir
+from rfthpc.rundir.explorer_meta import read_progress
+from rfthpc.rundir.jobs import read_jobs
+from rfthpc.rundir.paths import RunDir
+from rfthpc.sharedfs.fileops import read_json
 from tests.conftest import cancel
 from tests.launch.conftest import (
     PYTHON,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rfthpc.monitor import read_metrics
+from rfthpc.rundir.metrics import read_metrics
 from tests.launch.conftest import tiny_config, wait_terminal, write_yaml
 from tests.launch.runcheck import check_exactly_once, consumption, log_tails
 from tests.launch.test_e2e import job_ids, runs, submit, wait_done  # noqa: F401  (fixture)

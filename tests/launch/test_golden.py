@@ -17,7 +17,7 @@ import yaml
 from rfthpc.config import load_config, resolve_stages
 from rfthpc.launch.explorer_config import merged_explorer_config
 from rfthpc.launch.submission import explorer_plan, plan_jobs
-from rfthpc.rundir import RunDir
+from rfthpc.rundir.paths import RunDir
 
 GOLDEN = Path(__file__).parent / "golden"
 RUN = RunDir("/srv/runs/demo/tiny")

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from rfthpc.launch.jobs import read_jobs
-from rfthpc.rundir import RunDir
+from rfthpc.rundir.jobs import read_jobs
+from rfthpc.rundir.paths import RunDir
 from tests.conftest import cancel
 from tests.launch.conftest import (
     cluster_report,

@@ -19,14 +19,14 @@ def test_snapshot_is_a_private_content_named_copy(tmp_path: Path) -> None:
     try:
         first = snapshot_code(tmp_path / "code", source)
         assert snapshot_code(tmp_path / "code", source) == first  # same code: reused
-        (source / "launch" / "status.py").write_text((source / "launch" / "status.py").read_text() + "\n# edit\n")
+        (source / "launch" / "job_states.py").write_text((source / "launch" / "job_states.py").read_text() + "\n# edit\n")
         second = snapshot_code(tmp_path / "code", source)
     finally:
         os.umask(old)
     assert second != first
     assert sorted(p.name for p in (tmp_path / "code").iterdir()) == sorted([first.name, second.name])
     # The snapshot taken before the edit does not see it.
-    assert "# edit" not in (first / "rfthpc" / "launch" / "status.py").read_text()
+    assert "# edit" not in (first / "rfthpc" / "launch" / "job_states.py").read_text()
     assert (first / "rfthpc" / "launch" / "submitit_jobs.py").is_file()
     assert not list(first.rglob("__pycache__"))
     modes = {stat.S_IMODE(p.stat().st_mode) for p in first.rglob("*")}

@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from rfthpc.errors import UserError
-from rfthpc.fsutil import write_json_atomic
 from rfthpc.launch.cancel import select_jobs
-from rfthpc.launch.jobs import JobRecord, read_jobs, record_job
-from rfthpc.launch.status import TaskState, collect_status, format_status, judge_liveness, query_states
-from rfthpc.rundir import RunDir
+from rfthpc.launch.job_states import TaskState, query_states
+from rfthpc.observe.status import collect_status, format_status, judge_liveness
+from rfthpc.rundir.jobs import JobRecord, read_jobs, record_job
+from rfthpc.rundir.paths import RunDir
+from rfthpc.sharedfs.fileops import write_json_atomic
 from tests.conftest import cancel
 from tests.launch.conftest import rfthpc, run_cmd, wait_terminal
 

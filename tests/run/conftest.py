@@ -18,7 +18,7 @@ DEMO_CONFIG = ROOT / "configs" / "tiny-cpu.yaml"
 @pytest.fixture(scope="session")
 def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The demo's model and data (`rfthpc make-demo`, seed 0)."""
-    from rfthpc.demo import MakeDemoArgs, make_demo
+    from rfthpc.demos.gsm8k import MakeDemoArgs, make_demo
 
     out = tmp_path_factory.mktemp("demo-data")
     make_demo(MakeDemoArgs(out=out, seed=0))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rfthpc.agent_demo import (
+from rfthpc.demos.frozenlake import (
     ACTIONS,
     FrozenLakeDemoArgs,
     default_make_env,
@@ -21,7 +21,7 @@ from rfthpc.agent_demo import (
     start,
     walk,
 )
-from rfthpc.demo import split_task
+from rfthpc.demos.gsm8k import split_task
 from rfthpc.errors import UserError
 
 SMALL = {"train": 40, "test": 10, "sft": 20}
@@ -169,7 +169,7 @@ def test_a_short_run_of_the_config_finishes(made: Path, tmp_path: Path) -> None:
     both stages run, episodes are trained on, and the held-out maps are evaluated before and after."""
     import yaml
 
-    from rfthpc.agent_demo import print_figures
+    from rfthpc.demos.frozenlake import print_figures
     from tests.run.conftest import ROOT, _merge, env_for, finish, rfthpc
 
     demo = tmp_path / "demo"

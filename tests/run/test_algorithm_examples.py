@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from rfthpc.config import load_config
-from rfthpc.rundir import RunDir
+from rfthpc.rundir.paths import RunDir
 from tests.run.conftest import ROOT, env_for, finish, rfthpc
 
 EXAMPLES = ROOT / "configs" / "examples"

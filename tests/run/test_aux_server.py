@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rfthpc.server_address import address_path, read_address
+from rfthpc.rundir.servers import address_path, read_address
 from tests.launch.conftest import demo_data, judged_config, write_yaml  # noqa: F401  (session fixture)
 from tests.launch.test_aux_server import judged_groups
 

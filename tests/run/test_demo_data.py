@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rfthpc.data.synth_gsm8k import final_answer
-from rfthpc.demo import balanced_splits
+from rfthpc.demos.gsm8k import balanced_splits
+from rfthpc.demos.synth_gsm8k import final_answer
 from rfthpc.errors import UserError
 
 
@@ -36,7 +36,7 @@ def test_demo_dir_holds_what_the_config_reads(demo_dir: Path) -> None:
 
 
 def test_make_demo_refuses_more_demonstrations_than_tasks(tmp_path: Path) -> None:
-    from rfthpc.demo import MakeDemoArgs, make_demo
+    from rfthpc.demos.gsm8k import MakeDemoArgs, make_demo
 
     with pytest.raises(UserError, match="--sft <= --train"):
         make_demo(MakeDemoArgs(out=tmp_path, train=10, sft=20))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rfthpc.rundir import RunDir
+from rfthpc.rundir.paths import RunDir
 from tests.run.conftest import env_for, finish, rfthpc, rl_only, store_counts
 
 REPO = Path(__file__).resolve().parents[2]
@@ -164,7 +164,7 @@ def test_failing_role_stops_the_run_and_shows_its_log(demo_dir: Path, tmp_path: 
 
 def test_a_role_that_cannot_start_stops_the_roles_already_started(tmp_path: Path) -> None:
     """Roles run in their own sessions (out of Ctrl-C's reach), so the runner stops them whatever ends it."""
-    from rfthpc.local import Role, run_local
+    from rfthpc.launch.local import Role, run_local
 
     started = Role("explorer_0", ["sleep", "120"], tmp_path / "log" / "explorer_0.log")
     broken = Role("trainer", [str(tmp_path / "no-such-program")], tmp_path / "log" / "trainer.log")
@@ -184,8 +184,8 @@ def test_a_closed_terminal_stops_the_roles_unless_under_nohup(tmp_path: Path, no
     script = (
         "import json, sys\n"
         "from pathlib import Path\n"
-        "from rfthpc.local import Role, run_local\n"
-        "from rfthpc.rundir import RunDir\n"
+        "from rfthpc.launch.local import Role, run_local\n"
+        "from rfthpc.rundir.paths import RunDir\n"
         "out = Path(sys.argv[1])\n"
         "roles = [Role(f'explorer_{i}', ['sleep', '300'], out / f'{i}.log') for i in range(2)]\n"
         "class Announce(Role):\n"
@@ -232,7 +232,7 @@ def test_each_role_gets_its_share_of_the_cores(tmp_path: Path, monkeypatch: pyte
     """`rfthpc run` splits the cores it may use between its processes (OMP_NUM_THREADS), unless the
     user set OMP_NUM_THREADS, which every role then keeps."""
     from rfthpc.config import load_config
-    from rfthpc.local import available_cores, plan_roles
+    from rfthpc.launch.local import available_cores, plan_roles
 
     stages = load_config(rl_only(tmp_path / "run.yaml", "threads"), check_paths=False).stages
     run = RunDir(tmp_path / "run")
@@ -256,7 +256,7 @@ def test_shared_auxiliary_models_are_served_by_local_processes(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """A shared judge of 2 engines: two `rfthpc serve` processes, started first, counted in the cores' split."""
     from rfthpc.config import load_config
-    from rfthpc.local import plan_roles
+    from rfthpc.launch.local import plan_roles
 
     judge = {"name": "judge", "model_path": "/models/judge", "engine_num": 2}
     stages = load_config(rl_only(tmp_path / "run.yaml", "served", explorer={"auxiliary_models": [judge]}),
@@ -274,7 +274,7 @@ def test_shared_auxiliary_models_are_served_by_local_processes(tmp_path: Path,
 
 def test_services_are_stopped_when_the_run_is_done(tmp_path: Path) -> None:
     """The run waits for its workers, not for the servers they use; those are stopped at its end."""
-    from rfthpc.local import Role, run_local
+    from rfthpc.launch.local import Role, run_local
 
     server = Role("server_judge_0", ["sleep", "300"], tmp_path / "log" / "server.log", service=True)
     explorer = Role("explorer_0", ["sleep", "1"], tmp_path / "log" / "explorer_0.log")
@@ -295,7 +295,7 @@ def test_each_sync_style_runs_to_the_end(style: str, demo_dir: Path, tmp_path: P
     step; explorer_driven when the explorer asks (when depends on the two processes' pace)."""
     import re
 
-    from rfthpc import weight_requests
+    from rfthpc.weights import asking as weight_requests
 
     steps = 4
     env = env_for(demo_dir, tmp_path / "ckpt")

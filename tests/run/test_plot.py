@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 from rfthpc.config.monitor import MonitorConfig
-from rfthpc.demo import demo_figures, eval_accuracy, last_stage_start
+from rfthpc.demos.gsm8k import demo_figures, eval_accuracy, last_stage_start
 from rfthpc.errors import UserError
-from rfthpc.fsutil import write_json_atomic
-from rfthpc.local import Role, progress_line
-from rfthpc.monitor import Monitor
-from rfthpc.plot import collect, plot_run, rolling_mean
-from rfthpc.rundir import RunDir
-from rfthpc.timeline import EXPLORER_PHASES, TRAINER_PHASES, Span, record_spans, shares
+from rfthpc.launch.local import Role, progress_line
+from rfthpc.observe.monitor import Monitor
+from rfthpc.observe.plot import collect, plot_run, rolling_mean
+from rfthpc.observe.timeline import EXPLORER_PHASES, TRAINER_PHASES, Span, record_spans, shares
+from rfthpc.rundir.paths import RunDir
+from rfthpc.sharedfs.fileops import write_json_atomic
 
 
 def _two_stage_run(root: Path) -> RunDir:

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from rfthpc.locks import make_lock
+from rfthpc.sharedfs.locks import make_lock
 
 
 def incrementer(lock_path: str, kind: str, counter: str, n: str) -> None:

@@ -29,14 +29,14 @@ from pathlib import Path
 
 import numpy as np
 
-from rfthpc.fsutil import append_line, read_json, write_json_atomic, write_text_atomic
-from rfthpc.replay import ReplayPolicy
-from rfthpc.store.claims import ClaimSet
+from rfthpc.algorithms.replay import ReplayPolicy
+from rfthpc.sharedfs.fileops import append_line, read_json, write_json_atomic, write_text_atomic
 from rfthpc.store.gc import collect_garbage
 from rfthpc.store.reader import StoreReader, StoreTimeout
 from rfthpc.store.reader_files import ReaderState
 from rfthpc.store.schema import Experience, Group
 from rfthpc.store.writer import ChunkWriter
+from rfthpc.tasks.claims import ClaimSet
 
 RESPONSES = 4
 TOKENS = 256

@@ -26,12 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from rfthpc.fsutil import append_line, read_json, write_json_atomic, write_text_atomic
-from rfthpc.store.claims import Claim, TaskClaims
+from rfthpc.sharedfs.fileops import append_line, read_json, write_json_atomic, write_text_atomic
 from rfthpc.store.reader import StoreReader, StoreTimeout
 from rfthpc.store.reader_files import ReaderState
 from rfthpc.store.schema import Experience, Group
 from rfthpc.store.writer import ChunkWriter
+from rfthpc.tasks.claims import Claim, TaskClaims
 
 TASKSET = "ts"
 TIMEOUT_S = 120.0

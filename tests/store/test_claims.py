@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from rfthpc.errors import ConfigError
-from rfthpc.fsutil import read_json
-from rfthpc.store.claims import CLAIMS_FILE, ClaimSet, TaskClaims
+from rfthpc.sharedfs.fileops import read_json
+from rfthpc.tasks.claims import CLAIMS_FILE, ClaimSet, TaskClaims
 
 PROCS = Path(__file__).with_name("procs.py")
 REPO = Path(__file__).parents[2]
@@ -311,10 +311,10 @@ def test_many_explorer_processes_explore_each_task_once_despite_kills(kind: str,
 def test_claims_stay_held_through_a_call_longer_than_the_lease(run_dir: Path) -> None:
     """The explorer's heartbeat thread keeps its claims while its loop is blocked (one generation call
     longer than lease_s): another explorer gets none of them, as it would without the thread."""
-    from rfthpc.explorer.follow import WeightFollower
     from rfthpc.explorer.heartbeat import Heartbeat
-    from rfthpc.explorer.meta import Progress
-    from rfthpc.rundir import RunDir
+    from rfthpc.rundir.explorer_meta import Progress
+    from rfthpc.rundir.paths import RunDir
+    from rfthpc.weights.follow import WeightFollower
 
     a = TaskClaims(run_dir, "ts", 2, owner="a", lease_s=0.5)
     b = TaskClaims(run_dir, "ts", 2, owner="b", lease_s=0.5)

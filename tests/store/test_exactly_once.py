@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rfthpc.fsutil import is_temporary
+from rfthpc.sharedfs.fileops import is_temporary
 from rfthpc.store.chunks import read_chunk
 from rfthpc.store.layout import list_chunks
 

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from rfthpc.fsutil import TMP_PREFIX
+from rfthpc.sharedfs.fileops import TMP_PREFIX
 from rfthpc.store.gc import collect_garbage
 from rfthpc.store.layout import QUARANTINE_DIR, list_chunks
 from rfthpc.store.reader import StoreReader

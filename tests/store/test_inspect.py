@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from rfthpc.errors import UserError
-from rfthpc.store.claims import TaskClaims
 from rfthpc.store.inspect import format_inspect, inspect_store
 from rfthpc.store.reader import StoreReader
 from rfthpc.store.writer import ChunkWriter
+from rfthpc.tasks.claims import TaskClaims
 
 from .groups import make_group
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from rfthpc import fsutil
 from rfthpc.errors import ConfigError
-from rfthpc.locks import LOCK_KINDS, LockTimeout, make_lock
+from rfthpc.sharedfs import fileops as fsutil
+from rfthpc.sharedfs.locks import LOCK_KINDS, LockTimeout, make_lock
 
 PROCS = Path(__file__).with_name("lockprocs.py")
 REPO = Path(__file__).parents[2]
@@ -86,7 +86,7 @@ def test_a_waiter_that_stalled_itself_watches_the_holder_afresh(kind: str, tmp_p
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """A filesystem outage freezes holder and waiter alike: the waiter's own stall (6 s here, injected
     into its first pause) does not count toward the holder's stale_s (3 s)."""
-    from rfthpc import locks
+    from rfthpc.sharedfs import locks
 
     lock = tmp_path / "x.lock"
     p = _holding(lock, kind)

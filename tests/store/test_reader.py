@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from rfthpc import fsutil
 from rfthpc.errors import UserError
-from rfthpc.store.claims import TaskClaims
+from rfthpc.sharedfs import fileops as fsutil
 from rfthpc.store.layout import QUARANTINE_DIR, list_chunks, open_store
 from rfthpc.store.reader import StoreReader, StoreTimeout
 from rfthpc.store.reader_files import Cursor, ReaderState, read_checkpointed, write_checkpointed
 from rfthpc.store.writer import ChunkWriter
+from rfthpc.tasks.claims import TaskClaims
 
 from .groups import make_group
 

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from rfthpc.fsutil import read_json
-from rfthpc.store import ChunkWriter, StoreReader, StoreTimeout, TaskClaims
-from rfthpc.store.reader_files import read_losses
+from rfthpc.rundir.lost_groups import read_losses
+from rfthpc.sharedfs.fileops import read_json
+from rfthpc.store import ChunkWriter, StoreReader, StoreTimeout
+from rfthpc.tasks.claims import TaskClaims
 
 from .groups import make_group
 
@@ -47,7 +48,7 @@ def test_drops_reported_by_the_trainer_raise_the_budget(run_dir: Path, caplog: p
         reader.take(4, current_version=3, timeout_s=0.2)
     assert read_losses(run_dir / "experiences") == {"ts": 2} and reader.losses() == {"ts": 2}
     assert not claims.finished
-    with caplog.at_level("INFO", logger="rfthpc.store.claims"):
+    with caplog.at_level("INFO", logger="rfthpc.tasks.claims"):
         more = claims.claim(4)
     assert [c.serial for c in more] == [4, 5]
     # Two groups were lost before them: the trainer consumes them in the places of serials 2 and 3.

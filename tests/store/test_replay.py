@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from rfthpc.algorithms.replay import Entry, ReplayBuffer, ReplayPolicy, Slot, decay_limit_randomization, linear_decay
 from rfthpc.errors import ConfigError
-from rfthpc.replay import Entry, ReplayBuffer, ReplayPolicy, Slot, decay_limit_randomization, linear_decay
 from rfthpc.store.gc import collect_garbage
 from rfthpc.store.layout import list_chunks
 from rfthpc.store.reader import StoreReader, StoreTimeout

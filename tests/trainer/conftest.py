@@ -12,7 +12,7 @@ import pytest
 
 from rfthpc.config import Config, dump_yaml
 from rfthpc.config.schema import StageConfig
-from rfthpc.rundir import RunDir
+from rfthpc.rundir.paths import RunDir
 from rfthpc.store import ChunkWriter, Experience, Group
 from rfthpc.trainer.samples import Sample
 
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tied-embedding `tiny` Qwen2 (vocab 384) with tokenizer and chat template."""
-    from rfthpc.tinymodel import build_tiny_model
+    from rfthpc.demos.tinymodel import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny_model"), "tiny", seed=0)
 

@@ -14,7 +14,7 @@ from rfthpc.config import Config
 from rfthpc.config.algorithm import AlgorithmConfig
 from rfthpc.config.derive import finalize
 from rfthpc.config.settings import AlgorithmSettings
-from rfthpc.monitor import read_metrics
+from rfthpc.rundir.metrics import read_metrics
 from rfthpc.store import ChunkWriter, Experience, Group
 from rfthpc.store.schema import SUBGROUP
 from rfthpc.trainer.batching import collate

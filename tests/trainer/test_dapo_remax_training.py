@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rfthpc.monitor import read_metrics
+from rfthpc.rundir.metrics import read_metrics
 from rfthpc.store import ChunkWriter
 from rfthpc.store.schema import BASELINE_REWARD
 from tests.trainer.conftest import make_run, random_group, rl_config, run_trainer_inprocess

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from rfthpc import weights
-from rfthpc.monitor import read_metrics
+from rfthpc.rundir.metrics import read_metrics
+from rfthpc.weights import published as weights
 from tests.trainer.conftest import make_run, rl_config, run_trainer_inprocess, start_trainer, write_groups
 
 pytestmark = pytest.mark.slow

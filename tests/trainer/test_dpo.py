@@ -12,7 +12,7 @@ import pytest
 from rfthpc.config.buffer import ExperienceBufferConfig
 from rfthpc.config.schema import StageConfig
 from rfthpc.errors import UserError
-from rfthpc.monitor import read_metrics
+from rfthpc.rundir.metrics import read_metrics
 from rfthpc.trainer.checkpoint_meta import read_checkpoint_meta
 from tests.trainer.conftest import make_run, rl_config, run_trainer_inprocess
 

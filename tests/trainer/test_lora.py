@@ -12,13 +12,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rfthpc import weight_chain, weights
 from rfthpc.config import Config, dump_yaml
 from rfthpc.config.lora import LoRAConfig, LoRASettings
-from rfthpc.monitor import read_metrics
-from rfthpc.rundir import RunDir
+from rfthpc.rundir.metrics import read_metrics
+from rfthpc.rundir.paths import RunDir
 from rfthpc.trainer.checkpoint import latest_checkpoint
 from rfthpc.trainer.samples import Sample
+from rfthpc.weights import chain as weight_chain
+from rfthpc.weights import published as weights
 from tests.trainer.conftest import make_run, rl_config, run_trainer_inprocess, start_trainer, write_groups
 
 LORA = LoRAConfig(lora_rank=8, lora_alpha=16)

@@ -10,11 +10,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rfthpc import weights
 from rfthpc.algorithms.presets import ALGORITHM_PRESETS, DATASET_ALGORITHMS, needs_greedy_baseline
-from rfthpc.monitor import read_metrics
+from rfthpc.rundir.metrics import read_metrics
 from rfthpc.store import ChunkWriter
 from rfthpc.store.schema import BASELINE_REWARD
+from rfthpc.weights import published as weights
 from tests.trainer.conftest import make_run, random_group, rl_config, run_trainer_inprocess
 
 RL_PRESETS = sorted(set(ALGORITHM_PRESETS) - set(DATASET_ALGORITHMS))

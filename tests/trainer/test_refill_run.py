@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rfthpc.fsutil import read_json
-from rfthpc.monitor import read_metrics
-from rfthpc.rundir import RunDir
-from rfthpc.store import TaskClaims
+from rfthpc.rundir.metrics import read_metrics
+from rfthpc.rundir.paths import RunDir
+from rfthpc.sharedfs.fileops import read_json
+from rfthpc.tasks.claims import TaskClaims
 from rfthpc.trainer.checkpoint import latest_checkpoint
 from rfthpc.trainer.checkpoint_meta import read_checkpoint_meta
 from tests.trainer.conftest import ROOT

@@ -19,18 +19,18 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rfthpc import weights
 from rfthpc.config import Config
 from rfthpc.config.buffer import TasksetConfig
 from rfthpc.config.schema import StageConfig
-from rfthpc.data.synth_gsm8k import generate_splits, write_jsonl
+from rfthpc.demos.synth_gsm8k import generate_splits, write_jsonl
 from rfthpc.errors import EXIT_PREEMPTED
-from rfthpc.fsutil import read_json
-from rfthpc.monitor import read_metrics
-from rfthpc.rundir import RunDir
-from rfthpc.store.claims import TaskClaims
+from rfthpc.rundir.metrics import read_metrics
+from rfthpc.rundir.paths import RunDir
+from rfthpc.sharedfs.fileops import read_json
+from rfthpc.tasks.claims import TaskClaims
 from rfthpc.trainer.checkpoint import latest_checkpoint, remove_temporary
 from rfthpc.trainer.checkpoint_meta import META_FILE, read_checkpoint_meta
+from rfthpc.weights import published as weights
 from tests.trainer.conftest import (
     ROOT,
     make_run,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from rfthpc.config.algorithm import RolloutCorrectionConfig
-from rfthpc.monitor import read_metrics
+from rfthpc.rundir.metrics import read_metrics
 from tests.trainer.conftest import make_run, rl_config, run_trainer_inprocess, write_groups
 
 

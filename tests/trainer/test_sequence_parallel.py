@@ -28,7 +28,7 @@ TOKEN_BUDGET = 48
 @pytest.fixture(scope="module")
 def heads4_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tied-embedding Qwen2 with 4 attention and 2 key/value heads: both split 2 ways."""
-    from rfthpc.tinymodel import build_tiny_model
+    from rfthpc.demos.tinymodel import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("demo_model"), "demo", seed=0)
 
@@ -159,8 +159,8 @@ def test_a_trainer_with_two_sequence_parallel_ranks_trains_as_one_rank(heads4_mo
     them), micro-batches of a token budget (per GPU: a group's micro-batch holds twice as many)."""
     from safetensors.torch import load_file
 
-    from rfthpc import weights
-    from rfthpc.monitor import read_metrics
+    from rfthpc.rundir.metrics import read_metrics
+    from rfthpc.weights import published as weights
     from tests.trainer.conftest import make_run, rl_config, run_trainer_inprocess, start_trainer, write_groups
 
     changes = {"buffer.total_steps": 2, "trainer.ppo_mini_batch_size": 1, "algorithm.kl_loss_fn": "k2",

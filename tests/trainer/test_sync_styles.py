@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from rfthpc import weight_requests, weights
-from rfthpc.monitor import read_metrics
+from rfthpc.rundir.metrics import read_metrics
+from rfthpc.weights import asking as weight_requests
+from rfthpc.weights import published as weights
 from tests.trainer.conftest import make_run, rl_config, run_trainer_inprocess, start_trainer, write_groups
 
 

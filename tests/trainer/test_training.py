@@ -9,19 +9,20 @@ import numpy as np
 import pytest
 import torch
 
-from rfthpc import weights
 from rfthpc.cli import main
 from rfthpc.config import Config
 from rfthpc.config.buffer import TasksetConfig
 from rfthpc.config.schema import StageConfig
-from rfthpc.data.synth_gsm8k import generate_splits, write_jsonl
-from rfthpc.fsutil import read_json
-from rfthpc.monitor import read_metrics
-from rfthpc.rundir import RunDir
-from rfthpc.store import ChunkWriter, TaskClaims
+from rfthpc.demos.synth_gsm8k import generate_splits, write_jsonl
+from rfthpc.rundir.metrics import read_metrics
+from rfthpc.rundir.paths import RunDir
+from rfthpc.sharedfs.fileops import read_json
+from rfthpc.store import ChunkWriter
 from rfthpc.store.layout import list_chunks
+from rfthpc.tasks.claims import TaskClaims
 from rfthpc.trainer.checkpoint import latest_checkpoint
 from rfthpc.trainer.checkpoint_meta import read_checkpoint_meta
+from rfthpc.weights import published as weights
 from tests.trainer.conftest import make_run, random_group, rl_config, run_trainer_inprocess, sft_stage, write_groups
 
 

@@ -14,13 +14,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rfthpc import weight_chain, weights
 from rfthpc.engines.base import EngineSettings
 from rfthpc.engines.hf_engine import TransformersEngine
-from rfthpc.explorer.follow import WeightFollower
-from rfthpc.rundir import RunDir
-from rfthpc.weight_delta import DeltaCorrupt, read_footer
-from rfthpc.weight_publisher import Publisher, deltas_pay
+from rfthpc.rundir.paths import RunDir
+from rfthpc.weights import chain as weight_chain
+from rfthpc.weights import published as weights
+from rfthpc.weights.delta import DeltaCorrupt, read_footer
+from rfthpc.weights.follow import WeightFollower
+from rfthpc.weights.publisher import Publisher, deltas_pay
 from tests.trainer.conftest import ROOT, kill_while_writing, trainer_env
 
 
@@ -196,7 +197,7 @@ def _publish_more(run: RunDir, model: Path, truth: dict[int, dict[str, torch.Ten
 
 
 def _crc(t: torch.Tensor) -> int:
-    from rfthpc.weight_delta import tensor_crc
+    from rfthpc.weights.delta import tensor_crc
 
     return tensor_crc(t)
 
@@ -268,8 +269,8 @@ def test_clean_up_keeps_every_file_a_live_readers_chain_needs(run: RunDir, tiny_
 def test_a_publisher_killed_while_writing_a_delta_leaves_no_version(run: RunDir, tiny_model: Path) -> None:
     script = f"""
 import torch
-from rfthpc import weights
-from rfthpc.weight_publisher import Publisher
+from rfthpc.weights import published as weights
+from rfthpc.weights.publisher import Publisher
 state = {{f"w{{i}}": torch.randn(1024, 1024) for i in range(48)}}
 p = Publisher({str(run.root)!r}, {str(tiny_model)!r}, torch.bfloat16, "on", full_every=100)
 p.publish(1, weights.TensorStream.of(state, torch.bfloat16))

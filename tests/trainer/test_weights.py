@@ -12,9 +12,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rfthpc import weight_chain, weights
-from rfthpc.fsutil import write_json_atomic
-from rfthpc.rundir import RunDir
+from rfthpc.rundir.paths import RunDir
+from rfthpc.sharedfs.fileops import write_json_atomic
+from rfthpc.weights import chain as weight_chain
+from rfthpc.weights import published as weights
 from tests.trainer.conftest import kill_while_writing
 
 
@@ -118,7 +119,7 @@ def test_an_explorer_starting_while_its_step_is_removed_takes_the_newer_one(run:
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """The explorer reads `latest` (step 1), the trainer publishes step 2 and removes step 1 before the
     explorer's reader file names it: the explorer starts from step 2, not from a vanished directory."""
-    from rfthpc.explorer.follow import WeightFollower
+    from rfthpc.weights.follow import WeightFollower
 
     state = _model_state(tiny_model)
     weights.publish(run.root, 1, state, tiny_model)
@@ -153,7 +154,7 @@ def test_a_publisher_killed_mid_write_leaves_no_policy(run: RunDir, tiny_model: 
     weights.publish(run.root, 0, _model_state(tiny_model), tiny_model)
     script = textwrap.dedent(f"""
         import torch
-        from rfthpc import weights
+        from rfthpc.weights import published as weights
         state = {{f"w{{i}}": torch.full((1024, 1024), float(i)) for i in range(64)}}
         print("ready", flush=True)
         weights.publish({str(run.root)!r}, 1, state, {str(tiny_model)!r}, max_shard_bytes=8 * 1024 * 1024)
@@ -170,7 +171,7 @@ def test_published_files_follow_the_runs_permission_policy(run: RunDir, tiny_mod
     private by default, group-shared when the run is."""
     import stat
 
-    from rfthpc import fsutil
+    from rfthpc.sharedfs import fileops as fsutil
 
     state = _model_state(tiny_model)
     path = weights.publish(run.root, 1, state, tiny_model, torch.float32, max_shard_bytes=200_000)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rfthpc import fsutil
+from rfthpc.sharedfs import fileops as fsutil
 
 
 def test_atomic_writes_get_the_runs_mode_whatever_the_umask(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rfthpc.handoff import Doorbell, Waiter, WaitPolicy
+from rfthpc.sharedfs.handoff import Doorbell, Waiter, WaitPolicy
 
 
 class SimulatedTime:

@@ -10,8 +10,8 @@ import pytest
 
 from rfthpc.config.monitor import MonitorConfig
 from rfthpc.errors import ConfigError
-from rfthpc.monitor import Monitor
-from rfthpc.rundir import RunDir
+from rfthpc.observe.monitor import Monitor
+from rfthpc.rundir.paths import RunDir
 
 TENSORBOARD = MonitorConfig(monitor_type=["tensorboard"])
 

@@ -13,8 +13,8 @@ SCRIPT = """
 import sys
 from pathlib import Path
 from rfthpc.config.monitor import MonitorConfig
-from rfthpc.monitor import Monitor
-from rfthpc.rundir import RunDir
+from rfthpc.observe.monitor import Monitor
+from rfthpc.rundir.paths import RunDir
 
 run = RunDir(Path(sys.argv[1])).create()
 monitor = Monitor(run, "trainer", MonitorConfig(monitor_type=["wandb"], wandb_mode="offline"), "p", "n")

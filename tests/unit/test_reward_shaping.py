@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from rfthpc.algorithms.shaping import GroupFilter, OverlongPenalty, group_filter, overlong_penalty
 from rfthpc.config.algorithm import FilterGroupsConfig, OverlongBufferConfig
 from rfthpc.errors import ConfigError, UserError
-from rfthpc.explorer.shaping import GroupFilter, OverlongPenalty, group_filter, overlong_penalty
 from rfthpc.workflows.base import Experience
 
 # L_max = 20, L_cache = 4: no penalty up to 16 tokens, then -1/4 per token down to -1 at 20.

@@ -6,8 +6,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from rfthpc.fsutil import TMP_PREFIX
-from rfthpc.server_address import (
+from rfthpc.rundir.servers import (
     ServerAddress,
     address_path,
     doorbell,
@@ -16,6 +15,7 @@ from rfthpc.server_address import (
     read_address,
     read_addresses,
 )
+from rfthpc.sharedfs.fileops import TMP_PREFIX
 
 
 def _address(engine: int, generation: int = 1, **fields) -> ServerAddress:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rfthpc import weight_requests as wr
+from rfthpc.weights import asking as wr
 
 
 def test_a_request_is_pending_until_answered(tmp_path: Path) -> None:

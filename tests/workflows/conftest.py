@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from rfthpc.data.tasksets import PromptBuilder, Task
-from rfthpc.workflows.base import Completion, SamplingArgs, WorkflowContext
+from rfthpc.engines.sampling import Completion, SamplingArgs
+from rfthpc.tasks.tasksets import PromptBuilder, Task
+from rfthpc.workflows.base import WorkflowContext
 
 LINE_WALK = "tests.workflows.toy_envs:LineWalk"
 
@@ -17,7 +18,7 @@ LINE_WALK = "tests.workflows.toy_envs:LineWalk"
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tied-embedding `tiny` Qwen2 with a Qwen-style chat template."""
-    from rfthpc.tinymodel import build_tiny_model
+    from rfthpc.demos.tinymodel import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny_model"), "tiny", seed=0)
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from rfthpc.data.tasksets import PromptBuilder
-from rfthpc.tinymodel import CHAT_TEMPLATE, IM_END, IM_START
+from rfthpc.demos.tinymodel import CHAT_TEMPLATE, IM_END, IM_START
+from rfthpc.tasks.tasksets import PromptBuilder
 from rfthpc.workflows.chat_turns import ChatTurns
 
 OBSERVATIONS = ["You are at 3, the goal is at 5. Answer left or right.", " a leading space", "trailing space ",

@@ -12,14 +12,15 @@ import numpy as np
 import pytest
 import torch
 
-from rfthpc.data.tasksets import PromptBuilder
 from rfthpc.engines import EngineSettings, GenerateRequest, make_engine
 from rfthpc.engines.batching import RequestBatcher
+from rfthpc.engines.sampling import SamplingArgs
 from rfthpc.explorer.rollout import RolloutPolicy, run_tasks
 from rfthpc.signals import StopRequest
 from rfthpc.store import ChunkWriter, Group
 from rfthpc.store import Experience as StoredExperience
-from rfthpc.workflows.base import Experience, SamplingArgs, WorkflowContext
+from rfthpc.tasks.tasksets import PromptBuilder
+from rfthpc.workflows.base import Experience, WorkflowContext
 from rfthpc.workflows.registry import run_workflow
 from tests.workflows.conftest import ScriptedEngine, context, env_task
 from tests.workflows.test_env_workflow import goal, spans
@@ -113,7 +114,7 @@ def test_the_turns_of_concurrent_groups_are_one_engine_call_each(tokenizer) -> N
 
 def test_a_multi_turn_group_goes_through_the_store_and_two_grpo_steps(tmp_path: Path, tiny_model: Path,
                                                                         tokenizer) -> None:
-    from rfthpc.monitor import read_metrics
+    from rfthpc.rundir.metrics import read_metrics
     from rfthpc.trainer.losses import Algorithm
     from rfthpc.trainer.rl_batch import build_step_tensors
     from rfthpc.trainer.samples import samples_from_groups

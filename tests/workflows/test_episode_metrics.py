@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from rfthpc.data.tasksets import Task
 from rfthpc.explorer.episodes import episode_metrics
 from rfthpc.explorer.eval import eval_metrics
 from rfthpc.explorer.rollout import TaskOutcome
+from rfthpc.tasks.tasksets import Task
 from rfthpc.workflows.base import Experience, WorkflowResult
 
 

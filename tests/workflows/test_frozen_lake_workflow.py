@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from rfthpc.data.tasksets import Task
+from rfthpc.engines.sampling import SamplingArgs
 from rfthpc.envs.trinity_frozen_lake import INVALID_FEEDBACK, TrinityFrozenLake, trinity_random_map
 from rfthpc.errors import ConfigError, UserError
-from rfthpc.workflows.base import SamplingArgs, needs_of
+from rfthpc.tasks.tasksets import Task
+from rfthpc.workflows.base import needs_of
 from rfthpc.workflows.frozen_lake import MULTI_SHOT_SYSTEM_PROMPT, SYSTEM_PROMPT
 from rfthpc.workflows.registry import WORKFLOWS, run_workflow
 from tests.workflows.conftest import ScriptedEngine, context

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from rfthpc.engines.sampling import SamplingArgs
 from rfthpc.errors import ConfigError
 from rfthpc.explorer.eval import eval_metrics
 from rfthpc.explorer.judged import judge_metrics
 from rfthpc.explorer.rollout import TaskOutcome
 from rfthpc.store.schema import SUBGROUP
-from rfthpc.workflows.base import SamplingArgs
 from rfthpc.workflows.registry import run_workflow
 from rfthpc.workflows.ruler import THINK_ANSWER_SYSTEM_PROMPT, parse_ruler_scores
 from tests.explorer.test_workflows import HFEngine

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from rfthpc.data.tasksets import PromptBuilder, Task
+from rfthpc.engines.sampling import SamplingArgs
 from rfthpc.errors import ConfigError, UserError
-from rfthpc.workflows.base import AuxiliaryModel, SamplingArgs, WorkflowContext
+from rfthpc.tasks.tasksets import PromptBuilder, Task
+from rfthpc.workflows.base import AuxiliaryModel, WorkflowContext
 from rfthpc.workflows.judge import RUBRIC_JUDGE_SYSTEM_PROMPT, RUBRIC_SYSTEM_PROMPT, parse_rating, parse_verdict
 from rfthpc.workflows.math import BOXED_SYSTEM_PROMPT, BOXED_THINK_SYSTEM_PROMPT, MATH_SYSTEM_PROMPT
 from rfthpc.workflows.registry import WORKFLOWS, run_workflow
