@@ -48,7 +48,8 @@ import h5py
 from rfthpc.sharedfs.fileops import fsync_dir
 from rfthpc.store.layout import list_chunks
 from rfthpc.store.reader import StoreReader
-from rfthpc.store.schema import Experience, Group
+from rfthpc.store.schema import Group
+from rfthpc.store.schema import StoredExperience as Experience
 from rfthpc.store.writer import ChunkWriter
 
 PROMPT_TOKENS = 256

@@ -113,7 +113,8 @@ class Args:
 
 def make_groups(n_steps: int, args: Args, vocab: int, seed: int = 0):
     """Random but well-formed groups: fixed lengths so every step has the same tokens."""
-    from rfthpc.store import Experience, Group
+    from rfthpc.store import Group
+    from rfthpc.store import StoredExperience as Experience
 
     rng = np.random.default_rng(seed)
     groups = []

@@ -150,7 +150,8 @@ class TimedLock:
 
 
 def _group(i: int, claim, rng: np.random.Generator):
-    from rfthpc.store.schema import Experience, Group, TaskRef
+    from rfthpc.store.schema import Group, TaskRef
+    from rfthpc.store.schema import StoredExperience as Experience
 
     prompt = rng.integers(3, 500, size=24).astype(np.int32)
     exps = [Experience(prompt_ids=prompt, response_ids=rng.integers(3, 500, size=32).astype(np.int32),

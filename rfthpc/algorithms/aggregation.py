@@ -19,15 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from rfthpc.algorithms.registry import LOSS_AGG_MODES
+from rfthpc.algorithms.registry import check_loss_agg_mode
 from rfthpc.errors import ConfigError
-
-
-def _check_mode(loss_agg_mode: str) -> None:
-    if loss_agg_mode not in LOSS_AGG_MODES:
-        raise ConfigError(
-            f"algorithm.loss_agg_mode: unknown mode {loss_agg_mode!r}; known: {', '.join(LOSS_AGG_MODES)}."
-        )
 
 
 def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
@@ -136,7 +129,7 @@ def aggregate_loss(
     gives 0. Inside `token_weights(w)`, l is replaced
     by w * l.
     """
-    _check_mode(loss_agg_mode)
+    check_loss_agg_mode(loss_agg_mode)
     loss_mat = _weighted(loss_mat, loss_mask)
     if loss_agg_mode == "token-mean":
         return masked_mean(loss_mat, loss_mask)
@@ -162,7 +155,7 @@ def aggregation_count(loss_mask: torch.Tensor, loss_agg_mode: str = "token-mean"
     whole-batch loss exactly by weighting each micro-batch loss with count_micro / count_batch;
     token-sum's micro-batch losses simply add up (`averages`).
     """
-    _check_mode(loss_agg_mode)
+    check_loss_agg_mode(loss_agg_mode)
     if loss_agg_mode in ("token-mean", "token-sum"):
         return masked_count(loss_mask)
     return (masked_count(loss_mask, dim=-1) > 0).sum().to(torch.get_default_dtype())
@@ -170,5 +163,5 @@ def aggregation_count(loss_mask: torch.Tensor, loss_agg_mode: str = "token-mean"
 
 def averages(loss_agg_mode: str) -> bool:
     """Whether the mode divides by its `aggregation_count` (all but token-sum, a plain sum)."""
-    _check_mode(loss_agg_mode)
+    check_loss_agg_mode(loss_agg_mode)
     return loss_agg_mode != "token-sum"

@@ -8,9 +8,11 @@ checks its arguments and reads its needs from the module's source.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Generic
 
 from rfthpc.algorithms.declare import Needs, builtins, declared
+from rfthpc.errors import ConfigError
 from rfthpc.registry import F, Registry
 
 if TYPE_CHECKING:
@@ -48,3 +50,27 @@ ENTROPY_LOSS_FNS: AlgorithmRegistry[EntropyLossFn] = AlgorithmRegistry(
 
 LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 """`algorithm.loss_agg_mode`: how token losses become one number (see `aggregation.aggregate_loss`)."""
+
+
+def check_loss_agg_mode(mode: str) -> None:
+    """Raise ConfigError unless `mode` is one of LOSS_AGG_MODES (the one check of the name: validation,
+    the trainer and the loss functions call it)."""
+    if mode not in LOSS_AGG_MODES:
+        raise ConfigError(f"algorithm.loss_agg_mode: unknown mode {mode!r}; known: {', '.join(LOSS_AGG_MODES)}")
+
+
+def loss_scale_problem(mode: str | None, factor: float | None) -> str | None:
+    """What is wrong with `algorithm.loss_scale_factor` for loss_agg_mode `mode` (None: nothing):
+    seq-mean-token-sum-norm divides by a positive constant length; the other modes take none."""
+    key = "algorithm.loss_scale_factor"
+    if mode != "seq-mean-token-sum-norm":
+        if factor is not None:
+            return (f"{key}: {factor} is used by loss_agg_mode seq-mean-token-sum-norm only, and the mode is "
+                    f"{mode!r}; remove it, or set that mode")
+        return None
+    if factor is None:
+        return (f"{key}: missing; seq-mean-token-sum-norm divides by a constant length: set it, or "
+                "model.max_response_tokens (its default)")
+    if factor <= 0 or not math.isfinite(factor):
+        return f"{key}: {factor}; the constant length must be a positive number (e.g. the longest response)"
+    return None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import Any
 
 from rfthpc.algorithms.declare import Needs
 from rfthpc.algorithms.presets import trains_on_dataset
-from rfthpc.algorithms.registry import AlgorithmRegistry
+from rfthpc.algorithms.registry import AlgorithmRegistry, check_loss_agg_mode, loss_scale_problem
 from rfthpc.config.derive import (
     explorer_gpus,
     explorer_task_gpus,
@@ -96,11 +95,13 @@ def _check_functions(cfg: Config, problems: Problems) -> None:
             build_coefficient()
         except ConfigError as e:
             problems.add(str(e), ALGORITHM)
-    if alg.loss_agg_mode not in algos.LOSS_AGG_MODES:
-        problems.add(
-            f"algorithm.loss_agg_mode: unknown mode {alg.loss_agg_mode!r}; known: {', '.join(algos.LOSS_AGG_MODES)}",
-            ALGORITHM)
-    _check_loss_scale_factor(problems, alg.loss_agg_mode, alg.loss_scale_factor)
+    try:
+        check_loss_agg_mode(alg.loss_agg_mode)
+    except ConfigError as e:
+        problems.add(str(e), ALGORITHM)
+    problem = loss_scale_problem(alg.loss_agg_mode, alg.loss_scale_factor)
+    if problem:
+        problems.add(problem, ALGORITHM)
     _check_rollout_correction(cfg, problems)
     if _advantage_needs(alg.advantage_fn).groups and not trains_on_dataset(alg.algorithm_type):
         # A lone response has nothing to be compared with: its advantage is 0 and only the KL term trains.
@@ -114,21 +115,6 @@ def _check_functions(cfg: Config, problems: Problems) -> None:
                     "responses to one task, so every advantage would be 0; sample several (repeat_times >= 2) or "
                     f"use an advantage_fn without groups ({', '.join(_groupless_advantages())})", ALGORITHM
                 )
-
-
-def _check_loss_scale_factor(problems: Problems, mode: str | None, factor: float | None) -> None:
-    """seq-mean-token-sum-norm needs a positive constant length; the other modes take none."""
-    key = "algorithm.loss_scale_factor"
-    if mode != "seq-mean-token-sum-norm":
-        if factor is not None:
-            problems.add(f"{key}: {factor} is used by loss_agg_mode seq-mean-token-sum-norm only, and the mode "
-                         f"is {mode!r}; remove it, or set that mode", ALGORITHM)
-    elif factor is None:
-        problems.add(f"{key}: missing; seq-mean-token-sum-norm divides by a constant length: set it, or "
-                     "model.max_response_tokens (its default)", ALGORITHM)
-    elif factor <= 0 or not math.isfinite(factor):
-        problems.add(f"{key}: {factor}; the constant length must be a positive number (e.g. the longest response)",
-                     ALGORITHM)
 
 
 def _check_reward_shaping(cfg: Config, problems: Problems) -> None:

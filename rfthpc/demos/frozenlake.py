@@ -297,7 +297,7 @@ def print_figures(run_dir: str | Path, wall_s: float) -> None:
     """Print the demo's summary line: `FIGURES success_sft=… success_rft=… greedy_sft=… greedy_rft=…
     wall_s=…`: the share of held-out episodes that reach the goal, for the policy RFT starts from and
     the final policy, played at temperature 1 (`success_*`) and greedily (`greedy_*`)."""
-    from rfthpc.demos.gsm8k import demo_figures
+    from rfthpc.demos.figures import demo_figures
 
     # `success`: the reward component of `reward_type: success`, 1 for an episode that reached the
     # goal and 0 otherwise, cut episodes included (`success_rate` leaves out episodes the workflow

@@ -24,9 +24,9 @@ from typing import Any
 
 import tyro
 
+from rfthpc.demos.figures import demo_figures
 from rfthpc.demos.synth_gsm8k import Difficulty, final_answer, generate_splits, write_jsonl
 from rfthpc.errors import UserError
-from rfthpc.rundir.metrics import read_metrics
 from rfthpc.sharedfs.fileops import write_json_atomic
 
 DEMO_DIFFICULTY = Difficulty(num_ops=1, max_number=5, operators="+")
@@ -112,82 +112,15 @@ def make_demo(args: MakeDemoArgs) -> dict[str, Any]:
     return want
 
 
-def eval_accuracy(run_dir: Path, metric: str = "accuracy") -> list[tuple[int, str, float]]:
-    """(policy version, eval taskset, value) of every evaluation an explorer logged, in version order;
-    `metric` is the eval metric read (`accuracy`; the agentic demo's `success_rate`)."""
-    out = []
-    suffix = f"/{metric}"
-    for path in sorted((Path(run_dir) / "monitor").glob("explorer_*.jsonl")):
-        for rec in read_metrics(path):
-            for key, value in rec.items():
-                if key.startswith("eval/") and key.endswith(suffix) and isinstance(value, (int, float)):
-                    out.append((int(rec["step"]), key[len("eval/"):-len(suffix)], float(value)))
-    return sorted(out)
-
-
-def last_stage_start(run_dir: Path) -> int:
-    """The global step after which the run's last trainer stage began (0 for a one-stage run)."""
-    records = read_metrics(Path(run_dir) / "monitor" / "trainer.jsonl")
-    last = max((int(r.get("training/stage_index", 0)) for r in records), default=0)
-    first = min((int(r["step"]) for r in records if int(r.get("training/stage_index", 0)) == last), default=1)
-    return first - 1
-
-
-def demo_figures(run_dir: Path, metric: str = "accuracy", taskset: str | None = None) -> tuple[float, float]:
-    """(eval `metric` after the SFT warm-up, after RFT) of a finished demo run, on the eval taskset
-    named `taskset` (None: the run's only one, or the first logged of each evaluation).
-
-    The first is the evaluation of the policy the RFT stage starts from (evaluated on start-up),
-    the second the evaluation of the final policy.
-    """
-    start = last_stage_start(run_dir)
-    evals = [e for e in eval_accuracy(run_dir, metric) if taskset is None or e[1] == taskset]
-    first = [acc for version, _, acc in evals if version == start]
-    if not first or evals[-1][0] <= start:
-        named = f" of eval taskset {taskset!r}" if taskset is not None else ""
-        raise UserError(
-            f"{run_dir} has no evaluation{named} of version {start} (the start of RFT) and of a later version "
-            f"(found versions {sorted({v for v, _, _ in evals})}); is the run finished? See {run_dir}/log/"
-        )
-    return first[0], evals[-1][2]
-
-
 def print_figures(run_dir: str | Path, wall_s: float) -> None:
     """Print the demo's summary line: `FIGURES eval_acc_sft=… eval_acc_rft=… wall_s=…`."""
     sft, rft = demo_figures(Path(run_dir))
     print(f"FIGURES eval_acc_sft={sft:.3f} eval_acc_rft={rft:.3f} wall_s={wall_s:.0f}")
 
 
-DEMO_TASKS = ("arith", "frozenlake")
-"""`rfthpc make-demo --task`: the arithmetic demo (configs/tiny-cpu.yaml) or the agentic one
-(configs/frozenlake-cpu.yaml, `rfthpc.demos.frozenlake`)."""
-
-
-def split_task(argv: Sequence[str]) -> tuple[str, list[str]]:
-    """(the `--task` given, default arith; the other arguments). Each demo has its own flags, so
-    the task is read before the rest is parsed."""
-    task, rest, args = DEMO_TASKS[0], [], list(argv)
-    while args:
-        arg = args.pop(0)
-        if arg == "--task" or arg.startswith("--task="):
-            if arg == "--task" and not args:
-                raise UserError(f"make-demo --task: name one of {', '.join(DEMO_TASKS)}")
-            task = args.pop(0) if arg == "--task" else arg.split("=", 1)[1]
-        else:
-            rest.append(arg)
-    if task not in DEMO_TASKS:
-        raise UserError(f"make-demo --task {task}: choose one of {', '.join(DEMO_TASKS)}")
-    return task, rest
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """`rfthpc make-demo [--task arith|frozenlake]`: build a demo's model and data."""
-    task, rest = split_task(sys.argv[1:] if argv is None else argv)
-    if task == "frozenlake":
-        from rfthpc.demos.frozenlake import main as frozenlake_main
-
-        return frozenlake_main(rest)
-    args = tyro.cli(MakeDemoArgs, args=rest, prog="rfthpc make-demo",
+    """`rfthpc make-demo [--task arith]`: build the arithmetic demo's model and data."""
+    args = tyro.cli(MakeDemoArgs, args=list(sys.argv[1:] if argv is None else argv), prog="rfthpc make-demo",
                     description=f"{MakeDemoArgs.__doc__} `--task frozenlake` makes the agentic demo's instead "
                                 "(`rfthpc make-demo --task frozenlake --help` lists its flags).")
     made = make_demo(args)

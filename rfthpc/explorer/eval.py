@@ -1,4 +1,4 @@
-"""Evaluation of the eval tasksets: metrics for the explorer's monitor, never training data.
+"""Evaluation of the eval tasksets (`EvalSchedule`): metrics for the explorer's monitor, never training data.
 
 Rank 0 of an explorer array evaluates every task of every eval taskset with the policy it holds,
 on start-up (`explorer.eval_on_startup`), whenever the version crosses a multiple of
@@ -16,15 +16,28 @@ so it does not hold the training rollouts back. For each taskset:
 
 from __future__ import annotations
 
+import logging
+import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from rfthpc.config.settings import ExplorerStageSettings
 from rfthpc.explorer.episodes import episode_metrics
 from rfthpc.explorer.judged import judge_metrics
 from rfthpc.explorer.rollout import TaskOutcome
 from rfthpc.explorer.setup import Taskset
+from rfthpc.explorer.stage_end import StageEnd, Stopped
+from rfthpc.observe.monitor import Monitor
+from rfthpc.rundir.explorer_meta import Progress
+from rfthpc.rundir.paths import RunDir
+from rfthpc.rundir.trainer_meta import read_trainer_meta, trainer_done
+from rfthpc.signals import StopRequest
+from rfthpc.tasks.tasksets import Task
+from rfthpc.weights.follow import WeightFollower
+
+log = logging.getLogger(__name__)
 
 
 def eval_due(version: int, last_evaluated: int | None, interval: int) -> bool:
@@ -84,3 +97,90 @@ def outcome_metrics(tasksets: Sequence[Taskset], outcomes: Sequence[TaskOutcome]
         start += len(ts.tasks)
     return metrics, True
 
+
+
+class EvalSchedule:
+    """When rank 0 evaluates the policy it holds, and the evaluation of the final policy.
+
+    An evaluation due while the explorer explores rides along with its next batch (the explorer asks
+    `due`, adds `eval_tasks` to the batch and hands the outcomes to `log`); one due while no batch is
+    explored, or the final one, runs alone (`evaluate`).
+    """
+
+    def __init__(self, run: RunDir, rank: int, follower: WeightFollower, progress: Progress, monitor: Monitor,
+                 stop: StopRequest, flush: Callable[[], None], run_tasks: Callable[[list[Task]], list[TaskOutcome]],
+                 follow: Callable[[], bool], tick: Callable[[], None], poll_s: float) -> None:
+        """`flush`: commit what the explorer holds; `run_tasks`: run tasks in the explorer's engines;
+        `follow`: load newer weights (True if it did); `tick`: the explorer's periodic duty while it
+        waits; `poll_s`: how often the final evaluation looks for a new policy."""
+        self.run = run
+        self.rank = rank
+        self.follower = follower
+        self.progress = progress
+        self.monitor = monitor
+        self.stop = stop
+        self.flush = flush
+        self.run_tasks = run_tasks
+        self.follow = follow
+        self.tick = tick
+        self.poll_s = poll_s
+
+    def evaluates(self, evals: Sequence[Taskset]) -> bool:
+        """Rank 0 of an array with eval tasksets evaluates."""
+        return self.rank == 0 and bool(evals)
+
+    def started(self, stage: ExplorerStageSettings, evals: Sequence[Taskset]) -> None:
+        """On start-up without `eval_on_startup`, the version held counts as evaluated."""
+        if self.evaluates(evals) and self.progress.record.evaluated_version is None and not stage.eval_on_startup:
+            self.progress.update(evaluated_version=self.follower.version)
+
+    def due(self, stage: ExplorerStageSettings, evals: Sequence[Taskset]) -> bool:
+        """An evaluation of the version held is due (never evaluated, or an eval_interval crossed)."""
+        if not self.evaluates(evals):
+            return False
+        last = self.progress.record.evaluated_version
+        return last is None or eval_due(self.follower.version, last, stage.eval_interval)
+
+    def evaluate(self, evals: Sequence[Taskset]) -> None:
+        """Evaluate the version held on its own (the final policy, or while no batch is explored)."""
+        self.flush()
+        began = time.perf_counter()
+        outcomes = self.run_tasks(eval_tasks(evals))
+        self.log(evals, outcomes, time.perf_counter() - began)
+
+    def log(self, evals: Sequence[Taskset], outcomes: Sequence[TaskOutcome], seconds: float) -> None:
+        """Log an evaluation of the version held; raises Stopped if a stop request cut it short."""
+        metrics, complete = outcome_metrics(evals, outcomes)
+        if not complete:
+            raise Stopped()
+        version = self.follower.version
+        metrics["eval/version"] = version
+        metrics["eval/time_s"] = seconds
+        self.monitor.log(metrics, step=version, axis="eval/version")
+        self.progress.update(evaluated_version=version)
+
+    def final(self, stage: ExplorerStageSettings, evals: Sequence[Taskset]) -> StageEnd | None:
+        """Rank 0: keep evaluating new versions until the trainer is done, then the final policy."""
+        if self.rank != 0 or not evals:
+            return None
+        deadline = time.monotonic() + stage.sync_timeout
+        try:
+            while read_trainer_meta(self.run) is not None and not trainer_done(self.run):
+                if self.stop.requested:
+                    return StageEnd.STOPPED
+                if self.follow():
+                    deadline = time.monotonic() + stage.sync_timeout
+                    if self.due(stage, evals):
+                        self.evaluate(evals)
+                if time.monotonic() >= deadline:
+                    log.warning("no new policy for %.0f s and the trainer is not done; skipping the final evaluation",
+                                stage.sync_timeout)
+                    return None
+                self.tick()
+                time.sleep(self.poll_s)
+            self.follower.update()
+            if self.progress.record.evaluated_version != self.follower.version:
+                self.evaluate(evals)
+        except Stopped:
+            return StageEnd.STOPPED
+        return None

@@ -36,7 +36,6 @@ an engine failed (`EngineFailed`: committed groups stay, the batch's claims are 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -52,27 +51,25 @@ from rfthpc.engines.batching import EngineFailed, RequestBatcher
 from rfthpc.engines.gpus import build_engines, process_gpus
 from rfthpc.engines.remote import RemoteClient, RemoteEngine
 from rfthpc.errors import EXIT_PREEMPTED, UserError
-from rfthpc.explorer import eval as evaluation
 from rfthpc.explorer import setup
 from rfthpc.explorer.episodes import episode_metrics
+from rfthpc.explorer.eval import EvalSchedule, eval_tasks
 from rfthpc.explorer.heartbeat import Heartbeat
 from rfthpc.explorer.judged import judge_metrics
 from rfthpc.explorer.rollout import RolloutPolicy, TaskOutcome, run_tasks
+from rfthpc.explorer.stage_end import StageEnd, Stopped
 from rfthpc.explorer.staleness import expected_train_step, required_version, staleness, taskset_offsets
-from rfthpc.explorer.sync import is_sync_point
+from rfthpc.explorer.sync import WeightSync
 from rfthpc.observe.monitor import Monitor
 from rfthpc.rundir.explorer_meta import Progress
 from rfthpc.rundir.paths import RunDir
 from rfthpc.rundir.trainer_meta import read_trainer_meta
 from rfthpc.sharedfs.fileops import set_share_group
-from rfthpc.sharedfs.handoff import Waiter, WaitPolicy
 from rfthpc.signals import StopRequest
 from rfthpc.store import ChunkWriter, Group
-from rfthpc.store.schema import BASELINE_REWARD, TaskRef
-from rfthpc.store.schema import Experience as StoredExperience
+from rfthpc.store.schema import BASELINE_REWARD, StoredExperience, TaskRef
 from rfthpc.tasks.claims import Claim, ClaimSet
 from rfthpc.tasks.tasksets import Task
-from rfthpc.weights import asking as weight_requests
 from rfthpc.weights import published
 from rfthpc.weights.follow import WeightFollower
 from rfthpc.workflows.base import RolloutEngine, WorkflowContext
@@ -86,29 +83,8 @@ EXIT_FAILED = 1
 """Exit code of an explorer whose engine failed (as the trainer's): submitit and Slurm see a failed task."""
 
 
-class SyncTimeout(UserError):
-    """No policy within the staleness bound was published in time."""
-
-
 class GenerationBudgetExceeded(UserError):
     """Dynamic sampling dropped nearly every group for `filter_groups.max_num_gen_batches` batches."""
-
-
-class _Stopped(Exception):
-    """A stop request arrived while waiting; unwinds to the stage loop."""
-
-
-class StageEnd(enum.Enum):
-    """How exploring a stage (or a wait inside it) ended: the one vocabulary of the loop."""
-
-    FINISHED = "finished"
-    """Every task of the stage is done (or the trainer needs no more)."""
-    STOPPED = "stopped"
-    """A stop signal: commit, release, exit for requeue."""
-    TRAINER_DONE = "trainer_done"
-    """The trainer finished every stage."""
-    SKIPPED = "skipped"
-    """The trainer is already past this stage."""
 
 
 @dataclass
@@ -148,12 +124,6 @@ class _Pending:
 
     claims: ClaimSet
     claim: Claim
-
-
-def _trainer_done(run: RunDir) -> bool:
-    """True once the trainer reported that it finished every stage."""
-    meta = read_trainer_meta(run)
-    return meta is not None and meta.done
 
 
 def _greedy(task: Task) -> Task:
@@ -200,8 +170,6 @@ class Explorer:
         """Groups kept (dynamic sampling) towards this explorer's share of the next trainer batch."""
         self._batches_since_share = 0
         """Batches explored since the last share was filled (`filter_groups.max_num_gen_batches`)."""
-        self._asked_s = 0.0
-        """Seconds the last sync waited for the trainer's answer (`sync_style: explorer_driven`)."""
         self.follower = WeightFollower(self.rundir, name, rank, Path(settings.staging_dir) if settings.staging_dir
                                        else None, poll_s=settings.weights_poll_interval)
 
@@ -217,6 +185,8 @@ class Explorer:
         set_share_group(settings.share_group)
         self.stop.install()
         self.progress = Progress(self.rundir, self.name, self.rank, settings.lease_s)
+        self.sync = WeightSync(self.rundir, self.name, self.rank, self.follower, self.progress, self.stop, self._tick,
+                               settings.weights_poll_interval)
         try:
             # Bad data fails here, before minutes are spent starting an engine.
             self.tasksets = {s.index: self._load_tasksets(s) for s in explore}
@@ -231,12 +201,14 @@ class Explorer:
     def _start(self) -> None:
         settings = self.settings
         self.progress.update(state="starting")
-        self.waiter = Waiter(WaitPolicy(slow_s=settings.weights_poll_interval))
         self.monitor = Monitor(self.rundir, f"explorer_{self.name}_{self.rank}", settings.monitor, settings.project,
                                settings.name,
                                primary=self.rank == 0)
         self.writer = ChunkWriter(self.rundir.root, self.name, self.rank, settings.groups_per_chunk,
                                   settings.max_chunk_delay)
+        self.evaluation = EvalSchedule(self.rundir, self.rank, self.follower, self.progress, self.monitor, self.stop,
+                                       self._flush, self._run_tasks, self.sync.follow, self._tick,
+                                       settings.weights_poll_interval)
         # The tokenizer and chat template are checked before minutes go into starting an engine.
         rm = settings.rollout_model
         prompts = setup.prompt_builder(settings, rm)
@@ -284,7 +256,7 @@ class Explorer:
         except Exception:
             log.exception("could not commit the last groups; their tasks will be redone by another explorer")
         self.follower.close()
-        weight_requests.withdraw(self.rundir.root, self.name, self.rank)
+        self.sync.withdraw()
         if self.monitor is not None:
             self.monitor.close()
         for engine in self.engines.values():
@@ -302,7 +274,7 @@ class Explorer:
             if status is StageEnd.TRAINER_DONE:
                 break
         self._flush()
-        if self._final_evaluation(self.stages[last], self.tasksets[last][1]) is StageEnd.STOPPED:
+        if self.evaluation.final(self.stages[last], self.tasksets[last][1]) is StageEnd.STOPPED:
             return self._stopped()
         self.progress.update(state="done", version=self.follower.version)
         log.info("explorer %s rank %d: done (%d groups committed)", self.name, self.rank,
@@ -379,7 +351,8 @@ class Explorer:
         log.info("explorer %s rank %d: exploring stage %r (starts after trainer step %d), %d tasks per claim",
                  self.name, self.rank, stage.name, start, claim_size)
         try:
-            self._follow(stage, evals, startup=True)
+            self.sync.follow()
+            self.evaluation.started(stage, evals)
             for source in self._with_refills(stage, sources):
                 while True:
                     if self.stop.requested:
@@ -399,7 +372,7 @@ class Explorer:
                     status = self._explore_batch(stage, source, claims, start, evals)
                     if status is not None:
                         return status
-        except _Stopped:
+        except Stopped:
             return StageEnd.STOPPED
         finally:
             self._flush()
@@ -458,13 +431,13 @@ class Explorer:
         steps = [expected_train_step(stage_start, c.position, bs, source.offset) for c in claims]
         need = required_version(max(steps), stage.max_staleness)
         # explorer_driven: the wait for the trainer's answer after the previous batch counts as this one's.
-        wait_s, self._asked_s = self._asked_s, 0.0
+        wait_s = self.sync.take_asked_s()
         if stage.sync_style == "fixed":
-            self._follow(stage, evals)
+            self.sync.follow()
         if self.follower.version < need:
             self._flush()
             began = time.monotonic()
-            status = self._wait_for_version(need, stage, evals)
+            status = self.sync.wait_for_version(need, stage)
             if status is not None:
                 return status
             wait_s += time.monotonic() - began
@@ -473,12 +446,11 @@ class Explorer:
         # ReMax: one greedy response per task, scored alike, generated in the same engine calls.
         greedy = [_greedy(t) for t in tasks] if stage.greedy_baseline else []
         # An evaluation due rides along: its tasks generate in the same engine calls as the batch's.
-        extra = evaluation.eval_tasks(evals) if self._eval_due(stage, evals) else []
+        extra = eval_tasks(evals) if self.evaluation.due(stage, evals) else []
         began = time.perf_counter()
         # A failed engine raises here: the tasks are not at fault, so they are released, not completed
         # (no refill replaces them), for another explorer or this one requeued.
-        outcomes = run_tasks(tasks + greedy + extra, self.ctx, self.batcher,
-                             _rollout_policy(self.settings), self.stop, tick=self._tick)
+        outcomes = self._run_tasks(tasks + greedy + extra)
         elapsed = time.perf_counter() - began
         n, m = len(claims), len(claims) + len(greedy)
         outcomes, baselines, evaluated = outcomes[:n], outcomes[n:m] or [None] * n, outcomes[m:]
@@ -521,8 +493,8 @@ class Explorer:
         if self.stop.requested:
             return StageEnd.STOPPED
         if extra:
-            self._log_evaluation(evals, evaluated, elapsed)
-        return self._sync(stage, evals)
+            self.evaluation.log(evals, evaluated, elapsed)
+        return self.sync.after_batch(stage)
 
     def _shape(self, stage: ExplorerStageSettings, outcome: TaskOutcome, baseline: TaskOutcome | None) -> bool:
         """Add the overlong penalty to the group's rewards (and the greedy baseline's); False if dynamic
@@ -598,186 +570,11 @@ class Explorer:
             rank=self.rank, created_at=outcome.started, finished_at=outcome.finished, info=info,
         )
 
-    # ---- weights, staleness, evaluation --------------------------------------------------------
-
-    def _follow(self, stage: ExplorerStageSettings, evals: list[setup.Taskset], startup: bool = False) -> bool:
-        """Load newer weights if published. True if new weights were loaded. On start-up without
-        `eval_on_startup`, the version held counts as evaluated."""
-        loaded = self.follower.update()
-        if loaded:
-            w = self.follower.stats
-            self.progress.update(weight_stall_s=round(w.stall_s, 4), weight_load_s=round(w.load_s, 3),
-                                 weight_read_mb=round(w.bytes_read / 1e6, 2),
-                                 weight_checksum_failures=w.checksum_failures)
-        if startup and self._evaluates(evals) and self.progress.record.evaluated_version is None \
-                and not stage.eval_on_startup:
-            self.progress.update(evaluated_version=self.follower.version)
-        return loaded
-
-    def _weight_metrics(self) -> dict[str, float]:
-        """The cost of the last policy update (see `WeightStats`)."""
-        w = self.follower.stats
-        return {"rollout/weight_load_s": w.load_s, "rollout/weight_stall_s": w.stall_s,
-                "rollout/weight_read_mb": w.bytes_read / 1e6, "rollout/weight_from_full": float(w.from_full),
-                "rollout/weight_checksum_failures": float(w.checksum_failures)}
-
-    def _evaluates(self, evals: list[setup.Taskset]) -> bool:
-        """Rank 0 of an array with eval tasksets evaluates."""
-        return self.rank == 0 and bool(evals)
-
-    def _eval_due(self, stage: ExplorerStageSettings, evals: list[setup.Taskset]) -> bool:
-        """An evaluation of the version held is due (never evaluated, or an eval_interval crossed)."""
-        if not self._evaluates(evals):
-            return False
-        last = self.progress.record.evaluated_version
-        return last is None or evaluation.eval_due(self.follower.version, last, stage.eval_interval)
-
-    def _evaluate(self, evals: list[setup.Taskset]) -> None:
-        """Evaluate the version held on its own (the final policy, or while no batch is explored)."""
-        self._flush()
-        policy = _rollout_policy(self.settings)
-        began = time.perf_counter()
-        outcomes = run_tasks(evaluation.eval_tasks(evals), self.ctx, self.batcher, policy, self.stop, tick=self._tick)
-        self._log_evaluation(evals, outcomes, time.perf_counter() - began)
-
-    def _log_evaluation(self, evals: list[setup.Taskset], outcomes: list[TaskOutcome], seconds: float) -> None:
-        metrics, complete = evaluation.outcome_metrics(evals, outcomes)
-        if not complete:
-            raise _Stopped()
-        version = self.follower.version
-        metrics["eval/version"] = version
-        metrics["eval/time_s"] = seconds
-        assert self.monitor is not None
-        self.monitor.log(metrics, step=version, axis="eval/version")
-        self.progress.update(evaluated_version=version)
-
-    def _wait_for_version(self, need: int, stage: ExplorerStageSettings, evals: list[setup.Taskset]) -> StageEnd | None:
-        """Wait until the policy held is at least `need`; a status if the wait ends otherwise."""
-        timeout = stage.sync_timeout
-        deadline = time.monotonic() + timeout
-        log.info("waiting for policy version >= %d (holding %d) to stay within max_staleness=%d",
-                 need, self.follower.version, stage.max_staleness)
-        self.progress.update(state="waiting_for_weights", version=self.follower.version, need_version=need)
-
-        # explorer_driven: the trainer publishes only when asked, so waiting is asking, again after
-        # each answer that is not new enough.
-        asking = stage.sync_style == "explorer_driven"
-        request: str | None = None
-
-        def held_or_over() -> StageEnd | bool | None:
-            """True once version `need` is loaded, how the wait ended if it is over otherwise."""
-            nonlocal request
-            if _trainer_done(self.rundir):
-                return StageEnd.TRAINER_DONE
-            if time.monotonic() >= deadline:
-                raise SyncTimeout(
-                    f"explorer {self.name} rank {self.rank}: no policy version >= {need} was published within "
-                    f"synchronizer.sync_timeout={timeout:.0f} s (holding version {self.follower.version}); "
-                    "check that the trainer is running (its log and trainer_meta.json), or raise sync_timeout / "
-                    "sync_offset to let explorers run further ahead"
-                )
-            self._tick()
-            self._follow(stage, evals)
-            if self.follower.version >= need:
-                return True
-            if asking:
-                answer = None if request is None else weight_requests.answer_to(self.rundir.root, self.name,
-                                                                                self.rank, request)
-                if request is None or (answer is not None and answer < need):
-                    request = self._ask()
-            return None
-
-        if self.follower.version < need:
-            # Woken by the publication itself (weights/latest replaced), or every weights_poll_interval.
-            bells = [*self.follower.doorbells(), *([weight_requests.answers_doorbell(self.rundir.root)] if asking
-                                                   else [])]
-            outcome = self.waiter.wait(held_or_over, bells, None, stop=lambda: self.stop.requested)
-            if outcome is None:
-                return StageEnd.STOPPED
-            if isinstance(outcome, StageEnd):
-                return outcome
-        self.progress.update(state="exploring", version=self.follower.version)
-        return None
-
-    def _sync(self, stage: ExplorerStageSettings, evals: list[setup.Taskset]) -> StageEnd | None:
-        """After a batch: at a sync point of trainer_driven or explorer_driven, take new weights
-        (`rfthpc.explorer.sync`); a status if the wait for them ends the stage."""
-        if stage.sync_style == "fixed" or not is_sync_point(self.progress.record.steps, stage.sync_interval,
-                                                             stage.sync_offset):
-            return None
-        if stage.sync_style == "trainer_driven":
-            self._follow(stage, evals)
-            return None
-        return self._ask_for_weights(stage, evals)
-
-    def _ask(self) -> str:
-        """Ask the trainer for weights; the request's id."""
-        return weight_requests.ask(self.rundir.root, self.name, self.rank, self.follower.version)
-
-    def _ask_for_weights(self, stage: ExplorerStageSettings, evals: list[setup.Taskset]) -> StageEnd | None:
-        """explorer_driven's sync: ask the trainer for weights and wait, at most `sync_timeout`, until the
-        version it answers with is loaded (on timeout, go on with the version held)."""
-        began = time.monotonic()
-        log.info("explorer %s rank %d: asking the trainer for weights (holding version %d)", self.name, self.rank,
-                 self.follower.version)
-        self.progress.update(state="asking_for_weights", version=self.follower.version)
-        request = self._ask()
-
-        def answered() -> StageEnd | bool | None:
-            view = read_trainer_meta(self.rundir)
-            if view is not None and view.done:
-                return StageEnd.TRAINER_DONE
-            if view is not None and view.stage_index > stage.index:
-                return StageEnd.SKIPPED  # the trainer left the stage: so does this explorer
-            self._tick()
-            answer = weight_requests.answer_to(self.rundir.root, self.name, self.rank, request)
-            if answer is None:
-                return None
-            self._follow(stage, evals)
-            return self.follower.version >= answer or None
-
-        bells = [*self.follower.doorbells(), weight_requests.answers_doorbell(self.rundir.root)]
-        outcome = self.waiter.wait(answered, bells, stage.sync_timeout, stop=lambda: self.stop.requested)
-        self._asked_s = time.monotonic() - began
-        if isinstance(outcome, StageEnd):
-            return outcome
-        if outcome is None:
-            if self.stop.requested:
-                return StageEnd.STOPPED
-            log.warning("explorer %s rank %d: the trainer did not answer a request for weights within "
-                        "synchronizer.sync_timeout=%.0f s; going on with version %d and asking again at the next "
-                        "sync (check the trainer's log and trainer_meta.json)", self.name, self.rank,
-                        stage.sync_timeout, self.follower.version)
-        self.progress.update(state="exploring", version=self.follower.version)
-        return None
-
-    def _final_evaluation(self, stage: ExplorerStageSettings, evals: list[setup.Taskset]) -> StageEnd | None:
-        """Rank 0: keep evaluating new versions until the trainer is done, then the final policy."""
-        if self.rank != 0 or not evals:
-            return None
-        deadline = time.monotonic() + stage.sync_timeout
-        try:
-            while read_trainer_meta(self.rundir) is not None and not _trainer_done(self.rundir):
-                if self.stop.requested:
-                    return StageEnd.STOPPED
-                if self._follow(stage, evals):
-                    deadline = time.monotonic() + stage.sync_timeout
-                    if self._eval_due(stage, evals):
-                        self._evaluate(evals)
-                if time.monotonic() >= deadline:
-                    log.warning("no new policy for %.0f s and the trainer is not done; skipping the final evaluation",
-                                stage.sync_timeout)
-                    return None
-                self._tick()
-                time.sleep(self.settings.weights_poll_interval)
-            self.follower.update()
-            if self.progress.record.evaluated_version != self.follower.version:
-                self._evaluate(evals)
-        except _Stopped:
-            return StageEnd.STOPPED
-        return None
-
     # ---- bookkeeping ---------------------------------------------------------------------------
+
+    def _run_tasks(self, tasks: list[Task]) -> list[TaskOutcome]:
+        """Run the tasks' workflows in this process's engines, their generate calls batched."""
+        return run_tasks(tasks, self.ctx, self.batcher, _rollout_policy(self.settings), self.stop, tick=self._tick)
 
     def _complete_committed(self) -> None:
         """Complete the claims whose groups the writer has committed (all but the last `buffered`)."""
@@ -806,7 +603,7 @@ class Explorer:
     def _idle(self) -> None:
         """Called while no task can be claimed: commit what is buffered (others may wait for it)."""
         if self.stop.requested:
-            raise _Stopped()
+            raise Stopped()
         self._flush()
 
     def _log_batch(self, outcomes: list[TaskOutcome], groups: list[tuple[Claim, Group]], steps: list[int],
@@ -835,7 +632,7 @@ class Explorer:
             "rollout/tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
             "rollout/time_s": elapsed,
             "rollout/wait_s": wait_s,
-            **self._weight_metrics(),
+            **self.sync.metrics(),
         }
         if rewards.size:
             metrics.update({

@@ -111,11 +111,11 @@ def _quote(text: str) -> str:
 
 def gpus(cfg: Config, role: Role) -> int:
     """GPUs per trainer node or per explorer array task (0 on CPU-only clusters); a server task's are
-    `server_gpus`."""
+    `server_task_gpus` (`rfthpc.config.derive.server_gpus` counts all of them, for the GPU budget)."""
     return int(role_config(cfg, role).gpus_per_node or 0)
 
 
-def server_gpus(cfg: Config, model: InferenceModelConfig) -> int:
+def server_task_gpus(cfg: Config, model: InferenceModelConfig) -> int:
     """GPUs of one task (engine) of `model`'s server: `slurm.server.gpus_per_node`, else its
     `tensor_parallel_size` (0 on CPU-only clusters)."""
     if cfg.cluster.gpu_per_node <= 0:
@@ -197,8 +197,8 @@ def server_parameters(cfg: Config, model: InferenceModelConfig, code_dir: Path |
     """submitit SlurmExecutor parameters of shared auxiliary model `model`'s server array (one task per engine)."""
     params = executor_parameters(cfg, "server", code_dir, model.name)
     params.pop("gpus_per_node", None)
-    if server_gpus(cfg, model):
-        params["gpus_per_node"] = server_gpus(cfg, model)
+    if server_task_gpus(cfg, model):
+        params["gpus_per_node"] = server_task_gpus(cfg, model)
     return params
 
 

@@ -59,6 +59,12 @@ def read_trainer_meta(run: RunDir) -> TrainerMeta | None:
     return TrainerMeta.from_dict(data) if isinstance(data, dict) else None
 
 
+def trainer_done(run: RunDir) -> bool:
+    """True once the trainer reported that it finished every stage."""
+    meta = read_trainer_meta(run)
+    return meta is not None and meta.done
+
+
 def write_trainer_meta(run: RunDir, meta: TrainerMeta) -> TrainerMeta:
     """Publish `meta`, stamped with this process and the time; return what was written."""
     meta = dataclasses.replace(meta, host=socket.gethostname(), pid=os.getpid(), updated=time.time())

@@ -8,16 +8,16 @@ from rfthpc.store.gc import collect_garbage
 from rfthpc.store.inspect import format_inspect, inspect_store
 from rfthpc.store.reader import StoreReader, StoreTimeout
 from rfthpc.store.reader_files import ReaderState
-from rfthpc.store.schema import Experience, Group
+from rfthpc.store.schema import Group, StoredExperience
 from rfthpc.store.writer import ChunkWriter
 
 __all__ = [
     "ChunkWriter",
-    "Experience",
     "Group",
     "ReaderState",
     "StoreReader",
     "StoreTimeout",
+    "StoredExperience",
     "collect_garbage",
     "format_inspect",
     "inspect_store",

@@ -36,7 +36,7 @@ import h5py
 import numpy as np
 from h5py import h5d, h5s, h5t
 
-from rfthpc.store.schema import CheckedExperience, Experience, Group, check_token_ids, out_of_range
+from rfthpc.store.schema import CheckedExperience, Group, StoredExperience, check_token_ids, out_of_range
 
 CHUNK_FORMAT = "rfthpc-experience-chunk"
 CHUNK_VERSION = 1
@@ -332,7 +332,7 @@ def _groups(
     rs, rl = rows["response_start"].tolist(), rows["response_len"].tolist()
     reward, has_tr = rows["reward"].tolist(), rows["has_token_rewards"].tolist()
     experiences = [
-        Experience(
+        StoredExperience(
             prompt_ids=prompt[ps[i] : ps[i] + pl[i]],
             response_ids=response[rs[i] : rs[i] + rl[i]],
             logprobs=logprobs[rs[i] : rs[i] + rl[i]],

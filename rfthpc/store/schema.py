@@ -1,4 +1,4 @@
-"""What the experience store holds: one `Experience` per response, one `Group` per task.
+"""What the experience store holds: one `StoredExperience` per response, one `Group` per task.
 
 A group holds all `repeat_times` responses an explorer generated for one task; it is the unit the
 writer commits and the reader hands to the trainer (group-relative advantages need the whole group).
@@ -22,8 +22,10 @@ _INT32, _FLOAT32, _INT8 = np.dtype(np.int32), np.dtype(np.float32), np.dtype(np.
 
 
 @dataclass
-class Experience:
-    """One response to a task, with what the trainer needs to compute its loss."""
+class StoredExperience:
+    """One response to a task as the store keeps it, with what the trainer needs to compute its loss: a
+    workflow's `rfthpc.workflows.base.Experience` as the explorer commits it (token arrays; its text,
+    finish reason and reward components in `info`)."""
 
     prompt_ids: np.ndarray
     """int32 [P]: the prompt token ids."""
@@ -82,7 +84,7 @@ class Group:
 
     task_id: str
     """The task's id in its taskset."""
-    experiences: list[Experience]
+    experiences: list[StoredExperience]
     """The responses, in generation order."""
     policy_version: int
     """The trainer step whose weights generated it (`weights/step_N`; 0 = the initial model)."""
@@ -189,7 +191,7 @@ def _per_token(group: Group, i: int, field: str, arr: Any, n: int, dtype: np.dty
 
 @dataclass
 class CheckedExperience:
-    """An Experience with arrays in their stored dtypes and info serialised (writer input)."""
+    """A StoredExperience with arrays in their stored dtypes and info serialised (writer input)."""
 
     prompt_ids: np.ndarray
     response_ids: np.ndarray

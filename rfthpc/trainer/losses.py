@@ -35,6 +35,7 @@ from rfthpc.algorithms import rollout_correction as rollout_fns
 from rfthpc.algorithms.advantages import AdvantageFn
 from rfthpc.algorithms.aggregation import token_weights
 from rfthpc.algorithms.declare import Needs
+from rfthpc.algorithms.registry import check_loss_agg_mode, loss_scale_problem
 from rfthpc.algorithms.rollout_settings import RolloutCorrection
 from rfthpc.config.settings import AlgorithmSettings
 from rfthpc.errors import ConfigError
@@ -129,9 +130,7 @@ class Algorithm:
     def from_settings(cls, alg: AlgorithmSettings) -> Algorithm:
         """Bind a stage's algorithm; raises ConfigError on unknown names or arguments."""
         mode = alg.loss_agg_mode
-        if mode not in algos.LOSS_AGG_MODES:
-            known = ", ".join(algos.LOSS_AGG_MODES)
-            raise ConfigError(f"algorithm.loss_agg_mode: unknown mode {mode!r}; known: {known}")
+        check_loss_agg_mode(mode)
         if not alg.policy_loss_fn:
             raise ConfigError("algorithm.policy_loss_fn: missing; name a policy loss or an algorithm_type preset")
         policy = algos.POLICY_LOSS_FNS.bind(alg.policy_loss_fn, {**alg.policy_loss_fn_args, "loss_agg_mode": mode})
@@ -139,12 +138,10 @@ class Algorithm:
                                               {**alg.entropy_loss_fn_args, "loss_agg_mode": mode})
         out = cls(alg.algorithm_type, alg.policy_loss_fn, policy, entropy, mode,
                   rollout=alg.rollout_correction, policy_needs=algos.POLICY_LOSS_FNS.needs(alg.policy_loss_fn))
+        problem = loss_scale_problem(mode, alg.loss_scale_factor)
+        if problem:
+            raise ConfigError(problem)
         if mode == "seq-mean-token-sum-norm":
-            if alg.loss_scale_factor is None:
-                raise ConfigError(
-                    "algorithm.loss_scale_factor: loss_agg_mode seq-mean-token-sum-norm divides by a constant "
-                    "length; set it, or model.max_response_tokens (its default)"
-                )
             out.loss_scale_factor = alg.loss_scale_factor
         if alg.entropy_loss_fn != "none":
             out.entropy_coef = float(alg.entropy_loss_fn_args.get("entropy_coef", 0.0))

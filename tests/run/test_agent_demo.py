@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from rfthpc.commands.make_demo import split_task
 from rfthpc.demos.frozenlake import (
     ACTIONS,
     FrozenLakeDemoArgs,
@@ -21,7 +22,6 @@ from rfthpc.demos.frozenlake import (
     start,
     walk,
 )
-from rfthpc.demos.gsm8k import split_task
 from rfthpc.errors import UserError
 
 SMALL = {"train": 40, "test": 10, "sft": 20}

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from rfthpc.demos.gsm8k import demo_figures, last_stage_start
+from rfthpc.demos.figures import demo_figures, last_stage_start
 from tests.run.conftest import demo_variant, env_for, finish, rfthpc
 
 RL_STEPS = 100

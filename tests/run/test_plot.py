@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rfthpc.config.monitor import MonitorConfig
-from rfthpc.demos.gsm8k import demo_figures, eval_accuracy, last_stage_start
+from rfthpc.demos.figures import demo_figures, eval_accuracy, last_stage_start
 from rfthpc.errors import UserError
 from rfthpc.launch.local import Role, progress_line
 from rfthpc.observe.monitor import Monitor

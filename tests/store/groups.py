@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from rfthpc.store.schema import Experience, Group
+from rfthpc.store.schema import Group
+from rfthpc.store.schema import StoredExperience as Experience
 
 
 def make_group(

@@ -34,7 +34,8 @@ from rfthpc.sharedfs.fileops import append_line, read_json, write_json_atomic, w
 from rfthpc.store.gc import collect_garbage
 from rfthpc.store.reader import StoreReader, StoreTimeout
 from rfthpc.store.reader_files import ReaderState
-from rfthpc.store.schema import Experience, Group
+from rfthpc.store.schema import Group
+from rfthpc.store.schema import StoredExperience as Experience
 from rfthpc.store.writer import ChunkWriter
 from rfthpc.tasks.claims import ClaimSet
 

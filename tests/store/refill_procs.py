@@ -29,7 +29,8 @@ import numpy as np
 from rfthpc.sharedfs.fileops import append_line, read_json, write_json_atomic, write_text_atomic
 from rfthpc.store.reader import StoreReader, StoreTimeout
 from rfthpc.store.reader_files import ReaderState
-from rfthpc.store.schema import Experience, Group
+from rfthpc.store.schema import Group
+from rfthpc.store.schema import StoredExperience as Experience
 from rfthpc.store.writer import ChunkWriter
 from rfthpc.tasks.claims import Claim, TaskClaims
 

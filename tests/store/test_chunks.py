@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from rfthpc.store.chunks import ChunkBuilder, ChunkCorrupt, PendingGroup, read_chunk
-from rfthpc.store.schema import Experience, Group, check_group
+from rfthpc.store.schema import Group, check_group
+from rfthpc.store.schema import StoredExperience as Experience
 
 from .groups import assert_same_experiences
 

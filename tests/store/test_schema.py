@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from rfthpc.errors import UserError
-from rfthpc.store.schema import Experience, Group, check_group
+from rfthpc.store.schema import Group, check_group
+from rfthpc.store.schema import StoredExperience as Experience
 from rfthpc.store.writer import ChunkWriter
 
 from .groups import make_group

@@ -10,7 +10,8 @@ import pytest
 from rfthpc.errors import UserError
 from rfthpc.store.chunks import read_chunk
 from rfthpc.store.layout import list_chunks
-from rfthpc.store.schema import Experience, Group
+from rfthpc.store.schema import Group
+from rfthpc.store.schema import StoredExperience as Experience
 from rfthpc.store.writer import ChunkWriter
 
 from .groups import assert_same_experiences, make_group

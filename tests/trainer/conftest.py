@@ -13,7 +13,8 @@ import pytest
 from rfthpc.config import Config, dump_yaml
 from rfthpc.config.schema import StageConfig
 from rfthpc.rundir.paths import RunDir
-from rfthpc.store import ChunkWriter, Experience, Group
+from rfthpc.store import ChunkWriter, Group
+from rfthpc.store import StoredExperience as Experience
 from rfthpc.trainer.samples import Sample
 
 ROOT = Path(__file__).resolve().parents[2]

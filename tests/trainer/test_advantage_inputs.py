@@ -15,7 +15,8 @@ from rfthpc.config.algorithm import AlgorithmConfig
 from rfthpc.config.derive import finalize
 from rfthpc.config.settings import AlgorithmSettings
 from rfthpc.rundir.metrics import read_metrics
-from rfthpc.store import ChunkWriter, Experience, Group
+from rfthpc.store import ChunkWriter, Group
+from rfthpc.store import StoredExperience as Experience
 from rfthpc.store.schema import SUBGROUP
 from rfthpc.trainer.batching import collate
 from rfthpc.trainer.losses import Algorithm

@@ -24,7 +24,8 @@ from rfthpc.config.schema import Config, StageConfig
 from rfthpc.config.settings import AlgorithmSettings, TrainerStageSettings, trainer_settings
 from rfthpc.errors import ConfigError, UserError
 from rfthpc.signals import StopRequest
-from rfthpc.store import Experience, Group
+from rfthpc.store import Group
+from rfthpc.store import StoredExperience as Experience
 from rfthpc.trainer.batching import (
     balanced_split,
     collate,

@@ -17,8 +17,7 @@ from rfthpc.engines.batching import RequestBatcher
 from rfthpc.engines.sampling import SamplingArgs
 from rfthpc.explorer.rollout import RolloutPolicy, run_tasks
 from rfthpc.signals import StopRequest
-from rfthpc.store import ChunkWriter, Group
-from rfthpc.store import Experience as StoredExperience
+from rfthpc.store import ChunkWriter, Group, StoredExperience
 from rfthpc.tasks.tasksets import PromptBuilder
 from rfthpc.workflows.base import Experience, WorkflowContext
 from rfthpc.workflows.registry import run_workflow
