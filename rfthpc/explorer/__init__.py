@@ -3,11 +3,17 @@
 | module       | does                                                                        |
 | ------------ | --------------------------------------------------------------------------- |
 | `setup`      | config -> engine settings, tasksets, prompt builder                         |
-| `follow`     | poll `weights/latest`, load complete step dirs in place, reader lease       |
 | `staleness`  | expected trainer step of a task, the oldest allowed policy version          |
+| `sync`       | `WeightSync`: when new weights are taken (sync_style), waits for a version  |
 | `rollout`    | run a batch of workflows concurrently, their generate calls batched         |
-| `eval`       | eval tasksets -> `eval/<taskset>/...` metrics                               |
-| `shaping`    | DAPO's overlong penalty and dynamic sampling, applied before a commit        |
-| `meta`       | `explorer_meta/<name>/<rank>.json` progress                                 |
+| `eval`       | `EvalSchedule`: when rank 0 evaluates; eval tasksets -> `eval/...` metrics  |
+| `episodes`   | multi-turn episodes' metrics (success, turns)                               |
+| `judged`     | judged responses' metrics                                                   |
+| `heartbeat`  | a thread renewing the claims' and the weight reader's leases, and progress  |
+| `stage_end`  | how exploring a stage, or a wait in it, ends                                |
 | `loop`       | the explorer process tying it together                                      |
+
+What it shares with other roles lies elsewhere: published weights and following them in
+`rfthpc.weights`, task claims in `rfthpc.tasks`, its progress record in `rfthpc.rundir`, DAPO's
+shaping of rewards in `rfthpc.algorithms.shaping`.
 """
