@@ -46,7 +46,7 @@ class OverlongPenalty:
         times penalty_factor. (veRL's DAPO reward manager has no lower bound: its responses never
         exceed L_max; a multi-turn response counts its environment tokens and may.) Trinity-RFT's
         `math_dapo_reward` gives the same values with L_cache = its cache_length and L_max = its
-        max_response_length (config.compat.apply_trinity_overlong reads them as these settings).
+        max_response_length (rfthpc.dialects.trinity.apply_trinity_overlong reads them as these settings).
         """
         expected = self.max_len - self.buffer_len
         return self.penalty_factor * max(-1.0, min(0.0, (expected - length) / self.buffer_len))

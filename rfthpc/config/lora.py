@@ -2,7 +2,7 @@
 
 Trinity-RFT's `model.lora_configs` (one entry), veRL's `actor_rollout_ref.model.lora_rank` /
 `lora_alpha` / `target_modules` / `exclude_modules` / `lora_adapter_path` and ROLL's
-`actor_train.model_args.lora_*` are read into this one section (compat.py). The checks here read
+`actor_train.model_args.lora_*` are read into this one section (`rfthpc.dialects`). The checks here read
 only the model's config.json and an adapter's adapter_config.json: validating a config imports
 neither torch nor peft.
 """

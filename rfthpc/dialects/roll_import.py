@@ -2,7 +2,7 @@
 
 ROLL composes its YAML with Hydra (`defaults:` includes, `${...}` interpolations) and reads it into
 its dataclasses, silently dropping keys they lack. This module reads the composed config key by key
-(`importing.Translation`): each ROLL setting becomes rfthpc's, is noted, or is refused with the
+(`translation.Translation`): each ROLL setting becomes rfthpc's, is noted, or is refused with the
 reason and the alternative; a key ROLL itself drops is noted as such. docs/migration.md has the table.
 
 ROLL's defaults matter where rfthpc's differ (learning rate 5e-5, linear decay, weight decay 0,

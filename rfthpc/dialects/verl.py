@@ -117,7 +117,8 @@ def _fsdp_keys(prefix: str) -> dict[str, Answer]:
         f"{prefix}.fsdp_config.dtype": Refused("rfthpc computes in model.dtype (bfloat16 on GPUs by default): set "
                                                "model.dtype", one_of("bfloat16", "bf16")),
         f"{prefix}.fsdp_config.mixed_precision.param_dtype": Refused(
-            "rfthpc computes in model.dtype (bfloat16 on GPUs by default): set model.dtype", one_of("bfloat16", "bf16")),
+            "rfthpc computes in model.dtype (bfloat16 on GPUs by default): set model.dtype",
+            one_of("bfloat16", "bf16")),
         **{f"{prefix}.fsdp_config.mixed_precision.{k}": Refused(
             "rfthpc reduces gradients and keeps buffers in float32 (veRL's default)", one_of("float32", "fp32"))
            for k in ("reduce_dtype", "buffer_dtype")},
@@ -131,8 +132,10 @@ def _optim_keys(prefix: str) -> dict[str, Answer]:
         f"{prefix}.optim.total_training_steps": Ignored("set by veRL and Trinity-RFT at run time; rfthpc's schedule "
                                                         "spans buffer.total_steps"),
         f"{prefix}.optim.optimizer": Refused("rfthpc's optimizer is AdamW: remove it", one_of("adamw", "adam")),
-        f"{prefix}.optim.optimizer_impl": Refused("rfthpc's optimizer is torch's AdamW: remove it", one_of("torch.optim")),
-        f"{prefix}.optim.num_cycles": Refused("rfthpc's cosine schedule decays once (veRL's num_cycles 0.5)", one_of(0.5)),
+        f"{prefix}.optim.optimizer_impl": Refused("rfthpc's optimizer is torch's AdamW: remove it",
+                                                  one_of("torch.optim")),
+        f"{prefix}.optim.num_cycles": Refused("rfthpc's cosine schedule decays once (veRL's num_cycles 0.5)",
+                                              one_of(0.5)),
         f"{prefix}.optim.override_optimizer_config": Refused("rfthpc's AdamW takes algorithm.optimizer's settings "
                                                              "only", off),
         **{f"{prefix}.optim.{k}": Refused(MEGATRON_OPTIM, one_of(*ok)) for k, ok in (
@@ -235,7 +238,8 @@ VERL_KEYS: dict[str, Answer] = {
         "forward_micro_batch_size_per_gpu")},
     _C + "checkpoint.*": Ignored("rfthpc's checkpoints always hold model, optimizer and extra state"),
     _C + "megatron.*": Ignored("Megatron-LM settings, read only with strategy megatron, which rfthpc refuses"),
-    _C + "load_weight": Refused("rfthpc always starts the critic from model.critic_model_path; remove it", one_of(True)),
+    _C + "load_weight": Refused("rfthpc always starts the critic from model.critic_model_path; remove it",
+                                one_of(True)),
     _C + "profile*": Ignored("profiling of veRL's workers"),
     "algorithm.use_pf_ppo": Refused("veRL's preference-feedback PPO reweighting is not in rfthpc; remove it", off),
     "algorithm.pf_ppo.*": Ignored("read only with algorithm.use_pf_ppo"),

@@ -3,9 +3,9 @@
 veRL composes its config with Hydra (`verl/trainer/config/ppo_trainer.yaml` and its `defaults:`
 groups) and takes command-line overrides, usually from a launch script
 (`examples/grpo_trainer/run_*.sh`, read by `verl_script`). The composed config is read key by key
-(`importing.Translation`), in two parts, so that each veRL key has one meaning in rfthpc:
+(`translation.Translation`), in two parts, so that each veRL key has one meaning in rfthpc:
 - the training settings Trinity-RFT's `trainer.trainer_config` carries (actor, critic, reference,
-  algorithm, reward model, ...) go through compat's one veRL mapping (`VERL_MAP`, `verl.VERL_KEYS`):
+  algorithm, reward model, ...) go through rfthpc's one veRL mapping (`verl.VERL_MAP`, `verl.VERL_KEYS`):
   mapped, ignored with a note, or refused, as in a Trinity-RFT config;
 - what only a whole veRL run has, which Trinity-RFT takes from its own sections (`data`,
   `actor_rollout_ref.rollout`, the run's `trainer.*` keys, the reward), is translated here and in
@@ -105,7 +105,7 @@ def _check_config_name(launch: Launch, script: Path, config: Path) -> None:
 
 
 def _training_settings(t: Translation) -> None:
-    """Everything a Trinity-RFT config may carry in `trainer.trainer_config`, through compat's one
+    """Everything a Trinity-RFT config may carry in `trainer.trainer_config`, through rfthpc's one
     veRL mapping; the critic's settings only when veRL trains a critic."""
     estimator = t.leaves.get("algorithm.adv_estimator", "gae")
     enable = t.leaves.get("critic.enable")
@@ -137,7 +137,7 @@ def _training_settings(t: Translation) -> None:
 
 
 def _own(key: str) -> bool:
-    """Whether this importer translates `key` itself (not compat's veRL mapping)."""
+    """Whether this importer translates `key` itself (not `verl`'s mapping)."""
     if key.startswith(_OWN):
         return True
     section, _, rest = key.partition(".")

@@ -5,8 +5,8 @@ which picks a scorer by the row's data source (the column `data.reward_fn_key` n
 default), or with the user's own function of that signature (`custom_reward_function.path` / `name`).
 `verl_reward` does the same for each row: it reads the row's data source and scores with the rfthpc
 reward function that reads and compares answers as veRL's scorer of that source does
-(`rfthpc.dialects.verl_data.DATA_SOURCES`), or calls the user's veRL function (`compute_score`, named as `file.py:function` or
-`module:function`). A row whose data source has no rfthpc scorer (`unscored`) fails its group: the
+(`rfthpc.dialects.verl_data.DATA_SOURCES`), or calls the user's veRL function (`compute_score`,
+named as `file.py:function` or `module:function`). A row whose data source has no rfthpc scorer (`unscored`) fails its group: the
 group gets rewards 0 and is marked, as any failing reward does.
 """
 

@@ -67,7 +67,8 @@ def plan_chain(run_dir: Path, target: int, held: int | None = None,
 
     From the bits of `held` (the caller's) when the deltas after it reach `target`; else from the
     newest full snapshot on the way back from `target`. Files in `skip` (found corrupt: delta
-    files, snapshot directories) are not used. `versions` is `weights.published_versions(run_dir)` if the caller has it.
+    files, snapshot directories) are not used. `versions` is `published.published_versions(run_dir)` if the
+    caller has it.
     """
     full, deltas = published.published_versions(run_dir) if versions is None else versions
     applied: list[int] = []
@@ -77,7 +78,8 @@ def plan_chain(run_dir: Path, target: int, held: int | None = None,
     while True:
         if v == held:
             return Chain(target, v, False, tuple(reversed(applied)))
-        if v in full and best is None and published.step_dir(run_dir, v) not in skip and (link is None or _full_checksum(run_dir, v) in (link, None)):
+        if v in full and best is None and published.step_dir(run_dir, v) not in skip \
+                and (link is None or _full_checksum(run_dir, v) in (link, None)):
             best = Chain(target, v, True, tuple(reversed(applied)))
             if held is None or v < held:
                 return best

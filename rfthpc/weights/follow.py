@@ -7,7 +7,7 @@ the deltas after that. Before reading it names what it needs in its reader file 
 those files; the heartbeat renews the file), rebuilds the version tensor by tensor, checks every
 tensor's checksum, and writes it as one safetensors file into a node-local staging directory
 (`filesystem.staging_dir`, /dev/shm by default: memory), and maps it into this process ahead
-(`weight_files.premap`). Only then does the explorer, between two batches (`update`), copy it into
+(`safetensors_read.premap`). Only then does the explorer, between two batches (`update`), copy it into
 the engine in place: the stall at a sync is that copy from memory, not a read of the shared
 filesystem. A LoRA run's versions are adapters: they are staged as PEFT directories
 (adapter_config.json beside adapter_model.safetensors), which the engines apply to their base model.

@@ -12,7 +12,7 @@ Explorers follow the deltas only; full snapshots are for explorers that start la
 requeued, for fallback after a checksum mismatch, and for `rfthpc convert` and `rfthpc weights
 materialize`.
 
-A LoRA run publishes its adapter (PEFT layout, `weights.write_adapter_dir`) whole at every version:
+A LoRA run publishes its adapter (PEFT layout, `published.write_adapter_dir`) whole at every version:
 at a few megabytes a delta would save nothing worth a chain to rebuild.
 """
 

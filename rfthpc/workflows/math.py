@@ -88,8 +88,9 @@ def math_boxed_workflow(task: Task, ctx: WorkflowContext) -> WorkflowResult:
 
     Where it differs: Trinity's DAPO example gives this workflow `enable_overlong_penalty`,
     `penalty_factor`, `max_response_length` and `cache_length`; loading the config reads them as
-    `algorithm.overlong_buffer` (config.compat.apply_trinity_overlong). The reply prefix (`format.reply_prefix`)
-    is appended to the prompt as in every rfthpc workflow, not sent as an assistant message.
+    `algorithm.overlong_buffer` (rfthpc.dialects.trinity.apply_trinity_overlong). The reply prefix
+    (`format.reply_prefix`) is appended to the prompt as in every rfthpc workflow, not sent as an assistant
+    message.
     """
     assert task.reward_fn is not None, "run_workflow gives the default reward"
     args = task.workflow_args
@@ -115,7 +116,7 @@ def math_dapo_workflow(task: Task, ctx: WorkflowContext) -> WorkflowResult:
     workflow_args: `use_base` as in `math_boxed_workflow`. Where it differs: Trinity always scores
     with `math_dapo_reward`; here a reward the taskset names is used instead. Trinity's overlong
     settings (`enable_overlong_penalty`, ...) are read as `algorithm.overlong_buffer` when the config
-    is loaded (config.compat.apply_trinity_overlong).
+    is loaded (rfthpc.dialects.trinity.apply_trinity_overlong).
     """
     assert task.reward_fn is not None, "run_workflow gives the default reward"
     use_base = task.workflow_args.get("use_base", False)

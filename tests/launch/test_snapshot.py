@@ -19,7 +19,8 @@ def test_snapshot_is_a_private_content_named_copy(tmp_path: Path) -> None:
     try:
         first = snapshot_code(tmp_path / "code", source)
         assert snapshot_code(tmp_path / "code", source) == first  # same code: reused
-        (source / "launch" / "job_states.py").write_text((source / "launch" / "job_states.py").read_text() + "\n# edit\n")
+        edited = source / "launch" / "job_states.py"
+        edited.write_text(edited.read_text() + "\n# edit\n")
         second = snapshot_code(tmp_path / "code", source)
     finally:
         os.umask(old)
