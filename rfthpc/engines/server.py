@@ -39,7 +39,7 @@ from rfthpc.config.settings import InferenceModelSettings
 from rfthpc.errors import EXIT_PREEMPTED, UserError
 from rfthpc.rundir.explorer_meta import ExplorerProgress, read_progress
 from rfthpc.rundir.paths import RunDir
-from rfthpc.rundir.servers import ServerAddress, address_path, next_generation, publish, read_address
+from rfthpc.rundir.servers import ServerAddress, next_generation, publish, read_address
 from rfthpc.rundir.trainer_meta import read_trainer_meta
 from rfthpc.sharedfs.fileops import is_temporary
 from rfthpc.sharedfs.handoff import Waiter, WaitPolicy
@@ -274,7 +274,7 @@ class ModelServer:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         if self.address is not None:
-            current = read_address(address_path(self.run.root, self.model.name, self.engine))
+            current = read_address(self.run.root, self.model.name, self.engine)
             if current is not None and current.generation == self.address.generation:
                 publish(self.run.root, dataclasses.replace(self.address, state="stopped", published=time.time()))
             self.address = None

@@ -33,6 +33,7 @@ from rfthpc.observe.monitor import Monitor
 from rfthpc.rundir.explorer_meta import Progress
 from rfthpc.rundir.paths import RunDir
 from rfthpc.rundir.trainer_meta import read_trainer_meta, trainer_done
+from rfthpc.sharedfs.handoff import Doorbell, Waiter
 from rfthpc.signals import StopRequest
 from rfthpc.tasks.tasksets import Task
 from rfthpc.weights.follow import WeightFollower
@@ -109,10 +110,11 @@ class EvalSchedule:
 
     def __init__(self, run: RunDir, rank: int, follower: WeightFollower, progress: Progress, monitor: Monitor,
                  stop: StopRequest, flush: Callable[[], None], run_tasks: Callable[[list[Task]], list[TaskOutcome]],
-                 follow: Callable[[], bool], tick: Callable[[], None], poll_s: float) -> None:
+                 follow: Callable[[], bool], tick: Callable[[], None], waiter: Waiter,
+                 bells: Callable[[], list[Doorbell]]) -> None:
         """`flush`: commit what the explorer holds; `run_tasks`: run tasks in the explorer's engines;
         `follow`: load newer weights (True if it did); `tick`: the explorer's periodic duty while it
-        waits; `poll_s`: how often the final evaluation looks for a new policy."""
+        waits; `waiter` and `bells`: how the final evaluation waits for a new policy or the trainer's end."""
         self.run = run
         self.rank = rank
         self.follower = follower
@@ -123,7 +125,8 @@ class EvalSchedule:
         self.run_tasks = run_tasks
         self.follow = follow
         self.tick = tick
-        self.poll_s = poll_s
+        self.waiter = waiter
+        self.bells = bells
 
     def evaluates(self, evals: Sequence[Taskset]) -> bool:
         """Rank 0 of an array with eval tasksets evaluates."""
@@ -163,6 +166,39 @@ class EvalSchedule:
         """Rank 0: keep evaluating new versions until the trainer is done, then the final policy."""
         if self.rank != 0 or not evals:
             return None
+        deadline = time.monotonic() + stage.sync_timeout
+        skip = object()
+
+        def trainer_gone() -> tuple[object] | None:
+            """(None,) once the trainer is done (or has no report), (skip,) if no new policy came for
+            sync_timeout; meanwhile each new version that is due is evaluated."""
+            nonlocal deadline
+            if read_trainer_meta(self.run) is None or trainer_done(self.run):
+                return (None,)
+            if self.follow():
+                deadline = time.monotonic() + stage.sync_timeout
+                if self.due(stage, evals):
+                    self.evaluate(evals)
+            if time.monotonic() >= deadline:
+                log.warning("no new policy for %.0f s and the trainer is not done; skipping the final evaluation",
+                            stage.sync_timeout)
+                return (skip,)
+            self.tick()
+            return None
+
+        try:
+            # Woken by a publication or a report of the trainer (its end), or every weights_poll_interval.
+            found = self.waiter.wait(trainer_gone, self.bells(), None, stop=lambda: self.stop.requested)
+            if found is None:
+                return StageEnd.STOPPED
+            if found[0] is skip:
+                return None
+            self.follower.update()
+            if self.progress.record.evaluated_version != self.follower.version:
+                self.evaluate(evals)
+        except Stopped:
+            return StageEnd.STOPPED
+        return None
         deadline = time.monotonic() + stage.sync_timeout
         try:
             while read_trainer_meta(self.run) is not None and not trainer_done(self.run):

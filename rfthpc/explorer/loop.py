@@ -63,8 +63,10 @@ from rfthpc.explorer.sync import WeightSync
 from rfthpc.observe.monitor import Monitor
 from rfthpc.rundir.explorer_meta import Progress
 from rfthpc.rundir.paths import RunDir
-from rfthpc.rundir.trainer_meta import read_trainer_meta
+from rfthpc.rundir.trainer_meta import read_trainer_meta, trainer_doorbell
 from rfthpc.sharedfs.fileops import set_share_group
+from rfthpc.sharedfs.handoff import Waiter, WaitPolicy
+from rfthpc.sharedfs.mounts import log_filesystem
 from rfthpc.signals import StopRequest
 from rfthpc.store import ChunkWriter, Group
 from rfthpc.store.schema import BASELINE_REWARD, StoredExperience, TaskRef
@@ -183,10 +185,13 @@ class Explorer:
             return 0
         settings = self.settings
         set_share_group(settings.share_group)
+        if self.rank == 0:
+            log_filesystem(self.rundir.root, settings.lock_type, log)
         self.stop.install()
         self.progress = Progress(self.rundir, self.name, self.rank, settings.lease_s)
+        self.waiter = Waiter(WaitPolicy(slow_s=settings.weights_poll_interval))
         self.sync = WeightSync(self.rundir, self.name, self.rank, self.follower, self.progress, self.stop, self._tick,
-                               settings.weights_poll_interval)
+                               self.waiter)
         try:
             # Bad data fails here, before minutes are spent starting an engine.
             self.tasksets = {s.index: self._load_tasksets(s) for s in explore}
@@ -207,8 +212,8 @@ class Explorer:
         self.writer = ChunkWriter(self.rundir.root, self.name, self.rank, settings.groups_per_chunk,
                                   settings.max_chunk_delay)
         self.evaluation = EvalSchedule(self.rundir, self.rank, self.follower, self.progress, self.monitor, self.stop,
-                                       self._flush, self._run_tasks, self.sync.follow, self._tick,
-                                       settings.weights_poll_interval)
+                                       self._flush, self._run_tasks, self.sync.follow, self._tick, self.waiter,
+                                       lambda: [*self.follower.doorbells(), trainer_doorbell(self.rundir)])
         # The tokenizer and chat template are checked before minutes go into starting an engine.
         rm = settings.rollout_model
         prompts = setup.prompt_builder(settings, rm)
@@ -299,20 +304,24 @@ class Explorer:
 
     def _wait_for_stage(self, index: int) -> int | StageEnd:
         """The stage's start step once the trainer is in it; a status if it is past it or stopped."""
-        while True:
+        def started() -> tuple[int | StageEnd] | None:
             view = read_trainer_meta(self.rundir)
             if view is not None and view.done:
-                return StageEnd.TRAINER_DONE
+                return (StageEnd.TRAINER_DONE,)
             if view is not None and view.stage_index > index:
-                return StageEnd.SKIPPED
+                return (StageEnd.SKIPPED,)
             if view is not None and view.stage_index == index:
-                return view.stage_start_step
+                return (view.stage_start_step,)
             if index == 0:
-                return 0
-            if self.stop.requested:
-                return StageEnd.STOPPED
+                return (0,)
+            return None
+
+        found = started()
+        if found is None:
             self.progress.update(state="waiting_for_stage", stage=index)
-            time.sleep(self.settings.weights_poll_interval)
+            # Woken by the trainer's report of the new stage (its journal rings), or every weights_poll_interval.
+            found = self.waiter.wait(started, [trainer_doorbell(self.rundir)], None, stop=lambda: self.stop.requested)
+        return StageEnd.STOPPED if found is None else found[0]
 
     @staticmethod
     def _load_tasksets(stage: ExplorerStageSettings) -> tuple[list[setup.Taskset], list[setup.Taskset]]:
@@ -393,13 +402,15 @@ class Explorer:
         is past it or absent, the tasksets' epochs ran out, or the trainer made no step for
         synchronizer.sync_timeout)."""
         step, since = None, time.monotonic()
-        while True:
+
+        def refilled() -> tuple[bool] | None:
+            nonlocal step, since
             statuses = [s.claims.status() for s in sources]
             if not all(st.finished for st in statuses):
-                return True
+                return (True,)
             view = read_trainer_meta(self.rundir)
             if all(st.exhausted for st in statuses) or view is None or view.done or view.stage_index != stage.index:
-                return False
+                return (False,)
             if view.step != step:
                 step, since = view.step, time.monotonic()
                 self.progress.update(state="waiting_for_trainer")
@@ -407,9 +418,15 @@ class Explorer:
                 log.warning("explorer %s rank %d: every task is done and the trainer made no step for %.0f s "
                             "(synchronizer.sync_timeout); leaving stage %r", self.name, self.rank,
                             stage.sync_timeout, self.stage_name)
-                return False
+                return (False,)
             self._idle()
-            time.sleep(self.settings.poll_interval_s)
+            return None
+
+        # The trainer reports its losses (the refill) as it takes groups: woken by its reports, or every
+        # poll_interval_s. A stop unwinds through `_idle`.
+        found = Waiter(WaitPolicy(slow_s=self.settings.poll_interval_s)).wait(refilled, [trainer_doorbell(self.rundir)],
+                                                                            None)
+        return bool(found and found[0])
 
     # ---- one batch -----------------------------------------------------------------------------
 

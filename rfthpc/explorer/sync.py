@@ -30,7 +30,7 @@ from rfthpc.explorer.stage_end import StageEnd
 from rfthpc.rundir.explorer_meta import Progress
 from rfthpc.rundir.paths import RunDir
 from rfthpc.rundir.trainer_meta import read_trainer_meta, trainer_done
-from rfthpc.sharedfs.handoff import Waiter, WaitPolicy
+from rfthpc.sharedfs.handoff import Waiter
 from rfthpc.signals import StopRequest
 from rfthpc.weights import asking as weight_requests
 from rfthpc.weights.follow import WeightFollower
@@ -53,9 +53,9 @@ class WeightSync:
     requires, and at its sync points takes new weights as the stage's sync_style says."""
 
     def __init__(self, run: RunDir, name: str, rank: int, follower: WeightFollower, progress: Progress,
-                 stop: StopRequest, tick: Callable[[], None], poll_s: float) -> None:
-        """`tick`: the explorer's periodic duty while it waits; `poll_s`: `explorer.weights_poll_interval`,
-        how often a wait looks again when no doorbell rings."""
+                 stop: StopRequest, tick: Callable[[], None], waiter: Waiter) -> None:
+        """`tick`: the explorer's periodic duty while it waits; `waiter`: the explorer's (its slow interval
+        `explorer.weights_poll_interval`)."""
         self.run = run
         self.name = name
         self.rank = rank
@@ -63,7 +63,7 @@ class WeightSync:
         self.progress = progress
         self.stop = stop
         self.tick = tick
-        self.waiter = Waiter(WaitPolicy(slow_s=poll_s))
+        self.waiter = waiter
         self._asked_s = 0.0
         """Seconds the last sync waited for the trainer's answer (`sync_style: explorer_driven`)."""
 
@@ -112,7 +112,7 @@ class WeightSync:
                 raise SyncTimeout(
                     f"explorer {self.name} rank {self.rank}: no policy version >= {need} was published within "
                     f"synchronizer.sync_timeout={timeout:.0f} s (holding version {self.follower.version}); "
-                    "check that the trainer is running (its log and trainer_meta.json), or raise sync_timeout / "
+                    "check that the trainer is running (its log and `rfthpc status`), or raise sync_timeout / "
                     "sync_offset to let explorers run further ahead"
                 )
             self.tick()
@@ -189,7 +189,7 @@ class WeightSync:
                 return StageEnd.STOPPED
             log.warning("explorer %s rank %d: the trainer did not answer a request for weights within "
                         "synchronizer.sync_timeout=%.0f s; going on with version %d and asking again at the next "
-                        "sync (check the trainer's log and trainer_meta.json)", self.name, self.rank,
+                        "sync (check the trainer's log and `rfthpc status`)", self.name, self.rank,
                         stage.sync_timeout, self.follower.version)
         self.progress.update(state="exploring", version=self.follower.version)
         return None

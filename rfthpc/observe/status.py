@@ -24,6 +24,8 @@ from rfthpc.rundir.paths import RunDir
 from rfthpc.rundir.servers import read_addresses
 from rfthpc.rundir.trainer_meta import TrainerMeta, read_trainer_meta
 from rfthpc.sharedfs.fileops import is_temporary
+from rfthpc.sharedfs.mounts import describe
+from rfthpc.weights.published import read_latest
 
 TIME_WINDOW_S = 300.0
 """How far back `rfthpc status` looks for each role's time shares."""
@@ -138,12 +140,13 @@ def collect_status(run_dir: Path, timeout_s: float = STATE_TIMEOUT_S) -> dict[st
         "slurm_error": slurm_error,
         "trainer": {} if meta is None else dataclasses.asdict(meta),
         "latest_checkpoint": _read_int(run.latest_checkpoint_file),
-        "latest_weights": _read_int(run.weights / "latest"),
+        "latest_weights": read_latest(run.root),
         "store": store,
         "store_error": store_error,
         "explorers": {name: [dataclasses.asdict(p) for p in ranks] for name, ranks in explorer_progress(run).items()},
         "time_shares": {role: shares(spans, TIME_WINDOW_S) for role, spans in role_spans(run).items()},
         "servers": server_addresses(run),
+        "filesystem": dict(zip(("mount", "notes"), describe(run.root), strict=True)),
     }
     judge_liveness(status)
     return status
@@ -193,7 +196,9 @@ def _age(now: float, then: Any) -> str:
 def format_status(d: dict[str, Any]) -> str:
     """The status report as readable text."""
     now = d["time"]
-    lines = [f"run {d['run_dir']}", ""]
+    lines = [f"run {d['run_dir']}", f"filesystem: {d['filesystem']['mount']}"]
+    lines += [f"  note: {note}" for note in d["filesystem"]["notes"]]
+    lines.append("")
     rows = []
     for job in d["jobs"]:
         r: JobRecord = job["record"]
@@ -226,7 +231,7 @@ def format_status(d: dict[str, Any]) -> str:
             f"updated {_age(now, t.get('updated'))}{end}"
         )
     else:
-        lines.append(f"trainer: not started yet (no trainer_meta.json); checkpoint {_fmt(d['latest_checkpoint'])}")
+        lines.append(f"trainer: not started yet (no report in trainer_meta/); checkpoint {_fmt(d['latest_checkpoint'])}")
     store = d["store"]
     if store is not None:
         c = store["counts"]

@@ -7,7 +7,7 @@ each record has one writer and is replaced whole (`rfthpc.sharedfs.fileops`).
 | --------------- | ----------------------------------------------------------------------------- | ----------------- |
 | `paths`         | `RunDir`: the name of everything in a run directory; safe names (`check_name`) | everyone          |
 | `jobs`          | `jobs.jsonl`: one line per submission (role, explorer name, Slurm job id)      | submit            |
-| `trainer_meta`  | `trainer_meta.json`: the trainer's step, stage, state                          | trainer (rank 0)  |
+| `trainer_meta`  | `trainer_meta/`: the trainer's reports (step, stage, state), a journal       | trainer (rank 0)  |
 | `explorer_meta` | `explorer_meta/<name>/<rank>.json`: each explorer process's progress          | each explorer     |
 | `servers`       | `servers/<model>/<engine>.json`: where a shared auxiliary model is served      | each server task  |
 | `lost_groups`   | `experiences/_reader/losses.json`: groups the trainer lost, per claim set      | trainer's reader  |

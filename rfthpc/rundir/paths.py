@@ -9,7 +9,7 @@ Layout (see docs/run-directory.md):
     weights/step_<N>/, weights/latest  published policies for explorers
     global_step_<N>/actor/             resumable trainer checkpoints
     latest_checkpointed_iteration.txt
-    trainer_meta.json, explorer_meta/<name>/<rank>.json
+    trainer_meta/<n>, explorer_meta/<name>/<rank>.json
     servers/<model>/<engine>.json      addresses of shared auxiliary model servers
     log/, monitor/
 
@@ -95,8 +95,9 @@ class RunDir:
 
     @property
     def trainer_meta(self) -> Path:
-        """Trainer progress summary (step, stage, published version)."""
-        return self.root / "trainer_meta.json"
+        """The trainer's reports (step, stage, published version): a journal, its newest entry the
+        current one (`rfthpc.rundir.trainer_meta`)."""
+        return self.root / "trainer_meta"
 
     @property
     def explorer_meta_root(self) -> Path:

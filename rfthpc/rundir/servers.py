@@ -1,12 +1,13 @@
-"""Where a shared auxiliary model is served: `servers/<name>/<engine>.json`, one file per engine.
+"""Where a shared auxiliary model is served: `servers/<name>/<engine>/`, one journal per engine.
 
 An auxiliary model with `placement: shared` is served by a job array of its own (one task per
 engine, `rfthpc.engines.server`); explorers reach it over HTTP (`rfthpc.engines.remote`). The run
 directory is still the only channel: each engine publishes its address here, and the client reads
-it. Each file has one writer for its whole life, the engine's task (requeued or not), which
-replaces it atomically when it starts serving (with the next `generation`), and when it stops
-(state `stopped`); after each it rings the model's doorbell (`servers/<name>/doorbell`), so a
-client that waits for a server to come back notices at once. An engine killed outright leaves its
+it. Each journal (`rfthpc.sharedfs.journal`) has one writer for its whole life, the engine's task
+(requeued or not), which appends the address when it starts serving (with the next `generation`)
+and when it stops (state `stopped`), each a new entry that clients on other nodes see at once;
+after each it rings the model's doorbell (`servers/<name>/doorbell/`), so a client that waits for a
+server to come back notices at once. An engine killed outright leaves its
 `serving` address behind: clients find nothing answering there and keep retrying until the
 requeued task publishes the next generation.
 
@@ -23,11 +24,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rfthpc.rundir.paths import RunDir
-from rfthpc.sharedfs.fileops import is_temporary, write_json_atomic
 from rfthpc.sharedfs.handoff import Doorbell
+from rfthpc.sharedfs.journal import Journal, journal_at
 
 ServerState = Literal["starting", "serving", "stopped"]
 DOORBELL_FILE = "doorbell"
+ADDRESSES_KEPT = 8
 
 
 @dataclass(frozen=True)
@@ -78,9 +80,9 @@ def servers_dir(run_dir: Path, name: str) -> Path:
     return RunDir(run_dir).servers / name
 
 
-def address_path(run_dir: Path, name: str, engine: int) -> Path:
-    """Where engine `engine` of auxiliary model `name` publishes its address."""
-    return servers_dir(run_dir, name) / f"{engine}.json"
+def address_journal(run_dir: Path, name: str, engine: int) -> Journal:
+    """Where engine `engine` of auxiliary model `name` publishes its addresses, the newest current."""
+    return journal_at(servers_dir(run_dir, name) / str(engine), keep=ADDRESSES_KEPT)
 
 
 def doorbell(run_dir: Path, name: str) -> Doorbell:
@@ -88,33 +90,32 @@ def doorbell(run_dir: Path, name: str) -> Doorbell:
     return Doorbell(servers_dir(run_dir, name) / DOORBELL_FILE)
 
 
-def read_address(path: Path) -> ServerAddress | None:
-    """The address at `path`; None if it is missing, torn or not an address."""
+def read_address(run_dir: Path, name: str, engine: int) -> ServerAddress | None:
+    """The newest address of engine `engine` of auxiliary model `name`; None if it published none."""
+    _, data = address_journal(run_dir, name, engine).latest()
     try:
-        with open(path) as f:
-            return ServerAddress.from_dict(json.load(f))
-    except (FileNotFoundError, ValueError):
+        return None if data is None else ServerAddress.from_dict(json.loads(data))
+    except ValueError:
         return None
 
 
 def read_addresses(run_dir: Path, name: str) -> list[ServerAddress]:
-    """Every published address of auxiliary model `name`, by engine (files that vanish are skipped)."""
-    folder = servers_dir(run_dir, name)
+    """Every engine's newest address of auxiliary model `name`, by engine."""
     try:
-        names = sorted(p.name for p in folder.iterdir())
+        engines = sorted(int(p.name) for p in servers_dir(run_dir, name).iterdir() if p.name.isdigit())
     except FileNotFoundError:
         return []
-    found = [read_address(folder / n) for n in names if n.endswith(".json") and not is_temporary(n)]
-    return sorted((a for a in found if a is not None), key=lambda a: a.engine)
+    found = [read_address(run_dir, name, engine) for engine in engines]
+    return [a for a in found if a is not None]
 
 
 def next_generation(run_dir: Path, name: str, engine: int) -> int:
     """The generation the next start of engine `engine` publishes: one more than the last."""
-    previous = read_address(address_path(run_dir, name, engine))
+    previous = read_address(run_dir, name, engine)
     return 1 if previous is None else previous.generation + 1
 
 
 def publish(run_dir: Path, address: ServerAddress) -> None:
-    """Replace the engine's address atomically, then ring the model's doorbell."""
-    write_json_atomic(address_path(run_dir, address.name, address.engine), dataclasses.asdict(address))
+    """Append the engine's address to its journal, then ring the model's doorbell."""
+    address_journal(run_dir, address.name, address.engine).append(json.dumps(dataclasses.asdict(address)).encode())
     doorbell(run_dir, address.name).ring()

@@ -1,12 +1,16 @@
-"""`trainer_meta.json`: where the trainer is, for explorers (which stage, is it done) and `rfthpc status`.
+"""`trainer_meta/`: where the trainer is, for explorers (which stage, is it done) and `rfthpc status`.
 
-Rank 0 replaces it atomically at the start of each stage, after each step and when it ends. It
-is a report, not the resume point: a restarted trainer resumes from its newest checkpoint.
+A journal (`rfthpc.sharedfs.journal`) whose newest entry is the trainer's report: rank 0 appends one
+at the start of each stage, after each step and when it ends, each under a new name, so explorers on
+other nodes see a stage change at once (a file replaced under its name would reach them a cache
+period late) and can wait for it on the journal as a doorbell. It is a report, not the resume point:
+a restarted trainer resumes from its newest checkpoint.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import socket
 import time
@@ -14,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from rfthpc.rundir.paths import RunDir
-from rfthpc.sharedfs.fileops import read_json, write_json_atomic
+from rfthpc.sharedfs.handoff import Doorbell
+from rfthpc.sharedfs.journal import journal_at
 
 
 @dataclass(frozen=True)
@@ -50,13 +55,23 @@ class TrainerMeta:
         return dataclasses.replace(self, state=state, done=self.done or state == "done")
 
 
+REPORTS_KEPT = 16
+"""Reports left behind the newest."""
+
+
 def read_trainer_meta(run: RunDir) -> TrainerMeta | None:
-    """The trainer's report; None before it wrote one (a missing or torn file)."""
+    """The trainer's newest report; None before it wrote one."""
+    _, data = journal_at(run.trainer_meta, keep=REPORTS_KEPT).latest()
     try:
-        data = read_json(run.trainer_meta)
+        parsed = None if data is None else json.loads(data)
     except ValueError:
         return None
-    return TrainerMeta.from_dict(data) if isinstance(data, dict) else None
+    return TrainerMeta.from_dict(parsed) if isinstance(parsed, dict) else None
+
+
+def trainer_doorbell(run: RunDir) -> Doorbell:
+    """What rings on every report of the trainer (a step, a stage change, its end)."""
+    return Doorbell(run.trainer_meta, keep=REPORTS_KEPT)
 
 
 def trainer_done(run: RunDir) -> bool:
@@ -68,5 +83,6 @@ def trainer_done(run: RunDir) -> bool:
 def write_trainer_meta(run: RunDir, meta: TrainerMeta) -> TrainerMeta:
     """Publish `meta`, stamped with this process and the time; return what was written."""
     meta = dataclasses.replace(meta, host=socket.gethostname(), pid=os.getpid(), updated=time.time())
-    write_json_atomic(run.trainer_meta, dataclasses.asdict(meta))
+    data = json.dumps(dataclasses.asdict(meta), indent=2, sort_keys=True) + "\n"
+    journal_at(run.trainer_meta, keep=REPORTS_KEPT).append(data.encode())
     return meta

@@ -9,6 +9,7 @@ Files and directories are private to the user unless the run shares them with a 
 from __future__ import annotations
 
 import contextlib
+import errno
 import grp
 import json
 import os
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 TMP_PREFIX = ".tmp-"
+_ESTALE_TRIES = 3
 
 _share_gid: int | None = None
 
@@ -174,12 +176,20 @@ def write_bytes_atomic(path: Path, data: bytes, before_replace: Callable[[], Non
     """
     path = Path(path)
     tmp = temporary_name(path)
+    write_new_file(tmp, data)
+    _put_in_place(tmp, path, before_replace)
+
+
+def write_new_file(path: Path, data: bytes, durable: bool = True) -> None:
+    """Create `path`, which must not exist, with the run's mode and write `data` through one
+    descriptor (fsynced if `durable`); nothing is left behind if that fails."""
+    path = Path(path)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
     try:
-        fd = os.open(tmp, flags, file_mode())
+        fd = os.open(path, flags, file_mode())
     except FileNotFoundError:
         make_dirs(path.parent)
-        fd = os.open(tmp, flags, file_mode())
+        fd = os.open(path, flags, file_mode())
     try:
         try:
             if _share_gid is not None:
@@ -189,13 +199,13 @@ def write_bytes_atomic(path: Path, data: bytes, before_replace: Callable[[], Non
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
     except BaseException:
-        _discard(tmp)
+        _discard(path)
         raise
-    _put_in_place(tmp, path, before_replace)
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -209,12 +219,20 @@ def write_json_atomic(path: Path, obj: Any) -> None:
 
 
 def read_json(path: Path, default: Any = None) -> Any:
-    """Read a JSON file; return `default` if it does not exist (it may vanish on NFS)."""
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except FileNotFoundError:
-        return default
+    """Read a JSON file; return `default` if it does not exist (it may vanish on NFS).
+
+    A file another node replaced may answer ESTALE (this client still holds the old one's handle):
+    it is opened again, and read as missing if that keeps happening."""
+    for _ in range(_ESTALE_TRIES):
+        try:
+            with open(path) as f:
+                return json.load(f)
+        except FileNotFoundError:
+            return default
+        except OSError as e:
+            if e.errno != errno.ESTALE:
+                raise
+    return default
 
 
 def append_line(path: Path, line: str) -> None:

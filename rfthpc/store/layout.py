@@ -8,8 +8,9 @@
     experiences/_reader/checkpointed.json            the consumption state of its last complete checkpoint
     experiences/_reader/losses.json                  groups it lost per claim set it consumes (for refills)
                                                      (the three `_reader` files: rfthpc.store.reader_files)
-    experiences/_doorbell                            replaced after every committed chunk: the trainer's
-                                                     cheap signal that something arrived (rfthpc.sharedfs.handoff)
+    experiences/_rings/<n>                           one new ring per committed chunk, naming it: the
+                                                     trainer's cheap signal that something arrived, seen
+                                                     at once on other nodes (rfthpc.sharedfs.handoff)
 
 A *stream* is one writer process: `<explorer>/<rank>-<token>`, where the token is new for every
 process start, so a requeued explorer never reuses a file name. Its chunks are numbered 0, 1, 2, ...
@@ -34,7 +35,7 @@ STORE_MARKER = "STORE.json"
 STORE_FORMAT = "rfthpc-experience-store"
 STORE_VERSION = 1
 QUARANTINE_DIR = "_quarantine"
-DOORBELL_FILE = "_doorbell"
+RINGS_DIR = "_rings"
 
 _CHUNK_RE = re.compile(
     r"^c(?P<rank>\d+)-(?P<token>[0-9a-f]{16})-(?P<seq>\d+)-(?P<commit_ns>\d+)-(?P<n>\d+)\.h5$"
@@ -141,8 +142,24 @@ def _read_marker(run_root: Path, marker: Path) -> object:
 
 
 def experience_doorbell(store: Path) -> Doorbell:
-    """The doorbell explorers ring after each chunk they commit to `store`."""
-    return Doorbell(store / DOORBELL_FILE)
+    """The doorbell explorers ring after each chunk they commit to `store`, its note the chunk's
+    path relative to the store (`chunk_note`)."""
+    return Doorbell(store / RINGS_DIR)
+
+
+def chunk_note(ref_path: Path, store: Path) -> bytes:
+    """The note of the ring that announces the chunk at `ref_path`: `<explorer>/<chunk file name>`."""
+    return str(Path(ref_path).relative_to(store)).encode()
+
+
+def noted_chunk(store: Path, note: bytes) -> ChunkRef | None:
+    """The committed chunk a ring's note names (None for any other note). A chunk is never renamed
+    back, so the name alone is enough: a reader on another node need not wait for its directory
+    listing to show it (GlusterFS: up to 50 ms after the name itself)."""
+    explorer, _, name = note.decode(errors="replace").partition("/")
+    if not explorer[:1].isalnum() or not name or "/" in name:
+        return None
+    return parse_chunk_name(explorer, store / explorer / name)
 
 
 def explorer_dirs(store: Path) -> list[Path]:

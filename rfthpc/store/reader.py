@@ -44,7 +44,7 @@ from rfthpc.algorithms.replay import Entry, ReplayBuffer, ReplayPolicy, Slot
 from rfthpc.rundir.lost_groups import write_losses
 from rfthpc.sharedfs.handoff import Waiter, WaitPolicy
 from rfthpc.store.chunks import ChunkCorrupt, read_chunk
-from rfthpc.store.layout import ChunkRef, experience_doorbell, list_chunks, open_store, quarantine
+from rfthpc.store.layout import ChunkRef, experience_doorbell, list_chunks, noted_chunk, open_store, quarantine
 from rfthpc.store.reader_files import (
     COUNTERS,
     Cursor,
@@ -102,6 +102,8 @@ class StoreReader:
         self._pool_cache: OrderedDict[tuple[str, int], list[Group]] = OrderedDict()
         self._missing_warned: set[tuple[str, int]] = set()
         self.doorbell = experience_doorbell(self.store)
+        self._rings_read = 0
+        """The newest ring of the doorbell whose note `_scan` read."""
         self.waiter = Waiter(WaitPolicy(slow_s=poll_s))
         self._cursor: dict[str, Cursor] = {}
         self._counters: Counter[str] = Counter()
@@ -133,7 +135,14 @@ class StoreReader:
         self._scans += 1
         listed: set[tuple[str, int]] = set()
         pooled = {(slot.stream, slot.seq) for slot in self._buffer.entries}
-        for ref in list_chunks(self.store):
+        # The chunks the rings since the last scan name first: on another node their directory may
+        # list them a little later than their ring arrives. (The first scan's listing finds the backlog.)
+        if self._scans == 1:
+            self._rings_read, notes = self.doorbell.signature(), []
+        else:
+            self._rings_read, notes = self.doorbell.notes_after(self._rings_read)
+        noted = [ref for note in notes if (ref := noted_chunk(self.store, note)) is not None]
+        for ref in [*noted, *list_chunks(self.store)]:
             key = (ref.stream, ref.seq)
             listed.add(key)
             if ref.seq < self._cursor.get(ref.stream, Cursor()).seq:

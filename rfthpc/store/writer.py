@@ -20,7 +20,7 @@ from rfthpc.errors import UserError
 from rfthpc.rundir.paths import check_name
 from rfthpc.sharedfs.fileops import apply_mode, fsync_dir, make_dirs, temporary_name
 from rfthpc.store.chunks import ChunkBuilder, PendingGroup
-from rfthpc.store.layout import chunk_name, experience_doorbell, open_store, stream_key
+from rfthpc.store.layout import chunk_name, chunk_note, experience_doorbell, open_store, stream_key
 from rfthpc.store.schema import Group, check_group
 
 
@@ -142,7 +142,7 @@ class ChunkWriter:
         self._chunk.clear()
         # Committed already: a ring that fails only lets the trainer find the chunk at its slow interval.
         with contextlib.suppress(OSError):
-            experience_doorbell(self.store).ring()
+            experience_doorbell(self.store).ring(chunk_note(final, self.store))
 
     def close(self) -> None:
         """Commit what is buffered and stop accepting groups."""

@@ -1,7 +1,8 @@
 """Task claims: explorers that share a taskset split its tasks, each task once per epoch, none lost.
 
-State, one JSON file per taskset (`tasks/<taskset>/claims.json`), rewritten atomically under a
-run-directory lock (`rfthpc.sharedfs.locks`; the lock kind is configurable):
+State, one JSON document per taskset, each version a new entry of the journal `tasks/<taskset>/claims/`
+(`rfthpc.sharedfs.journal`), written under a run-directory lock (`rfthpc.sharedfs.locks`; the lock
+kind is configurable):
 
 - a cursor `(epoch, pos)` into the epoch's task order (`sequential`: 0..N-1; `shuffle`: a
   permutation seeded by `(seed, epoch)`, new each epoch), and `issued`, the number of tasks handed
@@ -18,10 +19,13 @@ that failed, never decreasing (a trainer resumed from an older checkpoint report
 and fresh tasks are handed out up to `max_tasks + refill`, still within `total_epochs`. A claim set no
 trainer reports on (`mode: explore` alone) keeps the plain `max_tasks` budget.
 
-Every write carries a `version`, one more than the state it changed, and is refused if the file no
-longer holds that state when it is about to be replaced: a holder that stalled past the lock's
-`stale_s` (a suspended job) and had its lock broken redoes its change on the newer state instead of
-undoing the other explorer's update (only a stall between that check and the rename escapes it).
+Each transaction reads the newest entry, n, and writes its change as entry n + 1 only: if another
+process wrote n + 1 first, the write is refused (a link onto a taken name fails on every client of
+every filesystem) and the change is redone on the newer state. So no update is ever lost, even
+where the lock does not exclude (a holder that stalled past the lock's `stale_s` and had its lock
+broken, `flock` across NFS clients) and even where a client's cache shows an older state: entries
+are new names, which other nodes see at once, where a file replaced under its name would reach them
+a cache period late (GlusterFS: 1 s; NFS: its attribute cache).
 
 Where each metadata operation costs milliseconds (NFS, Lustre, GPFS) and many explorers share a
 claim set, the lock is the bottleneck (`tools/sim_scale.py`). Two things cut the transactions an
@@ -58,13 +62,16 @@ import numpy as np
 from rfthpc.errors import ConfigError, UserError
 from rfthpc.rundir.lost_groups import read_losses
 from rfthpc.rundir.paths import RunDir, check_name
-from rfthpc.sharedfs.fileops import make_dirs, read_json, write_bytes_atomic
+from rfthpc.sharedfs.fileops import make_dirs, write_bytes_atomic
+from rfthpc.sharedfs.journal import EntryTaken, Journal, journal_at
 from rfthpc.sharedfs.locks import DEFAULT_LOCK_KIND, LockKind, make_lock
 
 log = logging.getLogger(__name__)
 
 SELECTORS = ("sequential", "shuffle")
-CLAIMS_FILE = "claims.json"
+CLAIMS_DIR = "claims"
+STATES_KEPT = 8
+"""Versions of a shard's state left behind the newest."""
 SHARDS_FILE = "shards"
 LOCK_FILE = "claims.lock"
 STATE_FORMAT = 1
@@ -192,11 +199,28 @@ def _refill(state: dict[str, Any], reported: int | None) -> int:
 
 
 def shard_file(name: str, shard: int) -> str:
-    """The file of shard `shard` (`claims.json` for shard 0, then `claims.1.json`, ...)."""
+    """The file of shard `shard` (`claims.lock` for shard 0, then `claims.1.lock`, ...; a name without
+    an extension: `claims`, `claims.1`, ...)."""
     if shard == 0:
         return name
-    stem, _, ext = name.rpartition(".")
-    return f"{stem}.{shard}.{ext}"
+    stem, dot, ext = name.rpartition(".")
+    return f"{stem}.{shard}.{ext}" if dot else f"{name}.{shard}"
+
+
+def shard_journal(run_dir: Path, taskset: str, shard: int) -> Journal:
+    """The journal of shard `shard`'s states of claim set `taskset`."""
+    return journal_at(RunDir(run_dir).tasks / taskset / shard_file(CLAIMS_DIR, shard), keep=STATES_KEPT)
+
+
+def read_state(journal: Journal) -> tuple[int, dict[str, Any] | None]:
+    """(version, state) of a shard's newest state; (0, None) before any explorer wrote one."""
+    n, data = journal.latest()
+    try:
+        state = None if data is None else json.loads(data)
+    except ValueError:
+        raise ConfigError(f"{journal.entry(n)} is not a claims state (not JSON); restore it or use a new "
+                          "taskset name") from None
+    return n, state if isinstance(state, dict) else None
 
 
 class ShardCountDiffers(ConfigError):
@@ -205,10 +229,6 @@ class ShardCountDiffers(ConfigError):
     def __init__(self, found: int, message: str) -> None:
         super().__init__(message)
         self.found = found
-
-
-class _StateChanged(Exception):
-    """The claims state was rewritten by another process during this one's transaction."""
 
 
 def default_owner() -> str:
@@ -266,7 +286,8 @@ class TaskClaims:
         self.attempt = f"{int(time.time()):x}-{secrets.token_hex(4)}"
         self.run_dir = Path(run_dir)
         self.dir = make_dirs(RunDir(run_dir).tasks / taskset)
-        self.path = self.dir / shard_file(CLAIMS_FILE, self.shard)
+        self.journal = shard_journal(self.run_dir, taskset, self.shard)
+        self.path = self.journal.path
         self._lock = make_lock(self.dir / shard_file(LOCK_FILE, self.shard), lock, lock_timeout_s, lock_stale_s)
         # The explorer's heartbeat thread (rfthpc.explorer.heartbeat) transacts too.
         self._mutex = threading.Lock()
@@ -305,10 +326,11 @@ class TaskClaims:
             "owners": {},
         }
 
-    def _load(self) -> dict[str, Any]:
-        state = read_json(self.path)
+    def _load(self) -> tuple[int, dict[str, Any]]:
+        """(version, state) of the newest state, checked against this process's settings."""
+        version, state = read_state(self.journal)
         if state is None:
-            return self._fresh_state()
+            return version, self._fresh_state()
         if state.get("shards", 1) != self.shards:
             raise ShardCountDiffers(int(state.get("shards", 1)),
                                     f"claim set {self.taskset!r} in {self.dir} is split into {state.get('shards', 1)} "
@@ -320,7 +342,7 @@ class TaskClaims:
                     f"but this explorer has {key}={getattr(self, key)!r}; give every explorer of a "
                     "taskset the same settings, or use a new taskset name"
                 )
-        return state
+        return version, state
 
     def _task_index(self, epoch: int, pos: int) -> int:
         """The task at this shard's position `pos` of `epoch`'s order."""
@@ -377,9 +399,10 @@ class TaskClaims:
             try:
                 with self._mutex, self._lock:
                     return self._transact_once(change)
-            except _StateChanged as e:
-                log.warning("taskset %s: %s while this process held the lock %s (stalled longer than its stale_s?); "
-                            "the change is redone on the newer state", self.taskset, e, self._lock.path)
+            except EntryTaken as e:
+                log.warning("taskset %s: %s while this process held the lock %s (stalled longer than its stale_s, "
+                            "or a lock kind that does not exclude across nodes?); the change is redone on the "
+                            "newer state", self.taskset, e, self._lock.path)
         raise ConfigError(
             f"taskset {self.taskset!r}: the claims state {self.path} was rewritten by another process during "
             f"{_MAX_REDOS + 1} transactions in a row: the lock kind {self._lock.kind!r} does not exclude the "
@@ -387,8 +410,7 @@ class TaskClaims:
         )
 
     def _transact_once(self, change: Callable[[dict[str, Any], float], Any]) -> Any:
-        state = self._load()
-        version = state.get("version", 0)
+        version, state = self._load()
         now = time.time()
         previous = state["owners"].get(self.owner)
         if previous is not None and previous["attempt"] != self.attempt:
@@ -414,20 +436,12 @@ class TaskClaims:
         self._settle(state, deferred)
         result = change(state, now)
         self._epoch_seen = state["epoch"]
-        state["version"] = version + 1
-        write_bytes_atomic(self.path, (json.dumps(state, indent=2, sort_keys=True) + "\n").encode(),
-                           before_replace=lambda: self._check_version(version))
+        state.pop("version", None)  # the entry's number is the version
+        self.journal.append((json.dumps(state, indent=2, sort_keys=True) + "\n").encode(), expect=version + 1)
         if deferred:
             with self._deferred_lock:
                 del self._deferred[:len(deferred)]
         return result
-
-    def _check_version(self, expected: int) -> None:
-        """Raise _StateChanged unless the state on disk is still at version `expected` (0: none yet)."""
-        on_disk = read_json(self.path)
-        found = 0 if on_disk is None else on_disk.get("version", 0)
-        if found != expected:
-            raise _StateChanged(f"the state went from version {expected} to {found}")
 
     # ---- operations ----------------------------------------------------------------------------
 
@@ -565,7 +579,7 @@ class TaskClaims:
             count = int((directory / SHARDS_FILE).read_text())
         except (FileNotFoundError, ValueError):
             count = 1
-        states = [read_json(directory / shard_file(CLAIMS_FILE, s)) for s in range(count)]
+        states = [read_state(shard_journal(run_dir, taskset, s))[1] for s in range(count)]
         opened = [s for s in states if isinstance(s, dict)]
         if not opened:
             return None
@@ -614,7 +628,7 @@ def _shard_count(directory: Path, wanted: int) -> int:
             pass
         except ValueError:
             raise ConfigError(f"{record} does not hold a shard count; restore it or use a new taskset name") from None
-        count = 1 if (directory / CLAIMS_FILE).exists() else wanted
+        count = 1 if (directory / CLAIMS_DIR).exists() else wanted
         tmp = directory / f".tmp-{SHARDS_FILE}.{socket.gethostname()}.{os.getpid()}.{secrets.token_hex(4)}"
         write_bytes_atomic(tmp, f"{count}\n".encode())
         with contextlib.suppress(FileExistsError):
@@ -657,8 +671,8 @@ class ClaimSet:
     def _free(self, shard: int) -> bool:
         """Whether shard `shard` has a task to hand out, from its file read without the lock."""
         t = self._shards[shard]
-        state = read_json(t.path)
-        if not isinstance(state, dict):
+        _, state = read_state(t.journal)
+        if state is None:
             return t.local_tasks > 0
         return _status(state, t._reported_losses()).free
 

@@ -24,5 +24,5 @@ modules, in the order a step touches them:
 | `loop`        | the training loop tying it together                                        |
 
 Weight publishing for explorers lives in `rfthpc.weights`, the trainer's report
-(`trainer_meta.json`) in `rfthpc.rundir.trainer_meta`: other roles read both.
+(`trainer_meta/`) in `rfthpc.rundir.trainer_meta`: other roles read both.
 """

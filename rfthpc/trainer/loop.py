@@ -42,6 +42,7 @@ from rfthpc.errors import EXIT_PREEMPTED, UserError
 from rfthpc.rundir.paths import RunDir
 from rfthpc.rundir.trainer_meta import TrainerMeta, write_trainer_meta
 from rfthpc.sharedfs.fileops import set_share_group
+from rfthpc.sharedfs.mounts import log_filesystem
 from rfthpc.signals import StopRequest
 from rfthpc.trainer import checkpoint as ckpt
 from rfthpc.trainer.batching import mini_batches, plan_micro_batches
@@ -118,6 +119,8 @@ class Trainer:
         self.settings: TrainerSettings = trainer_settings(load_resolved(self.rundir.config).stages)
         self.stages = self.settings.stages
         set_share_group(self.settings.share_group)
+        if env.is_main:
+            log_filesystem(self.rundir.root, None, log)
         self.stop = StopRequest("the trainer will checkpoint and stop after the current step")
         self.monitor = None
         self.reader = None
@@ -130,7 +133,7 @@ class Trainer:
         self.publication: Publication | None = None
         """What the last publication wrote (rank 0)."""
         self.meta: TrainerMeta | None = None
-        """The last report written to trainer_meta.json (rank 0)."""
+        """The last report written to `trainer_meta/` (rank 0)."""
         self.requests = asking.RequestDesk(self.rundir.root) if env.is_main else None
         """Rank 0's view of the explorers' requests for weights (`sync_style: explorer_driven`)."""
 
@@ -594,7 +597,7 @@ class Trainer:
             done=done, state="done" if done else "training"))
 
     def _report_end(self, code: int) -> None:
-        """Say in trainer_meta.json how this process ended when it did not finish the run."""
+        """Say in `trainer_meta/` how this process ended when it did not finish the run."""
         if self.meta is None or self.meta.done or code == EXIT_DONE:
             return
         self.meta = write_trainer_meta(self.rundir, self.meta.with_state(

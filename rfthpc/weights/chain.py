@@ -71,6 +71,7 @@ def plan_chain(run_dir: Path, target: int, held: int | None = None,
     caller has it.
     """
     full, deltas = published.published_versions(run_dir) if versions is None else versions
+    full, deltas = _with_named(run_dir, target, full, deltas)
     applied: list[int] = []
     best: Chain | None = None
     v = target
@@ -96,12 +97,23 @@ def plan_chain(run_dir: Path, target: int, held: int | None = None,
         if held is not None and footer.base < held:
             return best
         v = footer.base
+        full, deltas = _with_named(run_dir, v, full, deltas)
+
+
+def _with_named(run_dir: Path, v: int, full: set[int], deltas: set[int]) -> tuple[set[int], set[int]]:
+    """(full, deltas) with version `v`'s files looked up by name if the listing had neither: on
+    another node a directory may list a new file a little after its name can be opened."""
+    if v in full or v in deltas:
+        return full, deltas
+    found_full = {v} if published.is_complete(published.step_dir(run_dir, v)) else set()
+    found_delta = {v} if published.delta_file(run_dir, v).is_file() else set()
+    return full | found_full, deltas | found_delta
 
 
 def newest_rebuildable(run_dir: Path, at_most: int, held: int | None = None,
                        skip: frozenset[Path] = frozenset()) -> Chain | None:
     """The chain of the newest version not newer than `at_most` that the files allow (see `plan_chain`)."""
-    full, deltas = published.published_versions(run_dir)
+    full, deltas = _with_named(run_dir, at_most, *published.published_versions(run_dir))
     for v in sorted((full | deltas | ({held} if held is not None else set())), reverse=True):
         if v <= at_most and (chain := plan_chain(run_dir, v, held, (full, deltas), skip)) is not None:
             return chain

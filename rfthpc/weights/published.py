@@ -7,7 +7,9 @@
                                        with LoRA (`model.lora`) a PEFT adapter instead
                                        (adapter_config.json, adapter_model.safetensors)
     weights/delta_<N>.rfd              version N as the XOR of version B's bits (`rfthpc.weights.delta`)
-    weights/latest                     text: N of the newest published version (replaced atomically)
+    weights/latest/<n>                 a journal: each entry the N of a publication, the newest entry the
+                                       newest published version (`rfthpc.sharedfs.journal`; a new name per
+                                       publication, so explorers on other nodes see it at once)
     weights/.readers/<explorer>-<rank>.json   what each explorer is reading (`ReaderLease`)
     weights/.requests/                 explorers asking for weights (`sync_style: explorer_driven`,
                                        `rfthpc.weights.asking`)
@@ -18,7 +20,7 @@ and `rfthpc.weights.chain` finds how to rebuild any version and removes what nob
 
 Publishing a snapshot (trainer rank 0): write everything into `weights/.tmp-step_<N>-<tag>/`,
 fsync every file, write `STABLE` last, rename the directory to `step_<N>`; a delta file is written
-under a temporary name, fsynced and renamed. `latest` is replaced after both. A reader accepts a
+under a temporary name, fsynced and renamed. The `latest` entry is appended after both. A reader accepts a
 step directory only if `STABLE` exists, so it never loads a partial policy. Version 0 is the
 initial model (`model.model_path`) until the trainer publishes.
 """
@@ -49,9 +51,9 @@ from rfthpc.sharedfs.fileops import (
     make_dirs,
     read_json,
     write_json_atomic,
-    write_text_atomic,
 )
 from rfthpc.sharedfs.handoff import Doorbell
+from rfthpc.sharedfs.journal import journal_at
 
 if TYPE_CHECKING:
     import torch
@@ -100,16 +102,21 @@ def is_complete(path: Path) -> bool:
     return (Path(path) / STABLE).is_file()
 
 
+LATEST_KEPT = 64
+"""Entries of `weights/latest` left behind the newest."""
+
+
 def latest_doorbell(run_dir: Path) -> Doorbell:
-    """The weights channel's doorbell: `weights/latest`, which every publication replaces."""
-    return Doorbell(RunDir(run_dir).weights / LATEST)
+    """The weights channel's doorbell: the journal `weights/latest`, which every publication appends to."""
+    return Doorbell(RunDir(run_dir).weights / LATEST, keep=LATEST_KEPT)
 
 
 def read_latest(run_dir: Path) -> int | None:
     """N of the newest published policy, or None if the trainer has published none."""
+    _, data = journal_at(RunDir(run_dir).weights / LATEST, keep=LATEST_KEPT).latest()
     try:
-        return int((RunDir(run_dir).weights / LATEST).read_text().strip())
-    except (FileNotFoundError, ValueError):
+        return None if data is None else int(data.decode().strip())
+    except ValueError:
         return None
 
 
@@ -321,10 +328,11 @@ def write_snapshot(
 
 
 def point_latest(run_dir: Path, version: int) -> None:
-    """Make `latest` name `version` if it is newer than the version it names (it never goes back)."""
+    """Make `latest` name `version` if it is newer than the version it names (it never goes back): a
+    new entry, which also rings the weights channel's doorbell."""
     latest = read_latest(run_dir)
     if latest is None or version > latest:
-        write_text_atomic(RunDir(run_dir).weights / LATEST, f"{version}\n")
+        journal_at(RunDir(run_dir).weights / LATEST, keep=LATEST_KEPT).append(f"{version}\n".encode())
 
 
 def publish(

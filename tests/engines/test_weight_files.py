@@ -54,12 +54,12 @@ def test_unreadable_file_is_named(tmp_path: Path, content: bytes) -> None:
 
 
 def test_every_publication_rings_the_weights_doorbell(tmp_path: Path, tiny_model: Path) -> None:
-    """Explorers waiting for weights stat `weights/latest` only; each newer step must change it."""
+    """Explorers waiting for weights look for the next entry of `weights/latest` only; each newer step must add one."""
     bell = weights.latest_doorbell(tmp_path)
     seen = [bell.signature()]
     for step in (1, 2):
         publish_changed(tmp_path, step, tiny_model, seed=step)
         seen.append(bell.signature())
-    assert seen[0] is None and len(set(seen)) == 3
+    assert seen[0] == 0 and len(set(seen)) == 3
     publish_changed(tmp_path, 1, tiny_model, seed=9)  # an older step does not move `latest`
     assert bell.signature() == seen[-1]

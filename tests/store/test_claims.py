@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from rfthpc.errors import ConfigError
-from rfthpc.sharedfs.fileops import read_json
-from rfthpc.tasks.claims import CLAIMS_FILE, ClaimSet, TaskClaims
+from rfthpc.sharedfs.journal import Journal
+from rfthpc.tasks.claims import ClaimSet, TaskClaims, read_state, shard_journal
 
 PROCS = Path(__file__).with_name("procs.py")
 REPO = Path(__file__).parents[2]
@@ -26,8 +26,10 @@ REPO = Path(__file__).parents[2]
 def _holders(run_dir: Path) -> set[str]:
     """Owners holding claims, in every shard of claim set `ts`."""
     owners = set()
-    for path in (run_dir / "tasks" / "ts").glob("claims*.json"):
-        state = read_json(path) or {"outstanding": {}}
+    for path in (run_dir / "tasks" / "ts").glob("claims*"):
+        if not path.is_dir():
+            continue
+        state = read_state(Journal(path))[1] or {"outstanding": {}}
         owners |= {c["owner"] for c in state["outstanding"].values()}
     return owners
 
@@ -136,7 +138,7 @@ def test_claiming_batches_ahead_takes_them_in_one_transaction(run_dir: Path) -> 
     b = TaskClaims(run_dir, "ts", 20, owner="b")
     transactions = _count_transactions(a)
     assert _pairs(a.claim(2)) == [(0, 0), (0, 1)]
-    assert _holders(run_dir) == {"a"} and len(read_json(run_dir / "tasks" / "ts" / CLAIMS_FILE)["outstanding"]) == 6
+    assert _holders(run_dir) == {"a"} and len(read_state(shard_journal(run_dir, "ts", 0))[1]["outstanding"]) == 6
     assert _pairs(a.claim(2)) == [(0, 2), (0, 3)]
     assert transactions == [1]
     a.close()
@@ -359,9 +361,9 @@ def test_a_holder_stalled_past_stale_s_redoes_its_change_instead_of_undoing_anot
         holder.join(20)
     assert _pairs(got_b) == [(0, 0)]
     assert calls[0] == [(0, 0)] and calls[1] == [(0, 1)]  # the first try was redone on b's state
-    state = read_json(run_dir / "tasks" / "ts" / CLAIMS_FILE)
+    version, state = read_state(shard_journal(run_dir, "ts", 0))
     assert {k: c["owner"] for k, c in state["outstanding"].items()} == {"0:0": "b", "0:1": "a"}
-    assert state["issued"] == 2 and state["version"] == 2
+    assert state["issued"] == 2 and version == 2
     assert "redone on the newer state" in caplog.text and "breaking lock" in caplog.text
 
 
@@ -370,13 +372,12 @@ def test_a_lock_that_never_excludes_is_named_after_repeated_collisions(run_dir: 
     after a few redos the error names the lock kind and the one that excludes everywhere."""
     a = TaskClaims(run_dir, "ts", 4, owner="a", lock="flock")
     a.heartbeat()
-    path = run_dir / "tasks" / "ts" / CLAIMS_FILE
+    journal = shard_journal(run_dir, "ts", 0)
 
     def collide(state: dict, now: float) -> None:
-        other = read_json(path)
-        other["version"] += 1
-        path.write_text(json.dumps(other))
+        _, other = read_state(Journal(journal.path))
+        Journal(journal.path).append(json.dumps(other).encode())
 
     with pytest.raises(ConfigError, match=r"lock kind 'flock' does not exclude .*filesystem.lock_type: link"):
         a._transact(collide)
-    assert read_json(path)["version"] == 1 + 4  # every try was refused; only the collisions landed
+    assert read_state(Journal(journal.path))[0] == 1 + 4  # every try was refused; only the collisions landed

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from rfthpc.weights import asking as wr
@@ -12,7 +11,7 @@ def test_a_request_is_pending_until_answered(tmp_path: Path) -> None:
     desk = wr.RequestDesk(tmp_path)
     assert not desk.pending()
     first = wr.ask(tmp_path, "ex", 0, held=0)
-    assert json.loads(wr.request_file(tmp_path, "ex", 0).read_text())["held"] == 0
+    assert wr.requests(tmp_path)["ex-0"]["held"] == 0
     assert desk.pending() and wr.answer_to(tmp_path, "ex", 0, first) is None
     desk.answer(3)
     assert not desk.pending()
@@ -44,31 +43,28 @@ def test_a_requeued_trainer_does_not_answer_again(tmp_path: Path) -> None:
     assert wr.answer_to(tmp_path, "ex", 0, rid) == 2
 
 
-def test_the_trainer_lists_requests_only_when_the_doorbell_rang(tmp_path: Path) -> None:
+def test_the_trainer_reads_requests_only_when_a_new_one_came(tmp_path: Path) -> None:
     now = [0.0]
     desk = wr.RequestDesk(tmp_path, reread_s=10.0, clock=lambda: now[0])
-    assert not desk.pending()
-    # A request written without its ring (a ring a file cache hid) is seen at the re-read interval.
-    path = wr.request_file(tmp_path, "ex", 0)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"id": "abc", "held": 0, "time": 0.0}))
-    now[0] = 9.0
-    assert not desk.pending()
-    now[0] = 10.0
-    assert desk.pending()
+    reads = []
+    read = desk._read
+    desk._read = lambda: reads.append(now[0]) or read()
+    assert not desk.pending() and reads == [0.0]
+    assert not desk.pending() and reads == [0.0]  # nothing new: one stat, no read
+    wr.ask(tmp_path, "ex", 0, held=0)
+    assert desk.pending() and reads == [0.0, 0.0]  # a new request is read at once
     desk.answer(1)
-    # A rung request is seen at once.
-    wr.ask(tmp_path, "ex", 1, held=0)
-    assert desk.pending()
+    now[0] = 10.0
+    assert not desk.pending() and reads == [0.0, 0.0, 10.0]  # and everything again every reread_s
 
 
-def test_withdrawn_and_foreign_files_are_not_requests(tmp_path: Path) -> None:
+def test_withdrawn_requests_and_foreign_entries_are_not_requests(tmp_path: Path) -> None:
     desk = wr.RequestDesk(tmp_path)
     wr.ask(tmp_path, "ex", 0, held=0)
     wr.withdraw(tmp_path, "ex", 0)
-    wr.withdraw(tmp_path, "ex", 0)  # twice: nothing to remove
-    directory = wr.request_file(tmp_path, "ex", 0).parent
-    (directory / ".tmp-ex-1.json.123").write_text("{")
-    (directory / "notes.txt").write_text("x")
-    (directory / "broken.json").write_text("{")
-    assert not desk.pending()
+    wr.withdraw(tmp_path, "ex", 0)  # twice: nothing more to take back
+    bell = wr.requests_doorbell(tmp_path)
+    for junk in (b"{", b'["not", "a", "request"]', b'{"id": "no-owner"}'):
+        bell.ring(junk)
+    (bell.path / ".tmp-entry.host-1-abc").write_text("{")
+    assert not desk.pending() and wr.requests(tmp_path) == {}
