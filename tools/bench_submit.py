@@ -7,7 +7,7 @@ Usage:
 Builds a tiny model and synthetic GSM8K-format data in a temporary directory, submits a tiny GRPO
 run (separate layout: a trainer job and an explorer array) with the real `rfthpc submit`, and
 polls the run directory: the explorers' progress files for the first committed group,
-`trainer_meta.json` for the first step. The run is cancelled once both are seen. What the figures
+the trainer's report (`trainer_meta/`) for the first step. The run is cancelled once both are seen. What the figures
 hold: Slurm scheduling (~1 s here), Python and torch imports, engine start (vLLM on CPU: 10-20 s),
 the first rollouts and the first optimizer step; on a loaded 2-core machine they vary by ±30 %.
 The last line is `FIGURES submit_to_first_group_s=… submit_to_first_step_s=…` (medians).
@@ -77,10 +77,11 @@ def _groups_committed(run: Path) -> int:
 
 
 def _trainer_step(run: Path) -> int:
-    try:
-        return int(json.loads((run / "trainer_meta.json").read_text()).get("step", 0))
-    except (OSError, ValueError):
-        return 0
+    from rfthpc.rundir.paths import RunDir
+    from rfthpc.rundir.trainer_meta import read_trainer_meta
+
+    meta = read_trainer_meta(RunDir(run))
+    return 0 if meta is None else meta.step
 
 
 def measure(cfg: Path, run: Path) -> tuple[float, float]:

@@ -17,6 +17,7 @@ auxiliary models are services: the run does not wait for them, it stops them whe
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -34,7 +35,8 @@ from rfthpc.errors import EXIT_PREEMPTED
 from rfthpc.launch.torchrun import SHUTDOWN_TIMEOUT_VAR, torchrun_env
 from rfthpc.rundir.metrics import read_metrics
 from rfthpc.rundir.paths import RunDir
-from rfthpc.sharedfs.fileops import make_dirs, read_json
+from rfthpc.rundir.trainer_meta import read_trainer_meta
+from rfthpc.sharedfs.fileops import make_dirs
 
 STOP_GRACE_S = 120.0
 """Seconds a role may take to save its state after SIGTERM before it is killed."""
@@ -175,7 +177,8 @@ def _last_eval(records: list[dict]) -> tuple[str, float] | None:
 def progress_line(run: RunDir, roles: list[Role], stage_steps: dict[str, int | None] | None = None) -> str:
     """One line: trainer step (and step within its stage), reward or SFT loss, staleness, eval
     accuracy, tokens/s, live roles. `stage_steps` gives each stage's `total_steps` (None: by data)."""
-    meta = read_json(run.trainer_meta, {}) or {}
+    report = read_trainer_meta(run)
+    meta = {} if report is None else dataclasses.asdict(report)
     trainer = read_metrics(run.monitor / "trainer.jsonl")
     explorer = [r for f in sorted(run.monitor.glob("explorer_*.jsonl")) for r in read_metrics(f)]
     step = int(meta.get("step") or 0)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Self
 from rfthpc.config.lora import read_adapter_config
 from rfthpc.errors import UserError
 from rfthpc.rundir.paths import RunDir
+from rfthpc.sharedfs.fileops import write_text_atomic
 from rfthpc.weights import published
 from rfthpc.weights.delta import DeltaCorrupt, DeltaFooter, DeltaReader, read_footer, version_checksum
 
@@ -289,7 +290,7 @@ def collect_published(run_dir: Path, keep: int, lease_s: float, now: float | Non
     for v in doomed_full:
         path = published.step_dir(run.root, v)
         if v in late_full:
-            published.write_text_atomic(path / published.STABLE, f"{v}\n")
+            write_text_atomic(path / published.STABLE, f"{v}\n")
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed.add(v)

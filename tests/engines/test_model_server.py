@@ -24,7 +24,7 @@ from rfthpc.engines.server import finished, vllm_command
 from rfthpc.errors import EXIT_PREEMPTED
 from rfthpc.rundir.explorer_meta import ExplorerProgress
 from rfthpc.rundir.paths import RunDir
-from rfthpc.rundir.servers import ServerAddress, address_path, read_address
+from rfthpc.rundir.servers import ServerAddress, read_address
 from rfthpc.rundir.trainer_meta import TrainerMeta, write_trainer_meta
 from rfthpc.sharedfs.fileops import write_json_atomic
 from tests.engines.serve_script import JUDGE
@@ -46,7 +46,7 @@ def wait_address(run: Path, engine: int, generation: int, log: Path, timeout_s: 
     """The engine's address once it serves with `generation` (the test fails after `timeout_s`)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        found = read_address(address_path(run, "judge", engine))
+        found = read_address(run, "judge", engine)
         if found is not None and found.generation >= generation and found.serving:
             return found
         time.sleep(0.1)
@@ -90,7 +90,7 @@ def test_serves_restarts_a_dead_server_and_stops_with_the_run(tmp_path: Path) ->
     finally:
         if proc.poll() is None:
             proc.kill()
-    stopped = read_address(address_path(run.root, "judge", 1))
+    stopped = read_address(run.root, "judge", 1)
     assert stopped is not None and (stopped.state, stopped.generation) == ("stopped", 2)
     assert "serving at http://" in log.read_text()
 
@@ -106,7 +106,7 @@ def test_a_stop_signal_stops_the_server_for_requeue(tmp_path: Path) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert read_address(address_path(run.root, "judge", 0)).state == "stopped"
+    assert read_address(run.root, "judge", 0).state == "stopped"
     with pytest.raises(ProcessLookupError):
         os.kill(served.pid, 0)
     # The requeued task's start publishes the next generation.

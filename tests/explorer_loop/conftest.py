@@ -72,7 +72,9 @@ def groups(run_dir: Path) -> list:
 
 
 def claims_state(run_dir: Path, name: str) -> dict[str, Any]:
-    return json.loads((run_dir / "tasks" / name / "claims.json").read_text())
+    from rfthpc.tasks.claims import read_state, shard_journal
+
+    return read_state(shard_journal(run_dir, name, 0))[1]
 
 
 def metrics(run_dir: Path, name: str = "explorer", rank: int = 0) -> list[dict[str, Any]]:

@@ -4,12 +4,13 @@ function that raises marks its group and the explorer goes on."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from rfthpc.errors import UserError
+from rfthpc.rundir.paths import RunDir
+from rfthpc.rundir.trainer_meta import TrainerMeta, write_trainer_meta
 from tests.explorer_loop.conftest import (
     USER_REWARDS,
     claims_state,
@@ -110,8 +111,7 @@ def test_reward_function_that_raises_marks_its_group(tmp_path: Path, tiny_model:
 def test_nothing_to_do_once_the_trainer_is_done(tmp_path: Path, tiny_model: Path, questions) -> None:
     data = write_jsonl(tmp_path / "train.jsonl", questions)
     run = make_run(tmp_path, tiny_model, [taskset("arith", data)])
-    (run / "trainer_meta.json").write_text(json.dumps({"step": 3, "stage": "rft", "stage_index": 0,
-                                                       "stage_start_step": 0, "done": True}))
+    write_trainer_meta(RunDir(run), TrainerMeta(step=3, stage="rft", done=True))
     assert explorer(run).run() == 0
     assert groups(run) == []
     assert not (run / "weights" / ".readers" / "explorer-0.json").exists()

@@ -151,7 +151,7 @@ def test_follows_published_weights_in_lock_step(tmp_path: Path, tiny_model: Path
         seen["need_version"] = progress(run).get("need_version")
         # A step directory without its STABLE marker (a trainer still writing, or killed) is ignored.
         weights.write_hf_dir(run / "weights" / "step_1", new, tiny_model)
-        (run / "weights" / "latest").write_text("1\n")
+        weights.point_latest(run, 1)
         time.sleep(3)
         seen["while_incomplete"] = (progress(run).get("state"), progress(run).get("version"),
                                     {lease.version for lease in weights.live_readers(run, lease_s=60)})

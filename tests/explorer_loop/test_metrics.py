@@ -13,7 +13,7 @@ from rfthpc.config.monitor import MonitorConfig
 from rfthpc.observe.monitor import Monitor
 from rfthpc.rundir.metrics import read_metrics
 from rfthpc.rundir.paths import RunDir
-from rfthpc.sharedfs.fileops import write_json_atomic
+from rfthpc.rundir.trainer_meta import TrainerMeta, write_trainer_meta
 from tests.engines.helpers import publish_changed
 from tests.explorer_loop.conftest import explorer, make_run, metrics, progress, taskset, write_jsonl
 from tests.explorer_loop.wandb_history import history
@@ -49,7 +49,7 @@ def test_an_evaluation_after_later_rollout_steps_reaches_wandb(tmp_path: Path, t
                    buffer={"explorer_input": {"eval_tasksets": [taskset("held-out", evals)]}},
                    explorer={"eval_on_startup": True, "eval_interval": 1, "weights_poll_interval": 0.2},
                    monitor=WANDB)
-    write_json_atomic(run / "trainer_meta.json", {"step": 0, "stage_index": 0, "stage_start_step": 0, "done": False})
+    write_trainer_meta(RunDir(run), TrainerMeta(step=0))
 
     def trainer() -> None:
         """Publish version 1 once the explorer's tasks are done; finish once it is evaluated."""
@@ -59,8 +59,7 @@ def test_an_evaluation_after_later_rollout_steps_reaches_wandb(tmp_path: Path, t
         publish_changed(run, 1, tiny_model, seed=1)
         while progress(run).get("evaluated_version") != 1 and time.monotonic() < deadline:
             time.sleep(0.1)
-        write_json_atomic(run / "trainer_meta.json", {"step": 1, "stage_index": 0, "stage_start_step": 0,
-                                                       "done": True})
+        write_trainer_meta(RunDir(run), TrainerMeta(step=1, done=True))
 
     publisher = threading.Thread(target=trainer, daemon=True)
     publisher.start()

@@ -3,7 +3,6 @@ process, a stand-in trainer publishing (and answering requests) through the run 
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -107,7 +106,7 @@ def test_explorer_driven_asks_at_its_sync_points(tmp_path: Path, tiny_model: Pat
         deadline = time.monotonic() + 300
         while len(seen) < 2 and time.monotonic() < deadline:
             if desk.pending():
-                request = json.loads(weight_requests.request_file(run, "explorer", 0).read_text())
+                request = weight_requests.requests(run)["explorer-0"]
                 seen.append({"held": request["held"], **{k: progress(run).get(k) for k in ("state", "need_version",
                                                                                           "steps")}})
                 if len(seen) == 1:
@@ -132,4 +131,4 @@ def test_explorer_driven_asks_at_its_sync_points(tmp_path: Path, tiny_model: Pat
     assert rollouts[1]["rollout/wait_s"] == 0.0 and rollouts[2]["rollout/wait_s"] >= 1.0
     assert rollouts[3]["rollout/wait_s"] > 0.0
     assert "did not answer a request for weights within synchronizer.sync_timeout=10 s" in caplog.text
-    assert not weight_requests.request_file(run, "explorer", 0).exists()
+    assert weight_requests.requests(run) == {}  # the stopped explorer took its request back

@@ -16,8 +16,7 @@ import pytest
 
 from rfthpc.rundir.jobs import read_jobs
 from rfthpc.rundir.paths import RunDir
-from rfthpc.rundir.servers import address_path, read_address
-from rfthpc.sharedfs.fileops import read_json
+from rfthpc.rundir.servers import read_address
 from tests.conftest import cancel
 from tests.launch.conftest import (
     judged_config,
@@ -29,6 +28,7 @@ from tests.launch.conftest import (
     write_yaml,
 )
 from tests.launch.runcheck import check_exactly_once, consumption, log_tails
+from tests.records import trainer_report
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.vllm, pytest.mark.timeout(900)]
 
@@ -57,10 +57,9 @@ def test_a_shared_judge_serves_every_explorer_and_survives_a_requeue(slurm_clust
     try:
         assert [r.role for r in records] == ["trainer", "server", "explorer"]
         server_id = f"{records[1].job_id}_0"
-        address = address_path(run, "judge", 0)
 
         def serving(generation: int) -> bool:
-            found = read_address(address)
+            found = read_address(run, "judge", 0)
             return found is not None and found.generation == generation and found.serving
 
         wait_for(lambda: serving(1), RUN_TIMEOUT_S, "the judge's server to publish its address",
@@ -68,16 +67,16 @@ def test_a_shared_judge_serves_every_explorer_and_survives_a_requeue(slurm_clust
         # Both explorers have had verdicts (every group is judged: no group without the judge's reply).
         wait_for(lambda: len({g.rank for g in judged_groups(run) if "judge_reply" in g.experiences[0].info}) == 2,
                  RUN_TIMEOUT_S, "both explorers to commit judged groups", interval=2.0, details=lambda: log_tails(run))
-        assert not (read_json(RunDir(run).trainer_meta) or {}).get("done"), "the run ended before the requeue"
+        assert not (trainer_report(run) or {}).get("done"), "the run ended before the requeue"
         assert run_cmd("scontrol", "requeue", server_id).returncode == 0
         wait_for(lambda: scontrol_field(server_id, "Restarts") == "1", 120, "the server's requeue")
         wait_for(lambda: serving(2), RUN_TIMEOUT_S, "the requeued server to publish its next generation",
                  interval=2.0, details=lambda: log_tails(run))
-        wait_for(lambda: (read_json(RunDir(run).trainer_meta) or {}).get("done"), RUN_TIMEOUT_S, "the run to finish",
+        wait_for(lambda: (trainer_report(run) or {}).get("done"), RUN_TIMEOUT_S, "the run to finish",
                  interval=2.0, details=lambda: log_tails(run))
         # The server notices that the run needs it no more, and ends.
         assert wait_terminal(server_id, 180) == {server_id: "COMPLETED"}, log_tails(run)
-        assert read_address(address).state == "stopped"
+        assert read_address(run, "judge", 0).state == "stopped"
         check_exactly_once(consumption(run), expected_consumed=steps * 4)
         for g in judged_groups(run):
             for e in g.experiences:

@@ -34,6 +34,7 @@ from tests.launch.conftest import (
     write_yaml,
 )
 from tests.launch.runcheck import check_exactly_once, consumption, log_tails, trainer_steps
+from tests.records import trainer_report
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -50,7 +51,7 @@ PACED = {"sync_offset": 1, "max_staleness": 1}
 
 def trainer_step(run: Path) -> int:
     """The trainer's last reported step (0 before it reports)."""
-    return int((read_json(run / "trainer_meta.json") or {}).get("step", 0))
+    return int((trainer_report(run) or {}).get("step", 0))
 
 
 def _trainer_gone(trainer_id: str | None) -> bool:
@@ -87,9 +88,9 @@ def wait_running(job_id: str, timeout: float = 120) -> None:
 
 
 def wait_done(run: Path, trainer_id: str | None = None, timeout: float = RUN_TIMEOUT_S) -> dict:
-    """Wait until trainer_meta.json says done; return it. Fail at once with the logs if the trainer's job ended."""
+    """Wait until the trainer's report says done; return it. Fail at once with the logs if the trainer's job ended."""
     def done() -> dict | None:
-        meta = read_json(run / "trainer_meta.json") or {}
+        meta = trainer_report(run) or {}
         if meta.get("done"):
             return meta
         if _trainer_gone(trainer_id):

@@ -19,8 +19,10 @@ from rfthpc.observe.status import collect_status, format_status, judge_liveness
 from rfthpc.rundir.jobs import JobRecord, read_jobs, record_job
 from rfthpc.rundir.paths import RunDir
 from rfthpc.sharedfs.fileops import write_json_atomic
+from rfthpc.weights.published import point_latest
 from tests.conftest import cancel
 from tests.launch.conftest import rfthpc, run_cmd, wait_terminal
+from tests.records import write_trainer_report
 
 
 @pytest.fixture
@@ -29,9 +31,9 @@ def run(tmp_path: Path) -> RunDir:
     rd = RunDir(tmp_path / "run").create()
     rd.config.write_text("mode: both\n")
     now = time.time()
-    write_json_atomic(rd.trainer_meta, {"step": 7, "stage": "rft", "stage_index": 0, "stage_start_step": 0,
-                                        "published_version": 7, "done": False, "updated": now - 3})
-    (rd.weights / "latest").write_text("7\n")
+    write_trainer_report(rd, {"step": 7, "stage": "rft", "stage_index": 0, "stage_start_step": 0,
+                              "published_version": 7, "done": False, "updated": now - 3})
+    point_latest(rd.root, 7)
     rd.latest_checkpoint_file.write_text("6\n")
     for rank, version in ((0, 7), (1, 5)):
         write_json_atomic(rd.root / "explorer_meta" / "explorer" / f"{rank}.json", {

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rfthpc.rundir.servers import address_path, read_address
+from rfthpc.rundir.servers import read_address
 from tests.launch.conftest import demo_data, judged_config, write_yaml  # noqa: F401  (session fixture)
 from tests.launch.test_aux_server import judged_groups
 
@@ -32,7 +32,7 @@ def test_rfthpc_run_serves_a_shared_judge_locally(demo_data: Path, tmp_path: Pat
                                                                           for k, v in logs.items())
     assert "server_judge_0, trainer, explorer_0" in out.stdout
     assert "serving at http://" in logs["server_judge_0.log"]
-    address = read_address(address_path(run, "judge", 0))
+    address = read_address(run, "judge", 0)
     assert address is not None and (address.state, address.generation) == ("stopped", 1)
     groups = judged_groups(run)
     assert len(groups) >= 8

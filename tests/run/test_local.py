@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from rfthpc.rundir.paths import RunDir
+from rfthpc.rundir.trainer_meta import read_trainer_meta
+from rfthpc.weights.published import read_latest
 from tests.run.conftest import env_for, finish, rfthpc, rl_only, store_counts
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,10 +41,8 @@ def _wait_for(what: str, cond, timeout: float, procs=()) -> None:
 
 
 def _trainer_step(run: RunDir) -> int:
-    try:
-        return int(json.loads(run.trainer_meta.read_text())["step"])
-    except (FileNotFoundError, json.JSONDecodeError, KeyError):
-        return 0
+    meta = read_trainer_meta(run)
+    return 0 if meta is None else meta.step
 
 
 def _assert_consumed_once(run: RunDir, steps: int) -> None:
@@ -95,13 +95,13 @@ def _run_pair(first: str, demo_dir: Path, tmp_path: Path, **changes) -> RunDir:
         # The explorer runs ahead by at most the staleness bound, then waits for the trainer.
         _wait_for("the explorer's first groups", lambda: store_counts_or_none(run) > 0, 240, [a])
     else:
-        _wait_for("the trainer's initial weights", lambda: (run.weights / "latest").is_file(), 240, [a])
+        _wait_for("the trainer's initial weights", lambda: read_latest(run.root) is not None, 240, [a])
     b = rfthpc("run", "--config", str(configs[second]), env=env)
     for proc in (a, b):
         code, out, err = finish(proc, 300)
         assert code == 0, f"{proc.args}: exit {code}\n{out[-2000:]}\n{err[-3000:]}"
-    meta = json.loads(run.trainer_meta.read_text())
-    assert meta["done"] and meta["step"] == steps
+    meta = read_trainer_meta(run)
+    assert meta.done and meta.step == steps
     _assert_consumed_once(run, steps)
     return run
 

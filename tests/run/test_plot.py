@@ -16,7 +16,7 @@ from rfthpc.observe.monitor import Monitor
 from rfthpc.observe.plot import collect, plot_run, rolling_mean
 from rfthpc.observe.timeline import EXPLORER_PHASES, TRAINER_PHASES, Span, record_spans, shares
 from rfthpc.rundir.paths import RunDir
-from rfthpc.sharedfs.fileops import write_json_atomic
+from tests.records import write_trainer_report
 
 
 def _two_stage_run(root: Path) -> RunDir:
@@ -35,8 +35,7 @@ def _two_stage_run(root: Path) -> RunDir:
     explorer.log({"rollout/reward_mean": 0.3, "rollout/tokens_per_s": 1500.0, "rollout/version": 4,
                   "rollout/time_s": 0.4, "rollout/wait_s": 0.1}, 1)
     explorer.log({"eval/arith-eval/accuracy": 0.75}, 7)
-    write_json_atomic(run.trainer_meta, {"step": 7, "stage": "rft", "stage_index": 1, "stage_start_step": 4,
-                                         "done": True})
+    write_trainer_report(run, {"step": 7, "stage": "rft", "stage_index": 1, "stage_start_step": 4, "done": True})
     return run
 
 

@@ -1,6 +1,6 @@
 """A workflow (given to the explorer as user code) whose first task waits for the trainer.
 
-Task 0 holds its explorer until `trainer_meta.json` in `workflow_args["run_dir"]` reports step
+Task 0 holds its explorer until the trainer's report in `workflow_args["run_dir"]` says step
 `workflow_args["until_step"]`, so its group, generated with the policy of its claim time, reaches
 the trainer older than the staleness bound allows and is dropped. Every task is one turn with
 reward 1.
@@ -8,20 +8,19 @@ reward 1.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
+from rfthpc.rundir.paths import RunDir
+from rfthpc.rundir.trainer_meta import read_trainer_meta
 from rfthpc.workflows.base import Experience, WorkflowResult
 
 TIMEOUT_S = 600.0
 
 
 def _trainer_step(run_dir: Path) -> int:
-    try:
-        return int(json.loads((run_dir / "trainer_meta.json").read_text())["step"])
-    except (FileNotFoundError, json.JSONDecodeError, KeyError):
-        return 0
+    meta = read_trainer_meta(RunDir(run_dir))
+    return 0 if meta is None else meta.step
 
 
 def straggler(task, ctx) -> WorkflowResult:

@@ -18,6 +18,7 @@ from rfthpc.sharedfs.fileops import read_json
 from rfthpc.tasks.claims import TaskClaims
 from rfthpc.trainer.checkpoint import latest_checkpoint
 from rfthpc.trainer.checkpoint_meta import read_checkpoint_meta
+from tests.records import trainer_report
 from tests.trainer.conftest import ROOT
 
 pytestmark = pytest.mark.slow
@@ -68,7 +69,7 @@ def test_dropped_groups_are_replaced_and_the_run_reaches_total_steps(tmp_path: P
     logs = {p.name: p.read_text() for p in run.log.glob("*.log")} if run.log.is_dir() else {}
     assert proc.returncode == 0, f"{proc.stderr[-3000:]}\n{logs}"
 
-    meta = read_json(run.trainer_meta)
+    meta = trainer_report(run)
     assert meta["done"] and meta["step"] == STEPS
     reader = read_checkpoint_meta(run.root, latest_checkpoint(run.root)).reader
     # Both groups of the straggler's claim (tasks 0 and 1) were dropped, and the explorers explored

@@ -26,11 +26,11 @@ from rfthpc.demos.synth_gsm8k import generate_splits, write_jsonl
 from rfthpc.errors import EXIT_PREEMPTED
 from rfthpc.rundir.metrics import read_metrics
 from rfthpc.rundir.paths import RunDir
-from rfthpc.sharedfs.fileops import read_json
 from rfthpc.tasks.claims import TaskClaims
 from rfthpc.trainer.checkpoint import latest_checkpoint, remove_temporary
 from rfthpc.trainer.checkpoint_meta import META_FILE, read_checkpoint_meta
 from rfthpc.weights import published as weights
+from tests.records import trainer_report
 from tests.trainer.conftest import (
     ROOT,
     make_run,
@@ -176,7 +176,7 @@ def test_sigkill_while_a_step_is_saved_again_keeps_that_step(tmp_path: Path, tin
     assert not [n for n in os.listdir(run.root) if n.startswith(".tmp-")]
     meta = read_checkpoint_meta(run.root, 2)
     assert meta.stage_finished and meta.reader.counters["consumed"] == 4
-    assert read_json(run.trainer_meta)["done"]
+    assert trainer_report(run)["done"]
     assert [r["step"] for r in read_metrics(run.monitor / "trainer.jsonl") if "actor/lr" in r] == [1, 2]
 
 
@@ -188,7 +188,7 @@ def test_sigterm_right_after_a_checkpoint_does_not_write_it_again(tmp_path: Path
     _write_first(run)  # enough for 3 steps: the trainer then waits for more
     proc = start_trainer(run)
     try:
-        _wait_for(lambda: (read_json(run.trainer_meta) or {}).get("step") == 3 and latest_checkpoint(run.root) == 3,
+        _wait_for(lambda: (trainer_report(run) or {}).get("step") == 3 and latest_checkpoint(run.root) == 3,
                   "the checkpoint of step 3", proc)
         saved = os.stat(run.checkpoint(3)).st_ino
         os.kill(proc.pid, signal.SIGTERM)
@@ -221,7 +221,7 @@ def test_sigkill_then_resume_trains_every_group_once_with_the_same_losses(tmp_pa
     _write_first(run)  # enough for 3 steps: the trainer then waits for more
     proc = start_trainer(run)
     try:
-        _wait_for(lambda: (read_json(run.trainer_meta) or {}).get("step") == 3, "step 3", proc)
+        _wait_for(lambda: (trainer_report(run) or {}).get("step") == 3, "step 3", proc)
         time.sleep(0.5)  # waiting for experience now: step 3 is trained but not checkpointed
         os.kill(proc.pid, signal.SIGKILL)
     finally:
@@ -263,11 +263,11 @@ def test_sigterm_in_the_sft_stage_checkpoints_exits_124_and_resumes_there(tmp_pa
     meta = read_checkpoint_meta(run.root, stopped)
     assert meta.stage == "sft_warmup" and not meta.stage_finished and 1 <= stopped < 6
     assert meta.sft_data == {"consumed": 3 * stopped}
-    trainer_meta = read_json(run.trainer_meta)
+    trainer_meta = trainer_report(run)
     assert trainer_meta["stage"] == "sft_warmup" and trainer_meta["step"] == stopped and not trainer_meta["done"]
     assert trainer_meta["state"] == "stopped"  # `rfthpc status`: "— stopped", not live
 
     assert run_trainer_inprocess(run) == 0
     _assert_same_training(run, ref, 8)
-    done = read_json(run.trainer_meta)
+    done = trainer_report(run)
     assert done["done"] and done["stage"] == "rft" and done["stage_start_step"] == 6 and done["step"] == 8 and done["state"] == "done"

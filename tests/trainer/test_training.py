@@ -16,13 +16,13 @@ from rfthpc.config.schema import StageConfig
 from rfthpc.demos.synth_gsm8k import generate_splits, write_jsonl
 from rfthpc.rundir.metrics import read_metrics
 from rfthpc.rundir.paths import RunDir
-from rfthpc.sharedfs.fileops import read_json
 from rfthpc.store import ChunkWriter
 from rfthpc.store.layout import list_chunks
 from rfthpc.tasks.claims import TaskClaims
 from rfthpc.trainer.checkpoint import latest_checkpoint
 from rfthpc.trainer.checkpoint_meta import read_checkpoint_meta
 from rfthpc.weights import published as weights
+from tests.records import trainer_report
 from tests.trainer.conftest import make_run, random_group, rl_config, run_trainer_inprocess, sft_stage, write_groups
 
 
@@ -37,7 +37,7 @@ def test_rl_run_publishes_checkpoints_and_logs(tmp_path: Path, tiny_model: Path)
     write_groups(run, 8)
     assert run_trainer_inprocess(run) == 0
 
-    meta = read_json(run.trainer_meta)
+    meta = trainer_report(run)
     assert meta["done"] and meta["step"] == 4 and meta["stage"] == "rft" and meta["published_version"] == 4
     # Published every step (sync_interval 1) from step 0; the two newest kept.
     assert weights.published_steps(run.root) == [3, 4] and weights.read_latest(run.root) == 4
@@ -240,7 +240,7 @@ def test_sft_then_rft_counts_steps_globally(tmp_path: Path, tiny_model: Path) ->
     assert weights.published_steps(run.root)[0] == 3
     sft_end = read_checkpoint_meta(run.root, 3)
     assert sft_end.stage == "sft_warmup" and sft_end.stage_finished and sft_end.sft_data == {"consumed": 12}
-    meta = read_json(run.trainer_meta)
+    meta = trainer_report(run)
     assert meta["done"] and meta["stage"] == "rft" and meta["stage_start_step"] == 3 and meta["step"] == 5
 
 
@@ -254,7 +254,7 @@ def test_the_stage_ends_when_the_explorers_tasks_are_done(tmp_path: Path, tiny_m
     write_groups(run, 5)  # two full batches of 2 groups and one group left over
     assert run_trainer_inprocess(run) == 0
     assert sorted(_records(run)) == [1, 2]
-    assert read_json(run.trainer_meta)["done"]
+    assert trainer_report(run)["done"]
     assert read_checkpoint_meta(run.root, 2).reader.counters["consumed"] == 4
 
 
@@ -278,7 +278,7 @@ def test_the_stage_ends_cleanly_when_stale_groups_cannot_be_replaced(tmp_path: P
         assert run_trainer_inprocess(run) == 0
     assert "stage 'rft' ends at step 2 of 3: the data ran out: taskset 'math' was explored for all its 1 " \
            "epoch(s); 1 group(s) left, fewer than a batch of 2" in caplog.text
-    meta = read_json(run.trainer_meta)
+    meta = trainer_report(run)
     assert meta["done"] and meta["step"] == 2
     reader = read_checkpoint_meta(run.root, 2).reader
     assert reader.counters["dropped_stale"] == 1 and reader.lost == {"math": 1}
