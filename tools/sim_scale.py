@@ -27,7 +27,12 @@ and completed, never trained) or trained twice. Last line: `FIGURES claims_per_s
 lock_wait_p99_s_256=… lock_wait_p99_steady_s_256=… visible_p99_s_256=… reader_groups_per_s_256=…
 metaops_per_s_256=… lost=… twice=…` (for the largest N; lost and twice summed over every N).
 
-Usage: python tools/sim_scale.py [--n 16 64 128 256] [--seconds 30] [--latency-ms 5] [--work DIR]
+On a real network filesystem, give `--latency-ms 0` and `--work` one directory per client of it
+(the same directory mounted on each: e.g. GlusterFS's FUSE client mounted twice): explorer i then
+works through client i modulo their number, the trainer through the first, so hand-offs cross
+clients and their caches as between nodes.
+
+Usage: python tools/sim_scale.py [--n 16 64 128 256] [--seconds 30] [--latency-ms 5] [--work DIR [DIR ...]]
 """
 
 from __future__ import annotations
@@ -80,8 +85,9 @@ class Args:
     """`explorer.claim_shards` (0: by the number of explorers, as the explorer resolves it)."""
     read_batch: int = 256
     """Groups per trainer step."""
-    work: str | None = None
-    """Scratch directory (default: a temporary one, removed afterwards)."""
+    work: tuple[str, ...] = ()
+    """Scratch directory (default: a temporary one, removed afterwards); several: the same directory
+    through different clients of one shared filesystem (explorer i uses the i-th modulo their number)."""
 
 
 # ---- the metadata-latency shim ---------------------------------------------------------------------
@@ -281,10 +287,11 @@ def trainer(run: Path, args: Args, expected, out) -> None:
 # ---- one simulation -----------------------------------------------------------------------------------
 
 
-def simulate(n: int, args: Args, work: Path) -> dict[str, float]:
+def simulate(n: int, args: Args, works: list[Path]) -> dict[str, float]:
     from rfthpc.config.settings import claim_batches, claim_shards
 
-    run = work / f"run-{n}"
+    runs = [work / f"run-{n}" for work in works]
+    run = runs[0]
     run.mkdir(parents=True)
     (run / "config.yaml").write_text("sim: true\n")
     (run / "weights").mkdir()
@@ -293,7 +300,8 @@ def simulate(n: int, args: Args, work: Path) -> dict[str, float]:
     reader = ctx.Process(target=trainer, args=(run, args, expected, trainer_out))
     reader.start()
     ahead, shards = claim_batches(args.claim_batches, n), claim_shards(args.claim_shards, n)
-    procs = [ctx.Process(target=explorer, args=(i, run, args, ahead, shards, stop, results)) for i in range(n)]
+    procs = [ctx.Process(target=explorer, args=(i, runs[i % len(runs)], args, ahead, shards, stop, results))
+             for i in range(n)]
     start = time.monotonic()
     for p in procs:
         p.start()
@@ -341,24 +349,24 @@ def main(argv: list[str] | None = None) -> int:
 
     import rfthpc.store  # noqa: F401
 
-    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="rfthpc-sim-scale-"))
-    work.mkdir(parents=True, exist_ok=True)
+    works = [Path(w) for w in args.work] or [Path(tempfile.mkdtemp(prefix="rfthpc-sim-scale-"))]
+    works[0].mkdir(parents=True, exist_ok=True)
     rows = []
     try:
         print(f"{args.latency_ms:g} ms per metadata operation; batches of {args.claim_size} tasks, generation "
               f"lognormal(median {args.gen_median_s:g} s, sigma {args.gen_sigma:g}); {args.seconds:g} s per run; "
-              f"lock {args.lock}", flush=True)
+              f"lock {args.lock}; {len(works)} client(s) of the run directory", flush=True)
         header = ("n", "claims/s", "lock p50 s", "lock p99 s", "steady p99 s", "lock busy", "hold p50 s",
                   "visible p50 s", "visible p99 s", "reader groups/s",
                   "metaops/s", "files/1000 groups", "groups", "lost", "twice")
         print("  ".join(f"{h:>10}" for h in header), flush=True)
         for n in args.n:
-            r = simulate(n, args, work)
+            r = simulate(n, args, works)
             rows.append(r)
             print("  ".join(f"{v:>10.3g}" if isinstance(v, float) else f"{v:>10}" for v in r.values()), flush=True)
     finally:
         if not args.work:
-            shutil.rmtree(work, ignore_errors=True)
+            shutil.rmtree(works[0], ignore_errors=True)
     last = rows[-1]
     n = last["n"]
     print(f"FIGURES claims_per_s_{n}={last['claims_per_s']:.4g} lock_wait_p99_s_{n}={last['lock_wait_p99_s']:.4g} "

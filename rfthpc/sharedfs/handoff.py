@@ -33,7 +33,7 @@ T = TypeVar("T")
 
 Signature = int
 """A doorbell's newest ring (0: never rung)."""
-RINGS_KEPT = 1024
+RINGS_KEPT = 256
 """Rings a doorbell keeps behind its newest (empty files): how far a waiter may fall behind between
 two looks and still find the next ring by name."""
 

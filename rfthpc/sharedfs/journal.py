@@ -31,11 +31,11 @@ import re
 import threading
 from pathlib import Path
 
-from rfthpc.sharedfs.fileops import is_temporary, make_dirs, temporary_name, write_new_file
+from rfthpc.sharedfs.fileops import is_temporary, temporary_name, write_new_file
 
 NAME_WIDTH = 12
 _NAME = re.compile(r"^\d{%d}$" % NAME_WIDTH)
-_PROBES = 64
+_PROBES = 2
 """Entries looked for one by one before a reader lists the directory instead."""
 _ESTALE_TRIES = 3
 
@@ -130,26 +130,39 @@ class Journal:
         """Write `data` as the next entry; return its number.
 
         With `expect`, as entry `expect` only: EntryTaken if another writer wrote it first (read the
-        newer state and try again). `durable`: fsync the entry before it gets its name (a state
-        others rely on after a crash); a mere signal skips that."""
-        make_dirs(self.path)
-        tmp = temporary_name(self.path / "entry")
-        write_new_file(tmp, data, durable)
-        try:
-            n = expect if expect is not None else self.newest() + 1
-            while not _link(tmp, self.entry(n)):
-                if expect is not None:
-                    with self._lock:
-                        self._seen = 0  # what this process saw is out of date: list next time
-                    raise EntryTaken(f"{self.entry(n)} was written by another process first")
-                n = self.newest() + 1
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+        newer state and try again). `durable`: fsync the entry and give it its name only once it is
+        complete (a state others read and rely on after a crash); a mere signal (`durable=False`) is
+        created under its name at once (one metadata operation), so a reader may find it still empty."""
+        if not durable:
+            n = self._create(data)
+        else:
+            tmp = temporary_name(self.path / "entry")
+            write_new_file(tmp, data)
+            try:
+                n = expect if expect is not None else self.newest() + 1
+                while not _link(tmp, self.entry(n)):
+                    if expect is not None:
+                        with self._lock:
+                            self._seen = 0  # what this process saw is out of date: list next time
+                        raise EntryTaken(f"{self.entry(n)} was written by another process first")
+                    n = self.newest() + 1
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
         self._saw(n)
         if n % self.keep == 0:
             self._prune(n)
         return n
+
+    def _create(self, data: bytes) -> int:
+        """Create the next entry under its name (O_EXCL: one creator of each number) and write `data`."""
+        n = self.newest() + 1
+        while True:
+            try:
+                write_new_file(self.entry(n), data, durable=False)
+                return n
+            except FileExistsError:
+                n = self.newest() + 1
 
     def _prune(self, newest: int) -> None:
         """Remove every entry at least `keep` behind `newest`, oldest first."""

@@ -61,7 +61,8 @@ def answers_doorbell(run_dir: Path) -> Doorbell:
 
 def _request(run_dir: Path, who: str, request_id: str | None, held: int | None) -> None:
     note = {"owner": who, "id": request_id, "held": held, "time": time.time()}
-    requests_doorbell(run_dir).ring(json.dumps(note).encode())
+    # A whole entry (written, then named), not a bare ring: the trainer reads what it says.
+    requests_doorbell(run_dir).journal.append(json.dumps(note).encode())
 
 
 def ask(run_dir: Path, explorer: str, rank: int, held: int) -> str:
