@@ -56,6 +56,7 @@ from rfthpc.store.chunks import read_chunk
 from rfthpc.store.layout import list_chunks
 from rfthpc.store.reader_files import ReaderState, read_reader_progress
 from rfthpc.store.schema import TaskRef
+from rfthpc.tasks.claims import TaskClaims
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -314,9 +315,10 @@ def audit(run: Path, soak: Soak, steps: int) -> dict[str, int]:
     stored = stored_tasks(run)
     explained = set().union(*soak.truncated.values()) if soak.truncated else set()
     completed_with_group = 0
-    for claims in (run / "tasks").glob("*/claims.json"):
-        state = json.loads(claims.read_text())
-        completed_with_group += int(state["completed"]) - int(state["failed"])
+    for taskset in sorted(p.name for p in (run / "tasks").iterdir() if p.is_dir()):
+        status = TaskClaims.read_status(run, taskset)  # every shard of the claim set
+        if status is not None:
+            completed_with_group += status.completed - status.failed
     lost = max(0, completed_with_group - len(stored | explained))
     quarantined = [r.path.name for r in list_chunks(run / "experiences") if r.quarantined]
     unexplained = [q for q in quarantined if not any(q.startswith(t) or t in q for t in soak.truncated)]

@@ -116,5 +116,5 @@ class ExplorerConfig:
     are evaluated during the run, see `eval_interval`)."""
     weights_poll_interval: float = 1.0
     """Longest time in seconds between checks of `weights/latest` for a newer policy while waiting for
-    one; a publication (which replaces that file) is noticed within tens of milliseconds while the
-    explorer needs it (rfthpc.sharedfs.handoff)."""
+    one; a publication (a new entry there) is noticed within tens of milliseconds while the explorer
+    needs it, on its node or another (rfthpc.sharedfs.handoff)."""

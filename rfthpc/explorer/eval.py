@@ -199,24 +199,3 @@ class EvalSchedule:
         except Stopped:
             return StageEnd.STOPPED
         return None
-        deadline = time.monotonic() + stage.sync_timeout
-        try:
-            while read_trainer_meta(self.run) is not None and not trainer_done(self.run):
-                if self.stop.requested:
-                    return StageEnd.STOPPED
-                if self.follow():
-                    deadline = time.monotonic() + stage.sync_timeout
-                    if self.due(stage, evals):
-                        self.evaluate(evals)
-                if time.monotonic() >= deadline:
-                    log.warning("no new policy for %.0f s and the trainer is not done; skipping the final evaluation",
-                                stage.sync_timeout)
-                    return None
-                self.tick()
-                time.sleep(self.poll_s)
-            self.follower.update()
-            if self.progress.record.evaluated_version != self.follower.version:
-                self.evaluate(evals)
-        except Stopped:
-            return StageEnd.STOPPED
-        return None

@@ -62,7 +62,7 @@ from rfthpc.explorer.staleness import expected_train_step, required_version, sta
 from rfthpc.explorer.sync import WeightSync
 from rfthpc.observe.monitor import Monitor
 from rfthpc.rundir.explorer_meta import Progress
-from rfthpc.rundir.paths import RunDir
+from rfthpc.rundir.paths import RunDir, check_layout
 from rfthpc.rundir.trainer_meta import read_trainer_meta, trainer_doorbell
 from rfthpc.sharedfs.fileops import set_share_group
 from rfthpc.sharedfs.handoff import Waiter, WaitPolicy
@@ -184,6 +184,7 @@ class Explorer:
             log.info("no stage has mode both or explore: nothing to explore")
             return 0
         settings = self.settings
+        check_layout(self.rundir)
         set_share_group(settings.share_group)
         if self.rank == 0:
             log_filesystem(self.rundir.root, settings.lock_type, log)

@@ -127,7 +127,7 @@ class WeightSync:
             return None
 
         if self.follower.version < need:
-            # Woken by the publication itself (weights/latest replaced), or every weights_poll_interval.
+            # Woken by the publication itself (a new entry of weights/latest), or every weights_poll_interval.
             bells = [*self.follower.doorbells(), *([weight_requests.answers_doorbell(self.run.root)] if asking
                                                    else [])]
             outcome = self.waiter.wait(held_or_over, bells, None, stop=lambda: self.stop.requested)

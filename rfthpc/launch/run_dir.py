@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rfthpc.config import LoadedConfig, dump_yaml, load_resolved
 from rfthpc.errors import ConfigError, UserError
-from rfthpc.rundir.paths import CONFIG_FILE, RunDir, run_dir_of
+from rfthpc.rundir.paths import CONFIG_FILE, RunDir, check_layout, run_dir_of
 from rfthpc.sharedfs.fileops import set_share_group, write_text_atomic
 
 
@@ -27,6 +27,7 @@ def prepare_run_dir(loaded: LoadedConfig, resume: bool = False) -> RunDir:
     cfg = loaded.config
     set_share_group(cfg.filesystem.share_group)
     run = run_dir_of(cfg)
+    check_layout(run)
     target = run.explorer_config(cfg.explorer.name) if cfg.mode == "explore" else run.config
     text = dump_yaml(loaded.base)
     if target.exists():

@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from rfthpc.errors import UserError
 from rfthpc.launch.job_states import STATE_TIMEOUT_S, TaskState, query_states
 from rfthpc.observe.timeline import role_spans, shares
@@ -29,6 +31,16 @@ from rfthpc.weights.published import read_latest
 
 TIME_WINDOW_S = 300.0
 """How far back `rfthpc status` looks for each role's time shares."""
+
+
+def _lock_kind(run: RunDir) -> str | None:
+    """The run's `filesystem.lock_type`, from its recorded config (None if it cannot be read)."""
+    try:
+        cfg = yaml.safe_load(run.config.read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    fs = cfg.get("filesystem") if isinstance(cfg, dict) else None
+    return fs.get("lock_type") if isinstance(fs, dict) else None
 
 
 def _read_int(path: Path) -> int | None:
@@ -146,7 +158,7 @@ def collect_status(run_dir: Path, timeout_s: float = STATE_TIMEOUT_S) -> dict[st
         "explorers": {name: [dataclasses.asdict(p) for p in ranks] for name, ranks in explorer_progress(run).items()},
         "time_shares": {role: shares(spans, TIME_WINDOW_S) for role, spans in role_spans(run).items()},
         "servers": server_addresses(run),
-        "filesystem": dict(zip(("mount", "notes"), describe(run.root), strict=True)),
+        "filesystem": dict(zip(("mount", "notes"), describe(run.root, _lock_kind(run)), strict=True)),
     }
     judge_liveness(status)
     return status

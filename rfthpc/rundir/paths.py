@@ -6,11 +6,11 @@ Layout (see docs/run-directory.md):
     jobs.jsonl                         one line per submission
     experiences/<explorer>/            committed experience chunks (HDF5), one writer per file
     tasks/                             task-claim state shared by explorers
-    weights/step_<N>/, weights/latest  published policies for explorers
+    weights/step_<N>/, weights/latest/ published policies for explorers
     global_step_<N>/actor/             resumable trainer checkpoints
     latest_checkpointed_iteration.txt
     trainer_meta/<n>, explorer_meta/<name>/<rank>.json
-    servers/<model>/<engine>.json      addresses of shared auxiliary model servers
+    servers/<model>/<engine>/<n>       addresses of shared auxiliary model servers (a journal per engine)
     log/, monitor/
 
 Roles never import each other's internals; they all use these names.
@@ -110,7 +110,7 @@ class RunDir:
 
     @property
     def servers(self) -> Path:
-        """Addresses of the shared auxiliary models' servers, `<name>/<engine>.json`."""
+        """Addresses of the shared auxiliary models' servers, a journal per engine: `<name>/<engine>/`."""
         return self.root / "servers"
 
     @property
@@ -133,6 +133,22 @@ class RunDir:
         for d in (self.root, self.experiences, self.tasks, self.weights, self.log, self.monitor):
             make_dirs(d)
         return self
+
+
+OLDER_LAYOUT = ("trainer_meta.json", "weights/latest", "experiences/_doorbell")
+"""Files an older rfthpc replaced in place where this one keeps journals (directories)."""
+
+
+def check_layout(run: RunDir) -> None:
+    """Refuse a run directory an older rfthpc made: its hand-off files were replaced in place, where
+    this version reads journals, so its roles and this version's would not see each other."""
+    old = [name for name in OLDER_LAYOUT if (run.root / name).is_file()]
+    if old:
+        raise UserError(
+            f"run directory {run.root} was made by an older rfthpc ({', '.join(old)} is a file there, a journal "
+            "directory in this version); finish it with the rfthpc that started it, or start a new run "
+            "(another `name`)"
+        )
 
 
 def run_dir_of(cfg: Config) -> RunDir:

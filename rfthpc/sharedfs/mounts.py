@@ -113,8 +113,12 @@ def handoff_notes(mount: Mount, lock_kind: str | None = None) -> list[str]:
             notes.append(f"NFS caches directory lookups (lookupcache=all, acdirmax {acdirmax:.0f} s): a hand-off "
                          f"made on another node may be noticed up to {acdirmax:.0f} s late; mount with "
                          "lookupcache=positive (or ask for actimeo=1) for prompt hand-offs")
-        if lock_kind == "flock":
-            notes.append("filesystem.lock_type flock does not exclude across NFS clients; use link (the default)")
+        # Linux's NFS client takes flock as a POSIX lock at the server (since 2.6.12): both kinds exclude
+        # across clients unless the mount keeps locks local.
+        local = o.get("local_lock") in ("all", "flock", "posix") or "nolock" in o
+        if lock_kind in ("flock", "lockf") and local:
+            notes.append(f"NFS mounted with {'nolock' if 'nolock' in o else 'local_lock=' + str(o['local_lock'])}: "
+                         f"filesystem.lock_type {lock_kind} is node-local; use link (the default)")
     elif kind == "glusterfs":
         negative = _seconds(o.get("negative-timeout")) or _seconds(o.get("negative_timeout"))
         if negative:

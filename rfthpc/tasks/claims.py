@@ -199,8 +199,8 @@ def _refill(state: dict[str, Any], reported: int | None) -> int:
 
 
 def shard_file(name: str, shard: int) -> str:
-    """The file of shard `shard` (`claims.lock` for shard 0, then `claims.1.lock`, ...; a name without
-    an extension: `claims`, `claims.1`, ...)."""
+    """The name of shard `shard`'s `name`: `name` itself for shard 0, then the shard number before the
+    extension (`claims.lock`, `claims.1.lock`, ...) or after a name without one (`claims`, `claims.1`, ...)."""
     if shard == 0:
         return name
     stem, dot, ext = name.rpartition(".")

@@ -39,7 +39,7 @@ import torch
 from rfthpc.config import load_resolved
 from rfthpc.config.settings import TrainerSettings, TrainerStageSettings, trainer_settings
 from rfthpc.errors import EXIT_PREEMPTED, UserError
-from rfthpc.rundir.paths import RunDir
+from rfthpc.rundir.paths import RunDir, check_layout
 from rfthpc.rundir.trainer_meta import TrainerMeta, write_trainer_meta
 from rfthpc.sharedfs.fileops import set_share_group
 from rfthpc.sharedfs.mounts import log_filesystem
@@ -116,6 +116,7 @@ class Trainer:
         if not self.rundir.config.is_file():
             raise UserError(f"{self.rundir.root} has no {self.rundir.config.name}; pass the run directory that "
                             "`rfthpc submit` or `rfthpc run` created (--run-dir)")
+        check_layout(self.rundir)
         self.settings: TrainerSettings = trainer_settings(load_resolved(self.rundir.config).stages)
         self.stages = self.settings.stages
         set_share_group(self.settings.share_group)

@@ -10,7 +10,7 @@ MOUNTINFO = """\
 22 1 253:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
 40 22 0:40 / /shared rw,relatime shared:20 - nfs4 srv:/export rw,vers=4.2,rsize=1048576,acregmin=3,acdirmax=60
 41 22 0:41 / /shared/fast rw,relatime shared:21 - nfs4 srv:/fast rw,vers=4.2,lookupcache=positive
-42 22 0:42 / /noac rw,relatime shared:22 - nfs srv:/x rw,noac
+42 22 0:42 / /noac rw,relatime shared:22 - nfs srv:/x rw,noac,local_lock=flock
 43 22 0:43 / /mnt/gluster rw,relatime shared:23 - fuse.glusterfs host:/v1 rw,user_id=0,group_id=0
 44 22 0:44 / /lustre rw shared:24 - lustre mgs@tcp:/fs rw,localflock
 45 22 0:45 / /gpfs rw shared:25 - gpfs gpfs1 rw
@@ -39,7 +39,8 @@ def test_options_that_delay_hand_offs_are_named_with_their_cost_and_fix() -> Non
     assert "up to 5 s late" in notes("/with space/runs")[0]
     assert notes("/lustre/runs") == [] and "node-local" in notes("/lustre/runs", "lockf")[0]
     assert "node-local on GPFS" in notes("/gpfs/runs", "flock")[0] and notes("/gpfs/runs", "link") == []
-    assert "does not exclude across NFS clients" in notes("/shared/fast/runs", "flock")[0]
+    assert notes("/shared/fast/runs", "flock") == []  # flock is a POSIX lock at the NFS server
+    assert "local_lock=flock: filesystem.lock_type lockf is node-local" in notes("/noac/runs", "lockf")[1]
     assert notes("/work/runs", "flock") == []  # a local filesystem: one machine
 
 
