@@ -12,8 +12,9 @@ Which kind excludes across nodes depends on the filesystem (see docs/store.md, "
   acquisition. A dead holder's claim is broken by a waiter.
 - `soft`: filelock.SoftFileLock, an O_CREAT|O_EXCL marker; excludes across nodes but starves under
   load. A dead holder's marker is broken by a waiter.
-- `flock`: fcntl.flock (filelock.UnixFileLock); node-local on NFS, GPFS and Lustre `localflock`, so
-  for single-node runs. The kernel releases a dead holder's lock.
+- `flock`: fcntl.flock (filelock.UnixFileLock); node-local on GPFS, Lustre `localflock` and NFS
+  mounted `local_lock=flock|all` or `nolock` (Linux's NFS client otherwise takes it as a POSIX lock
+  at the server), so for single-node runs there. The kernel releases a dead holder's lock.
 - `lockf`: fcntl.lockf (POSIX record locks); coherent on GPFS and on NFS with a lock manager. The
   kernel (or lock manager) releases a dead holder's lock.
 

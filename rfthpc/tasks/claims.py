@@ -23,9 +23,9 @@ Each transaction reads the newest entry, n, and writes its change as entry n + 1
 process wrote n + 1 first, the write is refused (a link onto a taken name fails on every client of
 every filesystem) and the change is redone on the newer state. So no update is ever lost, even
 where the lock does not exclude (a holder that stalled past the lock's `stale_s` and had its lock
-broken, `flock` across NFS clients) and even where a client's cache shows an older state: entries
-are new names, which other nodes see at once, where a file replaced under its name would reach them
-a cache period late (GlusterFS: 1 s; NFS: its attribute cache).
+broken, a lock kind that is node-local on the filesystem) and even where a client's cache shows an
+older state: entries are new names, which other nodes see at once, where a file replaced under its
+name would reach them a cache period late (GlusterFS: 1 s; NFS: its attribute cache).
 
 Where each metadata operation costs milliseconds (NFS, Lustre, GPFS) and many explorers share a
 claim set, the lock is the bottleneck (`tools/sim_scale.py`). Two things cut the transactions an
