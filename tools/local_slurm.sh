@@ -18,8 +18,15 @@
 # accounts `main` (default) and `other`; unknown accounts are rejected. Everything listens on
 # loopback only.
 #
+# With RFTHPC_SHARED_FS=1 (tools/test.sh sets it), `up` first brings up a GlusterFS volume
+# (tools/shared_fs.sh) mounted on this host at $RFTHPC_SHARED_FS_MOUNT, and starts each slurmd in a
+# mount namespace of its own with a FUSE client of its own mounted at that same path: a job on n1
+# and a job on n2 are then different clients of one network filesystem, as two nodes of a cluster
+# are (docs/local-slurm.md). `down` stops the nodes' clients with their slurmd.
+#
 # Environment: RFTHPC_SLURM_DIR  state dir (spool, logs, pids, database, fake GPUs);
 #                                default /tmp/rfthpc-slurm
+#              RFTHPC_SHARED_FS  1: every node its own client of a shared filesystem (above)
 # The config is written to /etc/slurm, where sbatch/scontrol look by default; a slurm.conf
 # there that this script did not write is never overwritten.
 set -Eeuo pipefail
@@ -38,6 +45,9 @@ READY_TIMEOUT=60
 
 PID_DIR=$STATE_DIR/pids
 LOG_DIR=$STATE_DIR/log
+SHARED_FS=${RFTHPC_SHARED_FS:-0}
+SHARED_FS_SH=$(cd "$(dirname "$0")" && pwd)/shared_fs.sh
+SHARED_MOUNT=${RFTHPC_SHARED_FS_MOUNT:-/mnt/rfthpc-shared}
 
 die() {
     echo "local_slurm: $*" >&2
@@ -350,17 +360,52 @@ start_slurmctld() {
 
 start_slurmd() {
     local node=$1
-    pid_of "slurmd-$node" >/dev/null && return 0
-    slurmd -N "$node" </dev/null >>"$LOG_DIR/slurmd-$node.out" 2>&1 9>&- \
-        || fail_with_log "slurmd $node" "$LOG_DIR/slurmd-$node.out"
+    if pid_of "slurmd-$node" >/dev/null; then
+        ((SHARED_FS == 1)) && ! node_client_alive "$node" || return 0
+        # Started before the shared filesystem was asked for: restart it with a client of its own.
+        stop_daemons "slurmd-$node"
+    fi
+    if ((SHARED_FS == 1)); then
+        # A mount namespace of its own: the host's client is unmounted there and the node's own mounted
+        # at the same path; the jobs slurmd starts inherit it.
+        unshare --mount --propagation private -- sh -c 'umount -l "$1" 2>/dev/null; "$2" client "$1" "$3" && exec slurmd -N "$4"' \
+            sh "$SHARED_MOUNT" "$SHARED_FS_SH" "$PID_DIR/glusterfs-$node.pid" "$node" \
+            </dev/null >>"$LOG_DIR/slurmd-$node.out" 2>&1 9>&- || fail_with_log "slurmd $node" "$LOG_DIR/slurmd-$node.out"
+    else
+        slurmd -N "$node" </dev/null >>"$LOG_DIR/slurmd-$node.out" 2>&1 9>&- \
+            || fail_with_log "slurmd $node" "$LOG_DIR/slurmd-$node.out"
+    fi
+}
+
+# node_client_alive NODE: slurmd NODE runs in a mount namespace of its own, with its shared filesystem client.
+node_client_alive() {
+    local node=$1 pid
+    pid=$(pid_of "slurmd-$node") || return 1
+    pid_of "glusterfs-$node" >/dev/null || return 1
+    [[ $(readlink "/proc/$pid/ns/mnt") != $(readlink /proc/self/ns/mnt) ]]
+}
+
+stop_node_clients() {
+    local n names=()
+    for n in "${NODES[@]}"; do names+=("glusterfs-$n"); done
+    stop_daemons "${names[@]}"
 }
 
 stop_slurm_daemons() {
     local n slurmds=()
     for n in "${NODES[@]}"; do slurmds+=("slurmd-$n"); done
     stop_daemons "${slurmds[@]}" slurmctld
+    # A node's filesystem client after its slurmd (and the node's jobs) are gone.
+    stop_node_clients
     # After slurmctld, so it can hand its last job records to slurmdbd.
     stop_daemons slurmdbd
+}
+
+shared_fs_ready() {
+    local n
+    ((SHARED_FS == 1)) || return 0
+    bash "$SHARED_FS_SH" status >/dev/null 2>&1 || return 1
+    for n in "${NODES[@]}"; do node_client_alive "$n" || return 1; done
 }
 
 # --- health -----------------------------------------------------------------------------------
@@ -389,8 +434,10 @@ all_daemons_alive() {
 }
 
 summary() {
+    local shared=""
+    ((SHARED_FS == 1)) && shared=", each node its own client of the shared filesystem at $SHARED_MOUNT"
     echo "local Slurm up: cluster $CLUSTER, nodes ${NODES[*]} (8 CPUs, 8000 MB, 4 fake GPUs each)," \
-        "partitions debug (default) and other, accounts $DEFAULT_ACCOUNT (default) and $OTHER_ACCOUNT," \
+        "partitions debug (default) and other, accounts $DEFAULT_ACCOUNT (default) and $OTHER_ACCOUNT$shared," \
         "state in $STATE_DIR, ready in $(($(date +%s%N) / 1000000 - START_MS)) ms"
 }
 
@@ -406,9 +453,12 @@ cmd_up() {
     install_packages
     ensure_hostname_resolves
     write_configs
-    if ((CONFIG_CHANGED == 0)) && all_daemons_alive && healthy; then
+    if ((CONFIG_CHANGED == 0)) && all_daemons_alive && shared_fs_ready && healthy; then
         summary
         return 0
+    fi
+    if ((SHARED_FS == 1)); then
+        bash "$SHARED_FS_SH" up || die "the shared filesystem did not come up (tools/shared_fs.sh up)"
     fi
     # New config: restart Slurm's daemons so every one of them reads it.
     ((CONFIG_CHANGED == 0)) || stop_slurm_daemons
@@ -434,6 +484,7 @@ cmd_down() {
     flock -w 300 9 || die "another local_slurm.sh holds $STATE_DIR/.lock for over 300 s"
     stop_slurm_daemons
     stop_daemons mariadbd munged
+    if ((SHARED_FS == 1)); then bash "$SHARED_FS_SH" down; fi
     echo "local Slurm down (state kept in $STATE_DIR)"
 }
 
@@ -457,6 +508,13 @@ cmd_status() {
         ok=1
     fi
     if accounting_works; then echo "accounting: works (sacct answers)"; else echo "accounting: NOT working"; ok=1; fi
+    if ((SHARED_FS == 1)); then
+        bash "$SHARED_FS_SH" status || ok=1
+        for name in "${NODES[@]}"; do
+            if node_client_alive "$name"; then echo "$name: its own client of $SHARED_MOUNT"
+            else echo "$name: NO client of its own of $SHARED_MOUNT"; ok=1; fi
+        done
+    fi
     return "$ok"
 }
 
