@@ -1,20 +1,27 @@
 """Fixtures shared by the Slurm test directories: the local cluster, cleared of jobs that dead test
-sessions left behind.
+sessions left behind, and the shared filesystem its nodes are clients of.
 
 A test session that is killed (SIGKILL, a machine restart) never runs its teardown, so its jobs stay
 queued or running until their time limit and hold the small local cluster's CPUs and memory: the
 next session's multi-node jobs then pend for minutes. Each session's pid is recorded in its pytest
 base directory; jobs whose output lies in another session's directory whose pytest is gone are
 cancelled before any test submits. A concurrent live session's jobs are left alone.
+
+The cluster runs with a shared filesystem (RFTHPC_SHARED_FS=1, tools/local_slurm.sh): a GlusterFS volume
+mounted at the same path on the host and, through a FUSE client of its own, on every node, as on a
+cluster. Tests whose roles must hand things over between nodes put their run directories there
+(`shared_dir`) and start processes on chosen nodes (`on_node`).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,8 +31,14 @@ import pytest
 # checked by tools/gpu_check.sh instead; the suite keeps to the CPU there too (set before anything imports torch,
 # and inherited by every process a test starts).
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
+# The local cluster's nodes are each a client of one shared filesystem (tools/local_slurm.sh); inherited
+# by the `local_slurm.sh` calls below. Set to 0, the tests that need the shared filesystem fail and say so.
+os.environ.setdefault("RFTHPC_SHARED_FS", "1")
 
 LOCAL_SLURM = Path(__file__).resolve().parents[1] / "tools" / "local_slurm.sh"
+SHARED_MOUNT = Path(os.environ.get("RFTHPC_SHARED_FS_MOUNT", "/mnt/rfthpc-shared"))
+SLURM_PIDS = Path(os.environ.get("RFTHPC_SLURM_DIR", "/tmp/rfthpc-slurm")) / "pids"
+NODES = ("n1", "n2", "n3")
 SESSION_PID_FILE = "rfthpc-test-session.pid"
 _ENDED = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
           "TIMEOUT"}
@@ -120,3 +133,57 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> None:
     if orphans:
         print(f"cancelling jobs left by dead test sessions: {', '.join(orphans)}", file=sys.stderr)
         cancel(*orphans)
+
+
+@pytest.fixture(scope="session")
+def shared_fs(slurm_cluster: None) -> Path:
+    """The shared filesystem's mount point, the same path on the host and on every node of the cluster."""
+    from rfthpc.sharedfs.mounts import mount_of
+
+    if os.environ.get("RFTHPC_SHARED_FS") != "1":
+        pytest.fail("RFTHPC_SHARED_FS is not 1: this test runs its roles on different clients of the shared "
+                    "filesystem; unset it (tools/test.sh and the test session set it)")
+    mount = mount_of(SHARED_MOUNT)
+    if mount is None or mount.point != SHARED_MOUNT or not mount.fstype.startswith("fuse.glusterfs"):
+        pytest.fail(f"{SHARED_MOUNT} is not a GlusterFS mount (found {mount}): run `tools/local_slurm.sh up` "
+                    "with RFTHPC_SHARED_FS=1 (see tools/shared_fs.sh)")
+    return SHARED_MOUNT
+
+
+def node_pid(node: str) -> int:
+    """The pid of node `node`'s slurmd (its mount namespace holds the node's own filesystem client)."""
+    return int((SLURM_PIDS / f"slurmd-{node}.pid").read_text())
+
+
+def on_node(node: str, argv: list[str], cwd: Path | None = None) -> list[str]:
+    """`argv` run as if on node `node`: in its slurmd's mount namespace, so through its own client of the
+    shared filesystem (the process keeps our pid namespace: its pid can be signalled from here)."""
+    wd = cwd or Path.cwd()
+    return ["nsenter", f"--mount=/proc/{node_pid(node)}/ns/mnt", f"--wd={wd}", "--", *argv]
+
+
+@pytest.fixture(scope="session")
+def node_clients(shared_fs: Path) -> dict[str, int]:
+    """Every node → the device number its client of the shared filesystem has there: distinct clients."""
+    devices = {}
+    for node in NODES:
+        out = subprocess.run(on_node(node, ["stat", "-c", "%d", str(shared_fs)]), capture_output=True, text=True,
+                             timeout=60, check=False)
+        if out.returncode != 0:
+            pytest.fail(f"cannot enter node {node}'s mount namespace: {out.stderr.strip()}")
+        devices[node] = int(out.stdout)
+    if len(set(devices.values()) | {shared_fs.stat().st_dev}) != len(NODES) + 1:
+        pytest.fail(f"the nodes do not each have a client of their own of {shared_fs}: devices {devices}, host "
+                    f"{shared_fs.stat().st_dev}; restart the cluster: `tools/local_slurm.sh down; tools/local_slurm.sh up`")
+    return devices
+
+
+@pytest.fixture
+def shared_dir(shared_fs: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
+    """A directory of this test's own on the shared filesystem, removed afterwards."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", request.node.name)[:80]
+    path = shared_fs / "pytest" / f"{os.getpid()}-{name}"
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

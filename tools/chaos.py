@@ -3,10 +3,12 @@
 Usage:
     bash tools/local_slurm.sh up
     .venv/bin/python tools/chaos.py [--seed 0] [--steps 150] [--interval 6 12] [--max-minutes 10] [--dir DIR]
+                                    [--trainer-node NODE]
 
 Builds a tiny model and synthetic GSM8K-format data, submits a GRPO run (a trainer job and a
 2-task explorer array, transformers engine, `filesystem.keep_consumed_chunks` so the whole store
-can be audited, a short `filesystem.lease_s`), and until the trainer reports `done` injects, every
+can be audited, a short `filesystem.lease_s`; the trainer on one node and every explorer on the others, so
+with `--dir` on a shared filesystem the roles are different clients of it, as on a cluster), and until the trainer reports `done` injects, every
 `--interval` seconds (uniform), one fault drawn from:
 
 - `scancel` of a running explorer array task (a clean stop), requeued a few seconds later as an
@@ -26,7 +28,8 @@ Then it audits the run directory (`rfthpc.store.audit`): every group the trainer
 and no task is trained twice; no group is lost (each task an explorer completed with a group has
 one in a readable chunk, or in a chunk this soak truncated); every quarantined chunk is one it
 truncated; the trainer reached `total_steps` and its job ended COMPLETED. The last line is
-`FIGURES faults=… groups_lost=… groups_trained_twice=… run_completed=0|1 wall_s=…`
+`FIGURES faults=… groups_lost=… groups_trained_twice=… run_completed=0|1 unexplained_quarantined=… wall_s=…`,
+after a line `roles on nodes: trainer N; explorers N,N` (from accounting)
 (target: at least 20 faults in at most 10 minutes, 0 lost, 0 twice, completed).
 """
 
@@ -84,8 +87,18 @@ def build_inputs(root: Path) -> None:
     write_splits(root / "gsm8k", generate_splits(1500, 20, seed=0), "jsonl")
 
 
-def write_config(root: Path, steps: int) -> Path:
-    """A tiny GRPO run: a trainer job, a 2-task explorer array, faults expected everywhere."""
+def cluster_nodes() -> list[str]:
+    """The cluster's node names."""
+    return sorted(set(sh("sinfo", "-h", "-N", "-o", "%N").stdout.split()))
+
+
+def write_config(root: Path, steps: int, trainer_node: str | None) -> Path:
+    """A tiny GRPO run: a trainer job (on `trainer_node`), a 2-task explorer array (on other nodes),
+    faults expected everywhere."""
+    apart: dict[str, dict[str, Any]] = {"trainer": {}, "explorer": {}}
+    if trainer_node:
+        apart = {"trainer": {"additional_parameters": {"nodelist": trainer_node}},
+                 "explorer": {"additional_parameters": {"exclude": trainer_node}}}
     data = {
         "project": "chaos", "name": "soak", "checkpoint_root_dir": str(root / "runs"),
         "algorithm": {"algorithm_type": "grpo", "repeat_times": 4, "optimizer": {"lr": 1e-4}},
@@ -105,8 +118,8 @@ def write_config(root: Path, steps: int) -> Path:
         "filesystem": {"keep_consumed_chunks": True, "lease_s": LEASE_S},
         "slurm": {
             "signal_delay_s": 30, "max_requeues": 1000,
-            "trainer": {"time": "00:30:00", "cpus_per_task": 1, "mem": "3G"},
-            "explorer": {"time": "00:30:00", "cpus_per_task": 1, "mem": "1500M"},
+            "trainer": {"time": "00:30:00", "cpus_per_task": 1, "mem": "3G", **apart["trainer"]},
+            "explorer": {"time": "00:30:00", "cpus_per_task": 1, "mem": "1500M", **apart["explorer"]},
         },
     }
     path = root / "soak.yaml"
@@ -141,6 +154,17 @@ def states(job_ids: list[str]) -> dict[str, str]:
         if task and "[" not in task:
             out[task] = state
     return out
+
+
+def role_nodes(run: Path) -> dict[str, set[str]]:
+    """Role → the nodes its jobs ran on, from accounting."""
+    nodes: dict[str, set[str]] = {}
+    for record in job_records(run):
+        out = sh("sacct", "-n", "-X", "-P", "-j", record["job_id"], "-o", "NodeList").stdout
+        for node_list in set(out.split()) - {"None"}:
+            names = sh("scontrol", "show", "hostnames", node_list).stdout.split()
+            nodes.setdefault(record["role"], set()).update(names)
+    return nodes
 
 
 def alive(pid: int, role: str) -> bool:
@@ -342,11 +366,15 @@ def main() -> int:
     ap.add_argument("--max-minutes", type=float, default=10.0, help="give up (run_completed=0) after this long")
     ap.add_argument("--max-added", type=int, default=3, help="explorer arrays added at most")
     ap.add_argument("--dir", type=Path, default=None, help="keep the run here (default: a temporary directory)")
+    ap.add_argument("--trainer-node", default=None,
+                    help="the trainer's node; explorers run on the others (default: the first of two or more)")
     args = ap.parse_args()
     root = args.dir or Path(tempfile.mkdtemp(prefix="rfthpc-chaos-"))
     root.mkdir(parents=True, exist_ok=True)
     build_inputs(root)
-    out = rfthpc("submit", "--config", str(write_config(root, args.steps)))
+    nodes = cluster_nodes()
+    trainer_node = args.trainer_node or (nodes[0] if len(nodes) > 1 else None)
+    out = rfthpc("submit", "--config", str(write_config(root, args.steps, trainer_node)))
     if out.returncode != 0:
         print(out.stderr, file=sys.stderr)
         return 1
@@ -383,6 +411,9 @@ def main() -> int:
     for _, kind, _ in soak.faults:
         kinds[kind] = kinds.get(kind, 0) + 1
     print(f"faults by kind: {kinds}", flush=True)
+    placed = role_nodes(run)
+    print(f"roles on nodes: trainer {','.join(sorted(placed.get('trainer', ())))}; "
+          f"explorers {','.join(sorted(placed.get('explorer', ())))}", flush=True)
     print(f"FIGURES faults={len(soak.faults)} groups_lost={figures['groups_lost']} "
           f"groups_trained_twice={figures['groups_trained_twice']} run_completed={figures['run_completed']} "
           f"unexplained_quarantined={figures['unexplained_quarantined']} wall_s={wall:.0f}", flush=True)

@@ -114,9 +114,20 @@ start_volume() {
 
 mounted() { mountpoint -q "$1" 2>/dev/null; }
 
+# clear_stale DIR: a client that died (killed, or the machine's session ended) leaves its mount behind,
+# answering "Transport endpoint is not connected"; detach it so a new client can mount there.
+clear_stale() {
+    local dir=$1
+    stat "$dir" >/dev/null 2>&1 && return 0
+    awk -v d="$dir" '$2 == d {found = 1} END {exit !found}' /proc/self/mounts || return 0
+    echo "shared_fs: $dir is a dead client's mount; detaching it" >&2
+    umount -l "$dir"
+}
+
 # mount_client DIR PIDFILE: a FUSE client of the volume at DIR, default options, its pid in PIDFILE.
 mount_client() {
     local dir=$1 pidfile=$2 i
+    clear_stale "$dir"
     mkdir -p "$dir" "$(dirname "$pidfile")" "$LOG_DIR"
     glusterfs --volfile-server=127.0.0.1 --volfile-id="$VOLUME" --pid-file="$pidfile" \
         --log-file="$LOG_DIR/client-$(basename "$pidfile" .pid).log" --log-level=WARNING "$dir" 9>&- \

@@ -23,6 +23,11 @@ REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 T = TypeVar("T")
 
+#: `slurm` keys that put the trainer's first node (its rank 0) on n1 and every explorer on another node:
+#: the roles then hand experience and weights to each other through different clients of the shared
+#: filesystem the cluster's nodes mount (tests/conftest.py).
+APART = {"trainer": {"additional_parameters": {"nodelist": "n1"}},
+         "explorer": {"additional_parameters": {"exclude": "n1"}}}
 TERMINAL = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "TIMEOUT"}
 
 
@@ -69,6 +74,17 @@ def wait_terminal(job_id: str, timeout: float, n_rows: int = 1) -> dict[str, str
         states = sacct_states(job_id)
         return states if len(states) >= n_rows and all(s in TERMINAL for s in states.values()) else None
     return wait_for(done, timeout, f"job {job_id} to finish")
+
+
+def job_nodes(job_id: str) -> dict[str, list[str]]:
+    """Sub-id (`12`, `12_0`) → the nodes it ran on, from accounting."""
+    out = run_cmd("sacct", "-n", "-X", "-P", "-j", job_id, "-o", "JobID,NodeList").stdout
+    nodes = {}
+    for line in out.splitlines():
+        sub, _, node_list = line.partition("|")
+        if sub and "[" not in sub and node_list not in ("", "None assigned"):
+            nodes[sub] = run_cmd("scontrol", "show", "hostnames", node_list).stdout.split()
+    return nodes
 
 
 def scontrol_field(job_id: str, field: str) -> str:

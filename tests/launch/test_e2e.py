@@ -20,10 +20,12 @@ from rfthpc.rundir.paths import RunDir
 from rfthpc.sharedfs.fileops import read_json
 from tests.conftest import cancel
 from tests.launch.conftest import (
+    APART,
     PYTHON,
     REPO,
     TERMINAL,
     cluster_report,
+    job_nodes,
     rfthpc,
     run_cmd,
     sacct_states,
@@ -131,9 +133,10 @@ def submit(config: Path, *extra: str) -> Path:
 
 
 @pytest.fixture
-def runs(tmp_path: Path):
-    """A root for run directories; every job recorded under it is cancelled at the end."""
-    root = tmp_path / "runs"
+def runs(shared_dir: Path):
+    """A root for run directories on the shared filesystem (each node its own client); every job recorded
+    under it is cancelled at the end."""
+    root = shared_dir / "runs"
     yield root
     for jobs in root.glob("*/*/jobs.jsonl"):
         cancel(*job_ids(jobs.parent))
@@ -141,9 +144,11 @@ def runs(tmp_path: Path):
 
 def test_submit_runs_trainer_and_explorer_array(slurm_cluster: None, demo_data: Path, runs: Path,
                                                  tmp_path: Path) -> None:
-    """A 2-node trainer (srun + torchrun, gloo) and a 2-task explorer array run 4 steps; status shows them."""
-    cfg = write_yaml(tmp_path / "run.yaml", tiny_config(demo_data, runs, "separate",
-                                                      slurm={"trainer": {"nodes": 2}}))
+    """A 2-node trainer (srun + torchrun, gloo) and a 2-task explorer array run 4 steps; status shows them.
+    The trainer's rank 0 and the explorers run on different nodes, so different clients of the shared
+    filesystem the run directory is on."""
+    slurm = {"trainer": {"nodes": 2, **APART["trainer"]}, "explorer": APART["explorer"]}
+    cfg = write_yaml(tmp_path / "run.yaml", tiny_config(demo_data, runs, "separate", slurm=slurm))
     run = submit(cfg)
     trainer_id, explorer_id = job_ids(run)
     meta = wait_done(run, trainer_id)
@@ -152,12 +157,16 @@ def test_submit_runs_trainer_and_explorer_array(slurm_cluster: None, demo_data: 
     assert states == {trainer_id: "COMPLETED"}, log_tails(run)
     assert wait_terminal(explorer_id, 120, n_rows=2) == {f"{explorer_id}_0": "COMPLETED",
                                                         f"{explorer_id}_1": "COMPLETED"}, log_tails(run)
+    trainer_nodes, explorer_nodes = job_nodes(trainer_id), job_nodes(explorer_id)
+    assert trainer_nodes[trainer_id][0] == "n1" and len(trainer_nodes[trainer_id]) == 2
+    assert {n for nodes in explorer_nodes.values() for n in nodes} <= {"n2", "n3"}, explorer_nodes
     status = rfthpc("status", str(run))
     assert status.returncode == 0, status.stderr
     text = status.stdout
     assert "trainer: step 4" in text and "— done" in text
     assert f"{explorer_id}_0" in text and f"{explorer_id}_1" in text and "COMPLETED" in text
     assert "consumed 16" in text
+    assert f"fuse.glusterfs at {runs.parents[2]}" in text
     check_exactly_once(consumption(run), expected_consumed=16)
     # One torchrun per virtual node, each with its own log.
     node_logs = [(run / "log" / f"{trainer_id}_{t}_log.out").read_text() for t in (0, 1)]
@@ -171,7 +180,8 @@ def test_submit_runs_trainer_and_explorer_array(slurm_cluster: None, demo_data: 
 def test_preemption_cancel_and_requeue_lose_nothing(slurm_cluster: None, demo_data: Path, runs: Path,
                                                     tmp_path: Path) -> None:
     """scancel of an explorer task and USR2 to the other while they explore; USR2 to the trainer, then
-    `scontrol requeue` of it after it resumed; wandb on (offline), as the shipped configs have it.
+    `scontrol requeue` of it after it resumed; wandb on (offline), as the shipped configs have it. The
+    trainer and the explorers run on different nodes (different clients of the shared filesystem).
 
     The run still finishes all its steps; the trainer resumes from its checkpoints; every group it
     took is a distinct task, taken once. Each stop is clean although Slurm's signal also reaches
@@ -181,7 +191,7 @@ def test_preemption_cancel_and_requeue_lose_nothing(slurm_cluster: None, demo_da
     total = 16
     cfg = write_yaml(tmp_path / "run.yaml", tiny_config(demo_data, runs, "preempt", buffer={"total_steps": total},
                                                       monitor={"monitor_type": ["console", "wandb"],
-                                                               "wandb_mode": "offline"}))
+                                                               "wandb_mode": "offline"}, slurm=APART))
     run = submit(cfg)
     trainer_id, explorer_id = job_ids(run)
     wait_for(lambda: groups_of(run, "explorer") >= 2, RUN_TIMEOUT_S, "both explorers to commit groups")

@@ -262,6 +262,7 @@ def test_explorers_joining_with_other_settings_are_refused(run_dir: Path) -> Non
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # above the 300 s kill wait plus the 900 s hang guard below
 @pytest.mark.parametrize(("kind", "ahead", "shards"), [("link", 2, 3), ("strict-soft", 1, 1)])
 def test_many_explorer_processes_explore_each_task_once_despite_kills(kind: str, ahead: int, shards: int,
                                                                       run_dir: Path, tmp_path: Path) -> None:

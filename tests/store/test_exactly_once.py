@@ -1,4 +1,9 @@
-"""Ten writer processes and one reader, with random SIGKILLs: every committed group read exactly once."""
+"""Ten writer processes and one reader, with random SIGKILLs: every committed group read exactly once.
+
+The store is on the local cluster's shared filesystem and the processes run on different nodes, so
+through different clients of it (tests/conftest.py): writers of explorer `ea` on n1, of `eb` on n3,
+the reader on n2.
+"""
 
 from __future__ import annotations
 
@@ -17,18 +22,22 @@ import pytest
 from rfthpc.sharedfs.fileops import is_temporary
 from rfthpc.store.chunks import read_chunk
 from rfthpc.store.layout import list_chunks
+from tests.conftest import on_node
 
 PROCS = Path(__file__).with_name("procs.py")
 REPO = Path(__file__).parents[2]
 SLOTS = [("ea", r) for r in range(5)] + [("eb", r) for r in range(5)]
 GROUPS_PER_PROCESS = 48
 GROUPS_PER_CHUNK = 8
+NODE_OF = {"ea": "n1", "eb": "n3", "reader": "n2"}
 TMP_CHUNK = re.compile(r"^\.tmp-c\d+-[0-9a-f]+-(?P<seq>\d+)\.h5\..+-(?P<pid>\d+)-[0-9a-f]{8}$")
 
 
-def _start(*args: str) -> subprocess.Popen:
+def _start(node: str, *args: str) -> subprocess.Popen:
+    """procs.py with `args` on `node` (its pid is the Python process's: nsenter execs it)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen([sys.executable, str(PROCS), *args], env=env, stderr=subprocess.PIPE)
+    return subprocess.Popen(on_node(node, [sys.executable, str(PROCS), *args], cwd=REPO), env=env,
+                            stderr=subprocess.PIPE)
 
 
 def _kill(p: subprocess.Popen) -> None:
@@ -37,8 +46,11 @@ def _kill(p: subprocess.Popen) -> None:
 
 
 @pytest.mark.slow
-def test_every_committed_group_is_read_exactly_once_under_sigkills(tmp_path: Path) -> None:
-    run = tmp_path / "run"
+@pytest.mark.slurm
+@pytest.mark.timeout(900)
+def test_every_committed_group_is_read_exactly_once_under_sigkills(node_clients: dict[str, int], shared_dir: Path,
+                                                                    tmp_path: Path) -> None:
+    run = shared_dir / "run"
     run.mkdir()
     (run / "config.yaml").write_text("mode: both\n")
     log, ckpt, done, acks = tmp_path / "reader.jsonl", tmp_path / "ckpt.json", tmp_path / "done", tmp_path / "acks"
@@ -47,20 +59,21 @@ def test_every_committed_group_is_read_exactly_once_under_sigkills(tmp_path: Pat
 
     def start_writer(slot: int) -> subprocess.Popen:
         explorer, rank = SLOTS[slot]
-        return _start("writer", str(run), explorer, str(rank), str(GROUPS_PER_PROCESS), str(GROUPS_PER_CHUNK),
+        return _start(NODE_OF[explorer], "writer", str(run), explorer, str(rank), str(GROUPS_PER_PROCESS),
+                      str(GROUPS_PER_CHUNK),
                       str(acks / f"{explorer}-{rank}.jsonl"))
 
     writers = {slot: start_writer(slot) for slot in range(len(SLOTS))}
-    reader = _start("reader", str(run), str(log), str(ckpt), str(done), "5")
+    reader = _start(NODE_OF["reader"], "reader", str(run), str(log), str(ckpt), str(done), "5")
     try:
         random_kills = mid_chunk_kills = reader_kills = 0
         # Kills are scheduled by progress (chunks committed so far), not by the clock: on a quiet
-        # machine the writers may finish in a few seconds, on a loaded one they take a minute. Every
+        # machine the writers may finish in a few seconds, on a loaded one they take minutes. Every
         # writer commits GROUPS_PER_PROCESS / GROUPS_PER_CHUNK = 6 chunks, so all scheduled kills fall
         # before the 60th chunk, while writers are still running.
         random_kill_at = sorted(rng.randint(3, 40) for _ in range(8))
         reader_kill_at = [12, 30]
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 400
         while (writers or reader_kill_at) and time.monotonic() < deadline:
             for slot, p in list(writers.items()):
                 if p.poll() is not None:
@@ -92,11 +105,11 @@ def test_every_committed_group_is_read_exactly_once_under_sigkills(tmp_path: Pat
                 reader_kill_at.pop(0)
                 _kill(reader)
                 reader_kills += 1
-                reader = _start("reader", str(run), str(log), str(ckpt), str(done), "5")
+                reader = _start(NODE_OF["reader"], "reader", str(run), str(log), str(ckpt), str(done), "5")
             time.sleep(0.002)
         assert not writers, "writers did not finish in time"
         done.touch()
-        reader.wait(timeout=40)
+        reader.wait(timeout=120)
         assert reader.returncode == 0, reader.stderr.read().decode()
     finally:
         for p in [*writers.values(), reader]:
