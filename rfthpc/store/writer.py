@@ -18,7 +18,7 @@ from typing import Self
 
 from rfthpc.errors import UserError
 from rfthpc.rundir.paths import check_name
-from rfthpc.sharedfs.fileops import apply_mode, fsync_dir, make_dirs, temporary_name
+from rfthpc.sharedfs.fileops import fsync_dir, make_dirs, temporary_name
 from rfthpc.store.chunks import ChunkBuilder, PendingGroup
 from rfthpc.store.layout import chunk_name, chunk_note, experience_doorbell, open_store, stream_key
 from rfthpc.store.schema import Group, check_group
@@ -124,12 +124,6 @@ class ChunkWriter:
         attrs = {"explorer": self.explorer, "rank": self.rank, "stream": self.stream, "seq": self.seq}
         try:
             self._chunk.write(tmp, attrs)
-            fd = os.open(tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            apply_mode(tmp, is_dir=False)
             final = self.dir / chunk_name(self.rank, self.token, self.seq, time.time_ns(), len(self._chunk))
             os.replace(tmp, final)
         except BaseException:

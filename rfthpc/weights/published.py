@@ -28,6 +28,8 @@ initial model (`model.model_path`) until the trainer publishes.
 from __future__ import annotations
 
 import contextlib
+import errno
+import hashlib
 import json
 import logging
 import os
@@ -75,8 +77,14 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgp
 
 _STEP_RE = re.compile(r"^step_(\d+)$")
 _DELTA_RE = re.compile(r"^delta_(\d+)\.rfd$")
-TMP_RE = re.compile(r"^" + re.escape(TMP_PREFIX) + r"(step|delta)_\d+-(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]{8}(\.rfd)?$")
-"""Temporary names of snapshots and deltas being written (the publisher's host and pid in them)."""
+TMP_RE = re.compile(r"^" + re.escape(TMP_PREFIX)
+                    + r"(step_\d+|delta_\d+|config)-(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]{8}(\.rfd)?$")
+"""Temporary names of snapshots, deltas and staged configurations being written (the writer's host and
+pid in them)."""
+CONFIG_PREFIX = ".config-"
+"""weights/.config-<digest>: the configuration files every snapshot links (`staged_config`)."""
+# Where a filesystem refuses hard links (or across filesystems) a snapshot copies its configuration.
+_NO_LINKS = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP})
 _TMP_MAX_AGE_S = 3600.0
 
 
@@ -157,17 +165,75 @@ def is_weight_file(name: str) -> bool:
     return name.endswith(WEIGHT_SUFFIXES) or name.endswith(".index.json")
 
 
+def config_file_names(src: Path) -> list[str]:
+    """The top-level non-weight files of model directory `src` (config, generation config, tokenizer,
+    chat template), sorted."""
+    return sorted(e.name for e in os.scandir(src) if e.is_file() and not e.name.startswith(".")
+                  and not is_weight_file(e.name) and e.name not in (STABLE, CHECKSUMS))
+
+
 def copy_config_files(src: Path, dst: Path) -> list[str]:
-    """Copy the top-level non-weight files of model directory `src` (config, generation config,
-    tokenizer, chat template) into `dst`; return their names."""
+    """Copy the configuration files of model directory `src` (`config_file_names`) into `dst`; return
+    their names."""
     make_dirs(dst)
-    copied = []
-    for entry in sorted(os.scandir(src), key=lambda e: e.name):
-        name = entry.name
-        if entry.is_file() and not name.startswith(".") and not is_weight_file(name) and name not in (STABLE, CHECKSUMS):
-            shutil.copyfile(entry.path, Path(dst) / name)
-            copied.append(name)
-    return copied
+    names = config_file_names(src)
+    for name in names:
+        shutil.copyfile(Path(src) / name, Path(dst) / name)
+    return names
+
+
+def staged_config(run_dir: Path, config_dir: Path, dtype_name: str) -> Path:
+    """The configuration files of `config_dir`, ready for every snapshot of this run to link:
+    weights/.config-<digest of their names, bytes and `dtype_name`>, its config.json recording
+    `dtype_name` and every file fsynced.
+
+    Why: copying and syncing a dozen tokenizer and config files into each published version costs
+    several metadata round trips per file on a network filesystem (about 40 ms a version on the
+    test bed's GlusterFS); a hard link is one. The digest names the content, so a resumed trainer
+    reuses the directory and a different model gets its own.
+    """
+    names = config_file_names(config_dir)
+    digest = hashlib.sha256(dtype_name.encode())
+    for name in names:
+        digest.update(f"\0{name}\0".encode() + (Path(config_dir) / name).read_bytes())
+    run = RunDir(run_dir)
+    final = run.weights / f"{CONFIG_PREFIX}{digest.hexdigest()[:16]}"
+    if final.is_dir():
+        return final
+    make_dirs(run.weights)
+    tmp = temporary_path(run.root, "config")
+    try:
+        copy_config_files(config_dir, tmp)
+        if (tmp / "config.json").is_file():
+            _set_config_dtype(tmp / "config.json", dtype_name)
+        for name in names:
+            _fsync_file(tmp / name)
+        fsync_dir(tmp)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not final.is_dir():
+                raise
+            shutil.rmtree(tmp)  # another publisher staged the same files first
+        fsync_dir(run.weights)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def _link_config_files(staged: Path, dst: Path) -> None:
+    """Hard-link every file of `staged` (a `staged_config` directory) into `dst`; copy (and fsync)
+    where the filesystem refuses links."""
+    for name in config_file_names(staged):
+        try:
+            os.link(staged / name, dst / name)
+            continue
+        except OSError as e:
+            if e.errno not in _NO_LINKS:
+                raise
+        shutil.copyfile(staged / name, dst / name)
+        _fsync_file(dst / name)
 
 
 def _fsync_file(path: Path) -> None:
@@ -212,21 +278,27 @@ def write_hf_dir(
     config_dir: Path,
     dtype: torch.dtype | None = None,
     max_shard_bytes: int = MAX_SHARD_BYTES,
+    staged: bool = False,
 ) -> None:
     """Write a Hugging Face model directory into `out` (which should be new and private to the caller).
 
     Weights go to `model.safetensors`, or to `model-0000i-of-0000n.safetensors` shards with a
     `model.safetensors.index.json` when larger than `max_shard_bytes`, written tensor by tensor
     without copies; configuration files are copied from `config_dir`; config.json records the
-    stored dtype. Every file is fsynced.
+    stored dtype. Every file is fsynced. With `staged`, `config_dir` is a `staged_config` directory
+    and its files are linked as they are.
     """
     from rfthpc.weights.safetensors_write import write_shards
 
     make_dirs(out)
-    config_files = copy_config_files(config_dir, out)
     stream = weights if isinstance(weights, TensorStream) else TensorStream.of(weights, dtype)
-    if (out / "config.json").is_file() and stream.entries:
-        _set_config_dtype(out / "config.json", str(stream.entries[0].dtype).removeprefix("torch."))
+    if staged:
+        _link_config_files(config_dir, out)
+        config_files = []
+    else:
+        config_files = copy_config_files(config_dir, out)
+        if (out / "config.json").is_file() and stream.entries:
+            _set_config_dtype(out / "config.json", str(stream.entries[0].dtype).removeprefix("torch."))
     # write_shards fsyncs the weight files it writes; the copied configuration is fsynced here.
     for name in write_shards(out, stream.entries, ((name, [t]) for name, t in stream.tensors), max_shard_bytes):
         apply_mode(out / name, is_dir=False)
@@ -279,13 +351,15 @@ def write_snapshot(
     on_tensor: Callable[[str, torch.Tensor, int], None] | None = None,
     stripe_count: int = 0,
     adapter_config: Mapping[str, object] | None = None,
+    staged: bool = False,
 ) -> Path:
     """Write `weights` as the full snapshot `weights/step_<step>` (STABLE last); `latest` is not touched.
 
     Every tensor is cast to its stored dtype, checksummed and handed to `on_tensor(name, tensor,
     crc)` before it is written (the delta publisher reads the same pass). `stripe_count` > 0 sets
     the Lustre stripe count of the new directory (`set_stripe`). With `adapter_config` the snapshot
-    is a PEFT adapter directory (`write_adapter_dir`; `config_dir` is not read).
+    is a PEFT adapter directory (`write_adapter_dir`; `config_dir` is not read). With `staged`,
+    `config_dir` is a `staged_config` directory whose files are linked.
     """
     from rfthpc.weights.delta import tensor_crc
 
@@ -309,7 +383,7 @@ def write_snapshot(
         make_dirs(tmp)
         set_stripe(tmp, stripe_count)
         if adapter_config is None:
-            write_hf_dir(tmp, TensorStream(stream.entries, checked()), config_dir, dtype, max_shard_bytes)
+            write_hf_dir(tmp, TensorStream(stream.entries, checked()), config_dir, dtype, max_shard_bytes, staged)
         else:
             write_adapter_dir(tmp, TensorStream(stream.entries, checked()), adapter_config)
         write_checksums(tmp, step, crcs)

@@ -76,6 +76,7 @@ class Publisher:
         self._crcs: dict[str, int] = {}
         self._version: int | None = None
         self._since_full = 0
+        self._staged: Path | None = None
 
     def publish(self, version: int, stream: published.TensorStream) -> Publication | None:
         """Publish `stream` as `version` and point `latest` at it; None (and the stream not read) if
@@ -113,9 +114,12 @@ class Publisher:
             owned = published.TensorStream([dataclasses.replace(e, dtype=self.dtype) for e in stream.entries],
                                          self._owned(stream))
             if full:
-                path = published.write_snapshot(self.run_dir, version, owned, self.config_dir, self.dtype,
-                                              on_tensor=keep, stripe_count=self.stripe_count,
-                                              adapter_config=self.adapter_config)
+                if self.adapter_config is None and self._staged is None:
+                    self._staged = published.staged_config(self.run_dir, self.config_dir,
+                                                           str(self.dtype).removeprefix("torch."))
+                path = published.write_snapshot(self.run_dir, version, owned, self._staged or self.config_dir,
+                                              self.dtype, on_tensor=keep, stripe_count=self.stripe_count,
+                                              adapter_config=self.adapter_config, staged=self._staged is not None)
                 full_bytes = sum(p.stat().st_size for p in path.glob("*.safetensors"))
             else:
                 from rfthpc.weights.delta import tensor_crc

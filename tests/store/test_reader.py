@@ -274,15 +274,19 @@ def test_a_filesystem_error_delays_a_chunk_without_quarantining_it(
     from rfthpc.store import chunks
 
     _write(run_dir, "ex", 0, ["t0", "t1", "t2", "t3"], per_chunk=2)
-    real_file, failing = h5py.File, {"left": 3}
+    failing = {"left": 3}
 
-    def flaky_file(path, *args, **kwargs):
-        if failing["left"] and str(path).endswith(".h5"):
-            failing["left"] -= 1
-            raise OSError(errno.EIO, "Input/output error", str(path))
-        return real_file(path, *args, **kwargs)
+    def flaky(real):
+        def opener(path, *args, **kwargs):
+            if failing["left"] and str(path).endswith(".h5"):
+                failing["left"] -= 1
+                raise OSError(errno.EIO, "Input/output error", str(path))
+            return real(path, *args, **kwargs)
+        return opener
 
-    monkeypatch.setattr(chunks.h5py, "File", flaky_file)
+    # A chunk's groups are read through open() whole, its attributes through h5py: both may fail.
+    monkeypatch.setattr(chunks.h5py, "File", flaky(h5py.File))
+    monkeypatch.setattr(chunks, "open", flaky(open), raising=False)
     reader = StoreReader(run_dir, poll_s=0.01)
     with caplog.at_level(logging.WARNING):
         assert _ids(reader.take(4, 0, timeout_s=5)) == ["t0", "t1", "t2", "t3"]

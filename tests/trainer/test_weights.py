@@ -184,3 +184,47 @@ def test_published_files_follow_the_runs_permission_policy(run: RunDir, tiny_mod
     finally:
         fsutil.set_share_group(None)
     assert {stat.S_IMODE(p.stat().st_mode) for p in path.iterdir()} == {0o660}
+
+
+def test_a_publisher_links_one_staged_configuration_into_every_version(run: RunDir, tiny_model: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The configuration files are copied once per run (weights/.config-<digest>, config.json recording
+    the dtype) and hard-linked into each version; a resumed publisher reuses them; where the filesystem
+    refuses links, each version gets copies that load the same."""
+    import errno
+    import json
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rfthpc.weights.publisher import Publisher
+
+    state = _model_state(tiny_model)
+    publisher = Publisher(run.root, tiny_model, torch.bfloat16, delta="off")
+    for version in (1, 2):
+        publisher.publish(version, weights.TensorStream.of(state))
+    staged = [p for p in run.weights.iterdir() if p.name.startswith(weights.CONFIG_PREFIX)]
+    assert len(staged) == 1
+    names = sorted(p.name for p in staged[0].iterdir())
+    assert "config.json" in names and "tokenizer.json" in names and not any(map(weights.is_weight_file, names))
+    for version in (1, 2):
+        for name in names:
+            assert (weights.step_dir(run.root, version) / name).stat().st_ino == (staged[0] / name).stat().st_ino
+    assert json.loads((weights.step_dir(run.root, 2) / "config.json").read_text())["dtype"] == "bfloat16"
+    assert AutoModelForCausalLM.from_pretrained(weights.step_dir(run.root, 2)).dtype == torch.bfloat16
+    assert AutoTokenizer.from_pretrained(weights.step_dir(run.root, 2)).chat_template
+
+    real_link = os.link
+
+    def no_links_in_snapshots(src: str | Path, dst: str | Path) -> None:
+        if Path(dst).parent.name.startswith(".tmp-step_"):
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        real_link(src, dst)
+
+    monkeypatch.setattr(os, "link", no_links_in_snapshots)
+    Publisher(run.root, tiny_model, torch.bfloat16, delta="off").publish(3, weights.TensorStream.of(state))
+    assert [p for p in run.weights.iterdir() if p.name.startswith(weights.CONFIG_PREFIX)] == staged
+    copied = weights.step_dir(run.root, 3)
+    for name in names:
+        assert (copied / name).stat().st_ino != (staged[0] / name).stat().st_ino
+        assert (copied / name).read_bytes() == (staged[0] / name).read_bytes()
+    assert AutoModelForCausalLM.from_pretrained(copied).dtype == torch.bfloat16
