@@ -18,13 +18,15 @@ client; tools/shared_fs.sh sets one up). Every side is a process of its own, wit
    soon as it is staged. Latency: when the engine holds the version minus when `publish` returned.
 3. the demo (configs/tiny-cpu.yaml: an SFT warm-up, then GRPO with vLLM rollouts and evaluations),
    its roles started as `rfthpc run` starts them, with the trainer on one client and the explorer on
-   the other, against the same run with both on the local disk.
+   the other, against the same run with both on the local disk; in rounds of local, volume, volume,
+   local (the machine's drift falls on both sides alike), the ratio of the two sides' medians.
 
 Figures (the last line): `FIGURES commit_visible_p99_s=… publish_load_p99_s=… demo_wall_vs_local=…
 fs=…`, the volume's, then `local_commit_visible_p99_s=…` and `local_publish_load_p99_s=…` (each p50
 beside it) for comparison.
 
 Usage: python tools/bench_handoff.py --clients DIR_A DIR_B [--local DIR] [--trials 50] [--interval 0.5] [--no-demo]
+       [--demo-rounds 1]
 """
 
 from __future__ import annotations
@@ -60,7 +62,9 @@ class Args:
     interval: float = 0.5
     """Mean seconds between two hand-offs (each drawn uniformly within +-50 %)."""
     demo: bool = True
-    """Also run the demo on both filesystems (about 4 minutes each on two cores)."""
+    """Also run the demo on both filesystems (about 2 minutes a run on two cores)."""
+    demo_rounds: int = 1
+    """Rounds of demo runs, each local, volume, volume, local."""
 
 
 # ---- 1. commit -> trainer has the group ------------------------------------------------------------
@@ -260,11 +264,17 @@ def main(argv: list[str] | None = None) -> int:
             from rfthpc.demos.gsm8k import MakeDemoArgs, make_demo
 
             make_demo(MakeDemoArgs(out=work / "demo-data", seed=0))
-            local_wall = demo_wall(local_run, local_run, work / "demo-data", f"local-{tag}")
-            volume_wall = demo_wall(a, b, work / "demo-data", f"volume-{tag}")
+            walls: dict[str, list[float]] = {"local": [], "volume": []}
+            for n in range(args.demo_rounds):
+                for side in ("local", "volume", "volume", "local"):
+                    where = (local_run, local_run) if side == "local" else (a, b)
+                    walls[side].append(demo_wall(*where, work / "demo-data", f"{side}-{tag}-{len(walls[side])}"))
+            local_wall, volume_wall = statistics.median(walls["local"]), statistics.median(walls["volume"])
             figures["demo_wall_vs_local"] = volume_wall / local_wall
             print(f"demo: {local_wall:.0f} s on the local disk, {volume_wall:.0f} s with the trainer and the "
-                  f"explorer on two clients ({figures['demo_wall_vs_local']:.2f}x)", flush=True)
+                  f"explorer on two clients ({figures['demo_wall_vs_local']:.2f}x; medians of local "
+                  f"{', '.join(f'{w:.0f}' for w in walls['local'])} and volume "
+                  f"{', '.join(f'{w:.0f}' for w in walls['volume'])})", flush=True)
         line = " ".join(f"{k}={v:.4g}" for k, v in figures.items() if not k.startswith("local_"))
         local_line = " ".join(f"{k}={v:.4g}" for k, v in figures.items() if k.startswith("local_"))
         print(f"FIGURES {line} fs={_fs_type(a)} {local_line}")
