@@ -122,6 +122,13 @@ def _start(*args: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
+def _claimed(run_dir: Path) -> bool:
+    """True once an explorer has written the taskset's first claims state."""
+    from rfthpc.tasks.claims import read_state, shard_journal
+
+    return read_state(shard_journal(run_dir, "ts", 0))[1] is not None
+
+
 def _wait_for(what: str, cond, procs: list[subprocess.Popen], timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not cond():
@@ -158,7 +165,7 @@ def test_run_reaches_total_steps_with_drops_joiners_and_a_trainer_restart(run_di
     dropped group, and the trainer trains all its steps on distinct groups of distinct tasks."""
     settings = json.dumps({"tasks": 40, "epochs": 1, "steps": 6, "batch": 4, "max_staleness": 1})
     straggler = _start("explorer", str(run_dir), "slow/0", settings, "3")
-    _wait_for("the straggler's claims", lambda: (run_dir / "tasks" / "ts" / "claims.json").exists(), [straggler])
+    _wait_for("the straggler's claims", lambda: _claimed(run_dir), [straggler])
     fast = _start("explorer", str(run_dir), "fast/0", settings)
     trainer = _start("trainer", str(run_dir), settings)
     procs = [straggler, fast, trainer]
@@ -195,7 +202,7 @@ def test_run_ends_cleanly_when_the_data_runs_out(run_dir: Path) -> None:
     trainer stops after its last full batch, knowing that the epochs are used up."""
     settings = json.dumps({"tasks": 25, "epochs": 1, "steps": 6, "batch": 4, "max_staleness": 1})
     straggler = _start("explorer", str(run_dir), "slow/0", settings, "3")
-    _wait_for("the straggler's claims", lambda: (run_dir / "tasks" / "ts" / "claims.json").exists(), [straggler])
+    _wait_for("the straggler's claims", lambda: _claimed(run_dir), [straggler])
     procs = [straggler, _start("explorer", str(run_dir), "fast/0", settings),
              _start("trainer", str(run_dir), settings)]
     for p in procs:
