@@ -31,6 +31,8 @@
 # there that this script did not write is never overwritten.
 set -Eeuo pipefail
 trap 'echo "local_slurm: failed (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
+# shellcheck source=tools/apt_missing.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/apt_missing.sh"
 
 STATE_DIR=${RFTHPC_SLURM_DIR:-/tmp/rfthpc-slurm}
 CONF_DIR=/etc/slurm
@@ -120,20 +122,7 @@ fail_with_log() {
 # --- install ----------------------------------------------------------------------------------
 
 install_packages() {
-    local missing=() p
-    for p in "${PACKAGES[@]}"; do
-        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-    done
-    ((${#missing[@]} == 0)) && return 0
-    command -v apt-get >/dev/null || die "missing packages ${missing[*]} and no apt-get: install them with your package manager"
-    echo "local_slurm: installing ${missing[*]}" >&2
-    export DEBIAN_FRONTEND=noninteractive
-    # Stale package lists make the install fail with 404s; refresh only then.
-    if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >"$LOG_DIR/apt.log" 2>&1; then
-        apt-get update -q >>"$LOG_DIR/apt.log" 2>&1
-        apt-get install -y -q --no-install-recommends "${missing[@]}" >>"$LOG_DIR/apt.log" 2>&1 \
-            || { tail -n 20 "$LOG_DIR/apt.log" >&2; die "apt-get install ${missing[*]} failed (log: $LOG_DIR/apt.log)"; }
-    fi
+    install_missing local_slurm "$LOG_DIR/apt.log" "${PACKAGES[@]}" || exit 1
 }
 
 # --- config -----------------------------------------------------------------------------------

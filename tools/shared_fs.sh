@@ -25,6 +25,8 @@
 # Other volumes of the same glusterd are left alone.
 set -Eeuo pipefail
 trap 'echo "shared_fs: failed (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
+# shellcheck source=tools/apt_missing.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/apt_missing.sh"
 
 STATE_DIR=${RFTHPC_SHARED_FS_DIR:-/tmp/rfthpc-sharedfs}
 MOUNT=${RFTHPC_SHARED_FS_MOUNT:-/mnt/rfthpc-shared}
@@ -61,19 +63,7 @@ alive() {
 gluster_cli() { gluster --mode=script "$@"; }
 
 install_packages() {
-    local missing=() p
-    for p in "${PACKAGES[@]}"; do
-        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-    done
-    ((${#missing[@]} == 0)) && return 0
-    command -v apt-get >/dev/null || die "missing packages ${missing[*]} and no apt-get: install them with your package manager"
-    echo "shared_fs: installing ${missing[*]}" >&2
-    export DEBIAN_FRONTEND=noninteractive
-    if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >"$LOG_DIR/apt.log" 2>&1; then
-        apt-get update -q >>"$LOG_DIR/apt.log" 2>&1
-        apt-get install -y -q --no-install-recommends "${missing[@]}" >>"$LOG_DIR/apt.log" 2>&1 \
-            || { tail -n 20 "$LOG_DIR/apt.log" >&2; die "apt-get install ${missing[*]} failed (log: $LOG_DIR/apt.log)"; }
-    fi
+    install_missing shared_fs "$LOG_DIR/apt.log" "${PACKAGES[@]}" || exit 1
 }
 
 check_fuse() {
