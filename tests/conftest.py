@@ -174,7 +174,8 @@ def node_clients(shared_fs: Path) -> dict[str, int]:
         devices[node] = int(out.stdout)
     if len(set(devices.values()) | {shared_fs.stat().st_dev}) != len(NODES) + 1:
         pytest.fail(f"the nodes do not each have a client of their own of {shared_fs}: devices {devices}, host "
-                    f"{shared_fs.stat().st_dev}; restart the cluster: `tools/local_slurm.sh down; tools/local_slurm.sh up`")
+                    f"{shared_fs.stat().st_dev}; restart the cluster: "
+                    "`tools/local_slurm.sh down; tools/local_slurm.sh up`")
     return devices
 
 

@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
 
             make_demo(MakeDemoArgs(out=work / "demo-data", seed=0))
             walls: dict[str, list[float]] = {"local": [], "volume": []}
-            for n in range(args.demo_rounds):
+            for _ in range(args.demo_rounds):
                 for side in ("local", "volume", "volume", "local"):
                     where = (local_run, local_run) if side == "local" else (a, b)
                     walls[side].append(demo_wall(*where, work / "demo-data", f"{side}-{tag}-{len(walls[side])}"))

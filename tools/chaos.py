@@ -7,9 +7,9 @@ Usage:
 
 Builds a tiny model and synthetic GSM8K-format data, submits a GRPO run (a trainer job and a
 2-task explorer array, transformers engine, `filesystem.keep_consumed_chunks` so the whole store
-can be audited, a short `filesystem.lease_s`; the trainer on one node and every explorer on the others, so
-with `--dir` on a shared filesystem the roles are different clients of it, as on a cluster), and until the trainer reports `done` injects, every
-`--interval` seconds (uniform), one fault drawn from:
+can be audited, a short `filesystem.lease_s`; the trainer on one node and every explorer on the
+others, so with `--dir` on a shared filesystem the roles are different clients of it, as on a
+cluster), and until the trainer reports `done` injects, every `--interval` seconds (uniform), one fault drawn from:
 
 - `scancel` of a running explorer array task (a clean stop), requeued a few seconds later as an
   operator would (`scontrol requeue`);
@@ -51,6 +51,7 @@ from typing import Any
 
 import yaml
 
+from rfthpc.launch.torchrun import expand_nodelist
 from rfthpc.rundir.explorer_meta import read_progress
 from rfthpc.rundir.paths import RunDir
 from rfthpc.rundir.trainer_meta import read_trainer_meta
@@ -162,8 +163,7 @@ def role_nodes(run: Path) -> dict[str, set[str]]:
     for record in job_records(run):
         out = sh("sacct", "-n", "-X", "-P", "-j", record["job_id"], "-o", "NodeList").stdout
         for node_list in set(out.split()) - {"None"}:
-            names = sh("scontrol", "show", "hostnames", node_list).stdout.split()
-            nodes.setdefault(record["role"], set()).update(names)
+            nodes.setdefault(record["role"], set()).update(expand_nodelist(node_list))
     return nodes
 
 

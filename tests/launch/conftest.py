@@ -19,6 +19,8 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
+from rfthpc.launch.torchrun import expand_nodelist
+
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 T = TypeVar("T")
@@ -83,7 +85,7 @@ def job_nodes(job_id: str) -> dict[str, list[str]]:
     for line in out.splitlines():
         sub, _, node_list = line.partition("|")
         if sub and "[" not in sub and node_list not in ("", "None assigned"):
-            nodes[sub] = run_cmd("scontrol", "show", "hostnames", node_list).stdout.split()
+            nodes[sub] = expand_nodelist(node_list)
     return nodes
 
 
