@@ -4,15 +4,20 @@ The handler only records the request; the role's loop checks it between units of
 cleanly (the trainer writes a checkpoint; an explorer commits its finished groups and releases the
 claims it has not finished), then exits with `EXIT_PREEMPTED` (124) so the launcher requeues it.
 A second signal does not interrupt that.
+
+`exit_process` ends a role once everything it writes is closed, without Python's interpreter
+finalization.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import sys
 import threading
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 log = logging.getLogger(__name__)
 
@@ -54,3 +59,24 @@ class StopRequest:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
+
+
+def exit_process(code: int) -> NoReturn:
+    """End this role's process with `code` once everything it writes is closed, skipping Python's
+    interpreter finalization.
+
+    The trainer: gloo's worker threads outlive `destroy_process_group` (the DTensor sharding caches
+    keep the device mesh, and with it the group, alive), and one that drops a finished collective's
+    tensor while the interpreter finalizes needs the GIL, is killed instead and aborts the process:
+    a rank that trained and saved everything would end with SIGABRT, its torchrun and Slurm job
+    FAILED (pytorch/pytorch#179291). An explorer: finalizing vLLM's and torch's thousands of
+    modules and threads took 2 s after the last group was committed. Only the standard streams and
+    log handlers are left to flush.
+    """
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)

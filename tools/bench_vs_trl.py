@@ -1,7 +1,7 @@
 """rfthpc against Hugging Face TRL's `GRPOTrainer` on the demo's GRPO stage, side by side.
 
-usage: python tools/bench_vs_trl.py [--steps 150] [--rounds 2] [--small-steps 30] [--no-small] [--engine E]
-                                    [--trl-python PATH] [--dir DIR]
+usage: python tools/bench_vs_trl.py [--steps 150] [--rounds 3] [--small-steps 30] [--no-small] [--engine E]
+                                    [--trl-python PATH] [--async-python PATH] [--dir DIR]
 
 What a user would otherwise run on one machine is TRL's GRPOTrainer: one synchronous process that
 generates with transformers' `generate` and trains in turn. Both systems get the same work:
@@ -13,18 +13,28 @@ generates with transformers' `generate` and trains in turn. Both systems get the
 - the same reward (rfthpc's `math_reward`, imported by the TRL process) and hyperparameters: 16
   tasks x 8 samples per step, 16 new tokens at T=1, 8 PPO-clipped updates of 2 tasks per step
   (clip 0.2, token-mean loss, no KL, group-normalised advantages), lr 3e-4 cosine to 3e-5, fp32;
-- the same evaluation: greedy answers to the held-out test split, scored by `math_reward`, for the
-  SFT start and for each system's final model, by this script (transformers, one code path).
+- the same evaluation work inside each timed command: greedy answers to the 200 held-out problems
+  before training and after it, scored by `math_reward` (rfthpc: its explorer's start-up and final
+  evaluations, none in between; TRL: this script's evaluation in the TRL process, before `train()`
+  and after it);
+- the same accuracy figure: each final model scored again by this script, outside the timings
+  (transformers, one code path for both).
 
 rfthpc runs as `rfthpc run` with the demo's RL stage and its own defaults (one vLLM explorer, one
 trainer, one version of staleness); TRL runs in its own virtual environment (`.venv-trl`, made on
 first use with torch 2.13.0, trl 1.16.0 and math-verify, or `--trl-python`). Runs alternate A-B-A-B
-(`--rounds`). "wall" is the whole command (start-up, loading, the loop, saving); "loop" is from
-the first rollout's start to the last optimizer step's end (rfthpc: its monitor records; TRL:
-`on_train_begin` to `on_train_end`). Ratios are medians over rounds, rfthpc / TRL (below 1: rfthpc
-is faster). The same comparison runs on the `small` tiny model (~3M parameters, 48 new tokens),
-where a step takes seconds. Last line:
-`FIGURES wall_vs_trl=… loop_vs_trl=… acc=… acc_trl=… acc_sft=… wall_vs_trl_small=… loop_vs_trl_small=…`.
+(`--rounds`, 3 by default). "wall" is the whole command (start-up, loading, both evaluations, the
+loop, saving); "loop" is from the first rollout's start to the last optimizer step's end (rfthpc:
+its monitor records; TRL: `on_train_begin` to `on_train_end`); "start-up" is rfthpc's roles
+started -> first trainer step (`monitor/phases/`). Ratios are medians over rounds, rfthpc / TRL
+(below 1: rfthpc is faster), printed with their spread (lowest, highest). The same comparison runs
+on the `small` tiny model (~3M parameters, 48 new tokens), where a step takes seconds.
+
+TRL's asynchronous trainer (`trl.experimental.async_grpo.AsyncGRPOTrainer`: a vLLM server generates
+while the trainer trains) is a third column when `--async-python` names a Python with trl and vLLM;
+where it cannot run, the line says why, with its error. Last line:
+`FIGURES wall_vs_trl=… loop_vs_trl=… acc=… acc_trl=… acc_sft=… startup_s=… wall_vs_trl_small=…
+loop_vs_trl_small=… [wall_vs_async=… loop_vs_async=…]`.
 """
 
 from __future__ import annotations
@@ -62,14 +72,17 @@ class Setting:
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=150, help="GRPO steps on the demo model (the demo's 150)")
-    p.add_argument("--rounds", type=int, default=2, help="A-B rounds per model")
+    p.add_argument("--rounds", type=int, default=3, help="A-B rounds per model")
     p.add_argument("--small-steps", type=int, default=30, help="GRPO steps on the small model")
     p.add_argument("--no-small", action="store_true", help="skip the small model")
     p.add_argument("--engine", choices=("vllm", "transformers"), default=None,
                    help="rfthpc's rollout engine (default: the demo config's, vllm)")
     p.add_argument("--trl-python", type=Path, default=None, help="a Python with trl installed (default: .venv-trl)")
+    p.add_argument("--async-python", type=Path, default=None,
+                   help="a Python with trl and vLLM: adds TRL's AsyncGRPOTrainer as a third column")
     p.add_argument("--dir", type=Path, default=None, help="work directory (default: a temporary one)")
     p.add_argument("--trl-worker", type=Path, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--async-worker", type=Path, default=None, help=argparse.SUPPRESS)
     return p.parse_args()
 
 
@@ -149,6 +162,9 @@ def prepare(work: Path, setting: Setting) -> tuple[Path, Path]:
     prompts = work / f"{setting.name}-prompts.jsonl"
     if not prompts.exists():
         write_prompts(sft_model, demo / "gsm8k" / "train.jsonl", prompts)
+    held_out = work / f"{setting.name}-held-out.jsonl"
+    if not held_out.exists():
+        write_prompts(sft_model, demo / "gsm8k" / "test.jsonl", held_out)
     return sft_model, prompts
 
 
@@ -192,9 +208,8 @@ def rfthpc_round(work: Path, setting: Setting, sft_model: Path, k: int, engine: 
     raw.update(name=name, checkpoint_root_dir=str(work / "runs"), monitor={"monitor_type": []})
     raw["model"].update(model_path=str(sft_model), max_response_tokens=setting.max_response_tokens)
     raw["buffer"]["total_steps"] = setting.steps
-    # Evaluation is this script's, for both systems alike.
-    raw["buffer"]["explorer_input"].pop("eval_tasksets")
-    raw["explorer"]["eval_on_startup"] = False
+    # The same evaluation work as the TRL side: the held-out problems before training and after it.
+    raw["explorer"].update(eval_on_startup=True, eval_interval=setting.steps + 1)
     demo = work / "demo-data"
     cfg = write_config(work / f"{name}.yaml", raw, demo)
     wall = run([str(rfthpc_bin()), "run", "--config", str(cfg)], work / f"{name}.log")
@@ -207,7 +222,12 @@ def rfthpc_round(work: Path, setting: Setting, sft_model: Path, k: int, engine: 
     begin = min(r["time"] - r["rollout/time_s"] for r in rollouts)
     loop = max(r["time"] for r in trainer) - begin
     final = run_dir / f"global_step_{setting.steps}" / "actor" / "huggingface"
+    from rfthpc.rundir.phases import read_phases
+
+    phases = read_phases(run_dir)
     return {"wall": wall, "loop": loop, "model": final,
+            "startup": phases["trainer"]["first_step"] - phases["run"]["roles_started"],
+            "shutdown": phases["run"]["returned"] - phases["trainer"]["last_step"],
             "train_s": sum(r["perf/time_per_step"] for r in trainer),
             "wait_experience_s": sum(r.get("timing/wait_experience_s", 0.0) for r in trainer),
             "generate_s": sum(r["rollout/time_s"] for r in rollouts),
@@ -221,7 +241,8 @@ def trl_round(work: Path, setting: Setting, sft_model: Path, prompts: Path, pyth
     name = f"{setting.name}-trl-{k}"
     out = work / name
     spec = {"model": str(sft_model), "prompts": str(prompts), "out": str(out), "steps": setting.steps,
-            "max_response_tokens": setting.max_response_tokens}
+            "max_response_tokens": setting.max_response_tokens,
+            "held_out": str(work / f"{setting.name}-held-out.jsonl")}
     spec_path = work / f"{name}.json"
     spec_path.write_text(json.dumps(spec))
     wall = run([str(python), str(Path(__file__).resolve()), "--trl-worker", str(spec_path)], work / f"{name}.log")
@@ -282,30 +303,138 @@ def trl_worker(spec_path: Path) -> None:
     timer = LoopTimer()
     trainer = GRPOTrainer(model=model, reward_funcs=[math_reward], args=args, train_dataset=data,
                           processing_class=tokenizer, callbacks=[timer])
+    # The same evaluation work as rfthpc's explorer does: the held-out problems before and after training.
+    before = held_out_accuracy(model, tokenizer, Path(spec["held_out"]), spec["max_response_tokens"])
     trainer.train()
+    after = held_out_accuracy(model, tokenizer, Path(spec["held_out"]), spec["max_response_tokens"])
     trainer.save_model(spec["out"])
-    Path(spec["out"], "timing.json").write_text(json.dumps({"loop_s": timer.loop_s}))
+    Path(spec["out"], "timing.json").write_text(json.dumps({"loop_s": timer.loop_s, "acc_before": before,
+                                                            "acc_after": after}))
+
+
+# ---- TRL's AsyncGRPOTrainer -------------------------------------------------------------------
+
+def async_round(work: Path, setting: Setting, sft_model: Path, prompts: Path, python: Path, k: int) -> dict[str, Any]:
+    """TRL's AsyncGRPOTrainer with a `vllm serve` server of the SFT model (both from `python`'s
+    environment) on the same start, data and hyperparameters; wall, loop and the final model, or
+    {"error": why} when it cannot run."""
+    import socket
+    import urllib.request
+
+    name = f"{setting.name}-async-{k}"
+    out = work / name
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server_log = work / f"{name}-server.log"
+    # AsyncGRPOTrainer streams full weights to the server over NCCL: the server takes its weight-transfer
+    # group from this flag, and accepts it only in dev mode.
+    argv = [str(python), "-m", "vllm.entrypoints.cli.main", "serve", str(sft_model), "--port", str(port),
+            "--dtype", "float32", "--max-model-len", "128", "--enforce-eager",
+            "--weight-transfer-config", '{"backend":"nccl"}']
+    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    start = time.perf_counter()
+    with open(server_log, "wb") as log:
+        server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            if server.poll() is not None:
+                return {"error": f"`vllm serve` exited with {server.returncode}: {last_error(server_log)}"}
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    return {"error": "`vllm serve` did not answer /health within 300 s"}
+                time.sleep(1)
+        spec = {"model": str(sft_model), "prompts": str(prompts), "out": str(out), "steps": setting.steps,
+                "max_response_tokens": setting.max_response_tokens, "url": f"http://127.0.0.1:{port}",
+                "held_out": str(work / f"{setting.name}-held-out.jsonl")}
+        spec_path = work / f"{name}.json"
+        spec_path.write_text(json.dumps(spec))
+        log_path = work / f"{name}.log"
+        with open(log_path, "wb") as log:
+            code = subprocess.run([str(python), str(Path(__file__).resolve()), "--async-worker", str(spec_path)],
+                                  stdout=log, stderr=subprocess.STDOUT, cwd=ROOT).returncode
+        if code != 0:
+            return {"error": f"AsyncGRPOTrainer exited with {code}: {last_error(log_path)}"}
+        timing = json.loads((out / "timing.json").read_text())
+        return {"wall": time.perf_counter() - start, "loop": timing["loop_s"], "model": out}
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait()
+
+
+def last_error(log: Path) -> str:
+    """The last line of `log` that names an error (else its last line)."""
+    lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "Error" in ln or "error" in ln]
+    return (errors or lines or ["(empty log)"])[-1][:400]
+
+
+def async_worker(spec_path: Path) -> None:
+    """Inside an environment with trl and vLLM: train with AsyncGRPOTrainer against the spec's server."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
+
+    sys.path.insert(0, str(ROOT))
+    from rfthpc.rewards.math_reward import accuracy_reward
+
+    spec = json.loads(spec_path.read_text())
+    rows = [json.loads(line) for line in Path(spec["prompts"]).read_text().splitlines()]
+    data = Dataset.from_list([{"prompt": r["prompt"], "answer": r["answer"]} for r in rows])
+
+    def math_reward(completions: list[Any], answer: list[str], **_: Any) -> list[float]:
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        return [accuracy_reward(t, a)["accuracy"] for t, a in zip(texts, answer, strict=True)]
+
+    class LoopTimer(TrainerCallback):
+        def on_train_begin(self, *args: Any, **kwargs: Any) -> None:
+            self.begin = time.perf_counter()
+
+        def on_train_end(self, *args: Any, **kwargs: Any) -> None:
+            self.loop_s = time.perf_counter() - self.begin
+
+    updates = 8  # optimizer steps per 16 tasks x 8 samples, as on the other two sides
+    args = AsyncGRPOConfig(
+        output_dir=spec["out"], learning_rate=3e-4, lr_scheduler_type="cosine_with_min_lr",
+        lr_scheduler_kwargs={"min_lr_rate": 0.1}, warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,
+        per_device_train_batch_size=16, gradient_accumulation_steps=1, num_generations=8,
+        max_steps=spec["steps"] * updates, max_completion_length=spec["max_response_tokens"], temperature=1.0,
+        top_p=1.0, epsilon=0.2, max_staleness=1, vllm_server_base_url=spec["url"], use_cpu=True, bf16=False,
+        report_to="none", save_strategy="no", logging_steps=updates, disable_tqdm=True, seed=0,
+    )
+    tokenizer = AutoTokenizer.from_pretrained(spec["model"])
+    model = AutoModelForCausalLM.from_pretrained(spec["model"], dtype="float32")
+    timer = LoopTimer()
+    trainer = AsyncGRPOTrainer(model=model, reward_funcs=[math_reward], args=args, train_dataset=data,
+                               processing_class=tokenizer, callbacks=[timer])
+    before = held_out_accuracy(model, tokenizer, Path(spec["held_out"]), spec["max_response_tokens"])
+    trainer.train()
+    after = held_out_accuracy(model, tokenizer, Path(spec["held_out"]), spec["max_response_tokens"])
+    trainer.save_model(spec["out"])
+    Path(spec["out"], "timing.json").write_text(json.dumps({"loop_s": timer.loop_s, "acc_before": before,
+                                                            "acc_after": after}))
 
 
 # ---- evaluation --------------------------------------------------------------------------------
 
-def held_out_accuracy(model_dir: Path, tasks: Path, max_new_tokens: int) -> float:
-    """Greedy accuracy on the test split: rfthpc's prompt ids, transformers' generate, `math_reward`.
-    Prompts of one length are generated together, so no padding can change an answer."""
+def held_out_accuracy(model: Any, tokenizer: Any, prompts: Path, max_new_tokens: int) -> float:
+    """Greedy accuracy of `model` on the held-out prompts (rfthpc's prompt ids, from `write_prompts`):
+    transformers' generate, `math_reward`. Prompts of one length are generated together, so no
+    padding can change an answer. Runs in this script's environment and in TRL's."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rfthpc.rewards.math_reward import accuracy_reward
-    from rfthpc.tasks.tasksets import PromptBuilder
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    builder = PromptBuilder(tokenizer)
-    rows = [json.loads(line) for line in tasks.read_text().splitlines()]
+    rows = [json.loads(line) for line in prompts.read_text().splitlines()]
     by_length: dict[int, list[tuple[list[int], str]]] = {}
     for row in rows:
-        ids = builder.render(chat(row["question"]))
-        by_length.setdefault(len(ids), []).append((ids, row["answer"]))
+        by_length.setdefault(len(row["prompt_ids"]), []).append((row["prompt_ids"], row["answer"]))
+    was_training = model.training
+    model.eval()
     correct = 0
     with torch.no_grad():
         for n, items in by_length.items():
@@ -314,40 +443,78 @@ def held_out_accuracy(model_dir: Path, tasks: Path, max_new_tokens: int) -> floa
             for seq, (_, answer) in zip(out, items, strict=True):
                 text = tokenizer.decode(seq[n:], skip_special_tokens=True)
                 correct += accuracy_reward(text, answer)["accuracy"]
+    model.train(was_training)
     return correct / len(rows)
+
+
+def saved_accuracy(model_dir: Path, prompts: Path, max_new_tokens: int) -> float:
+    """`held_out_accuracy` of the Hugging Face model saved in `model_dir`."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    return held_out_accuracy(model, AutoTokenizer.from_pretrained(model_dir), prompts, max_new_tokens)
 
 
 # ---- the comparison ----------------------------------------------------------------------------
 
-def compare(work: Path, setting: Setting, rounds: int, python: Path, engine: str | None) -> dict[str, float]:
-    """A-B rounds on one setting; medians and accuracies."""
+def spread(values: list[float]) -> str:
+    """"median (lowest-highest)" of `values`."""
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+def compare(work: Path, setting: Setting, rounds: int, python: Path, engine: str | None,
+            async_python: Path | None) -> dict[str, float]:
+    """A-B rounds on one setting (A-B-C with TRL's AsyncGRPOTrainer); medians, spreads and accuracies."""
     sft_model, prompts = prepare(work, setting)
-    test = work / "demo-data" / "gsm8k" / "test.jsonl"
-    acc_sft = held_out_accuracy(sft_model, test, setting.max_response_tokens)
+    held_out = work / f"{setting.name}-held-out.jsonl"
+    acc_sft = saved_accuracy(sft_model, held_out, setting.max_response_tokens)
     print(f"[{setting.name}] SFT start: held-out accuracy {acc_sft:.3f}", flush=True)
-    ours, theirs = [], []
+    sides: dict[str, list[dict[str, Any]]] = {"trl": [], "rfthpc": []}
+    if async_python is not None:
+        sides["async"] = []
     for k in range(rounds):
-        for side in ("trl", "rfthpc"):
+        for side in sides:
             if side == "trl":
                 r = trl_round(work, setting, sft_model, prompts, python, k)
-                theirs.append(r)
+            elif side == "async":
+                r = async_round(work, setting, sft_model, prompts, async_python, k)
+                if "error" in r:
+                    print(f"[{setting.name}] TRL AsyncGRPOTrainer cannot run here: {r['error']}", flush=True)
+                    del sides["async"]
+                    break
             else:
                 r = rfthpc_round(work, setting, sft_model, k, engine)
-                ours.append(r)
-            r["acc"] = held_out_accuracy(r["model"], test, setting.max_response_tokens)
-            extra = "".join(f" {key} {r[key]:.1f} s" for key in ("train_s", "wait_experience_s", "generate_s",
-                                                                  "wait_weights_s") if key in r)
+            sides[side].append(r)
+            r["acc"] = saved_accuracy(r["model"], held_out, setting.max_response_tokens)
+            extra = "".join(f" {key} {r[key]:.1f} s" for key in ("startup", "shutdown", "train_s", "wait_experience_s",
+                                                                  "generate_s", "wait_weights_s") if key in r)
             print(f"[{setting.name}] round {k + 1} {side:6s}: wall {r['wall']:.1f} s, loop {r['loop']:.1f} s, "
                   f"held-out accuracy {r['acc']:.3f}{extra}", flush=True)
+
+    ours, theirs = sides["rfthpc"], sides["trl"]
+
+    def ratios(other: list[dict[str, Any]], key: str) -> list[float]:
+        return [a[key] / b[key] for a, b in zip(ours, other, strict=True)]
 
     def med(rs: list[dict[str, Any]], key: str) -> float:
         return statistics.median(r[key] for r in rs)
 
     result = {"wall_vs_trl": med(ours, "wall") / med(theirs, "wall"),
               "loop_vs_trl": med(ours, "loop") / med(theirs, "loop"),
-              "acc": med(ours, "acc"), "acc_trl": med(theirs, "acc"), "acc_sft": acc_sft}
-    print(f"[{setting.name}] rfthpc/TRL: wall {result['wall_vs_trl']:.2f}x, loop {result['loop_vs_trl']:.2f}x; "
-          f"held-out accuracy {acc_sft:.3f} -> rfthpc {result['acc']:.3f}, TRL {result['acc_trl']:.3f}", flush=True)
+              "acc": med(ours, "acc"), "acc_trl": med(theirs, "acc"), "acc_sft": acc_sft,
+              "startup_s": med(ours, "startup")}
+    print(f"[{setting.name}] rfthpc/TRL: wall {result['wall_vs_trl']:.2f}x (rounds {spread(ratios(theirs, 'wall'))}), "
+          f"loop {result['loop_vs_trl']:.2f}x (rounds {spread(ratios(theirs, 'loop'))}); held-out accuracy "
+          f"{acc_sft:.3f} -> rfthpc {result['acc']:.3f} ({spread([r['acc'] for r in ours])}), TRL "
+          f"{result['acc_trl']:.3f} ({spread([r['acc'] for r in theirs])}); rfthpc start-up "
+          f"{spread([r['startup'] for r in ours])} s, shutdown {spread([r['shutdown'] for r in ours])} s", flush=True)
+    if sides.get("async"):
+        them = sides["async"]
+        result.update(wall_vs_async=med(ours, "wall") / med(them, "wall"),
+                      loop_vs_async=med(ours, "loop") / med(them, "loop"), acc_async=med(them, "acc"))
+        print(f"[{setting.name}] rfthpc/AsyncGRPOTrainer: wall {result['wall_vs_async']:.2f}x, loop "
+              f"{result['loop_vs_async']:.2f}x; held-out accuracy {result['acc_async']:.3f}", flush=True)
     return result
 
 
@@ -356,15 +523,19 @@ def main() -> None:
     if args.trl_worker is not None:
         trl_worker(args.trl_worker)
         return
+    if args.async_worker is not None:
+        async_worker(args.async_worker)
+        return
     python = trl_python(args.trl_python)
     work = args.dir or Path(tempfile.mkdtemp(prefix="bench-vs-trl-"))
     work.mkdir(parents=True, exist_ok=True)
     print(f"work directory {work}", flush=True)
-    demo = compare(work, Setting("demo", "demo", args.steps, 16), args.rounds, python, args.engine)
-    figures = {k: demo[k] for k in ("wall_vs_trl", "loop_vs_trl", "acc", "acc_trl", "acc_sft")}
+    demo = compare(work, Setting("demo", "demo", args.steps, 16), args.rounds, python, args.engine, args.async_python)
+    figures = {k: demo[k] for k in ("wall_vs_trl", "loop_vs_trl", "acc", "acc_trl", "acc_sft", "startup_s")}
     if not args.no_small:
-        small = compare(work, Setting("small", "small", args.small_steps, 48), args.rounds, python, args.engine)
+        small = compare(work, Setting("small", "small", args.small_steps, 48), args.rounds, python, args.engine, None)
         figures.update(wall_vs_trl_small=small["wall_vs_trl"], loop_vs_trl_small=small["loop_vs_trl"])
+    figures.update({k: demo[k] for k in ("wall_vs_async", "loop_vs_async") if k in demo})
     print("FIGURES " + " ".join(f"{k}={v:.3f}" for k, v in figures.items()))
 
 

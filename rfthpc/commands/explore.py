@@ -14,6 +14,7 @@ import os
 
 from rfthpc.errors import UserError
 from rfthpc.rundir.paths import RunDir
+from rfthpc.signals import exit_process
 
 
 def default_rank() -> int:
@@ -51,7 +52,7 @@ def _run(args: argparse.Namespace, overrides: list[str]) -> int:
     # math-verify warns on every call made outside the main thread (workflows run in runner
     # threads, where its SIGALRM timeouts cannot work); once per response drowns the log.
     logging.getLogger("math_verify").setLevel(logging.ERROR)
-    return Explorer(run.root, name, rank, settings).run()
+    exit_process(Explorer(run.root, name, rank, settings).run())
 
 
 def register(sub: argparse._SubParsersAction) -> None:

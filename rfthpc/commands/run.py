@@ -13,6 +13,7 @@ import shlex
 import time
 
 from rfthpc.commands import print_notes
+from rfthpc.rundir.phases import PhaseLog, read_phases, report
 
 
 def _run(args: argparse.Namespace, overrides: list[str]) -> int:
@@ -39,10 +40,18 @@ def _run(args: argparse.Namespace, overrides: list[str]) -> int:
     print(f"rfthpc run: {run.root} ({', '.join(r.name for r in roles)}; logs in {run.log})", flush=True)
     start = time.monotonic()
     resume = " ".join(["rfthpc run --config", shlex.quote(args.config), *map(shlex.quote, overrides), "--resume"])
-    code = run_local(run, roles, {s.name: s.config.buffer.total_steps for s in loaded.stages}, resume)
+    phases = PhaseLog(run.root, "run")
+    code = run_local(run, roles, {s.name: s.config.buffer.total_steps for s in loaded.stages}, resume,
+                     phases=phases)
     if code == 0:
         print(f"rfthpc run: done in {time.monotonic() - start:.0f} s; metrics in {run.monitor}, "
               f"charts: `rfthpc plot {run.root}`", flush=True)
+        # How long the roles took to start and to end (docs/performance.md#start-up-and-shutdown).
+        phases.mark("returned")
+        started = phases.times["roles_started"]
+        roles = {role: marks for role, marks in read_phases(run.root, since=started).items() if role != "run"}
+        for line in report(roles, started, phases.times["returned"]):
+            print(f"rfthpc run: {line}", flush=True)
     return code
 
 

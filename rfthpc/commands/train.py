@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 def _run(args: argparse.Namespace, overrides: list[str]) -> int:
-    from rfthpc.trainer.dist import exit_process
+    from rfthpc.signals import exit_process
     from rfthpc.trainer.loop import run_trainer
 
     # Every rank runs the same loop: rank 0 reports progress, the others only problems.

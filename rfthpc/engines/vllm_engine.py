@@ -19,6 +19,7 @@ gets vLLM's per-request seed: the i-th of its n samples uses seed + i, whatever 
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
 import os
@@ -50,9 +51,15 @@ def _refusal_error() -> type[Exception]:
 
 
 def _configure_cpu_env(settings: EngineSettings) -> None:
+    import torch._dynamo.config
+
     # Read by vLLM when the engine is built; the config is the source of truth for the cache size.
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(settings.cpu_kvcache_space_gb)
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    # The CPU engine runs eager (enforce_eager), yet vLLM's sampler compiles its token-rank helper with
+    # inductor on the first batch: ~8 s of one core (more for each new batch shape) for ranks rfthpc
+    # never reads. Eager, that helper is one comparison and a sum.
+    torch._dynamo.config.disable = True
 
 
 class VLLMEngine:
@@ -123,11 +130,12 @@ class VLLMEngine:
         """All requests in one `LLM.generate` call, each with its own `SamplingParams`.
 
         vLLM refuses `n > 1` with greedy decoding, so a greedy request (`is_greedy`) for n samples goes
-        in as n prompts (identical results, as greedy decoding is deterministic). On CPU an unseeded
-        sampled request goes in as n prompts too: measured on the demo model (16 prompts x 8 samples x
-        16 tokens), 128 prompts of one sample each generate in about 0.7x the time of 16 prompts of
-        n = 8. A seeded request keeps its n (n copies of one seed would draw the same sample n times).
-        A request vLLM refuses (its validation error) is a `RequestRejected`.
+        in as n prompts (identical results, as greedy decoding is deterministic). On CPU a sampled
+        request goes in as n prompts too: measured on the demo model (16 prompts x 8 samples x 16
+        tokens), 128 prompts of one sample each generate in about 0.7x the time of 16 prompts of
+        n = 8. The i-th prompt of a seeded request is seeded seed + i, as vLLM seeds the i-th of n
+        samples: the same samples either way. A request vLLM refuses (its validation error) is a
+        `RequestRejected`.
         """
         if not requests:
             return []
@@ -139,12 +147,14 @@ class VLLMEngine:
         made: dict[tuple[int, SamplingArgs], Any] = {}
         try:
             for i, r in enumerate(requests):
-                spread = is_greedy(r.params.temperature) or (self.on_cpu and r.params.seed is None)
-                copies = r.n if spread else 1
-                key = (r.n // copies, r.params)
-                if key not in made:
-                    made[key] = self._sampling_params(*key)
-                for _ in range(copies):
+                greedy = is_greedy(r.params.temperature)
+                copies = r.n if greedy or self.on_cpu else 1
+                for b in range(copies):
+                    args = r.params if greedy or r.params.seed is None or copies == 1 else \
+                        dataclasses.replace(r.params, seed=r.params.seed + b)
+                    key = (r.n // copies, args)
+                    if key not in made:
+                        made[key] = self._sampling_params(*key)
                     prompts.append({"prompt_token_ids": list(r.prompt_token_ids)})
                     params.append(made[key])
                     owner.append(i)

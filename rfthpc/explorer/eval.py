@@ -137,6 +137,10 @@ class EvalSchedule:
         if self.evaluates(evals) and self.progress.record.evaluated_version is None and not stage.eval_on_startup:
             self.progress.update(evaluated_version=self.follower.version)
 
+    def startup_due(self, evals: Sequence[Taskset]) -> bool:
+        """The start-up evaluation (`eval_on_startup`) is still due: no version evaluated yet."""
+        return self.evaluates(evals) and self.progress.record.evaluated_version is None
+
     def due(self, stage: ExplorerStageSettings, evals: Sequence[Taskset]) -> bool:
         """An evaluation of the version held is due (never evaluated, or an eval_interval crossed)."""
         if not self.evaluates(evals):

@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,7 @@ from rfthpc.explorer.sync import WeightSync
 from rfthpc.observe.monitor import Monitor
 from rfthpc.rundir.explorer_meta import Progress
 from rfthpc.rundir.paths import RunDir, check_layout
+from rfthpc.rundir.phases import PhaseLog
 from rfthpc.rundir.trainer_meta import read_trainer_meta, trainer_doorbell
 from rfthpc.sharedfs.fileops import set_share_group
 from rfthpc.sharedfs.handoff import Waiter, WaitPolicy
@@ -174,6 +176,8 @@ class Explorer:
         """Batches explored since the last share was filled (`filter_groups.max_num_gen_batches`)."""
         self.follower = WeightFollower(self.rundir, name, rank, Path(settings.staging_dir) if settings.staging_dir
                                        else None, poll_s=settings.weights_poll_interval)
+        self.phases: PhaseLog | None = None
+        """Start-up and shutdown phases (rfthpc.rundir.phases), from `run`."""
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
@@ -186,6 +190,8 @@ class Explorer:
         settings = self.settings
         check_layout(self.rundir)
         set_share_group(settings.share_group)
+        self.phases = PhaseLog(self.rundir.root, f"explorer_{self.name}_{self.rank}")
+        self.phases.mark("imports")
         if self.rank == 0:
             log_filesystem(self.rundir.root, settings.lock_type, log)
         self.stop.install()
@@ -198,11 +204,13 @@ class Explorer:
             self.tasksets = {s.index: self._load_tasksets(s) for s in explore}
             with Heartbeat(settings.lease_s / 4, lambda: self.claim_sets, self.follower, self.progress):
                 self._start()
+                self.phases.mark("engine")
                 return self._run_stages(explore)
         except EngineFailed as e:
             return self._failed(e)
         finally:
             self._shutdown()
+            self.phases.mark("exit")
 
     def _start(self) -> None:
         settings = self.settings
@@ -282,6 +290,7 @@ class Explorer:
         self._flush()
         if self.evaluation.final(self.stages[last], self.tasksets[last][1]) is StageEnd.STOPPED:
             return self._stopped()
+        self.phases.mark("final_eval")
         self.progress.update(state="done", version=self.follower.version)
         log.info("explorer %s rank %d: done (%d groups committed)", self.name, self.rank,
                  self.progress.record.groups_committed)
@@ -460,11 +469,14 @@ class Explorer:
                 return status
             wait_s += time.monotonic() - began
         version = self.follower.version
-        tasks = [source.taskset.tasks[c.index] for c in claims]
+        tasks = [self._seeded(source.taskset.tasks[c.index], c) for c in claims]
         # ReMax: one greedy response per task, scored alike, generated in the same engine calls.
         greedy = [_greedy(t) for t in tasks] if stage.greedy_baseline else []
-        # An evaluation due rides along: its tasks generate in the same engine calls as the batch's.
-        extra = eval_tasks(evals) if self.evaluation.due(stage, evals) else []
+        # An evaluation due rides along: its tasks generate in the same engine calls as the batch's. The
+        # start-up evaluation waits until this batch is committed instead: the trainer's first step needs
+        # the batch, and the explorer evaluates while that step trains.
+        startup_eval = self.evaluation.startup_due(evals)
+        extra = eval_tasks(evals) if self.evaluation.due(stage, evals) and not startup_eval else []
         began = time.perf_counter()
         # A failed engine raises here: the tasks are not at fault, so they are released, not completed
         # (no refill replaces them), for another explorer or this one requeued.
@@ -512,7 +524,21 @@ class Explorer:
             return StageEnd.STOPPED
         if extra:
             self.evaluation.log(evals, evaluated, elapsed)
+        elif startup_eval:
+            self.evaluation.evaluate(evals)
+            self.phases.mark("startup_eval")
         return self.sync.after_batch(stage)
+
+    def _seeded(self, task: Task, claim: Claim) -> Task:
+        """`task` with a sampling seed of its own when its taskset sets none (`rollout_args.seed`) and the
+        policy engine is vLLM's: its samples then depend on the weights, `model.seed`, the task and its
+        epoch, not on the requests the engine happened to batch with it, so a run repeats. (The
+        transformers engine generates a seeded request alone: there it would cost the batching.)"""
+        rm = self.settings.rollout_model
+        if task.rollout_args.seed is not None or rm.engine_type != "vllm":
+            return task
+        seed = zlib.crc32(f"{rm.seed}/{task.task_id}/{claim.epoch}".encode()) & 0x3FFFFFFF
+        return dataclasses.replace(task, rollout_args=dataclasses.replace(task.rollout_args, seed=seed))
 
     def _shape(self, stage: ExplorerStageSettings, outcome: TaskOutcome, baseline: TaskOutcome | None) -> bool:
         """Add the overlong penalty to the group's rewards (and the greedy baseline's); False if dynamic
@@ -663,6 +689,9 @@ class Explorer:
         scored = [b.result.experiences[0].reward for b in baselines if b.result is not None and b.result.experiences]
         if scored:
             metrics["rollout/baseline_reward_mean"] = float(np.mean(scored))
+        if self.phases is not None and "first_batch" not in self.phases.times:
+            self.phases.mark("first_batch")
+            metrics.update(self.phases.seconds())
         metrics.update(episode_metrics("rollout", (e.info for _, g in groups for e in g.experiences)))
         metrics.update(judge_metrics("rollout", (e.info for _, g in groups for e in g.experiences)))
         step = self.progress.record.steps + 1

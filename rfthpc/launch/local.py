@@ -35,6 +35,7 @@ from rfthpc.errors import EXIT_PREEMPTED
 from rfthpc.launch.torchrun import SHUTDOWN_TIMEOUT_VAR, torchrun_env
 from rfthpc.rundir.metrics import read_metrics
 from rfthpc.rundir.paths import RunDir
+from rfthpc.rundir.phases import PhaseLog
 from rfthpc.rundir.trainer_meta import read_trainer_meta
 from rfthpc.sharedfs.fileops import make_dirs
 
@@ -46,6 +47,8 @@ EXIT_INTERRUPTED = 130
 """Exit code of `rfthpc run` stopped by Ctrl-C or SIGTERM (the shell's code for SIGINT)."""
 EXIT_FAILED = 1
 """Exit code of `rfthpc run` when a role failed."""
+POLL_S = 0.1
+"""Seconds between looks at the roles: the command returns this long at most after the last one exits."""
 
 
 @dataclass
@@ -242,11 +245,12 @@ class _Reporter:
 
 def run_local(run: RunDir, roles: list[Role], stage_steps: dict[str, int | None] | None = None,
               resume_command: str = "rfthpc run --config ... --resume", progress_every_s: float = 2.0,
-              drain_s: float = DRAIN_S, stop_grace_s: float = STOP_GRACE_S) -> int:
+              drain_s: float = DRAIN_S, stop_grace_s: float = STOP_GRACE_S, phases: PhaseLog | None = None) -> int:
     """Start `roles`, show progress until the run is done; return the exit code.
 
     `stage_steps` ({stage name: total_steps}) only labels the progress line; `resume_command` is
-    what the user is told to run after an interruption.
+    what the user is told to run after an interruption; `phases` is the runner's own (it marks when
+    the roles started).
 
     0: done; 1: a role failed (its log tail is printed); 130: stopped by Ctrl-C/SIGTERM (the roles
     saved their state: `--resume` continues); 124: a role was stopped from outside (preempted).
@@ -267,6 +271,7 @@ def run_local(run: RunDir, roles: list[Role], stage_steps: dict[str, int | None]
     workers = [r for r in roles if not r.service]
     drain_deadline: float | None = None
     try:
+        (phases or PhaseLog(run.root, "run")).mark("roles_started")
         for role in roles:
             role.start()
         while True:
@@ -309,7 +314,7 @@ def run_local(run: RunDir, roles: list[Role], stage_steps: dict[str, int | None]
             if done:
                 reporter.end()
                 return 0
-            time.sleep(0.5)
+            time.sleep(POLL_S)
     finally:
         # Roles run in their own sessions, out of Ctrl-C's reach: whatever ended the loop (a role that
         # could not start, an error here), none may outlive the runner.

@@ -13,14 +13,12 @@ files and logs metrics, and hands data to the others through `broadcast_object`.
 
 from __future__ import annotations
 
-import logging
 import os
 import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -183,23 +181,3 @@ def init_distributed() -> DistEnv:
             dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world, timeout=_TIMEOUT,
                                     device_id=device if cuda else None)
     return DistEnv(rank=rank, world_size=world, local_rank=local, device=device, backend=backend)
-
-
-def exit_process(code: int) -> NoReturn:
-    """End this trainer process with `code` once its process group is closed, skipping Python's
-    interpreter finalization.
-
-    gloo's worker threads outlive `destroy_process_group` (the DTensor sharding caches keep the
-    device mesh, and with it the group, alive), and one that drops a finished collective's tensor
-    while the interpreter finalizes needs the GIL, is killed instead and aborts the process:
-    a rank that trained and saved everything would end with SIGABRT, its torchrun and Slurm job
-    FAILED (pytorch/pytorch#179291). Everything the trainer writes is fsynced and its monitor
-    closed before this; only the standard streams and log handlers are left to flush.
-    """
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code)

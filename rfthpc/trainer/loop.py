@@ -40,6 +40,7 @@ from rfthpc.config import load_resolved
 from rfthpc.config.settings import TrainerSettings, TrainerStageSettings, trainer_settings
 from rfthpc.errors import EXIT_PREEMPTED, UserError
 from rfthpc.rundir.paths import RunDir, check_layout
+from rfthpc.rundir.phases import PhaseLog
 from rfthpc.rundir.trainer_meta import TrainerMeta, write_trainer_meta
 from rfthpc.sharedfs.fileops import set_share_group
 from rfthpc.sharedfs.mounts import log_filesystem
@@ -110,9 +111,12 @@ class _StageState:
 class Trainer:
     """Runs the trainer role over the stages of the run in `run_dir` (every rank creates one)."""
 
-    def __init__(self, run_dir: Path, env: DistEnv) -> None:
+    def __init__(self, run_dir: Path, env: DistEnv, phases: PhaseLog | None = None) -> None:
         self.rundir = RunDir(run_dir)
         self.env = env
+        self.phases = phases or PhaseLog(run_dir, "trainer", enabled=False)
+        """Start-up and shutdown phases (rfthpc.rundir.phases), reported by rank 0."""
+        self._last_step_end: float | None = None
         if not self.rundir.config.is_file():
             raise UserError(f"{self.rundir.root} has no {self.rundir.config.name}; pass the run directory that "
                             "`rfthpc submit` or `rfthpc run` created (--run-dir)")
@@ -178,6 +182,7 @@ class Trainer:
         self.policy = build_sharded_model(run.model_path, self.env, dtype=run.dtype,
                                           gradient_checkpointing=run.gradient_checkpointing,
                                           cpu_offload=run.cpu_offload, lora=run.lora)
+        self.phases.mark("model")
         if meta:
             ckpt.load_model_weights(self.rundir.checkpoint(meta.step) / "actor" / "model", self.policy,
                                     adapter_only=run.lora is not None)
@@ -235,6 +240,7 @@ class Trainer:
             metrics = self._train_step(st, pos, poll.samples)
             if metrics is None:
                 continue
+            self._last_step_end = time.time()
             pos.step += 1
             # The step's timeline (docs/performance.md): waiting for experience, computing, publishing
             # and checkpointing add up to the time since the previous step's record.
@@ -249,6 +255,9 @@ class Trainer:
             interval = st.stage.save_interval
             save = finished or (interval > 0 and pos.step % interval == 0)
             timeline["timing/checkpoint_s"] = _timed(self._save, st, pos, stage_finished=finished) if save else 0.0
+            if "first_step" not in self.phases.times:
+                self.phases.mark("first_step", self._last_step_end)
+                timeline.update(self.phases.seconds())
             self._log({**metrics, **timeline}, pos.step)
             self._write_trainer_meta(pos)
         # Rank 0 decides: every rank must take part in a publication (it gathers the weights).
@@ -256,10 +265,13 @@ class Trainer:
             self._publish(pos.step, st.stage)
         if st.is_rl and st.stage.sync_style == "explorer_driven":
             self._serve_requests(st, pos)  # explorers asking now get the stage's final policy
+        if next_trainable(self.stages, pos.stage_index + 1) is None and self._last_step_end is not None:
+            self.phases.mark("last_step", self._last_step_end)
         self._save(st, pos, stage_finished=True)
         following = next_trainable(self.stages, pos.stage_index + 1)
         nxt = None if following is None else Position(following, pos.step, pos.step)
         if nxt is None:
+            self.phases.mark("final_checkpoint")
             self._write_trainer_meta(pos, done=True)
         return EXIT_DONE, nxt
 
@@ -510,6 +522,7 @@ class Trainer:
                                        self._adapter_config())
         self.publication = publish_model(self.policy, self.env, self.rundir.root, step, self.publisher,
                                          adapter=run.lora is not None)
+        self.phases.mark("first_weights")
         if self.env.is_main:
             removed = chain.collect_published(self.rundir.root, stage.keep_published, run.lease_s)
             p = self.publication
@@ -673,10 +686,14 @@ def _mean_metrics(results: list[UpdateResult]) -> dict[str, float]:
 
 def run_trainer(run_dir: Path) -> int:
     """The trainer process: join the process group, train, leave; return the exit code."""
+    imported = time.time()
     env = init_distributed()
+    phases = PhaseLog(run_dir, "trainer", enabled=env.is_main)
+    phases.mark("imports", imported)
     code: int | None = None
     try:
-        code = Trainer(run_dir, env).run()
+        code = Trainer(run_dir, env, phases).run()
         return code
     finally:
         env.close(synchronised=code is not None)
+        phases.mark("exit")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import rfthpc.commands.explore as explore_command
 import rfthpc.explorer.loop as explorer_loop
 from rfthpc.cli import main
 from rfthpc.config import dump_yaml, load_config
@@ -46,6 +47,13 @@ def test_explore_sets_env_vars_before_the_explorer_starts(tmp_path: Path, monkey
         def run(self) -> int:
             return 0
 
+    def exit_process(code: int) -> None:
+        raise SystemExit(code)
+
     monkeypatch.setattr(explorer_loop, "Explorer", Explorer)
-    assert main(["explore", "--run-dir", str(run.root)]) == 0
+    # The command ends its process without interpreter finalization; here that would end pytest.
+    monkeypatch.setattr(explore_command, "exit_process", exit_process)
+    with pytest.raises(SystemExit) as ended:
+        main(["explore", "--run-dir", str(run.root)])
+    assert ended.value.code == 0
     assert seen == {"RFTHPC_TEST_GIVEN": "from-config", "RFTHPC_TEST_NUMBER": "3"}

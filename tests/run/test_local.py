@@ -288,6 +288,30 @@ def test_services_are_stopped_when_the_run_is_done(tmp_path: Path) -> None:
             server.proc.kill()
 
 
+def _assert_phases_reported(run: RunDir, out: str) -> None:
+    """`rfthpc run` printed its roles' start-up and shutdown phases, in the order they happened, and the
+    trainer's first step record carries its start-up phases as metrics."""
+    import re
+
+    from rfthpc.rundir.phases import read_phases
+
+    startup = next(ln for ln in out.splitlines() if ln.startswith("rfthpc run: start-up, seconds after the roles started"))
+    trainer = dict(re.findall(r"(imports|model built|first weights published|first step) ([\d.]+)",
+                              startup.split(";")[0]))
+    assert list(trainer) == ["imports", "model built", "first weights published", "first step"], startup
+    times = [float(v) for v in trainer.values()]
+    assert times == sorted(times) and times[0] > 0, startup
+    assert "explorer_explorer_0: imports" in startup and "first batch" in startup, startup
+    shutdown = next(ln for ln in out.splitlines() if ln.startswith("rfthpc run: shutdown, seconds after the last step"))
+    assert "final checkpoint" in shutdown and "command returned" in shutdown, shutdown
+    phases = read_phases(run.root)
+    # A process's start is known to the clock tick (/proc: 10 ms).
+    assert phases["run"]["roles_started"] - 0.05 <= phases["trainer"]["process_start"] < phases["trainer"]["first_step"]
+    assert phases["trainer"]["last_step"] <= phases["trainer"]["exit"] <= phases["run"]["returned"]
+    first = json.loads((run.monitor / "trainer.jsonl").read_text().splitlines()[0])
+    assert 0 < first["startup/imports_s"] < first["startup/first_step_s"], first
+
+
 @pytest.mark.parametrize("style", ["explorer_driven", "trainer_driven"])
 def test_each_sync_style_runs_to_the_end(style: str, demo_dir: Path, tmp_path: Path) -> None:
     """Trainer and explorer processes of each non-fixed style (sync_interval 2) finish the run with
@@ -305,6 +329,7 @@ def test_each_sync_style_runs_to_the_end(style: str, demo_dir: Path, tmp_path: P
     assert code == 0, f"exit {code}\n{out[-2000:]}\n{err[-3000:]}"
     run = RunDir(tmp_path / "ckpt" / "rfthpc-demo" / style)
     _assert_consumed_once(run, steps)
+    _assert_phases_reported(run, out)
     published = [int(v) for v in re.findall(r"published policy version (\d+)", (run.log / "trainer.log").read_text())]
     answers = run.weights / weight_requests.REQUESTS / weight_requests.ANSWERS
     if style == "trainer_driven":
