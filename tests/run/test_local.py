@@ -295,14 +295,15 @@ def _assert_phases_reported(run: RunDir, out: str) -> None:
 
     from rfthpc.rundir.phases import read_phases
 
-    startup = next(ln for ln in out.splitlines() if ln.startswith("rfthpc run: start-up, seconds after the roles started"))
+    lines = out.splitlines()
+    startup = next(ln for ln in lines if ln.startswith("rfthpc run: start-up, seconds after the roles started"))
     trainer = dict(re.findall(r"(imports|model built|first weights published|first step) ([\d.]+)",
                               startup.split(";")[0]))
     assert list(trainer) == ["imports", "model built", "first weights published", "first step"], startup
     times = [float(v) for v in trainer.values()]
     assert times == sorted(times) and times[0] > 0, startup
     assert "explorer_explorer_0: imports" in startup and "first batch" in startup, startup
-    shutdown = next(ln for ln in out.splitlines() if ln.startswith("rfthpc run: shutdown, seconds after the last step"))
+    shutdown = next(ln for ln in lines if ln.startswith("rfthpc run: shutdown, seconds after the last step"))
     assert "final checkpoint" in shutdown and "command returned" in shutdown, shutdown
     phases = read_phases(run.root)
     # A process's start is known to the clock tick (/proc: 10 ms).
