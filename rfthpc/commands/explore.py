@@ -52,7 +52,7 @@ def _run(args: argparse.Namespace, overrides: list[str]) -> int:
     # math-verify warns on every call made outside the main thread (workflows run in runner
     # threads, where its SIGALRM timeouts cannot work); once per response drowns the log.
     logging.getLogger("math_verify").setLevel(logging.ERROR)
-    exit_process(Explorer(run.root, name, rank, settings).run())
+    exit_process(Explorer(run.root, name, rank, settings, process_ends=True).run())
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -105,8 +105,9 @@ class PolicyEngine(Protocol):
         base model instead."""
         ...
 
-    def close(self) -> None:
-        """Free the engine's resources."""
+    def close(self, process_ending: bool = False) -> None:
+        """Free the engine's resources (`process_ending`: only those that would outlive this process,
+        which ends next: its child processes, servers)."""
         ...
 
 

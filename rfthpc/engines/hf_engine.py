@@ -199,6 +199,6 @@ class TransformersEngine:
             raise UserError(f"the adapter in {path} does not fit the rollout model's adapter: missing {missing[:3]}, "
                             f"unexpected {sorted(result.unexpected_keys)[:3]}; one run publishes one adapter shape")
 
-    def close(self) -> None:
+    def close(self, process_ending: bool = False) -> None:
         """Drop the model."""
         del self.model

@@ -151,8 +151,10 @@ class Explorer:
         rank: int,
         settings: ExplorerSettings,
         engine_factory: EngineFactory = make_engine,
+        process_ends: bool = False,
     ) -> None:
-        """`settings`: the run's (`explorer_settings(load_resolved(config).stages)`)."""
+        """`settings`: the run's (`explorer_settings(load_resolved(config).stages)`); `process_ends`: the
+        process ends when `run` returns (`rfthpc explore`), so engines release only what would outlive it."""
         if rank < 0:
             raise UserError(f"explorer rank {rank}: use an array task index >= 0")
         self.rundir = RunDir(run_dir)
@@ -164,6 +166,7 @@ class Explorer:
         self.stage_name = ""
         self.tasksets: dict[int, tuple[list[setup.Taskset], list[setup.Taskset]]] = {}
         self.engine_factory = engine_factory
+        self.process_ends = process_ends
         self.stop = StopRequest()
         self.engines: dict[str, PolicyEngine] = {}
         self.writer: ChunkWriter | None = None
@@ -274,7 +277,7 @@ class Explorer:
         if self.monitor is not None:
             self.monitor.close()
         for engine in self.engines.values():
-            engine.close()
+            engine.close(process_ending=self.process_ends)
         self.engines.clear()
         self.stop.restore()
 

@@ -41,7 +41,7 @@ def test_explore_sets_env_vars_before_the_explorer_starts(tmp_path: Path, monkey
     seen: dict[str, str] = {}
 
     class Explorer:
-        def __init__(self, *args: object) -> None:
+        def __init__(self, *args: object, **kwargs: object) -> None:
             seen.update((k, os.environ[k]) for k in ("RFTHPC_TEST_GIVEN", "RFTHPC_TEST_NUMBER"))
 
         def run(self) -> int:
