@@ -50,8 +50,7 @@ class InferenceModelConfig:
     use_v1: bool = True
     """vLLM V1 engine; current vLLM has no other, so false is rejected."""
     seed: int = 42
-    """Engine seed; array task r uses seed + r. With vLLM, each training task of a taskset without
-    `rollout_args.seed` is also seeded from it, the task and its epoch (docs/explorer.md)."""
+    """Engine seed; array task r uses seed + r."""
     enable_thinking: Optional[bool] = None
     """Passed to the chat template as `enable_thinking` (Qwen3's thinking switch); None: the template's
     default. The rollout model's defaults to `model.enable_thinking`."""

@@ -38,7 +38,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -472,7 +471,7 @@ class Explorer:
                 return status
             wait_s += time.monotonic() - began
         version = self.follower.version
-        tasks = [self._seeded(source.taskset.tasks[c.index], c) for c in claims]
+        tasks = [source.taskset.tasks[c.index] for c in claims]
         # ReMax: one greedy response per task, scored alike, generated in the same engine calls.
         greedy = [_greedy(t) for t in tasks] if stage.greedy_baseline else []
         # An evaluation due rides along: its tasks generate in the same engine calls as the batch's. The
@@ -531,17 +530,6 @@ class Explorer:
             self.evaluation.evaluate(evals)
             self.phases.mark("startup_eval")
         return self.sync.after_batch(stage)
-
-    def _seeded(self, task: Task, claim: Claim) -> Task:
-        """`task` with a sampling seed of its own when its taskset sets none (`rollout_args.seed`) and the
-        policy engine is vLLM's: its samples then depend on the weights, `model.seed`, the task and its
-        epoch, not on the requests the engine happened to batch with it, so a run repeats. (The
-        transformers engine generates a seeded request alone: there it would cost the batching.)"""
-        rm = self.settings.rollout_model
-        if task.rollout_args.seed is not None or rm.engine_type != "vllm":
-            return task
-        seed = zlib.crc32(f"{rm.seed}/{task.task_id}/{claim.epoch}".encode()) & 0x3FFFFFFF
-        return dataclasses.replace(task, rollout_args=dataclasses.replace(task.rollout_args, seed=seed))
 
     def _shape(self, stage: ExplorerStageSettings, outcome: TaskOutcome, baseline: TaskOutcome | None) -> bool:
         """Add the overlong penalty to the group's rewards (and the greedy baseline's); False if dynamic
