@@ -250,25 +250,16 @@ def trl_round(work: Path, setting: Setting, sft_model: Path, prompts: Path, pyth
     return {"wall": wall, "loop": timing["loop_s"], "model": out}
 
 
-def trl_worker(spec_path: Path) -> None:
-    """Inside TRL's environment: train with GRPOTrainer as `spec_path` says, save model and loop time."""
-    import dataclasses
-
+def trl_inputs(spec: dict[str, Any]) -> tuple[list[dict[str, Any]], Any, Any, Any]:
+    """What both TRL workers share: the prompt rows, their dataset, the reward function (rfthpc's
+    `math_reward`) and a callback timing the loop (`on_train_begin` to `on_train_end`)."""
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from transformers import TrainerCallback
 
     sys.path.insert(0, str(ROOT))
     from rfthpc.rewards.math_reward import accuracy_reward
 
-    spec = json.loads(spec_path.read_text())
     rows = [json.loads(line) for line in Path(spec["prompts"]).read_text().splitlines()]
-    tokenizer = AutoTokenizer.from_pretrained(spec["model"])
-    for row in rows:  # byte-identical prompts: TRL renders them with the same template
-        ids = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True,
-                                            return_dict=False)
-        if list(ids) != row["prompt_ids"]:
-            raise SystemExit(f"TRL's prompt ids differ from rfthpc's: {ids} != {row['prompt_ids']}")
     data = Dataset.from_list([{"prompt": r["prompt"], "answer": r["answer"]} for r in rows])
 
     def math_reward(completions: list[Any], answer: list[str], **_: Any) -> list[float]:
@@ -281,6 +272,36 @@ def trl_worker(spec_path: Path) -> None:
 
         def on_train_end(self, *args: Any, **kwargs: Any) -> None:
             self.loop_s = time.perf_counter() - self.begin
+
+    return rows, data, math_reward, LoopTimer()
+
+
+def train_and_save(trainer: Any, model: Any, tokenizer: Any, timer: Any, spec: dict[str, Any]) -> None:
+    """Train with the same evaluation work as rfthpc's explorer does (the held-out problems before and
+    after training), save the model and the loop time."""
+    before = held_out_accuracy(model, tokenizer, Path(spec["held_out"]), spec["max_response_tokens"])
+    trainer.train()
+    after = held_out_accuracy(model, tokenizer, Path(spec["held_out"]), spec["max_response_tokens"])
+    trainer.save_model(spec["out"])
+    Path(spec["out"], "timing.json").write_text(json.dumps({"loop_s": timer.loop_s, "acc_before": before,
+                                                            "acc_after": after}))
+
+
+def trl_worker(spec_path: Path) -> None:
+    """Inside TRL's environment: train with GRPOTrainer as `spec_path` says, save model and loop time."""
+    import dataclasses
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    spec = json.loads(spec_path.read_text())
+    rows, data, math_reward, timer = trl_inputs(spec)
+    tokenizer = AutoTokenizer.from_pretrained(spec["model"])
+    for row in rows:  # byte-identical prompts: TRL renders them with the same template
+        ids = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True,
+                                            return_dict=False)
+        if list(ids) != row["prompt_ids"]:
+            raise SystemExit(f"TRL's prompt ids differ from rfthpc's: {ids} != {row['prompt_ids']}")
 
     updates = 8  # mini-batches per generation batch, as rfthpc's ppo_mini_batch_size 2 of 16 tasks
     wanted = {
@@ -300,16 +321,9 @@ def trl_worker(spec_path: Path) -> None:
         raise SystemExit(f"this TRL's GRPOConfig has no {unknown}: the comparison needs trl=={TRL_VERSION}")
     args = GRPOConfig(**wanted)
     model = AutoModelForCausalLM.from_pretrained(spec["model"], dtype="float32")
-    timer = LoopTimer()
     trainer = GRPOTrainer(model=model, reward_funcs=[math_reward], args=args, train_dataset=data,
                           processing_class=tokenizer, callbacks=[timer])
-    # The same evaluation work as rfthpc's explorer does: the held-out problems before and after training.
-    before = held_out_accuracy(model, tokenizer, Path(spec["held_out"]), spec["max_response_tokens"])
-    trainer.train()
-    after = held_out_accuracy(model, tokenizer, Path(spec["held_out"]), spec["max_response_tokens"])
-    trainer.save_model(spec["out"])
-    Path(spec["out"], "timing.json").write_text(json.dumps({"loop_s": timer.loop_s, "acc_before": before,
-                                                            "acc_after": after}))
+    train_and_save(trainer, model, tokenizer, timer, spec)
 
 
 # ---- TRL's AsyncGRPOTrainer -------------------------------------------------------------------
@@ -377,28 +391,11 @@ def last_error(log: Path) -> str:
 
 def async_worker(spec_path: Path) -> None:
     """Inside an environment with trl and vLLM: train with AsyncGRPOTrainer against the spec's server."""
-    from datasets import Dataset
-    from transformers import AutoTokenizer, TrainerCallback
+    from transformers import AutoTokenizer
     from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 
-    sys.path.insert(0, str(ROOT))
-    from rfthpc.rewards.math_reward import accuracy_reward
-
     spec = json.loads(spec_path.read_text())
-    rows = [json.loads(line) for line in Path(spec["prompts"]).read_text().splitlines()]
-    data = Dataset.from_list([{"prompt": r["prompt"], "answer": r["answer"]} for r in rows])
-
-    def math_reward(completions: list[Any], answer: list[str], **_: Any) -> list[float]:
-        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
-        return [accuracy_reward(t, a)["accuracy"] for t, a in zip(texts, answer, strict=True)]
-
-    class LoopTimer(TrainerCallback):
-        def on_train_begin(self, *args: Any, **kwargs: Any) -> None:
-            self.begin = time.perf_counter()
-
-        def on_train_end(self, *args: Any, **kwargs: Any) -> None:
-            self.loop_s = time.perf_counter() - self.begin
-
+    _, data, math_reward, timer = trl_inputs(spec)
     updates = 8  # optimizer steps per 16 tasks x 8 samples, as on the other two sides
     args = AsyncGRPOConfig(
         output_dir=spec["out"], learning_rate=3e-4, lr_scheduler_type="cosine_with_min_lr",
@@ -409,17 +406,10 @@ def async_worker(spec_path: Path) -> None:
         report_to="none", save_strategy="no", logging_steps=updates, disable_tqdm=True, seed=0,
     )
     tokenizer = AutoTokenizer.from_pretrained(spec["model"])
-    timer = LoopTimer()
     # It takes the model's path (it loads the model itself, in `args.dtype`: float32).
     trainer = AsyncGRPOTrainer(model=spec["model"], reward_funcs=[math_reward], args=args, train_dataset=data,
                                processing_class=tokenizer, callbacks=[timer])
-    model = trainer.model
-    before = held_out_accuracy(model, tokenizer, Path(spec["held_out"]), spec["max_response_tokens"])
-    trainer.train()
-    after = held_out_accuracy(model, tokenizer, Path(spec["held_out"]), spec["max_response_tokens"])
-    trainer.save_model(spec["out"])
-    Path(spec["out"], "timing.json").write_text(json.dumps({"loop_s": timer.loop_s, "acc_before": before,
-                                                            "acc_after": after}))
+    train_and_save(trainer, trainer.model, tokenizer, timer, spec)
 
 
 # ---- evaluation --------------------------------------------------------------------------------
