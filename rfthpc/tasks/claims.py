@@ -359,16 +359,24 @@ class TaskClaims:
             self._orders = {epoch: order[self.shard::self.shards].copy()}
         return self._orders[epoch]
 
+    def _lapsed(self, state: dict[str, Any], c: dict[str, Any], now: float) -> str | None:
+        """Why outstanding claim `c` is to be reclaimed (its owner restarted, or its lease expired), or None."""
+        info = state["owners"].get(c["owner"], {})
+        if info.get("attempt") != c["attempt"]:
+            return f"owner {c['owner']} restarted (attempt {c['attempt']} -> {info.get('attempt')})"
+        if now - info.get("heartbeat", 0.0) > self.lease_s:
+            return f"owner {c['owner']} sent no heartbeat for {now - info.get('heartbeat', 0.0):.0f} s"
+        return None
+
+    def reclaimable(self, state: dict[str, Any], now: float) -> bool:
+        """Whether a transaction on `state` would take back some claim of a dead owner."""
+        return any(self._lapsed(state, c, now) for c in state["outstanding"].values())
+
     def _reclaim(self, state: dict[str, Any], now: float) -> None:
         """Return to the pool every claim of a dead owner (lease expired) or of an old attempt."""
-        owners = state["owners"]
         for key, c in list(state["outstanding"].items()):
-            info = owners.get(c["owner"], {})
-            if info.get("attempt") != c["attempt"]:
-                why = f"owner {c['owner']} restarted (attempt {c['attempt']} -> {info.get('attempt')})"
-            elif now - info.get("heartbeat", 0.0) > self.lease_s:
-                why = f"owner {c['owner']} sent no heartbeat for {now - info.get('heartbeat', 0.0):.0f} s"
-            else:
+            why = self._lapsed(state, c, now)
+            if why is None:
                 continue
             del state["outstanding"][key]
             state["returned"].append([c["epoch"], c["index"], c["serial"]])
@@ -549,6 +557,12 @@ class TaskClaims:
 
         self._transact(change)
 
+    @property
+    def has_reserve(self) -> bool:
+        """Whether this process holds claims claimed ahead and not yet handed out."""
+        with self._mutex:
+            return bool(self._reserve)
+
     def heartbeat(self) -> None:
         """Tell the others this process is alive, keeping its claims (call well within `lease_s`);
         deferred completions are settled on the way."""
@@ -668,13 +682,18 @@ class ClaimSet:
         """How many shards the claim set has."""
         return len(self._shards)
 
-    def _free(self, shard: int) -> bool:
-        """Whether shard `shard` has a task to hand out, from its file read without the lock."""
+    def _worth_a_claim(self, shard: int) -> bool:
+        """Whether a claim on shard `shard` would get a task, from its file read without the lock: this
+        process holds a reserve there, a task is given back or fresh, or a dead owner's claims are due to
+        be reclaimed (only a transaction takes them back, so a shard whose explorers all died must still
+        be visited by the others)."""
         t = self._shards[shard]
+        if t.has_reserve:
+            return True
         _, state = read_state(t.journal)
         if state is None:
             return t.local_tasks > 0
-        return _status(state, t._reported_losses()).free
+        return _status(state, t._reported_losses()).free or t.reclaimable(state, time.time())
 
     def claim(self, n: int, timeout_s: float | None = None, poll_s: float = 1.0,
               on_wait: Callable[[], None] | None = None) -> list[Claim]:
@@ -685,8 +704,9 @@ class ClaimSet:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         order = [(self.home + i) % self.shards for i in range(self.shards)]
         while True:
-            for s in order:
-                if s != self.home and not self._free(s):
+            # Shards where this process holds a reserve first, so its claims are used before their lease runs out.
+            for s in sorted(order, key=lambda s: not self._shards[s].has_reserve):
+                if s != self.home and not self._worth_a_claim(s):
                     continue
                 self._touched.add(s)
                 got = self._shards[s].claim(n, timeout_s=0)

@@ -224,6 +224,36 @@ def test_the_shard_count_is_the_one_the_claim_set_was_created_with(run_dir: Path
     assert first.finished
 
 
+def test_claims_of_dead_owners_in_a_shard_no_live_explorer_calls_home_are_reclaimed(run_dir: Path) -> None:
+    """Shard 1's only explorer dies holding claims: the shard has nothing fresh or given back, yet the
+    survivor must still visit it, since only a transaction takes a dead owner's claims back."""
+    dead = ClaimSet(run_dir, "ts", 4, shards=2, home=1, owner="e/1", lease_s=0.3)
+    held = dead.claim(2)
+    assert [c.index for c in held] == [1, 3]
+    survivor = ClaimSet(run_dir, "ts", 4, shards=2, home=0, owner="e/0", lease_s=0.3)
+    survivor.complete(survivor.claim(2))
+    time.sleep(0.4)
+    taken = survivor.claim(2, timeout_s=10, poll_s=0.05)
+    assert [c.index for c in taken] == [1, 3]
+    survivor.complete(taken)
+    assert survivor.finished
+
+
+def test_a_reserve_held_in_another_shard_is_handed_out(run_dir: Path) -> None:
+    """Claims taken ahead in a shard that has nothing else free are this process's next batch, not
+    left to expire while it waits on its home shard."""
+    busy = ClaimSet(run_dir, "ts", 4, shards=2, home=0, owner="e/0")
+    theirs = busy.claim(2)
+    mine = ClaimSet(run_dir, "ts", 4, shards=2, home=0, owner="e/2", ahead=2)
+    first = mine.claim(1)
+    assert [(c.shard, c.index) for c in first] == [(1, 1)]
+    busy.complete(theirs)
+    second = mine.claim(1, timeout_s=10, poll_s=0.05)
+    assert [(c.shard, c.index) for c in second] == [(1, 3)]
+    mine.complete(first + second)
+    assert mine.finished
+
+
 def test_claim_waits_for_a_dead_owners_tasks(run_dir: Path) -> None:
     a = TaskClaims(run_dir, "ts", 2, owner="a", lease_s=0.3)
     b = TaskClaims(run_dir, "ts", 2, owner="b", lease_s=0.3)
