@@ -2,7 +2,8 @@
 
 A config names a built-in (`grpo`, `math_workflow`, `math_reward`) or the user's own function:
 `my_pkg.module:function` (importable on every node) or `/path/to/file.py:function`. An unknown
-name is a ConfigError naming the config key and listing the known names.
+name is a ConfigError naming the config key and listing the known names; a Trinity-RFT name rfthpc has not
+built yet is one saying what it is and what comes closest (`rfthpc.not_built`).
 
 A registry declares its built-ins as a table, name → "module:function", and imports a module only
 when one of its functions is used. So a config is checked without importing what the functions
@@ -28,7 +29,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from rfthpc.errors import ALGORITHM, ConfigError, Problems
+from rfthpc.errors import ALGORITHM, REFUSED, ConfigError, Problems
+from rfthpc.not_built import not_built
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -163,6 +165,9 @@ class Registry(Generic[F]):
         if target is not None:
             module, _, attr = target.partition(":")
             return getattr(importlib.import_module(module), attr)
+        refusal = not_built(self.kind, name)
+        if refusal is not None:
+            raise ConfigError(f"{self.config_key}: {refusal}")
         if ":" in name:
             return load_user_function(name, self.config_key)  # type: ignore[return-value]
         raise ConfigError(
@@ -183,6 +188,11 @@ class Registry(Generic[F]):
         """`check`, recording the problem (of `kind`, named by the config key `key`) instead of raising;
         nothing for an unset name."""
         if not name:
+            return
+        refusal = not_built(self.kind, name)
+        if refusal is not None:
+            # A Trinity-RFT feature rfthpc lacks is refused, not a misspelt name to fix.
+            problems.add(f"{key}: {refusal}", REFUSED)
             return
         try:
             self.check(name, args)

@@ -13,7 +13,9 @@ from rfthpc.config.schema import STAGE_SECTIONS, Config, explores, trains
 from rfthpc.config.synchronizer import default_max_staleness
 from rfthpc.config.typed import build, to_dict
 from rfthpc.dialects import trinity, verl
-from rfthpc.errors import ALGORITHM, PATHS, Problems
+from rfthpc.errors import ALGORITHM, PATHS, REFUSED, Problems
+from rfthpc.not_built import ALGORITHM as NOT_BUILT_ALGORITHM
+from rfthpc.not_built import not_built
 
 # Algorithm fields a preset may fill; an explicit value in the config always wins.
 PRESET_FIELDS = (
@@ -31,8 +33,12 @@ def _apply_preset(cfg: Config, problems: Problems) -> None:
     alg = cfg.algorithm
     preset = ALGORITHM_PRESETS.get(alg.algorithm_type)
     if preset is None:
-        problems.add(f"algorithm.algorithm_type: unknown algorithm {alg.algorithm_type!r}; "
-                     f"known: {', '.join(sorted(ALGORITHM_PRESETS))}", ALGORITHM)
+        refusal = not_built(NOT_BUILT_ALGORITHM, alg.algorithm_type)
+        if refusal is not None:
+            problems.add(f"algorithm.algorithm_type: {refusal}", REFUSED)
+        else:
+            problems.add(f"algorithm.algorithm_type: unknown algorithm {alg.algorithm_type!r}; "
+                         f"known: {', '.join(sorted(ALGORITHM_PRESETS))}", ALGORITHM)
         preset = {}  # validation leaves the functions of an unknown algorithm unchecked
     if alg.rollout_correction.bypass_mode and alg.policy_loss_fn is None and not trains_on_dataset(alg.algorithm_type):
         # veRL's bypass mode picks the loss by loss_type (an unknown one is reported by validation).

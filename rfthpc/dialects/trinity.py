@@ -6,7 +6,8 @@
   `workflow_args` (`apply_trinity_overlong`), old log-probabilities (`apply_trinity_old_logprobs`), sync
   styles and value names (`apply_sync_style_names`, `apply_trinity_value_names`);
 - its keys and modes rfthpc ignores or refuses (`TRINITY_KEYS`, `TRINITY_MODES`), and the workflows,
-  rewards and selectors it has that rfthpc does not (`WORKFLOWS_ELSEWHERE`, `REWARDS_ELSEWHERE`, ...);
+  rewards and selectors it has that rfthpc does not (`WORKFLOWS_ELSEWHERE`, `REWARDS_ELSEWHERE`, ...; the names
+  rfthpc has not built yet are in `rfthpc.not_built`);
 - values of accepted keys that rfthpc cannot honour (e.g. `bench_on_latest_checkpoint: true`): an
   error naming the reason and the fix, when the config is validated (`unsupported_values`);
 - values rfthpc accepts but reads differently (e.g. `sync_method: nccl`): a note on stderr (`value_notes`).
@@ -37,6 +38,7 @@ from rfthpc.dialects.mapping import (
     unless,
 )
 from rfthpc.errors import REFUSED, ConfigError, Problems
+from rfthpc.not_built import SAMPLE_STRATEGY, not_built
 
 if TYPE_CHECKING:
     from rfthpc.config.schema import Config
@@ -673,7 +675,8 @@ name `AdamW`), and its `warmup` strategy reads the experience buffer as `default
 
 def apply_trinity_value_names(raw: dict[str, Any], problems: Problems) -> None:
     """Read TRINITY_VALUE_NAMES' values as rfthpc's, in the run's and each stage's `algorithm` (in place),
-    so that a config Trinity-RFT saved loads as it is; each is recorded for `config show`."""
+    so that a config Trinity-RFT saved loads as it is; each is recorded for `config show`. A sample strategy
+    rfthpc has not built yet (`rfthpc.not_built`) is refused, with what comes closest."""
     sections = [("algorithm", raw.get("algorithm"))]
     stages = raw.get("stages")
     if isinstance(stages, list):
@@ -691,6 +694,11 @@ def apply_trinity_value_names(raw: dict[str, Any], problems: Problems) -> None:
             parent[path[-1]] = ours
             where = ".".join((key, *path))
             problems.map(where, ours, where, "Trinity-RFT")
+        strategy = alg.get("sample_strategy") if isinstance(alg, dict) else None
+        refusal = not_built(SAMPLE_STRATEGY, strategy) if isinstance(strategy, str) else None
+        if refusal is not None:
+            del alg["sample_strategy"]  # reported here, not again as a bad choice
+            problems.add(f"{key}.sample_strategy: {refusal}", REFUSED)
 
 
 _EXPLORER_DRIVEN_NOTE = (

@@ -102,8 +102,8 @@ def _lines_naming(msg: str, text: str) -> list[str]:
 
 def test_a_refused_key_is_reported_once_under_one_kind(tmp_path: Path, base: str) -> None:  # noqa: F811
     """A refused selector, its estimator keys and a reward function rfthpc does not have are not also
-    an invalid choice, unknown keys or an unknown function; an unknown algorithm is not also the
-    functions its preset would have named."""
+    an invalid choice, unknown keys or an unknown function; an algorithm rfthpc has not built is refused, and
+    not also the functions its preset would have named."""
     text = base.replace("      name: t\n", "      name: t\n      data_selector:\n        selector_type: difficulty_based\n"
                         "        feature_keys: [pass_rate]\n        kwargs: {m: 16}\n")
     text = text.replace("default_workflow_type: math_workflow",
@@ -114,7 +114,7 @@ def test_a_refused_key_is_reported_once_under_one_kind(tmp_path: Path, base: str
         [line] = _lines_naming(msg, key)
         assert line.startswith("  - buffer.explorer_input.taskset"), line
     headers = [line[:-1] for line in msg.splitlines() if not line.startswith(" ") and line.endswith(":")]
-    assert headers == ["refused features", "algorithm"], msg
+    assert headers == ["refused features"], msg
     assert "not set after the config was resolved" not in msg
     assert msg.splitlines()[0].endswith(": 5 problems")
 
@@ -142,8 +142,8 @@ def test_an_unset_environment_variable_is_one_problem_among_the_others(
 
 
 def test_the_functions_of_an_unknown_algorithm_are_checked_under_its_kind(tmp_path: Path, base: str) -> None:  # noqa: F811
-    text = base.replace("algorithm_type: grpo", "algorithm_type: no_such_algorithm\n  advantage_fn: clipv")
+    text = base.replace("algorithm_type: grpo", "algorithm_type: no_such_algorithm\n  advantage_fn: no_such_fn")
     lines = str(pytest.raises(ConfigError, load_config, write(tmp_path, text)).value).splitlines()
     assert lines[0].endswith(": 2 problems") and lines[1] == "algorithm:", lines
     assert lines[2].startswith("  - algorithm.algorithm_type: unknown algorithm 'no_such_algorithm'")
-    assert lines[3].startswith("  - algorithm.advantage_fn: unknown advantage function 'clipv'")
+    assert lines[3].startswith("  - algorithm.advantage_fn: unknown advantage function 'no_such_fn'")

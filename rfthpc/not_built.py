@@ -1,0 +1,143 @@
+"""Trinity-RFT's names that rfthpc has not built yet: what each is, and what in rfthpc comes closest.
+
+One table for every place a config names something from one of Trinity-RFT's registries
+(`algorithm_type`, `advantage_fn`, `policy_loss_fn`, `entropy_loss_fn`, `sample_strategy`, a taskset's
+`default_workflow_type`): each lookup asks `not_built` before calling a name unknown, so that a Trinity-RFT
+config is told, in one line, what the feature is and what to use instead. A Trinity-RFT plugin class, named
+by its module path (`examples.bots.workflow.Class`, as Trinity's registries accept), is recognised in each of
+these registries too.
+
+Names of simulators and services rfthpc does not ship (ALFWorld, OpenJudge, ...) are not here: they are
+outside rfthpc, not waiting to be built (`rfthpc.dialects.trinity`: `WORKFLOWS_ELSEWHERE`, `REWARDS_ELSEWHERE`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ALGORITHM = "algorithm"
+ADVANTAGE = "advantage function"
+POLICY_LOSS = "policy loss"
+ENTROPY_LOSS = "entropy loss"
+SAMPLE_STRATEGY = "sample strategy"
+WORKFLOW = "workflow"
+"""The kinds of name, as rfthpc's registries call them (`Registry.kind`)."""
+
+
+@dataclass(frozen=True)
+class NotBuilt:
+    """A Trinity-RFT feature rfthpc lacks."""
+
+    what: str
+    """What it does, as a clause after "it" ("trains each call ...")."""
+    instead: str
+    """The closest working setting in rfthpc, and what differs from the feature."""
+
+
+_STEP_WISE = ("trains each model call of a multi-turn episode as an experience of its own, every call of an "
+              "episode with that episode's group-normalised reward as its advantage (step-wise GRPO)")
+_GIGPO = ("adds to each step's episode-level GRPO advantage a step-level one, normalised over the steps of the "
+          "group's episodes that start from the same state (GiGPO, multi-turn agents)")
+_EPISODE_GRPO = ("algorithm_type: grpo with default_workflow_type: env_workflow (docs/agents.md), which trains a "
+                 "whole episode as one multi-turn experience (the environment's turns masked out of the loss) "
+                 "with the episode's group-normalised reward")
+_TWO_STAGES = ("a `stages:` list with an sft stage on the expert data followed by a grpo stage, which learns the "
+               "expert data once, before RL, instead of alongside the rollouts in every step")
+_MIX = ("mixes expert SFT data into every RL step: a share of each batch (sample_strategy_args.expert_data_ratio) "
+        "is expert data trained with the SFT loss, weighted mu against the GRPO loss on the rollouts")
+_CHORD = ("mixes expert SFT data into every RL step (CHORD): the SFT loss on a share of each batch is weighted mu "
+          "against the GRPO loss on the rollouts, mu rising to mu_peak and decaying to mu_valley on a schedule "
+          "(and, with enable_phi_function, each expert token weighted by p(1-p))")
+_DISTILL_INSTEAD = ("algorithm_type: sft on responses the teacher generated beforehand (off-policy distillation: "
+                    "the student imitates the teacher's samples instead of having the teacher score its own)")
+_ON_POLICY_DISTILL = ("distils a teacher on the student's own samples: a teacher model (an auxiliary model) "
+                      "scores each sampled token, and the advantage is the teacher's log-probability minus the "
+                      "student's (a per-token reverse KL)")
+_JSD = ("distils a teacher on the student's own samples: a teacher model (an auxiliary model) scores each sampled "
+        "token, and the advantage is minus the Jensen-Shannon divergence between teacher and student at that "
+        "token (lambda_coef weighting the two sides)")
+
+NOT_BUILT: dict[str, dict[str, NotBuilt]] = {
+    ALGORITHM: {
+        "multi_step_grpo": NotBuilt(_STEP_WISE, _EPISODE_GRPO),
+        "gigpo": NotBuilt(_GIGPO, _EPISODE_GRPO + ", without the step-level term"),
+        "mix": NotBuilt(_MIX, _TWO_STAGES),
+        "mix_chord": NotBuilt(_CHORD, _TWO_STAGES + ", with no mu schedule"),
+        "raft": NotBuilt(
+            "fine-tunes on the policy's own rollouts with the SFT loss, its workflows keeping the rollouts that "
+            "succeed (RAFT, reward-ranked fine-tuning)",
+            "algorithm_type: grpo with advantage_fn: reinforce, policy_loss_fn: pg and kl_loss_fn: none, whose loss "
+            "-R log p is the SFT loss on each rollout weighted by its reward (with 0/1 rewards, on the successful "
+            "ones), averaged over every rollout's tokens"),
+        "on_policy_distill": NotBuilt(_ON_POLICY_DISTILL, _DISTILL_INSTEAD),
+        "jsd": NotBuilt(_JSD, _DISTILL_INSTEAD),
+    },
+    ADVANTAGE: {
+        "step_wise_grpo": NotBuilt(_STEP_WISE, _EPISODE_GRPO),
+        "gigpo": NotBuilt(_GIGPO, _EPISODE_GRPO + ", without the step-level term"),
+        "clipv": NotBuilt(
+            "takes GRPO's advantage and leaves out of the step the negative-advantage tokens whose entropy-change "
+            "estimate lies more than mu standard deviations above the batch's, at most max_frac of the tokens "
+            "(Clip_V)",
+            "advantage_fn: clipb (Clip_V's sibling from the same paper), which leaves out the negative-advantage "
+            "tokens whose entropy signal p(H + log p) lies more than mu standard deviations below the batch's "
+            "mean, with no cap on how many"),
+        "on_policy_distill": NotBuilt(_ON_POLICY_DISTILL, _DISTILL_INSTEAD),
+        "jsd": NotBuilt(_JSD, _DISTILL_INSTEAD),
+    },
+    POLICY_LOSS: {
+        "mix": NotBuilt(_MIX, _TWO_STAGES),
+        "mix_chord": NotBuilt(_CHORD, _TWO_STAGES + ", with no mu schedule"),
+        "sft_is": NotBuilt("is CHORD's SFT loss on expert data weighted by the token's probability p (used inside "
+                           "mix_chord)", _TWO_STAGES + " (its sft stage takes policy_loss_fn: sft, unweighted)"),
+        "sft_phi": NotBuilt("is CHORD's SFT loss on expert data weighted by p(1-p) per token (used inside "
+                            "mix_chord)", _TWO_STAGES + " (its sft stage takes policy_loss_fn: sft, unweighted)"),
+    },
+    ENTROPY_LOSS: {
+        "mix": NotBuilt("is the entropy bonus of the mix algorithms, measured on the rollouts only (not on the "
+                        "expert data mixed into the step)",
+                        "entropy_loss_fn: default, the entropy bonus on every trained token (a run's batches hold "
+                        "no expert data to leave out)"),
+    },
+    SAMPLE_STRATEGY: {
+        "mix": NotBuilt("draws a share of each training batch (sample_strategy_args.expert_data_ratio) from an "
+                        "expert SFT dataset and the rest from the rollouts (for mix and mix_chord)",
+                        _TWO_STAGES + "; remove sample_strategy (rfthpc's is default: experience in commit order)"),
+    },
+    WORKFLOW: {
+        "on_policy_distill_workflow": NotBuilt(
+            "samples the student's responses and asks a teacher (an auxiliary model) for its log-probability "
+            "of each of their tokens, for the on_policy_distill and jsd algorithms", _DISTILL_INSTEAD),
+        "on_policy_distill_math_workflow": NotBuilt(
+            "is on_policy_distill_workflow with a math reward recorded beside the teacher's log-probabilities",
+            _DISTILL_INSTEAD),
+    },
+}
+"""Per kind, each Trinity-RFT name rfthpc has not built yet (docs/migration.md, "Trinity-RFT's example configs")."""
+
+
+_PLUGIN_BASES = {ALGORITHM: "AlgorithmType", ADVANTAGE: "AdvantageFn", POLICY_LOSS: "PolicyLossFn",
+                 ENTROPY_LOSS: "EntropyLossFn", SAMPLE_STRATEGY: "SampleStrategy", WORKFLOW: "Workflow"}
+"""The Trinity-RFT class a plugin of each kind subclasses."""
+
+_PORT = {
+    ALGORITHM: "choose the closest built-in algorithm_type and name your own functions in advantage_fn / "
+               "policy_loss_fn as 'module:function'",
+    SAMPLE_STRATEGY: "remove it: rfthpc's one sample strategy is default (experience in commit order)",
+    WORKFLOW: "port it to an rfthpc workflow function and name that as 'module:function' (docs/agents.md)",
+}
+"""How to carry a plugin of each kind over; other kinds: as an rfthpc function of that kind."""
+
+
+def not_built(kind: str, name: str) -> str | None:
+    """The one-line refusal of `name` as a `kind` (one of NOT_BUILT's kinds): a Trinity-RFT name rfthpc has
+    not built yet, or a Trinity-RFT plugin class named by its module path; None for any other name."""
+    found = NOT_BUILT.get(kind, {}).get(name)
+    if found is not None:
+        return (f"{name!r} is a Trinity-RFT {kind} that rfthpc has not built yet: it {found.what}; closest in "
+                f"rfthpc: {found.instead}")
+    if kind in _PLUGIN_BASES and "." in name and ":" not in name and "/" not in name:
+        port = _PORT.get(kind, f"write it as an rfthpc {kind} and name that as 'module:function'")
+        return (f"{name!r} names a Trinity-RFT plugin class by its module path; rfthpc has not built it and cannot "
+                f"run Trinity-RFT's classes (a subclass of its {_PLUGIN_BASES[kind]}, importing trinity): {port}")
+    return None

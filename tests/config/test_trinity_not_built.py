@@ -1,0 +1,94 @@
+"""Trinity-RFT names rfthpc has not built yet (rfthpc/not_built.py): each refusal is one line saying that it
+is a Trinity-RFT name not built yet, what the feature is, and the closest working alternative in rfthpc."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rfthpc.algorithms.registry import POLICY_LOSS_FNS
+from rfthpc.config import load_config
+from rfthpc.errors import ConfigError
+from tests.config.conftest import write
+from tests.config.test_bad_input import _error, base  # noqa: F401  (fixture)
+
+_ALGORITHM = "algorithm.algorithm_type"
+_TASKSET = "buffer.explorer_input.tasksets[0].default_workflow_type"
+_EXPERT_STAGES = "a `stages:` list with an sft stage on the expert data followed by a grpo stage"
+_EPISODE = "algorithm_type: grpo with default_workflow_type: env_workflow"
+_TEACHER = "algorithm_type: sft on responses the teacher generated beforehand"
+
+
+def _set(config: str, key: str, value: str) -> str:
+    """`config` with `algorithm.<key>`, or the taskset's workflow, set to `value`."""
+    if key == _TASKSET:
+        return config.replace("default_workflow_type: math_workflow", f"default_workflow_type: {value}")
+    if key == _ALGORITHM:
+        return config.replace("algorithm_type: grpo", f"algorithm_type: {value}")
+    return config.replace("repeat_times: 4", f"repeat_times: 4\n  {key.removeprefix('algorithm.')}: {value}")
+
+
+@pytest.mark.parametrize(("key", "name", "kind", "feature", "instead"), [
+    (_ALGORITHM, "multi_step_grpo", "algorithm", "trains each model call of a multi-turn episode as an experience "
+     "of its own", _EPISODE),
+    (_ALGORITHM, "gigpo", "algorithm", "a step-level one, normalised over the steps of the group's episodes that "
+     "start from the same state (GiGPO", _EPISODE),
+    (_ALGORITHM, "mix", "algorithm", "mixes expert SFT data into every RL step", _EXPERT_STAGES),
+    (_ALGORITHM, "mix_chord", "algorithm", "weighted mu against the GRPO loss on the rollouts, mu rising to mu_peak "
+     "and decaying to mu_valley", _EXPERT_STAGES + ", which learns the expert data once, before RL, instead of "
+     "alongside the rollouts in every step, with no mu schedule"),
+    (_ALGORITHM, "raft", "algorithm", "fine-tunes on the policy's own rollouts with the SFT loss",
+     "algorithm_type: grpo with advantage_fn: reinforce, policy_loss_fn: pg and kl_loss_fn: none"),
+    (_ALGORITHM, "on_policy_distill", "algorithm", "the advantage is the teacher's log-probability minus the "
+     "student's", _TEACHER),
+    (_ALGORITHM, "jsd", "algorithm", "the advantage is minus the Jensen-Shannon divergence", _TEACHER),
+    ("algorithm.advantage_fn", "clipv", "advantage function", "(Clip_V)", "advantage_fn: clipb"),
+    ("algorithm.advantage_fn", "step_wise_grpo", "advantage function", "(step-wise GRPO)", _EPISODE),
+    ("algorithm.policy_loss_fn", "mix_chord", "policy loss", "(CHORD)", _EXPERT_STAGES),
+    ("algorithm.policy_loss_fn", "sft_phi", "policy loss", "CHORD's SFT loss on expert data weighted by p(1-p)",
+     _EXPERT_STAGES),
+    ("algorithm.entropy_loss_fn", "mix", "entropy loss", "measured on the rollouts only",
+     "entropy_loss_fn: default"),
+    ("algorithm.sample_strategy", "mix", "sample strategy", "from an expert SFT dataset and the rest from the "
+     "rollouts", _EXPERT_STAGES),
+    (_TASKSET, "on_policy_distill_workflow", "workflow", "asks a teacher (an auxiliary model) for its "
+     "log-probability", _TEACHER),
+])
+def test_a_trinity_name_not_built_yet_says_what_it_is_and_what_comes_closest(
+        tmp_path: Path, base: str, key: str, name: str, kind: str, feature: str, instead: str) -> None:  # noqa: F811
+    msg = _error(write(tmp_path, _set(base, key, name)))
+    assert f"refused features:\n  - {key}: {name!r} is a Trinity-RFT {kind} that rfthpc has not built yet: it " in msg
+    assert feature in msg and f"; closest in rfthpc: {instead}" in msg, msg
+    assert len(msg.splitlines()) == 3, msg  # one line, and nothing else to fix first
+
+
+@pytest.mark.parametrize(("key", "base_class", "port"), [
+    (_TASKSET, "Workflow", "port it to an rfthpc workflow function and name that as 'module:function' "
+     "(docs/agents.md)"),
+    ("algorithm.policy_loss_fn", "PolicyLossFn", "write it as an rfthpc policy loss and name that as "
+     "'module:function'"),
+    (_ALGORITHM, "AlgorithmType", "choose the closest built-in algorithm_type"),
+])
+def test_a_trinity_plugin_class_named_by_its_module_path_is_refused_with_how_to_port_it(
+        tmp_path: Path, base: str, key: str, base_class: str, port: str) -> None:  # noqa: F811
+    name = "examples.agentscope_frozenlake.workflow.FrozenLakeWorkflow"
+    msg = _error(write(tmp_path, _set(base, key, name)))
+    assert (f"  - {key}: {name!r} names a Trinity-RFT plugin class by its module path; rfthpc has not built it and "
+            f"cannot run Trinity-RFT's classes (a subclass of its {base_class}, importing trinity): {port}") in msg
+    assert len(msg.splitlines()) == 3, msg
+
+
+def test_a_name_not_built_is_refused_where_a_registry_is_asked_outside_validation() -> None:
+    with pytest.raises(ConfigError, match=r"^algorithm.policy_loss_fn: 'mix_chord' is a Trinity-RFT policy loss "
+                                          r"that rfthpc has not built yet: it mixes expert SFT data"):
+        POLICY_LOSS_FNS.get("mix_chord")
+
+
+def test_the_alternatives_named_for_raft_and_clipv_load(tmp_path: Path, base: str) -> None:  # noqa: F811
+    raft = base.replace("repeat_times: 4", "repeat_times: 4\n  advantage_fn: reinforce\n  policy_loss_fn: pg\n"
+                        "  kl_loss_fn: none")
+    assert load_config(write(tmp_path, raft)).config.algorithm.policy_loss_fn == "pg"
+    clipb = base.replace("repeat_times: 4", "repeat_times: 4\n  advantage_fn: clipb")
+    assert load_config(write(tmp_path, clipb)).config.algorithm.advantage_fn == "clipb"
+
