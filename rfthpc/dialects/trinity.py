@@ -178,8 +178,10 @@ TRINITY_KEYS: dict[str, Answer] = {
     "buffer.trainer_input.sft_warmup_steps": Refused(
         "use `stages:` with an sft_warmup stage (Trinity-RFT's current form)", off),
     "buffer.trainer_input.auxiliary_buffers": Refused(
-        "rfthpc trains each stage on one experience buffer; to train on an SFT dataset too, run it as a stage of its "
-        "own (`stages:`)", off),
+        "Trinity-RFT's expert data mixed into the RL steps (the mix and mix_chord algorithms); rfthpc trains each "
+        "stage on one experience buffer and has not built this mixing: the closest is a `stages:` list with an sft "
+        "stage on that dataset followed by the RL stage, which learns it once, before RL, instead of in every "
+        "step", off),
     **{_TASKSET + k: v for k, v in _STORAGE_KEYS.items()},
     _TASKSET + "index": Refused("Trinity-RFT's resume position in the taskset; rfthpc resumes task claims from the "
                                 "run directory: remove it (to skip tasks, drop them from the dataset)", off),

@@ -92,3 +92,11 @@ def test_the_alternatives_named_for_raft_and_clipv_load(tmp_path: Path, base: st
     clipb = base.replace("repeat_times: 4", "repeat_times: 4\n  advantage_fn: clipb")
     assert load_config(write(tmp_path, clipb)).config.algorithm.advantage_fn == "clipb"
 
+
+def test_trinity_auxiliary_buffers_name_the_sft_stage_and_what_differs(tmp_path: Path, base: str) -> None:  # noqa: F811
+    text = base + "  trainer_input:\n    auxiliary_buffers:\n      sft: {path: /data/expert}\n"
+    msg = _error(write(tmp_path, text))
+    assert ("Trinity-RFT's expert data mixed into the RL steps (the mix and mix_chord algorithms); rfthpc trains each "
+            "stage on one experience buffer and has not built this mixing: the closest is a `stages:` list with an "
+            "sft stage on that dataset followed by the RL stage, which learns it once, before RL, instead of in "
+            "every step") in msg, msg
