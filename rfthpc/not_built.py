@@ -2,7 +2,8 @@
 
 One table for every place a config names something from one of Trinity-RFT's registries
 (`algorithm_type`, `advantage_fn`, `policy_loss_fn`, `entropy_loss_fn`, `sample_strategy`, a taskset's
-`default_workflow_type`): each lookup asks `not_built` before calling a name unknown, so that a Trinity-RFT
+`default_workflow_type`; and, for plugin classes, `kl_loss_fn` / `kl_penalty_fn` and `default_reward_fn_type`):
+each lookup asks `not_built` before calling a name unknown, so that a Trinity-RFT
 config is told, in one line, what the feature is and what to use instead. A Trinity-RFT plugin class, named
 by its module path (`examples.bots.workflow.Class`, as Trinity's registries accept), is recognised in each of
 these registries too.
@@ -21,6 +22,8 @@ POLICY_LOSS = "policy loss"
 ENTROPY_LOSS = "entropy loss"
 SAMPLE_STRATEGY = "sample strategy"
 WORKFLOW = "workflow"
+KL = "KL estimator"
+REWARD = "reward function"
 """The kinds of name, as rfthpc's registries call them (`Registry.kind`)."""
 
 
@@ -117,7 +120,8 @@ NOT_BUILT: dict[str, dict[str, NotBuilt]] = {
 
 
 _PLUGIN_BASES = {ALGORITHM: "AlgorithmType", ADVANTAGE: "AdvantageFn", POLICY_LOSS: "PolicyLossFn",
-                 ENTROPY_LOSS: "EntropyLossFn", SAMPLE_STRATEGY: "SampleStrategy", WORKFLOW: "Workflow"}
+                 ENTROPY_LOSS: "EntropyLossFn", KL: "KLFn", SAMPLE_STRATEGY: "SampleStrategy", WORKFLOW: "Workflow",
+                 REWARD: "RewardFn"}
 """The Trinity-RFT class a plugin of each kind subclasses."""
 
 _PORT = {

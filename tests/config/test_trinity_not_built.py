@@ -15,17 +15,22 @@ from tests.config.test_bad_input import _error, base  # noqa: F401  (fixture)
 
 _ALGORITHM = "algorithm.algorithm_type"
 _TASKSET = "buffer.explorer_input.tasksets[0].default_workflow_type"
+_REWARD = "buffer.explorer_input.tasksets[0].default_reward_fn_type"
 _EXPERT_STAGES = "a `stages:` list with an sft stage on the expert data followed by a grpo stage"
 _EPISODE = "algorithm_type: grpo with default_workflow_type: env_workflow"
 _TEACHER = "algorithm_type: sft on responses the teacher generated beforehand"
 
 
 def _set(config: str, key: str, value: str) -> str:
-    """`config` with `algorithm.<key>`, or the taskset's workflow, set to `value`."""
-    if key == _TASKSET:
-        return config.replace("default_workflow_type: math_workflow", f"default_workflow_type: {value}")
+    """`config` with `key` set to `value`: the algorithm, another `algorithm.*` key, or the taskset's workflow or
+    reward function."""
     if key == _ALGORITHM:
         return config.replace("algorithm_type: grpo", f"algorithm_type: {value}")
+    if key == _TASKSET:
+        return config.replace("default_workflow_type: math_workflow", f"default_workflow_type: {value}")
+    if key == _REWARD:
+        return config.replace("default_workflow_type: math_workflow",
+                              f"default_workflow_type: math_workflow\n    default_reward_fn_type: {value}")
     return config.replace("repeat_times: 4", f"repeat_times: 4\n  {key.removeprefix('algorithm.')}: {value}")
 
 
@@ -69,10 +74,12 @@ def test_a_trinity_name_not_built_yet_says_what_it_is_and_what_comes_closest(
     ("algorithm.policy_loss_fn", "PolicyLossFn", "write it as an rfthpc policy loss and name that as "
      "'module:function'"),
     (_ALGORITHM, "AlgorithmType", "choose the closest built-in algorithm_type"),
+    ("algorithm.kl_loss_fn", "KLFn", "write it as an rfthpc KL estimator and name that as 'module:function'"),
+    (_REWARD, "RewardFn", "write it as an rfthpc reward function and name that as 'module:function'"),
 ])
 def test_a_trinity_plugin_class_named_by_its_module_path_is_refused_with_how_to_port_it(
         tmp_path: Path, base: str, key: str, base_class: str, port: str) -> None:  # noqa: F811
-    name = "examples.agentscope_frozenlake.workflow.FrozenLakeWorkflow"
+    name = "examples.my_plugin.module.MyClass"
     msg = _error(write(tmp_path, _set(base, key, name)))
     assert (f"  - {key}: {name!r} names a Trinity-RFT plugin class by its module path; rfthpc has not built it and "
             f"cannot run Trinity-RFT's classes (a subclass of its {base_class}, importing trinity): {port}") in msg
