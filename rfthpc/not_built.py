@@ -1,12 +1,11 @@
 """Trinity-RFT's names that rfthpc has not built yet: what each is, and what in rfthpc comes closest.
 
-One table for every place a config names something from one of Trinity-RFT's registries
-(`algorithm_type`, `advantage_fn`, `policy_loss_fn`, `entropy_loss_fn`, `sample_strategy`, a taskset's
-`default_workflow_type`; and, for plugin classes, `kl_loss_fn` / `kl_penalty_fn` and `default_reward_fn_type`):
-each lookup asks `not_built` before calling a name unknown, so that a Trinity-RFT
-config is told, in one line, what the feature is and what to use instead. A Trinity-RFT plugin class, named
-by its module path (`examples.bots.workflow.Class`, as Trinity's registries accept), is recognised in each of
-these registries too.
+One table for every place a config names something from one of Trinity-RFT's registries (`algorithm_type`,
+`advantage_fn`, `policy_loss_fn`, `entropy_loss_fn`, `sample_strategy`, a taskset's `default_workflow_type`):
+each lookup asks `not_built` before calling a name unknown, so that a Trinity-RFT config is told, in one line,
+what the feature is and what to use instead. A Trinity-RFT plugin class named by its module path
+(`examples.bots.workflow.Class`, as Trinity's registries accept) is recognised in these registries too, and in
+`kl_loss_fn` / `kl_penalty_fn` and `default_reward_fn_type`.
 
 Names of simulators and services rfthpc does not ship (ALFWorld, OpenJudge, ...) are not here: they are
 outside rfthpc, not waiting to be built (`rfthpc.dialects.trinity`: `WORKFLOWS_ELSEWHERE`, `REWARDS_ELSEWHERE`).
