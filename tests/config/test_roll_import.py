@@ -159,7 +159,7 @@ def test_hydra_includes_are_followed_in_order(tmp_path: Path, self_first: bool) 
     assert composed.data == {"max_steps": 7 if self_first else 9, "save_steps": 4, "ppo_epochs": 2,
                              "steps_alias": 7 if self_first else 9}
     assert [p.name for p in composed.files] == ["main.yaml", "mid.yaml", "base.yaml"]
-    assert composed.own_keys == {"max_steps", "steps_alias"} and "max_steps" in composed.referenced
+    assert "max_steps" in composed.referenced
 
 
 def test_an_agentic_config_through_an_include_chain(tmp_path: Path) -> None:
@@ -236,3 +236,60 @@ def test_a_lora_adapter_of_actor_train_is_model_lora(tmp_path: Path) -> None:
     assert cfg["model"]["lora"] == {"target_modules": ["q_proj", "v_proj"], "lora_rank": 8, "lora_alpha": 16}
     assert "ROLL default (2 x rank)" in text
     assert "actor_infer.model_args.lora_target: the adapter is actor_train's" in text
+
+
+SOKOBAN_NATIVE = EXAMPLES / "qwen2.5-0.5B-agentic" / "agentic_val_sokoban_native.yaml"
+PG_VARIANT = EXAMPLES / "qwen2.5-0.5B-agentic" / "agent_val_frozen_lake-pg_var.yaml"
+MULTIMODAL = EXAMPLES / "qwen2.5-vl-7B-rlvr" / "rlvr_async.yaml"
+
+
+def _merged(tmp_path: Path, example: Path) -> Path:
+    """`example` with its `defaults:` merged in as Hydra merges them (the included file first, then the
+    file's own keys), interpolations kept: one file that needs no other."""
+    from omegaconf import OmegaConf
+
+    own = yaml.safe_load(example.read_text())
+    (include,) = own.pop("defaults")
+    included = yaml.safe_load((example.parent / (include.split("@")[0] + ".yaml")).read_text())
+    merged = OmegaConf.to_container(OmegaConf.merge(included, own), resolve=False)
+    path = tmp_path / example.name
+    path.write_text(yaml.safe_dump(merged, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize("layout", ["original", "merged"])
+def test_keys_roll_drops_are_noted_in_either_layout(tmp_path: Path, layout: str) -> None:
+    """traj_envs.yaml's keys that no config reads: ROLL's dataclasses drop them, so the import notes them,
+    whether they come through `defaults:` or sit in the file itself."""
+    example = AGENTIC if layout == "original" else _merged(tmp_path, AGENTIC)
+    result = import_roll(example, tmp_path / "tasks")
+    for key in ("all_response_pattern", "single_prompt_agent_template", "single_prompt_agent_system_template"):
+        assert f"{key}: not a field of ROLL's AgenticConfig: ROLL ignores it, and so does the import" in result.notes
+
+
+def test_the_agentic_policy_gradient_worker_maps_its_pg_variant(tmp_path: Path) -> None:
+    result = import_roll(PG_VARIANT, tmp_path / "tasks")
+    alg = result.config["algorithm"]
+    assert alg["policy_loss_fn"] == "topr"
+    assert alg["policy_loss_fn_args"] == {"positive_weight": 1.0, "negative_weight": 1.0}
+    assert "agentic_actor_pg_worker.ActorWorker, actor_train.pg_variant: topr" in result.text
+
+
+def test_features_outside_rfthpc_are_refused_once_each_without_knocking_other_keys_over(tmp_path: Path) -> None:
+    """ROLL's sokoban_native example: step-wise training and its native Sokoban are refused, naming them; its
+    other settings (which import in the FrozenLake example) are read in the same round, not refused."""
+    with pytest.raises(ConfigError) as e:
+        import_roll(SOKOBAN_NATIVE, tmp_path / "tasks")
+    refused = {line.split(":")[0].strip(" -"): line for line in str(e.value).splitlines() if line.startswith("  - ")}
+    assert set(refused) == {"adv_estimator", "custom_envs.SokobanNativeEnv.env_type",
+                            "actor_train.training_args.gradient_accumulation_steps"}
+    assert "step-wise agentic training" in refused["adv_estimator"]
+    assert "native-mode Sokoban" in refused["custom_envs.SokobanNativeEnv.env_type"]
+    assert "2048 samples" in refused["actor_train.training_args.gradient_accumulation_steps"]  # ROLL's 1 x 128 x 16
+
+
+def test_a_multimodal_config_is_refused_once_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as e:
+        import_roll(MULTIMODAL)
+    (line,) = [line for line in str(e.value).splitlines() if line.startswith("  - ")]
+    assert line.startswith("  - actor_train.data_args.image_max_pixels: multimodal training (images, video or audio")
