@@ -55,6 +55,10 @@ ROLL_SEED = ("ROLL's global seed; rfthpc seeds the rollout engine (explorer.roll
              "(task_selector.seed), both 42 by default")
 
 
+ROLL_MASKS = ("ROLL's RLVR loss masks are lite_ppo's: set algorithm.advantage_fn: lite_ppo with advantage_fn_args "
+              "max_len_mask / difficulty_mask, difficulty_low_threshold, difficulty_high_threshold")
+
+
 ROLL_ADVANTAGE_NORM = ("rfthpc's advantage functions normalise their own way; ROLL's reward and advantage normalisation "
                        "is algorithm.advantage_fn: lite_ppo with advantage_fn_args norm_mean_type / norm_std_type "
                        "(group, batch or null)")
@@ -156,12 +160,12 @@ ROLL_KEYS: dict[str, Answer] = {
                                                     "(algorithm.policy_loss_fn)"),
     "train_infer_correction": Refused("ROLL's train-inference correction: rfthpc's is algorithm.rollout_correction "
                                       "(veRL's keys)", nothing_enabled),
-    **{k: Refused(ROLL_RLVR, off) for k in ("difficulty_loss_weight", "length_loss_weight", "difficulty_mask",
-                                             "balance_length", "error_max_len_clip")},
-    "max_len_mask": Refused("rfthpc trains on truncated responses too; algorithm.overlong_buffer penalises long ones",
-                            off),
-    "difficulty_low_threshold": Refused(ROLL_RLVR, unless("difficulty_mask"), "read only with difficulty_mask"),
-    "difficulty_high_threshold": Refused(ROLL_RLVR, unless("difficulty_mask"), "read only with difficulty_mask"),
+    **{k: Refused(ROLL_RLVR, off) for k in ("difficulty_loss_weight", "length_loss_weight", "balance_length",
+                                             "error_max_len_clip")},
+    "max_len_mask": Refused(ROLL_MASKS, off),
+    "difficulty_mask": Refused(ROLL_MASKS, off),
+    "difficulty_low_threshold": Refused(ROLL_MASKS, unless("difficulty_mask"), "read only with difficulty_mask"),
+    "difficulty_high_threshold": Refused(ROLL_MASKS, unless("difficulty_mask"), "read only with difficulty_mask"),
     "error_max_len_threshold": Refused(ROLL_RLVR, unless("error_max_len_clip"), "read only with error_max_len_clip"),
     "mask_type": Ignored("read only with max_len_mask / difficulty_mask"),
     "minibatch_data_iter_num": Refused(ROLL_RLVR, one_of(1)),

@@ -60,22 +60,7 @@ def translate_algorithm(t: Translation, agentic: bool) -> None:
                 "open_feedback_turn", "skip_mock_system_prompt", "parse_tool_call_parameter_to_dict"):
         t.same_if(key, False, "rfthpc has no such step; remove it or set it false")
     t.note("error_max_len_threshold", "no effect without error_max_len_clip")
-    if agentic:
-        t.note("max_len_mask", "no effect: ROLL's agentic pipeline does not apply it")
-    elif t.get("max_len_mask", False):
-        t.refuse("max_len_mask", "true: ROLL leaves responses cut at the token limit out of the loss, which "
-                                 "rfthpc cannot; its closest is DAPO's soft penalty, algorithm.overlong_buffer")
-    else:
-        t.same_if("max_len_mask", False, "")
-    if t.get("difficulty_mask", False):
-        low, high = t.get("difficulty_low_threshold", 0.0), t.get("difficulty_high_threshold", 1.0)
-        t.refuse("difficulty_mask", f"true (difficulty_low_threshold {low}, difficulty_high_threshold {high}): ROLL "
-                                    "leaves groups whose mean score is at or beyond these out of the loss, which "
-                                    "rfthpc cannot; its closest is algorithm.filter_groups (groups whose responses "
-                                    "all score the same are replaced by fresh tasks)")
-    else:
-        t.same_if("difficulty_mask", False, "")
-        t.note(["difficulty_low_threshold", "difficulty_high_threshold"], "no effect without difficulty_mask")
+    _loss_masks(t, agentic)
     t.note(["enable_reference", "enable_old_logprobs_recompute", "force_disable_old_logprobs_recompute"],
            "rfthpc decides from the configured losses whether reference and old log-probabilities are computed")
     for key in ("episode_reward_weight", "step_reward_weight", "step_reward_gamma"):
@@ -92,6 +77,27 @@ def translate_algorithm(t: Translation, agentic: bool) -> None:
         else:
             t.get("train_infer_correction")
             t.same.append("train_infer_correction: off")
+
+
+def _loss_masks(t: Translation, agentic: bool) -> None:
+    """ROLL's RLVR masks (`get_sample_level_mask`), which its agentic pipeline does not apply: lite_ppo's."""
+    args = "algorithm.advantage_fn_args"
+    if agentic:
+        t.note(["max_len_mask", "difficulty_mask", "difficulty_low_threshold", "difficulty_high_threshold"],
+               "no effect: ROLL's agentic pipeline does not apply it")
+        return
+    if t.get("max_len_mask", False):
+        t.set(f"{args}.max_len_mask", True, "max_len_mask (responses cut at the token limit leave the loss)")
+    else:
+        t.same_if("max_len_mask", False, "")
+    if t.get("difficulty_mask", False):
+        t.set(f"{args}.difficulty_mask", True, "difficulty_mask (groups of mean score outside the thresholds "
+                                               "leave the loss)")
+        for key, default in (("difficulty_low_threshold", 0.1), ("difficulty_high_threshold", 0.95)):
+            t.set(f"{args}.{key}", t.get(key, default), key if t.has(key) else ROLL_DEFAULT)
+    else:
+        t.same_if("difficulty_mask", False, "")
+        t.note(["difficulty_low_threshold", "difficulty_high_threshold"], "no effect without difficulty_mask")
 
 
 def _normalisation(t: Translation, agentic: bool, estimator: str) -> tuple[str | None, str | None, str]:
