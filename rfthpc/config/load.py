@@ -93,7 +93,7 @@ def _foreign_config(path: Path) -> tuple[dict[str, Any], list[str]] | None:
     try:
         imported = import_roll(path, tasks_dir) if dialect.name == "roll" else import_verl(path)
     except ConfigError as e:
-        raise ConfigError(f"{what}\n{e}") from None
+        raise ConfigError(f"{what}; its --ignore KEY imports without a refused key\n{e}") from None
     try:
         for taskset, rows in imported.tasksets.items():
             write_jsonl(taskset, rows)
