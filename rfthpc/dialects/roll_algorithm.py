@@ -145,11 +145,11 @@ def _policy_loss(t: Translation, agentic: bool) -> None:
         if variant not in ("vanilla", "ppo", "tis", "topr", "cispo", "kimi15"):
             t.refuse("actor_train.pg_variant", f"{variant!r}: ROLL's variants are vanilla, ppo, tis, topr, cispo, "
                                                "kimi15")
-            return
+            variant = "vanilla"  # the loss settings are read anyway: every other problem comes in the same round
     elif worker != default_worker:
         t.refuse("actor_train.worker_cls", f"{worker!r}: the importer knows ROLL's ActorWorker and its policy-"
                                            f"gradient workers ({', '.join(_PG_WORKERS)})")
-        variant = "vanilla"  # read the loss settings anyway: every other problem comes in the same round
+        variant = "vanilla"  # as above
         t.get("actor_train.pg_variant")
     else:
         t.note("actor_train.pg_variant", "no effect: ROLL reads it with a policy-gradient worker_cls only "

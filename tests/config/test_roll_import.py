@@ -299,3 +299,11 @@ def test_rolls_rlvr_masks_are_lite_ppos(tmp_path: Path) -> None:
     assert [args[k] for k in masks] == [True, True, 0.2, 0.95]
     args = import_roll(AGENTIC, tmp_path / "tasks").config["algorithm"]["advantage_fn_args"]
     assert "max_len_mask" not in args and "difficulty_mask" not in args
+
+
+def test_an_unknown_policy_loss_does_not_knock_the_loss_settings_over(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as e:
+        import_roll(PG_VARIANT, tmp_path / "tasks", overrides=["actor_train.pg_variant=ppo_clip",
+                                                               "+loss_agg_mode=token-mean", "+pg_clip=0.1"])
+    refused = [line for line in str(e.value).splitlines() if line.startswith("  - ")]
+    assert len(refused) == 1 and refused[0].startswith("  - actor_train.pg_variant: 'ppo_clip'")
