@@ -22,6 +22,7 @@ from rfthpc.config.settings import UnresolvedError, explorer_settings, trainer_s
 from rfthpc.config.typed import build, to_dict
 from rfthpc.config.validate import validate
 from rfthpc.dialects import roll, trinity, verl
+from rfthpc.dialects.detect import foreign_dialect
 from rfthpc.errors import INVALID, PATHS, ConfigError, Mapped, Problems
 
 
@@ -77,11 +78,10 @@ def _foreign_config(path: Path) -> tuple[dict[str, Any], list[str]] | None:
     notes to show (the first says what the file is); None for a config in rfthpc's own shape.
 
     An agentic ROLL config's tasksets of environment seeds are written beside it, in <name>.tasks/."""
-    from rfthpc.dialects.detect import foreign_dialect
-
     dialect = foreign_dialect(path, _read_mapping(path))
     if dialect is None:
         return None
+    # Imported here: an rfthpc config, the usual case, does not pay for loading the importers.
     from rfthpc.dialects.roll_import import import_roll
     from rfthpc.dialects.translation import write_jsonl
     from rfthpc.dialects.verl_import import import_verl
@@ -89,7 +89,7 @@ def _foreign_config(path: Path) -> tuple[dict[str, Any], list[str]] | None:
     what = (f"{path}: a {dialect.title} config ({', '.join(dialect.marks[:3])}), read through its importer, as "
             f"`rfthpc config import --from {dialect.name} {path} --out NEW.yaml` reads it (that writes the rfthpc "
             "config it becomes, to edit)")
-    tasks_dir = path.with_name(path.stem + ".tasks")
+    tasks_dir = path.resolve().with_name(path.stem + ".tasks")  # named by absolute path in the config
     try:
         imported = import_roll(path, tasks_dir) if dialect.name == "roll" else import_verl(path)
     except ConfigError as e:

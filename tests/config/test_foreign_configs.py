@@ -46,13 +46,16 @@ def test_config_commands_read_a_roll_config_through_the_importer(
     assert (tmp_path / "exp" / f"{path.stem}.tasks" / "train.jsonl").is_file()  # the seeds, beside the config
 
 
-def test_run_and_submit_load_a_roll_config_as_its_import(tmp_path: Path) -> None:
-    """`run` and `submit` load through load_config, as validate does: the same translated config."""
-    loaded = load_config(_copy(tmp_path, AGENTIC), check_paths=False)
+def test_run_and_submit_load_a_roll_config_as_its_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run` and `submit` load through load_config, as validate does: the same translated config, whose
+    tasksets the run's jobs find from any directory."""
+    monkeypatch.chdir(tmp_path)
+    loaded = load_config(_copy(tmp_path, AGENTIC).relative_to(tmp_path), check_paths=False)
     assert loaded.notes[0].endswith("(that writes the rfthpc config it becomes, to edit)")
     cfg = loaded.config
     assert cfg.algorithm.advantage_fn == "lite_ppo" and cfg.synchronizer.sync_offset == 1
     assert cfg.buffer.explorer_input.tasksets[0].workflow_args["env"] == "frozen_lake"
+    assert cfg.buffer.explorer_input.tasksets[0].path == str(tmp_path / "exp" / f"{AGENTIC.stem}.tasks" / "train.jsonl")
 
 
 def test_overrides_apply_to_the_imported_config(tmp_path: Path) -> None:
