@@ -68,6 +68,9 @@ class AdvantageInputs:
     baseline_rewards: torch.Tensor | None = None
     """(B,) reward of the greedy response to each response's task (NaN where the group has none);
     needed by remax (functions declared with greedy_baseline=True)."""
+    truncated: torch.Tensor | None = None
+    """(B,) True for a response cut at the token limit (model.max_response_tokens); given when the
+    trainer knows the limit (lite_ppo's max_len_mask reads it)."""
 
 
 def outcome_token_rewards(rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:

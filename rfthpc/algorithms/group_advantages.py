@@ -195,7 +195,7 @@ def gdpo(
     return _whitened(inputs, total)
 
 
-@declare("advantage", "lite_ppo", "liteppo", groups=True)
+@declare("advantage", "lite_ppo", "liteppo", groups=True, drops_responses=True)
 @torch.no_grad()
 def lite_ppo(
     inputs: AdvantageInputs,
@@ -206,7 +206,11 @@ def lite_ppo(
     reward_clip: float | None = None,
     whiten_advantages: bool = False,
     advantage_clip: float | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    difficulty_mask: bool = False,
+    difficulty_low_threshold: float = 0.1,
+    difficulty_high_threshold: float = 0.95,
+    max_len_mask: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """ROLL's reward normalisation; by default LitePPO's: the group mean, the batch standard deviation.
 
         N_i = (R_i - m_i) / (s_i + epsilon)     (N_i = R_i - m_i when norm_std_type is None)
@@ -220,7 +224,12 @@ def lite_ppo(
         A   =  N_i on every response token of i
         A   <- whiten_{mask}(A) * mask                              (whiten_advantages: over the batch's tokens)
         A   <- clip(A, -advantage_clip, advantage_clip)             (ROLL's advantage_clip)
-    Returns (A, A).
+    ROLL's RLVR loss masks then leave responses out of the step's loss (every term and denominator;
+    the advantages above are computed over the whole batch, as in ROLL):
+        difficulty_mask: keep i only if low < mean_g(R) < high        (groups of one response are kept)
+        max_len_mask:    keep i only if it was not cut at the token limit
+    with low, high = difficulty_low_threshold, difficulty_high_threshold (ROLL's 0.1 and 0.95).
+    Returns (A, A) and the (B,) responses trained.
     """
     levels = ("group", "batch", None)
     for key, level in (("norm_mean_type", norm_mean_type), ("norm_std_type", norm_std_type)):
@@ -252,7 +261,27 @@ def lite_ppo(
     out = _whitened(inputs, adv)[0] if whiten_advantages else _broadcast(adv, inputs.response_mask)
     if advantage_clip is not None:
         out = out.clamp(-advantage_clip, advantage_clip)
-    return out, out
+    return out, out, _roll_loss_mask(inputs, scores, inverse, sizes, n_groups, difficulty_mask,
+                                     (difficulty_low_threshold, difficulty_high_threshold), max_len_mask)
+
+
+def _roll_loss_mask(inputs: AdvantageInputs, scores: torch.Tensor, inverse: torch.Tensor, sizes: torch.Tensor,
+                    n_groups: int, difficulty: bool, bounds: tuple[float, float], max_len: bool) -> torch.Tensor:
+    """(B,) bool: the responses ROLL's RLVR masks (`get_sample_level_mask`) keep in the loss."""
+    kept = torch.ones_like(scores, dtype=torch.bool)
+    if difficulty:
+        low, high = bounds
+        if not low < high:
+            raise ConfigError(f"algorithm.advantage_fn_args.difficulty_low_threshold ({low}) must be below "
+                              f"difficulty_high_threshold ({high}): no group would be trained.")
+        mean = _group_mean(scores, inverse, n_groups)
+        kept &= ((mean > low) & (mean < high)) | (sizes == 1)
+    if max_len:
+        if inputs.truncated is None:
+            raise ConfigError("algorithm.advantage_fn_args.max_len_mask needs the responses' token limit: set "
+                              "model.max_response_tokens.")
+        kept &= ~inputs.truncated.bool()
+    return kept
 
 
 @declare("advantage", "optimal_token_baseline", groups=True, forward_outputs=("sum_pi_squared",))

@@ -22,6 +22,7 @@ from rfthpc.config.settings import UnresolvedError, explorer_settings, trainer_s
 from rfthpc.config.typed import build, to_dict
 from rfthpc.config.validate import validate
 from rfthpc.dialects import roll, trinity, verl
+from rfthpc.dialects.detect import foreign_dialect
 from rfthpc.errors import INVALID, PATHS, ConfigError, Mapped, Problems
 
 
@@ -48,7 +49,11 @@ _Loader.add_implicit_resolver(
 def read_yaml(path: Path, problems: Problems | None = None) -> dict[str, Any]:
     """Read a YAML config and resolve its `${...}` interpolations (env vars with defaults, references).
     A value that cannot be resolved is recorded in `problems` (given one) and read as unset, or raised."""
-    path = Path(path)
+    return resolve_interpolations(_read_mapping(Path(path)), str(path), problems)
+
+
+def _read_mapping(path: Path) -> dict[str, Any]:
+    """The YAML mapping in the file at `path`, interpolations not resolved."""
     if path.is_dir():
         raise ConfigError(f"config file {path} is a directory; give the YAML file in it")
     if not path.is_file():
@@ -65,7 +70,38 @@ def read_yaml(path: Path, problems: Problems | None = None) -> dict[str, Any]:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(data).__name__}")
-    return resolve_interpolations(data, str(path), problems)
+    return data
+
+
+def _foreign_config(path: Path) -> tuple[dict[str, Any], list[str]] | None:
+    """A ROLL or veRL config at `path`, translated as `rfthpc config import` translates it, and the
+    notes to show (the first says what the file is); None for a config in rfthpc's own shape.
+
+    An agentic ROLL config's tasksets of environment seeds are written beside it, in <name>.tasks/."""
+    dialect = foreign_dialect(path, _read_mapping(path))
+    if dialect is None:
+        return None
+    # Imported here: an rfthpc config, the usual case, does not pay for loading the importers.
+    from rfthpc.dialects.roll_import import import_roll
+    from rfthpc.dialects.translation import write_jsonl
+    from rfthpc.dialects.verl_import import import_verl
+
+    what = (f"{path}: a {dialect.title} config ({', '.join(dialect.marks[:3])}), read through its importer, as "
+            f"`rfthpc config import --from {dialect.name} {path} --out NEW.yaml` reads it (that writes the rfthpc "
+            "config it becomes, to edit)")
+    tasks_dir = path.resolve().with_name(path.stem + ".tasks")  # named by absolute path in the config
+    try:
+        imported = import_roll(path, tasks_dir) if dialect.name == "roll" else import_verl(path)
+    except ConfigError as e:
+        raise ConfigError(f"{what}; its --ignore KEY imports without a refused key\n{e}") from None
+    try:
+        for taskset, rows in imported.tasksets.items():
+            write_jsonl(taskset, rows)
+    except OSError as e:
+        raise ConfigError(f"{what}\nits tasksets of environment seeds cannot be written to {tasks_dir}: "
+                          f"{e.strerror}; import it with --out where you can write") from None
+    tasks = [f"{tasks_dir}: the tasksets of environment seeds the import wrote"] if imported.tasksets else []
+    return imported.config, [what, *tasks, *imported.notes]
 
 
 _INTERPOLATION_HINT = ("An environment variable read when the config is loaded is written ${oc.env:VAR,default}; a "
@@ -226,9 +262,24 @@ def load_config(
     `check_paths=False` skips existence checks of model and dataset paths (for configs meant for
     another machine); every other check runs.
     """
+    foreign = _foreign_config(Path(path))
+    if foreign is None:
+        return _load(path, None, overrides, check_paths, prog)
+    try:
+        return _load(path, foreign, overrides, check_paths, prog)
+    except ConfigError as e:
+        raise ConfigError(f"{foreign[1][0]}\n{e}") from None
+
+
+def _load(path: Path | str, foreign: tuple[dict[str, Any], list[str]] | None, overrides: list[str] | None,
+          check_paths: bool, prog: str) -> LoadedConfig:
+    """`load_config` of the file at `path`, or of the translated `foreign` config (and its notes) read from it."""
     problems = Problems(str(path))
-    raw = read_yaml(Path(path), problems)
-    notes = trinity.value_notes(raw)
+    if foreign is None:
+        raw = read_yaml(Path(path), problems)
+        notes = trinity.value_notes(raw)
+    else:
+        raw, notes = foreign
     cfg = config_from_dict(raw, str(path), problems)
     cfg = apply_overrides(cfg, list(overrides or []), prog=prog, problems=problems)
     problems.start_checks()

@@ -9,6 +9,7 @@ the raw YAML first, and the importers translate a whole foreign config into an r
 | `trinity`        | Trinity-RFT: renamed keys and values, its settings kept elsewhere, keys refused        |
 | `verl`           | veRL's settings (`trainer.trainer_config`, a run's overrides): mapped or answered     |
 | `roll`           | ROLL's keys and role sections: mapped or answered                                    |
+| `detect`         | which framework a config file is written for (what `load_config` imports first)      |
 | `hydra`          | Hydra's `defaults:` composition and overrides, as veRL and ROLL use them              |
 | `translation`    | what `rfthpc config import` builds: the translated config and each value's source     |
 | `verl_import`    | `config import --from verl`: a veRL run (its Hydra config and launch script)          |

@@ -40,8 +40,6 @@ class Composed:
     """The merged config, interpolations resolved."""
     files: list[Path] = field(default_factory=list)
     """Every file read, the first one first."""
-    own_keys: set[str] = field(default_factory=set)
-    """Top-level keys the first file or an override sets itself (not through an include)."""
     referenced: set[str] = field(default_factory=set)
     """Top-level keys some interpolation reads (`${max_steps}`, `${custom_env.FrozenLake}`)."""
     anchored: set[str] = field(default_factory=set)
@@ -62,8 +60,6 @@ def compose(path: Path | str, overrides: list[str] | tuple[str, ...] = ()) -> Co
         merged = OmegaConf.merge(*parts) if parts else OmegaConf.create({})
         for override in overrides:
             _override(merged, override)
-            if not override.startswith("~"):
-                out.own_keys.add(override.lstrip("+").split("=", 1)[0].split(".", 1)[0])
         raw = OmegaConf.to_container(merged, resolve=False)
     except OmegaConfBaseException as e:
         raise ConfigError(f"{path}: {str(e).splitlines()[0]}") from None
@@ -100,8 +96,6 @@ def _load(path: Path, package: str, root: Path, stack: list[Path], out: Composed
     own = OmegaConf.to_container(cfg, resolve=False)
     assert isinstance(own, dict)
     defaults = own.pop("defaults", [])
-    if not stack:
-        out.own_keys = set(own)
     if not isinstance(defaults, list):
         raise ConfigError(f"{path}: defaults must be a list, got {defaults!r}")
     parts: list[DictConfig] = []

@@ -55,6 +55,10 @@ ROLL_SEED = ("ROLL's global seed; rfthpc seeds the rollout engine (explorer.roll
              "(task_selector.seed), both 42 by default")
 
 
+ROLL_MASKS = ("ROLL's RLVR loss masks are lite_ppo's: set algorithm.advantage_fn: lite_ppo with advantage_fn_args "
+              "max_len_mask / difficulty_mask, difficulty_low_threshold, difficulty_high_threshold")
+
+
 ROLL_ADVANTAGE_NORM = ("rfthpc's advantage functions normalise their own way; ROLL's reward and advantage normalisation "
                        "is algorithm.advantage_fn: lite_ppo with advantage_fn_args norm_mean_type / norm_std_type "
                        "(group, batch or null)")
@@ -146,7 +150,6 @@ ROLL_KEYS: dict[str, Answer] = {
     **{k: Refused("rfthpc passes rewards to the advantage function as the reward function gives them; remove it",
                   off) for k in ("use_reward_scaling", "use_reward_norm", "whiten_rewards", "add_len_reward",
                                   "reward_clip")},
-    "advantage_clip": Refused("rfthpc does not clip advantages; remove it", off),
     "whiten_advantages": Refused(ROLL_ADVANTAGE_NORM, off),
     "norm_mean_type": Refused(ROLL_ADVANTAGE_NORM, off),
     "norm_std_type": Refused(ROLL_ADVANTAGE_NORM, off),
@@ -157,12 +160,12 @@ ROLL_KEYS: dict[str, Answer] = {
                                                     "(algorithm.policy_loss_fn)"),
     "train_infer_correction": Refused("ROLL's train-inference correction: rfthpc's is algorithm.rollout_correction "
                                       "(veRL's keys)", nothing_enabled),
-    **{k: Refused(ROLL_RLVR, off) for k in ("difficulty_loss_weight", "length_loss_weight", "difficulty_mask",
-                                             "balance_length", "error_max_len_clip")},
-    "max_len_mask": Refused("rfthpc trains on truncated responses too; algorithm.overlong_buffer penalises long ones",
-                            off),
-    "difficulty_low_threshold": Refused(ROLL_RLVR, unless("difficulty_mask"), "read only with difficulty_mask"),
-    "difficulty_high_threshold": Refused(ROLL_RLVR, unless("difficulty_mask"), "read only with difficulty_mask"),
+    **{k: Refused(ROLL_RLVR, off) for k in ("difficulty_loss_weight", "length_loss_weight", "balance_length",
+                                             "error_max_len_clip")},
+    "max_len_mask": Refused(ROLL_MASKS, off),
+    "difficulty_mask": Refused(ROLL_MASKS, off),
+    "difficulty_low_threshold": Refused(ROLL_MASKS, unless("difficulty_mask"), "read only with difficulty_mask"),
+    "difficulty_high_threshold": Refused(ROLL_MASKS, unless("difficulty_mask"), "read only with difficulty_mask"),
     "error_max_len_threshold": Refused(ROLL_RLVR, unless("error_max_len_clip"), "read only with error_max_len_clip"),
     "mask_type": Ignored("read only with max_len_mask / difficulty_mask"),
     "minibatch_data_iter_num": Refused(ROLL_RLVR, one_of(1)),
@@ -334,6 +337,7 @@ ROLL_MAP: dict[str, Target] = {
     "kl_penalty": ReadWith("use_kl_loss, add_token_level_kl"),
     "lambd": FnArg("advantage_fn", "lam"),
     "gamma": FnArg("advantage_fn", "gamma"),
+    "advantage_clip": FnArg("advantage_fn", "advantage_clip"),
     "pg_clip": FnArg("policy_loss_fn", "clip_range"),
     "actor_train.pg_variant": FnChoice("policy_loss_fn", _roll_pg_variant),
     "actor_train.topr_positive_weight": FnArg("policy_loss_fn", "positive_weight"),

@@ -16,15 +16,23 @@ NO_DUAL_CLIP = 1.0e9
 """rfthpc's PPO loss always has veRL's dual clip; a bound this large never binds (ROLL's dual_clip_loss: false)."""
 
 
+_OTHER_ESTIMATOR = ("the importer translates ROLL's reinforce and grpo (rfthpc's lite_ppo with ROLL's "
+                    "normalisation); for gae write the algorithm section by hand (docs/configuration.md)")
+_ESTIMATORS_MISSING = {
+    "step_reinforce": "ROLL's step-wise agentic training (a reward and an advantage per environment step) is not "
+                      "in rfthpc, which trains an episode as one trajectory with one reward: use reinforce or grpo",
+    "gigpo": "GiGPO (step-level groups of identical environment states) is not in rfthpc: use grpo",
+}
+"""Estimators of features rfthpc does not have, and what the refusal says."""
+
+
 def translate_algorithm(t: Translation, agentic: bool) -> None:
     """The advantage, the policy loss, KL and entropy terms and the gradient clip."""
     estimator = t.get("adv_estimator", "gae")
     source = "adv_estimator" if t.has("adv_estimator") else ROLL_DEFAULT
     if estimator not in ("reinforce", "grpo"):
-        t.refuse("adv_estimator", f"{estimator!r}: the importer translates ROLL's reinforce and grpo (rfthpc's "
-                                  "lite_ppo with ROLL's normalisation); for gae, gigpo or step rewards write the "
-                                  "algorithm section by hand (docs/configuration.md)")
-        return
+        # The other settings are still read, so that every other problem comes in the same round.
+        t.refuse("adv_estimator", f"{estimator!r}: {_ESTIMATORS_MISSING.get(estimator, _OTHER_ESTIMATOR)}")
     t.set("algorithm.algorithm_type", "lite_ppo", source)
     t.set("algorithm.advantage_fn", "lite_ppo", f"{source}: {estimator} (ROLL's reward normalisation, "
                                                  "then its advantage pipeline)")
@@ -52,22 +60,7 @@ def translate_algorithm(t: Translation, agentic: bool) -> None:
                 "open_feedback_turn", "skip_mock_system_prompt", "parse_tool_call_parameter_to_dict"):
         t.same_if(key, False, "rfthpc has no such step; remove it or set it false")
     t.note("error_max_len_threshold", "no effect without error_max_len_clip")
-    if agentic:
-        t.note("max_len_mask", "no effect: ROLL's agentic pipeline does not apply it")
-    elif t.get("max_len_mask", False):
-        t.refuse("max_len_mask", "true: ROLL leaves responses cut at the token limit out of the loss, which "
-                                 "rfthpc cannot; its closest is DAPO's soft penalty, algorithm.overlong_buffer")
-    else:
-        t.same_if("max_len_mask", False, "")
-    if t.get("difficulty_mask", False):
-        low, high = t.get("difficulty_low_threshold", 0.0), t.get("difficulty_high_threshold", 1.0)
-        t.refuse("difficulty_mask", f"true (difficulty_low_threshold {low}, difficulty_high_threshold {high}): ROLL "
-                                    "leaves groups whose mean score is at or beyond these out of the loss, which "
-                                    "rfthpc cannot; its closest is algorithm.filter_groups (groups whose responses "
-                                    "all score the same are replaced by fresh tasks)")
-    else:
-        t.same_if("difficulty_mask", False, "")
-        t.note(["difficulty_low_threshold", "difficulty_high_threshold"], "no effect without difficulty_mask")
+    _loss_masks(t, agentic)
     t.note(["enable_reference", "enable_old_logprobs_recompute", "force_disable_old_logprobs_recompute"],
            "rfthpc decides from the configured losses whether reference and old log-probabilities are computed")
     for key in ("episode_reward_weight", "step_reward_weight", "step_reward_gamma"):
@@ -84,6 +77,27 @@ def translate_algorithm(t: Translation, agentic: bool) -> None:
         else:
             t.get("train_infer_correction")
             t.same.append("train_infer_correction: off")
+
+
+def _loss_masks(t: Translation, agentic: bool) -> None:
+    """ROLL's RLVR masks (`get_sample_level_mask`), which its agentic pipeline does not apply: lite_ppo's."""
+    args = "algorithm.advantage_fn_args"
+    if agentic:
+        t.note(["max_len_mask", "difficulty_mask", "difficulty_low_threshold", "difficulty_high_threshold"],
+               "no effect: ROLL's agentic pipeline does not apply it")
+        return
+    if t.get("max_len_mask", False):
+        t.set(f"{args}.max_len_mask", True, "max_len_mask (responses cut at the token limit leave the loss)")
+    else:
+        t.same_if("max_len_mask", False, "")
+    if t.get("difficulty_mask", False):
+        t.set(f"{args}.difficulty_mask", True, "difficulty_mask (groups of mean score outside the thresholds "
+                                               "leave the loss)")
+        for key, default in (("difficulty_low_threshold", 0.1), ("difficulty_high_threshold", 0.95)):
+            t.set(f"{args}.{key}", t.get(key, default), key if t.has(key) else ROLL_DEFAULT)
+    else:
+        t.same_if("difficulty_mask", False, "")
+        t.note(["difficulty_low_threshold", "difficulty_high_threshold"], "no effect without difficulty_mask")
 
 
 def _normalisation(t: Translation, agentic: bool, estimator: str) -> tuple[str | None, str | None, str]:
@@ -115,24 +129,33 @@ def _normalisation(t: Translation, agentic: bool, estimator: str) -> tuple[str |
             (", ".join(given) or ROLL_DEFAULT) + (" (traj_group_id: a task's group)" if level == "group" else ""))
 
 
+_PG_WORKERS = ("roll.pipeline.rlvr.actor_pg_worker.ActorPGWorker",
+               "roll.pipeline.agentic.agentic_actor_pg_worker.ActorWorker")
+"""ROLL's workers whose loss is actor_train.pg_variant (RLVR's and the agentic pipeline's)."""
+
+
 def _policy_loss(t: Translation, agentic: bool) -> None:
     default_worker = ("roll.pipeline.agentic.agentic_actor_worker.ActorWorker" if agentic
                       else "roll.pipeline.rlvr.actor_worker.ActorWorker")
     worker = t.get("actor_train.worker_cls") or default_worker
     variant = "ppo"
-    if worker.endswith("ActorPGWorker"):
+    pg_worker = worker in _PG_WORKERS
+    if pg_worker:
         variant = t.get("actor_train.pg_variant", "vanilla")
         if variant not in ("vanilla", "ppo", "tis", "topr", "cispo", "kimi15"):
             t.refuse("actor_train.pg_variant", f"{variant!r}: ROLL's variants are vanilla, ppo, tis, topr, cispo, "
                                                "kimi15")
-            return
+            variant = "vanilla"  # the loss settings are read anyway: every other problem comes in the same round
     elif worker != default_worker:
-        t.refuse("actor_train.worker_cls", f"{worker!r}: the importer knows ROLL's ActorWorker and ActorPGWorker")
-        return
+        t.refuse("actor_train.worker_cls", f"{worker!r}: the importer knows ROLL's ActorWorker and its policy-"
+                                           f"gradient workers ({', '.join(_PG_WORKERS)})")
+        variant = "vanilla"  # as above
+        t.get("actor_train.pg_variant")
     else:
-        t.note("actor_train.pg_variant", "no effect: ROLL reads it with worker_cls ActorPGWorker only")
-    source = f"actor_train.worker_cls ActorPGWorker, actor_train.pg_variant: {variant}" if worker.endswith(
-        "ActorPGWorker") else "actor_train.worker_cls: ROLL's PPO loss"
+        t.note("actor_train.pg_variant", "no effect: ROLL reads it with a policy-gradient worker_cls only "
+                                         f"({', '.join(_PG_WORKERS)})")
+    source = (f"actor_train.worker_cls {'.'.join(worker.split('.')[-2:])}, actor_train.pg_variant: {variant}"
+              if pg_worker else "actor_train.worker_cls: ROLL's PPO loss")
     t.set("algorithm.policy_loss_fn", variant, source)
     if t.has("pg_variant"):
         t.notes.append(f"pg_variant (top level): {t.get('pg_variant')!r} is not a ROLL setting (ROLL reads "

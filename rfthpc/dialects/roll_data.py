@@ -27,9 +27,24 @@ def sampling(t: Translation, section: str, target: str, defaults: dict[str, Any]
            "rfthpc always records the sampled tokens' log-probabilities and returns the text it generated")
 
 
+_MEDIA = ("image_max_pixels", "image_min_pixels", "video_max_pixels", "video_min_pixels", "video_total_pixels",
+          "video_fps", "video_max_frames", "video_resize_chunk_frames", "image_folder", "video_folder", "audio_folder")
+"""ROLL's DataArguments of images, video and audio: a multimodal config."""
+
+
 def translate_data(t: Translation) -> None:
     """RLVR: the training data and rewards, and the validation set."""
     data = "actor_train.data_args"
+    media = [f"{section}.{k}" for section in (data, "validation.data_args") for k in _MEDIA
+             if t.has(f"{section}.{k}")]
+    if media:
+        # Its data, rewards and validation all serve the multimodal task: one refusal says it all.
+        t.refuse(media[0], "multimodal training (images, video or audio in the prompts: "
+                           f"{', '.join(dict.fromkeys(k.rsplit('.', 1)[-1] for k in media))}) is not in rfthpc, "
+                           "whose policies read text only")
+        for key in (data, "rewards", "validation", "eval_steps", "val_batch_size"):
+            t.get(key)
+        return
     files = t.get(f"{data}.file_name")
     files = [files] if isinstance(files, str) else files or []
     if len(files) != 1:
@@ -121,5 +136,6 @@ def _validation(t: Translation) -> None:
     t.note("validation.generating_args.max_new_tokens", "ROLL replaces it by the training token limit")
     t.note(["validation.data_args.template", "val_batch_size"], "rfthpc evaluates every row of an eval taskset "
                                                                  "with the model's chat template")
+    t.note("validation.data_args.preprocessing_num_workers", "rfthpc reads the rows as they are")
     t.note(["validation.data_args.messages", "validation.data_args.prompt"],
            "ROLL encodes the validation data with actor_train.data_args's columns; so does the import")

@@ -26,6 +26,14 @@ _DEFAULTS = {
 }
 """ROLL's environment defaults (its FrozenLakeEnv and SokobanEnv), written where the config leaves them out:
 rfthpc's own differ (e.g. FrozenLake is slippery in ROLL by default, not in rfthpc)."""
+_OTHER_ENV = "rfthpc's built-in environments are frozen_lake and sokoban (or your own class as workflow_args.env, " \
+             "docs/agents.md)"
+_ENVS_MISSING = {
+    "sokoban_native_env": "ROLL's native-mode Sokoban (SokobanNativeEnv, played step by step by "
+                          "AgentNativeStepEnvManager) is not in rfthpc; its sokoban plays whole trajectories: use "
+                          "env_type sokoban",
+}
+"""ROLL environments of features rfthpc does not have, and what the refusal says."""
 _TEXT_KEYS = ("action_pattern", "grid_lookup", "grid_vocab", "action_lookup", "map_lookup", "env_instruction",
               "special_token_list")
 _TRAJ_MANAGER = "roll.pipeline.agentic.env_manager.traj_env_manager.TrajEnvManager"
@@ -141,8 +149,8 @@ def _env(t: Translation, tag: str, max_new_tokens: int | None) -> dict[str, Any]
         return None
     kind = t.get(f"{key}.env_type")
     if kind not in _ENVS:
-        t.refuse(f"{key}.env_type", f"{kind!r}: rfthpc's built-in environments are frozen_lake and sokoban (or "
-                                    "your own class as workflow_args.env, docs/agents.md)")
+        t.get(key)  # the rest of the section belongs to the refused environment: no refusals of its own
+        t.refuse(f"{key}.env_type", f"{kind!r}: {_ENVS_MISSING.get(kind, _OTHER_ENV)}")
         return None
     cfg = f"{key}.env_config"
     sources: dict[str, str] = {}

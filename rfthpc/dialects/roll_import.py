@@ -138,8 +138,9 @@ def import_roll(path: Path | str, tasks_dir: Path | None = None, ignore: tuple[s
                                   max_new_tokens=shape.max_new_tokens)
     else:
         translate_data(t)
-    helpers_ok = composed.referenced | composed.anchored | (set(composed.data) - composed.own_keys)
-    t.sweep(helpers_ok, set(fields_), schema)
+    # Whether an unread key came through `defaults:` or sits in the file itself (a merged config), ROLL
+    # drops it alike: only a key that feeds interpolations or anchors is a silent helper.
+    t.sweep(composed.referenced | composed.anchored, set(fields_), schema, drops_unknown=True)
     t.apply_ignores(ignore)
     t.raise_if_refused(str(path))
     config = in_schema_order(t.config)
@@ -493,6 +494,16 @@ def _generation(t: Translation, shape: _Shape) -> None:
 
 def _batches(t: Translation, shape: _Shape) -> None:
     """Group size, groups per step, epochs and the optimizer's mini-batches."""
+    # Read first: a refusal below ends the function, and these keys must not become refusals of their own.
+    t.note(["actor_train.sequence_length_round_in_train", "actor_train.infer_batch_size",
+            "actor_infer.infer_batch_size", "reference.infer_batch_size"],
+           "batching of forward passes; rfthpc packs them by tokens")
+    if t.has("actor_train.use_dynamic_batching_in_train"):
+        t.set("trainer.use_dynamic_bsz", bool(t.get("actor_train.use_dynamic_batching_in_train")),
+              "actor_train.use_dynamic_batching_in_train")
+    tokens = t.get("actor_train.max_tokens_per_microbatch_in_train")
+    if tokens:
+        t.set("trainer.max_token_len_per_gpu", tokens, "actor_train.max_tokens_per_microbatch_in_train")
     if shape.agentic:
         n = t.whole("train_env_manager.group_size", 1)
         trajectories = t.whole("rollout_batch_size", 128)
@@ -532,15 +543,6 @@ def _batches(t: Translation, shape: _Shape) -> None:
                    f"optimizer steps of {update} samples are rfthpc's "
                    f"mini-batches of {update // n} groups ({shape_updates} update(s) per step); micro-batches are "
                    "packed by tokens (trainer.max_token_len_per_gpu)")
-    if t.has("actor_train.use_dynamic_batching_in_train"):
-        t.set("trainer.use_dynamic_bsz", bool(t.get("actor_train.use_dynamic_batching_in_train")),
-              "actor_train.use_dynamic_batching_in_train")
-    tokens = t.get("actor_train.max_tokens_per_microbatch_in_train")
-    if tokens:
-        t.set("trainer.max_token_len_per_gpu", tokens, "actor_train.max_tokens_per_microbatch_in_train")
-    t.note(["actor_train.sequence_length_round_in_train", "actor_train.infer_batch_size",
-            "actor_infer.infer_batch_size", "reference.infer_batch_size"],
-           "batching of forward passes; rfthpc packs them by tokens")
     shape.updates = shape_updates
 
 

@@ -24,6 +24,8 @@ from typing import Any
 from rfthpc.errors import ConfigError
 
 ROLL_DEFAULT = "ROLL default"
+_MISSPELT = 0.85
+"""Similarity (difflib's ratio) above which an unknown key reads as a misspelling of a known one (max_stepz)."""
 
 
 def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -143,13 +145,16 @@ class Translation:
         else:
             self.refuse(key, f"{scalar(value)}: {refusal}")
 
-    def sweep(self, helpers_ok: set[str], fields: set[str], schema: str) -> None:
+    def sweep(self, helpers_ok: set[str], fields: set[str], schema: str, drops_unknown: bool = False) -> None:
         """Refuse every leaf nobody handled. `fields`: the foreign config's top-level settings (its `schema`,
         e.g. ROLL's RLVRConfig); a top-level key outside them is a helper key if it is in `helpers_ok`
-        (a value that only feeds interpolations or anchors, or a menu an included file offers), else an
-        unknown key."""
+        (a value that only feeds interpolations or anchors), else an unknown key: refused, or noted when
+        the foreign framework itself drops unknown keys (`drops_unknown`: ROLL's dataclasses do), since
+        the run is then the same without it, whether the key came from an included file or not. A near
+        miss of a field's name is refused all the same: a misspelt setting, which both would drop."""
         candidates = sorted(fields | self.looked)
         helpers: set[str] = set()
+        unknown: dict[str, list[str]] = {}
         for leaf in self.leaves:
             if leaf in self.used:
                 continue
@@ -158,14 +163,20 @@ class Translation:
                 helpers.add(top)
                 continue
             if top not in self.looked and top not in fields:
-                close = difflib.get_close_matches(top, candidates, n=1)
-                hint = f" (did you mean {close[0]}?)" if close else ""
-                self.problems.setdefault(top, f"not a field of {self.origin}'s {schema}, so {self.origin} ignores it "
-                                              f"too: fix its name{hint}, or remove it")
+                unknown[top] = difflib.get_close_matches(top, candidates, n=1)
                 continue
             self.problems[leaf] = (f"{scalar(self.leaves[leaf])}: a {self.origin} setting the importer does not "
                                    "translate; remove it, or set the matching rfthpc key in the imported config")
         self.helpers = sorted(helpers)
+        for top, close in unknown.items():
+            misspelt = difflib.get_close_matches(top, close, n=1, cutoff=_MISSPELT)
+            if drops_unknown and not misspelt:
+                self.notes.append(f"{top}: not a field of {self.origin}'s {schema}: {self.origin} ignores it, and so "
+                                  "does the import")
+            else:
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                self.problems[top] = (f"not a field of {self.origin}'s {schema}, so {self.origin} ignores it too: fix "
+                                      f"its name{hint}, or remove it")
 
     def apply_ignores(self, ignores: Iterable[str]) -> None:
         """Turn the refusals the user named (`--ignore KEY`: the key, or a section above it) into notes."""

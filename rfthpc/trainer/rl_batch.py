@@ -149,6 +149,8 @@ def build_step_tensors(
         reward_components=_reward_components(samples) if algorithm.advantage_needs.reward_components else None,
         # NaN marks a group without a greedy baseline; None when no group has one (remax names both).
         baseline_rewards=_baselines(samples),
+        # As response_length/clip_ratio counts them: a response at the limit was cut there.
+        truncated=lengths >= max_response_tokens if max_response_tokens is not None else None,
     )
     t.advantages, t.returns, *trained = algorithm.advantage(inputs)
     if algorithm.advantage_needs.drops_responses:

@@ -23,15 +23,15 @@ EXAMPLES = Path(__file__).parent / "roll_examples"
 RLVR_ASYNC = EXAMPLES / "qwen2.5-7B-rlvr_megatron" / "rlvr_config_async.yaml"
 RLVR_TOPR = EXAMPLES / "qwen2.5-7B-rlvr-offpolicy" / "rlvr_config.yaml"
 AGENTIC = EXAMPLES / "qwen2.5-0.5B-agentic" / "agent_val_frozen_lake_async.yaml"
-RLVR_REFUSED = ["difficulty_mask", "max_len_mask"]
-"""What ROLL's RLVR examples set that rfthpc cannot do: masks that leave samples out of the loss."""
+SOKOBAN_NATIVE = EXAMPLES / "qwen2.5-0.5B-agentic" / "agentic_val_sokoban_native.yaml"
+PG_VARIANT = EXAMPLES / "qwen2.5-0.5B-agentic" / "agent_val_frozen_lake-pg_var.yaml"
+MULTIMODAL = EXAMPLES / "qwen2.5-vl-7B-rlvr" / "rlvr_async.yaml"
 
 
 def imported(tmp_path: Path, example: Path, *extra: str) -> tuple[dict, str]:
     """Run the CLI's import into tmp_path; the written config (as data) and its text."""
-    ignores = [a for key in RLVR_REFUSED for a in ("--ignore", key)] if "rlvr" in example.parent.name else []
     out = tmp_path / "imported.yaml"
-    assert main(["config", "import", "--from", "roll", str(example), "--out", str(out), *ignores, *extra]) == 0
+    assert main(["config", "import", "--from", "roll", str(example), "--out", str(out), *extra]) == 0
     text = out.read_text()
     return yaml.safe_load(text), text
 
@@ -71,7 +71,9 @@ def test_async_rlvr_keeps_rolls_algorithm_and_resources(tmp_path: Path) -> None:
     alg = cfg["algorithm"]
     assert alg["advantage_fn"] == "lite_ppo"
     assert alg["advantage_fn_args"] == {"norm_mean_type": None, "norm_std_type": None, "reward_clip": 10,
-                                        "whiten_advantages": True, "advantage_clip": 2.0}
+                                        "whiten_advantages": True, "advantage_clip": 2.0, "max_len_mask": True,
+                                        "difficulty_mask": True, "difficulty_low_threshold": 0.1,
+                                        "difficulty_high_threshold": 0.95}  # ROLL's RLVR loss masks
     assert alg["policy_loss_fn"] == "ppo" and alg["policy_loss_fn_args"] == {"clip_range": 0.2, "clip_ratio_c": 1.4}
     assert alg["loss_agg_mode"] == "seq-mean-token-mean"  # ROLL's default, not rfthpc's
     assert alg["optimizer"]["lr_scheduler_type"] == "linear" and alg["optimizer"]["weight_decay"] == 0
@@ -126,8 +128,8 @@ def test_refused_keys_are_one_error_that_lists_them_all(tmp_path: Path) -> None:
         import_roll(RLVR_ASYNC, overrides=["add_token_level_kl=true", "+max_stepz=3",
                                            "+actor_train.training_args.lr_scheduler_type=polynomial"])
     message = str(e.value)
-    assert "5 ROLL setting(s) cannot be imported" in message
-    for key in ("difficulty_mask: true", "max_len_mask: true", "add_token_level_kl: true",
+    assert "3 ROLL setting(s) cannot be imported" in message
+    for key in ("add_token_level_kl: true",
                 "actor_train.training_args.lr_scheduler_type: 'polynomial'",
                 ("max_stepz: not a field of ROLL's RLVRConfig, so ROLL ignores it too: fix its name (did you mean"
                  " max_steps?)")):
@@ -136,9 +138,9 @@ def test_refused_keys_are_one_error_that_lists_them_all(tmp_path: Path) -> None:
 
 
 def test_ignore_accepts_a_refusal_as_a_note(tmp_path: Path) -> None:
-    result = import_roll(RLVR_ASYNC, ignore=RLVR_REFUSED)
-    assert any(n.startswith("difficulty_mask: ignored at your request") for n in result.notes)
-    assert "max_len_mask: ignored at your request" in result.text
+    result = import_roll(RLVR_ASYNC, ignore=["add_token_level_kl"], overrides=["add_token_level_kl=true"])
+    assert any(n.startswith("add_token_level_kl: ignored at your request") for n in result.notes)
+    assert "add_token_level_kl: ignored at your request" in result.text
 
 
 def _include_chain(tmp_path: Path, self_first: bool) -> Path:
@@ -159,7 +161,7 @@ def test_hydra_includes_are_followed_in_order(tmp_path: Path, self_first: bool) 
     assert composed.data == {"max_steps": 7 if self_first else 9, "save_steps": 4, "ppo_epochs": 2,
                              "steps_alias": 7 if self_first else 9}
     assert [p.name for p in composed.files] == ["main.yaml", "mid.yaml", "base.yaml"]
-    assert composed.own_keys == {"max_steps", "steps_alias"} and "max_steps" in composed.referenced
+    assert "max_steps" in composed.referenced
 
 
 def test_an_agentic_config_through_an_include_chain(tmp_path: Path) -> None:
@@ -205,15 +207,14 @@ def test_anchor_holders_and_group_options(tmp_path: Path) -> None:
 
 def test_cli_exit_codes(tmp_path: Path) -> None:
     out = tmp_path / "x.yaml"
-    assert main(["config", "import", "--from", "roll", str(RLVR_ASYNC), "--out", str(out)]) == 2
+    assert main(["config", "import", "--from", "roll", str(MULTIMODAL), "--out", str(out)]) == 2
     assert not out.exists()  # nothing written for a refused import
     assert main(["config", "import", "--from", "roll", str(AGENTIC)]) == 2  # tasksets need --out
     assert main(["config", "import", "--from", "roll", str(tmp_path / "none.yaml")]) == 2
     with pytest.raises(SystemExit) as e:
         main(["config", "import", "--from", "verl2", str(RLVR_ASYNC)])
     assert e.value.code == 2
-    done = subprocess.run([sys.executable, "-m", "rfthpc", "config", "import", "--from", "roll", str(RLVR_TOPR),
-                           "--ignore", "difficulty_mask", "--ignore", "max_len_mask"],
+    done = subprocess.run([sys.executable, "-m", "rfthpc", "config", "import", "--from", "roll", str(RLVR_TOPR)],
                           capture_output=True, text=True, timeout=120, check=False,
                           cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0, done.stderr
@@ -230,9 +231,79 @@ def test_keys_the_pipelines_config_lacks_are_noted_as_rolls_drops(tmp_path: Path
 
 def test_a_lora_adapter_of_actor_train_is_model_lora(tmp_path: Path) -> None:
     """ROLL trains an adapter when lora_target is set (rank 8 and alpha twice the rank by default)."""
-    result = import_roll(RLVR_TOPR, ignore=RLVR_REFUSED, overrides=[
+    result = import_roll(RLVR_TOPR, overrides=[
         "+actor_train.model_args.lora_target='q_proj,v_proj'", "+actor_infer.model_args.lora_target='q_proj,v_proj'"])
     cfg, text = result.config, result.text
     assert cfg["model"]["lora"] == {"target_modules": ["q_proj", "v_proj"], "lora_rank": 8, "lora_alpha": 16}
     assert "ROLL default (2 x rank)" in text
     assert "actor_infer.model_args.lora_target: the adapter is actor_train's" in text
+
+
+def _merged(tmp_path: Path, example: Path) -> Path:
+    """`example` with its `defaults:` merged in as Hydra merges them (the included file first, then the
+    file's own keys), interpolations kept: one file that needs no other."""
+    from omegaconf import OmegaConf
+
+    own = yaml.safe_load(example.read_text())
+    (include,) = own.pop("defaults")
+    included = yaml.safe_load((example.parent / (include.split("@")[0] + ".yaml")).read_text())
+    merged = OmegaConf.to_container(OmegaConf.merge(included, own), resolve=False)
+    path = tmp_path / example.name
+    path.write_text(yaml.safe_dump(merged, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize("layout", ["original", "merged"])
+def test_keys_roll_drops_are_noted_in_either_layout(tmp_path: Path, layout: str) -> None:
+    """traj_envs.yaml's keys that no config reads: ROLL's dataclasses drop them, so the import notes them,
+    whether they come through `defaults:` or sit in the file itself."""
+    example = AGENTIC if layout == "original" else _merged(tmp_path, AGENTIC)
+    result = import_roll(example, tmp_path / "tasks")
+    for key in ("all_response_pattern", "single_prompt_agent_template", "single_prompt_agent_system_template"):
+        assert f"{key}: not a field of ROLL's AgenticConfig: ROLL ignores it, and so does the import" in result.notes
+
+
+def test_the_agentic_policy_gradient_worker_maps_its_pg_variant(tmp_path: Path) -> None:
+    result = import_roll(PG_VARIANT, tmp_path / "tasks")
+    alg = result.config["algorithm"]
+    assert alg["policy_loss_fn"] == "topr"
+    assert alg["policy_loss_fn_args"] == {"positive_weight": 1.0, "negative_weight": 1.0}
+    assert "agentic_actor_pg_worker.ActorWorker, actor_train.pg_variant: topr" in result.text
+
+
+def test_features_outside_rfthpc_are_refused_once_each_without_knocking_other_keys_over(tmp_path: Path) -> None:
+    """ROLL's sokoban_native example: step-wise training and its native Sokoban are refused, naming them; its
+    other settings (which import in the FrozenLake example) are read in the same round, not refused."""
+    with pytest.raises(ConfigError) as e:
+        import_roll(SOKOBAN_NATIVE, tmp_path / "tasks")
+    refused = {line.split(":")[0].strip(" -"): line for line in str(e.value).splitlines() if line.startswith("  - ")}
+    assert set(refused) == {"adv_estimator", "custom_envs.SokobanNativeEnv.env_type",
+                            "actor_train.training_args.gradient_accumulation_steps"}
+    assert "step-wise agentic training" in refused["adv_estimator"]
+    assert "native-mode Sokoban" in refused["custom_envs.SokobanNativeEnv.env_type"]
+    assert "2048 samples" in refused["actor_train.training_args.gradient_accumulation_steps"]  # ROLL's 1 x 128 x 16
+
+
+def test_a_multimodal_config_is_refused_once_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as e:
+        import_roll(MULTIMODAL)
+    (line,) = [line for line in str(e.value).splitlines() if line.startswith("  - ")]
+    assert line.startswith("  - actor_train.data_args.image_max_pixels: multimodal training (images, video or audio")
+
+
+def test_rolls_rlvr_masks_are_lite_ppos(tmp_path: Path) -> None:
+    """difficulty_mask and max_len_mask (ROLL's RLVR examples set both) become lite_ppo's masks; ROLL's agentic
+    pipeline does not apply them."""
+    args = import_roll(RLVR_TOPR, overrides=["difficulty_low_threshold=0.2"]).config["algorithm"]["advantage_fn_args"]
+    masks = ("max_len_mask", "difficulty_mask", "difficulty_low_threshold", "difficulty_high_threshold")
+    assert [args[k] for k in masks] == [True, True, 0.2, 0.95]
+    args = import_roll(AGENTIC, tmp_path / "tasks").config["algorithm"]["advantage_fn_args"]
+    assert "max_len_mask" not in args and "difficulty_mask" not in args
+
+
+def test_an_unknown_policy_loss_does_not_knock_the_loss_settings_over(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as e:
+        import_roll(PG_VARIANT, tmp_path / "tasks", overrides=["actor_train.pg_variant=ppo_clip",
+                                                               "+loss_agg_mode=token-mean", "+pg_clip=0.1"])
+    refused = [line for line in str(e.value).splitlines() if line.startswith("  - ")]
+    assert len(refused) == 1 and refused[0].startswith("  - actor_train.pg_variant: 'ppo_clip'")

@@ -50,3 +50,10 @@ def test_pg_variant_names_the_policy_loss(tmp_path: Path, base: str, variant: st
 def test_an_explicit_policy_loss_wins_over_pg_variant(tmp_path: Path, base: str) -> None:  # noqa: F811
     text = base.replace("  repeat_times: 4\n", "  repeat_times: 4\n  policy_loss_fn: ppo\n") + "pg_variant: tis\n"
     assert load_config(write(tmp_path, text)).config.algorithm.policy_loss_fn == "ppo"
+
+
+def test_advantage_clip_is_lite_ppos_argument(tmp_path: Path, base: str) -> None:  # noqa: F811
+    """ROLL's advantage_clip is the clip of rfthpc's lite_ppo (ROLL's advantage pipeline), not a refusal."""
+    text = base.replace("algorithm:\n", "algorithm:\n  advantage_fn: lite_ppo\n", 1) + "advantage_clip: 2.0\n"
+    loaded = load_config(write(tmp_path, text))
+    assert loaded.config.algorithm.advantage_fn_args["advantage_clip"] == 2.0

@@ -197,3 +197,14 @@ def test_a_run_trains_with_the_estimator(tmp_path: Path, tiny_model: Path, advan
     assert records[2]["critic/advantages/max"] > 0
     if advantage_fn == "clipb":
         assert 0 <= records[2]["critic/dropped_token_fraction"] < 1
+
+
+def test_lite_ppos_max_len_mask_takes_responses_cut_at_the_limit_out_of_the_loss() -> None:
+    """The trainer tells lite_ppo which responses reached model.max_response_tokens (ROLL's max_len_mask)."""
+    samples = [_sample(0, 1.0, None, n=3), _sample(0, 0.0, None, n=2), _sample(1, 1.0, None, n=3),
+               _sample(1, 0.0, None, n=1)]
+    t, metrics = build_step_tensors(samples, _algorithm("lite_ppo", max_len_mask=True), max_response_tokens=3)
+    assert t.mask.any(dim=-1).tolist() == [False, True, False, True]
+    assert metrics["critic/dropped_responses"] == 2
+    kept, _ = build_step_tensors(samples, _algorithm("lite_ppo"), max_response_tokens=3)
+    assert kept.mask.any(dim=-1).all()

@@ -306,7 +306,7 @@ def test_reinforce_plus_plus_baseline_whitens_the_group_centred_reward():
 
 
 def test_lite_ppo_uses_the_group_mean_and_the_batch_std():
-    adv, returns = ADVANTAGE_FNS.get("lite_ppo")(batch())
+    adv, returns, _ = ADVANTAGE_FNS.get("lite_ppo")(batch())
     std = statistics.stdev(REWARDS.tolist())  # over the batch's seven responses
     a = 0.5 / (std + 1e-6)
     assert per_sequence(adv) == pytest.approx([a, -a, -a, None, 0.0, 0.0, 0.0])
@@ -315,7 +315,7 @@ def test_lite_ppo_uses_the_group_mean_and_the_batch_std():
 
 @pytest.mark.parametrize(("mean_type", "std_type"), [("batch", "batch"), ("batch", None), (None, None), ("group", None)])
 def test_lite_ppo_takes_rolls_normalisation_levels(mean_type, std_type):
-    adv, _ = ADVANTAGE_FNS.get("lite_ppo")(batch(), norm_mean_type=mean_type, norm_std_type=std_type)
+    adv, *_ = ADVANTAGE_FNS.get("lite_ppo")(batch(), norm_mean_type=mean_type, norm_std_type=std_type)
     r = REWARDS.tolist()
     if mean_type == "batch":
         expected = [x - statistics.mean(r) for x in r]
@@ -330,16 +330,16 @@ def test_lite_ppo_takes_rolls_normalisation_levels(mean_type, std_type):
 
 
 def test_lite_ppo_group_levels_are_grpo():
-    lite, _ = ADVANTAGE_FNS.get("lite_ppo")(batch(), norm_mean_type="group", norm_std_type="group")
+    lite, *_ = ADVANTAGE_FNS.get("lite_ppo")(batch(), norm_mean_type="group", norm_std_type="group")
     torch.testing.assert_close(lite, ADVANTAGE_FNS.get("grpo")(batch())[0])
 
 
 def test_lite_ppo_follows_rolls_clips_and_whitening():
     # Raw rewards (ROLL's reinforce without normalisation), clipped at 2: group 2's 5 becomes 2.
-    clipped, _ = ADVANTAGE_FNS.get("lite_ppo")(batch(), norm_mean_type=None, norm_std_type=None, reward_clip=2.0)
+    clipped, *_ = ADVANTAGE_FNS.get("lite_ppo")(batch(), norm_mean_type=None, norm_std_type=None, reward_clip=2.0)
     assert per_sequence(clipped) == pytest.approx([1.0, 0.0, 0.0, None, 1.0, 1.0, 2.0])
     # Then whitened over the batch's response tokens (each response weighs by its length) and clipped at 1.
-    adv, returns = ADVANTAGE_FNS.get("lite_ppo")(batch(), norm_mean_type=None, norm_std_type=None, reward_clip=2.0,
+    adv, returns, _ = ADVANTAGE_FNS.get("lite_ppo")(batch(), norm_mean_type=None, norm_std_type=None, reward_clip=2.0,
                                                  whiten_advantages=True, advantage_clip=1.0)
     per_response = [1.0, 0.0, 0.0, None, 1.0, 1.0, 2.0]
     tokens = [v for v, row in zip(per_response, MASK.tolist(), strict=True) for _ in range(sum(row))]
@@ -350,6 +350,27 @@ def test_lite_ppo_follows_rolls_clips_and_whitening():
     assert torch.equal(adv, returns)
     with pytest.raises(ConfigError, match="advantage_fn_args.advantage_clip must be > 0"):
         ADVANTAGE_FNS.get("lite_ppo")(batch(), advantage_clip=0)
+
+
+def test_lite_ppo_masks_are_rolls_difficulty_and_max_len_masks():
+    """Group means 0.5, 1.0 and 5.0 (a lone response); ROLL keeps a group whose mean lies strictly inside
+    (0.1, 0.95), and a response not cut at the token limit (here the second)."""
+    lite = ADVANTAGE_FNS.get("lite_ppo")
+    truncated = torch.tensor([False, True, False, False, False, False, False])
+    plain, _, kept = lite(batch(truncated=truncated))
+    assert kept.tolist() == [True] * 7  # both masks off
+    adv, _, kept = lite(batch(truncated=truncated), difficulty_mask=True)
+    assert kept.tolist() == [True, True, True, True, False, False, True]  # group 1 (mean 1.0) is too easy
+    assert torch.equal(adv, plain)  # the advantages are the batch's, masked or not
+    _, _, kept = lite(batch(truncated=truncated), max_len_mask=True)
+    assert kept.tolist() == [True, False, True, True, True, True, True]
+    _, _, kept = lite(batch(truncated=truncated), difficulty_mask=True, max_len_mask=True,
+                      difficulty_low_threshold=0.6, difficulty_high_threshold=1.5)
+    assert kept.tolist() == [False, False, False, False, True, True, True]  # group 0 (mean 0.5) is too hard
+    with pytest.raises(ConfigError, match="max_len_mask needs the responses' token limit"):
+        lite(batch(), max_len_mask=True)
+    with pytest.raises(ConfigError, match=r"difficulty_low_threshold \(0.9\) must be below"):
+        lite(batch(), difficulty_mask=True, difficulty_low_threshold=0.9, difficulty_high_threshold=0.5)
 
 
 def test_lite_ppo_rejects_running_statistics():
