@@ -197,6 +197,11 @@ def write_prompts(model: Path, tasks: Path, out: Path) -> None:
 
 # ---- rfthpc ------------------------------------------------------------------------------------
 
+def demo_temperature() -> float:
+    """The sampling temperature of the demo's training taskset (both sides sample with it)."""
+    return float(demo_config()["buffer"]["explorer_input"]["taskset"]["rollout_args"]["temperature"])
+
+
 def rfthpc_round(work: Path, setting: Setting, sft_model: Path, k: int, engine: str | None) -> dict[str, Any]:
     """`rfthpc run` of the demo's RL stage from the SFT model (with `engine` as its rollout engine,
     if given); wall, loop and the final model."""
@@ -241,7 +246,7 @@ def trl_round(work: Path, setting: Setting, sft_model: Path, prompts: Path, pyth
     name = f"{setting.name}-trl-{k}"
     out = work / name
     spec = {"model": str(sft_model), "prompts": str(prompts), "out": str(out), "steps": setting.steps,
-            "max_response_tokens": setting.max_response_tokens,
+            "max_response_tokens": setting.max_response_tokens, "temperature": demo_temperature(),
             "held_out": str(work / f"{setting.name}-held-out.jsonl")}
     spec_path = work / f"{name}.json"
     spec_path.write_text(json.dumps(spec))
@@ -310,7 +315,7 @@ def trl_worker(spec_path: Path) -> None:
         "max_grad_norm": 1.0,
         "per_device_train_batch_size": 16, "gradient_accumulation_steps": 1, "steps_per_generation": updates,
         "num_generations": 8, "num_iterations": 1, "max_steps": spec["steps"] * updates,
-        "max_completion_length": spec["max_response_tokens"], "temperature": 1.0, "top_p": 1.0,
+        "max_completion_length": spec["max_response_tokens"], "temperature": spec["temperature"], "top_p": 1.0,
         "beta": 0.0, "epsilon": 0.2, "loss_type": "dapo", "scale_rewards": "group",
         "bf16": False, "fp16": False, "gradient_checkpointing": False, "use_cpu": True,
         "report_to": "none", "save_strategy": "no", "logging_steps": updates, "disable_tqdm": True, "seed": 0,
@@ -365,6 +370,7 @@ def async_round(work: Path, setting: Setting, sft_model: Path, prompts: Path, py
                 time.sleep(1)
         spec = {"model": str(sft_model), "prompts": str(prompts), "out": str(out), "steps": setting.steps,
                 "max_response_tokens": setting.max_response_tokens, "url": f"http://127.0.0.1:{port}",
+                "temperature": demo_temperature(),
                 "held_out": str(work / f"{setting.name}-held-out.jsonl")}
         spec_path = work / f"{name}.json"
         spec_path.write_text(json.dumps(spec))
@@ -401,7 +407,8 @@ def async_worker(spec_path: Path) -> None:
         output_dir=spec["out"], learning_rate=3e-4, lr_scheduler_type="cosine_with_min_lr",
         lr_scheduler_kwargs={"min_lr_rate": 0.1}, warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,
         per_device_train_batch_size=16, gradient_accumulation_steps=1, num_generations=8,
-        max_steps=spec["steps"] * updates, max_completion_length=spec["max_response_tokens"], temperature=1.0,
+        max_steps=spec["steps"] * updates, max_completion_length=spec["max_response_tokens"],
+        temperature=spec["temperature"],
         top_p=1.0, epsilon=0.2, max_staleness=1, vllm_server_base_url=spec["url"], use_cpu=True, bf16=False,
         report_to="none", save_strategy="no", logging_steps=updates, disable_tqdm=True, seed=0,
     )
