@@ -342,6 +342,8 @@ class InferenceModelSettings:
     lora: LoRASettings | None = None
     """The rollout model: the adapter the trainer trains (`model.lora`), which the engine applies to
     `model_path`; None: published weights are whole models."""
+    engine_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """Further vLLM engine arguments (`InferenceModelConfig.engine_kwargs`), checked at validation."""
 
     @property
     def shared(self) -> bool:
@@ -428,7 +430,7 @@ def _inference_model(key: str, name: str, model: InferenceModelConfig) -> Infere
         chat_template=model.chat_template, enable_thinking=model.enable_thinking,
         max_prompt_tokens=model.max_prompt_tokens, max_response_tokens=model.max_response_tokens,
         placement=model.placement if key != "explorer.rollout_model" else "per_explorer",
-        engine_num=model.engine_num, server_timeout=model.server_timeout,
+        engine_num=model.engine_num, server_timeout=model.server_timeout, engine_kwargs=dict(model.engine_kwargs),
     )
 
 

@@ -30,6 +30,7 @@ COMPONENT_CHECKS: dict[str, str] = {
     "env_vars": "rfthpc.launch.resources:env_var_problems",
     "workflows": "rfthpc.workflows.checks:workflow_problems",
     "rollout_args": "rfthpc.engines.sampling:rollout_args_problems",
+    "engine_kwargs": "rfthpc.engines.engine_args:engine_kwargs_problems",
     "columns": "rfthpc.workflows.checks:column_problems",
 }
 """The checks of settings that belong to a component above the config, as `module:function`: each
@@ -471,6 +472,7 @@ def validate(cfg: Config, source: str = "config", check_paths: bool = True, prob
     _check_sequence_parallel(cfg, problems, check_paths)
     _component("env_vars")(cfg, problems)
     _check_gpus(cfg, problems)
+    _component("engine_kwargs")(cfg, problems)
     _component("workflows")(cfg, problems)
     _check_functions(cfg, problems)
     _check_reward_shaping(cfg, problems)

@@ -22,7 +22,7 @@ from typing import Any
 from rfthpc.dialects import mapping, verl
 from rfthpc.dialects.hydra import Composed, compose
 from rfthpc.dialects.translation import Imported, Translation, in_schema_order, render_yaml, scalar, shown
-from rfthpc.dialects.verl_data import translate_data, translate_rollout
+from rfthpc.dialects.verl_data import multimodal_evidence, refuse_multimodal, translate_data, translate_rollout
 from rfthpc.dialects.verl_script import Launch, read_script
 from rfthpc.errors import ConfigError, Problems
 
@@ -61,11 +61,14 @@ def import_verl(path: Path | str, overrides: list[str] | tuple[str, ...] = (), i
     t.used |= {k for k in t.leaves if k.rsplit(".", 1)[-1] == "_target_"}
     if launch:
         t.notes += launch.notes
+    images = multimodal_evidence(t)
     _training_settings(t)
     _run(t)
-    tp = translate_rollout(t)
+    tp = translate_rollout(t, multimodal=bool(images))
     _resources(t, tp)
     translate_data(t)
+    if images:
+        refuse_multimodal(t, images)
     t.sweep(set(), set(composed.data), "ppo_trainer config")
     t.apply_ignores(ignore)
     t.raise_if_refused(str(path))

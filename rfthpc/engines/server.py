@@ -36,6 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rfthpc.config.settings import InferenceModelSettings
+from rfthpc.engines.engine_args import server_flags
 from rfthpc.errors import EXIT_PREEMPTED, UserError
 from rfthpc.rundir.explorer_meta import ExplorerProgress, read_progress
 from rfthpc.rundir.paths import RunDir
@@ -86,7 +87,7 @@ def vllm_command(model: InferenceModelSettings, engine: int, port: int, on_cpu: 
         argv += ["--max-model-len", str(model.max_model_len)]
     if model.enforce_eager or on_cpu:
         argv.append("--enforce-eager")
-    return argv
+    return argv + server_flags(model.engine_kwargs)
 
 
 def _has_cuda() -> bool:
