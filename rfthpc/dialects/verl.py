@@ -67,6 +67,11 @@ MTP = ("multi-token prediction (MTP layers trained and used for speculative deco
        "it")
 
 
+REMOTE_CODE = ("rfthpc loads models and tokenizers with transformers' own classes, never a model's own code: a "
+               "model whose architecture transformers has (config.json's model_type, e.g. deepseek_v3, qwen2_vl) "
+               "loads the same; one that exists only as remote code fails when the trainer loads it")
+
+
 REWARD_MANAGER = ("veRL's reward managers: rfthpc scores each response with the taskset's reward function "
                   "(default_reward_fn_type; math_dapo_reward for veRL's dapo)")
 
@@ -84,8 +89,7 @@ def _model_keys(prefix: str) -> dict[str, Answer]:
         **{f"{prefix}.{key}": Refused("changes the model's Hugging Face config before training; rfthpc trains the "
                                       "model as its config.json says: edit a copy of the model instead", off)
            for key in ("override_config", "override_config.*")},
-        f"{prefix}.trust_remote_code": Refused("rfthpc loads models without remote code (transformers' own model "
-                                               "classes): remove it", off),
+        f"{prefix}.trust_remote_code": Ignored(REMOTE_CODE),
         f"{prefix}.use_shm": Ignored("veRL copies the model to /dev/shm first; rfthpc reads it from its path"),
         f"{prefix}.enable_activation_offload": Refused(
             "activation offload is not in rfthpc: use trainer.enable_gradient_checkpointing, trainer.param_offload / "
@@ -119,9 +123,13 @@ def _fsdp_keys(prefix: str) -> dict[str, Answer]:
         f"{prefix}.fsdp_config.mixed_precision.param_dtype": Refused(
             "rfthpc computes in model.dtype (bfloat16 on GPUs by default): set model.dtype",
             one_of("bfloat16", "bf16")),
-        **{f"{prefix}.fsdp_config.mixed_precision.{k}": Refused(
-            "rfthpc reduces gradients and keeps buffers in float32 (veRL's default)", one_of("float32", "fp32"))
-           for k in ("reduce_dtype", "buffer_dtype")},
+        f"{prefix}.fsdp_config.mixed_precision.reduce_dtype": Refused(
+            "rfthpc reduces gradients in float32 (veRL's default); remove it",
+            one_of("float32", "fp32", "bfloat16", "bf16"),
+            "rfthpc reduces gradients across GPUs in float32 whatever this says: bfloat16 halves that traffic but "
+            "rounds the summed gradient, float32 sums more precisely, so the update differs only by that rounding"),
+        f"{prefix}.fsdp_config.mixed_precision.buffer_dtype": Refused(
+            "rfthpc keeps buffers in float32 (veRL's default)", one_of("float32", "fp32")),
         f"{prefix}.fsdp_config.full_determinism": Refused("rfthpc does not force deterministic kernels; remove it",
                                                           off),
     }

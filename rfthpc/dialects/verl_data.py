@@ -18,6 +18,7 @@ from typing import Any
 
 from rfthpc.dialects.mapping import MULTIMODAL
 from rfthpc.dialects.translation import Translation, scalar
+from rfthpc.dialects.verl import REMOTE_CODE
 
 _R = "actor_rollout_ref.rollout"
 _DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
@@ -199,7 +200,8 @@ def translate_data(t: Translation) -> None:
     t.same_if("data.train_max_samples", -1, "rfthpc reads every row: cut the dataset beforehand")
     t.same_if("data.val_max_samples", -1, "rfthpc evaluates every row: cut the dataset beforehand")
     t.same_if("data.tokenizer", None, "rfthpc reads the tokenizer from model.model_path")
-    t.same_if("data.trust_remote_code", False, "rfthpc loads tokenizers without remote code")
+    if t.get("data.trust_remote_code"):
+        t.notes.append(f"data.trust_remote_code: {REMOTE_CODE}")
     t.same_if("data.tool_config_path", None, "veRL's tools for multi-turn rollouts: rfthpc's are workflows "
                                              "(toolcall_workflow)")
     for section, what in (("custom_cls", "a dataset class of your own"),
