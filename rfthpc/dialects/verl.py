@@ -202,7 +202,8 @@ VERL_KEYS: dict[str, Answer] = {
     _A + "load_weight": Refused("rfthpc always starts from the weights in model.model_path; remove it", one_of(True)),
     _A + "checkpoint.*": Ignored("rfthpc's checkpoints always hold model, optimizer and extra state; a merged Hugging "
                                  "Face copy is trainer.save_hf_checkpoint"),
-    _A + "megatron.*": Ignored("Megatron-LM settings, read only with strategy megatron, which rfthpc refuses"),
+    _A + "megatron.*": Ignored("Megatron-LM settings, read only with strategy megatron (which rfthpc refuses here; "
+                               "config import --from verl translates a Megatron run to FSDP2)"),
     _A + "profile*": Ignored("profiling of veRL's workers"),
     **_fsdp_keys("actor_rollout_ref.actor"),
     **_optim_keys("actor_rollout_ref.actor"),

@@ -23,6 +23,7 @@ from rfthpc.dialects import mapping, verl
 from rfthpc.dialects.hydra import Composed, compose
 from rfthpc.dialects.translation import Imported, Translation, in_schema_order, render_yaml, scalar, shown
 from rfthpc.dialects.verl_data import multimodal_evidence, refuse_multimodal, translate_data, translate_rollout
+from rfthpc.dialects.verl_megatron import translate_megatron, uses_megatron
 from rfthpc.dialects.verl_script import Launch, read_script
 from rfthpc.errors import ConfigError, Problems
 
@@ -62,6 +63,8 @@ def import_verl(path: Path | str, overrides: list[str] | tuple[str, ...] = (), i
     if launch:
         t.notes += launch.notes
     images = multimodal_evidence(t)
+    if uses_megatron(t):
+        translate_megatron(t)
     _training_settings(t)
     _run(t)
     tp = translate_rollout(t, multimodal=bool(images))
