@@ -181,14 +181,14 @@ def translate_data(t: Translation) -> None:
     files = _files(t, "data.train_files")
     if not files:
         t.refuse("data.train_files", "not set: name the training data (veRL's parquet files)")
-    if len(files) > 1:
-        t.refuse("data.train_files", f"{len(files)} files: veRL shuffles them together into one dataset, rfthpc "
-                                     "explores its tasksets one after another; concatenate them into one parquet file")
     shuffle = t.get("data.shuffle", True)
     seed = t.get("data.seed")
-    for i, path in enumerate(files):
-        ts = f"buffer.explorer_input.tasksets[{i}]"
-        _taskset(t, ts, "train" if len(files) == 1 else f"train_{i}", path, "data.train_files", reward_args)
+    if files:
+        ts = "buffer.explorer_input.tasksets[0]"
+        # veRL concatenates the files into one dataset, so every row weighs the same: one taskset of
+        # all their rows (each file's share of a batch is its share of the rows), not a taskset per file.
+        _taskset(t, ts, "train", files[0] if len(files) == 1 else files, "data.train_files" if len(files) == 1 else
+                 f"data.train_files ({len(files)} files, concatenated as veRL does)", reward_args)
         if shuffle:
             t.set(f"{ts}.task_selector.selector_type", "shuffle", "data.shuffle: true (a new order each epoch)")
             if seed is not None:
@@ -230,7 +230,8 @@ def _files(t: Translation, key: str) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list) else [str(value)]
 
 
-def _taskset(t: Translation, target: str, name: str, path: str, source: str, reward_args: dict[str, Any]) -> None:
+def _taskset(t: Translation, target: str, name: str, path: str | list[str], source: str,
+             reward_args: dict[str, Any]) -> None:
     t.set(f"{target}.name", name, "")
     t.set(f"{target}.path", path, source)
     t.set(f"{target}.format.prompt_type", "messages", "veRL's rows hold the prompt as a chat")

@@ -149,10 +149,10 @@ def test_refused_settings_are_one_error_that_lists_them_all(tmp_path: Path) -> N
 
 
 def test_ignore_accepts_a_refusal_as_a_note() -> None:
-    result = import_verl(CONFIG, ["data.train_files=[a.parquet,b.parquet]"], ignore=["data.train_files"],
+    result = import_verl(CONFIG, ["trainer.logger=[console,mlflow]"], ignore=["trainer.logger"],
                          script=SCRIPT, environ=ENV)
-    assert any(n.startswith("data.train_files: ignored at your request") for n in result.notes)
-    assert [ts["path"] for ts in result.config["buffer"]["explorer_input"]["tasksets"]] == ["a.parquet", "b.parquet"]
+    assert any(n.startswith("trainer.logger: ignored at your request") for n in result.notes)
+    assert result.config["monitor"]["monitor_type"] == ["console"]
 
 
 def test_the_users_reward_function_and_a_critic(tmp_path: Path) -> None:

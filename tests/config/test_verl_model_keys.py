@@ -1,13 +1,15 @@
 """veRL settings of its example scripts that rfthpc follows its own way: remote code and the FSDP reduce
-dtype are noted, not refused."""
+dtype are noted, not refused; a Megatron-LM actor becomes FSDP2; several training files one taskset."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from rfthpc.dialects.verl_import import import_verl
 from rfthpc.errors import ConfigError
-from tests.config.test_verl_import import CONFIG, ENV, SCRIPT
+from tests.config.test_verl_import import CONFIG, ENV, SCRIPT, parquet
 
 MP = "actor_rollout_ref.actor.fsdp_config.mixed_precision"
 
@@ -50,3 +52,26 @@ def test_a_megatron_actor_is_imported_as_fsdp2_with_the_same_updates() -> None:
     assert imported.config["buffer"]["batch_size"] == fsdp["buffer"]["batch_size"]
     assert all(trainer[k] == fsdp["trainer"][k] for k in ("ppo_mini_batch_size", "ppo_micro_batch_size_per_gpu")
                if k in fsdp["trainer"])
+
+
+def test_several_train_files_are_one_taskset_of_all_their_rows(tmp_path: Path) -> None:
+    """veRL concatenates data.train_files into one dataset: every row weighs the same."""
+    from rfthpc.config import load_config
+    from rfthpc.explorer.setup import load
+
+    gsm8k = parquet(tmp_path / "gsm8k" / "train.parquet", ["openai/gsm8k"] * 3)
+    math = parquet(tmp_path / "math" / "train.parquet", ["lighteval/MATH"] * 2)
+    imported = import_verl(CONFIG, [f"data.train_files=['{gsm8k}','{math}']"], script=SCRIPT, environ=ENV)
+    (taskset,) = imported.config["buffer"]["explorer_input"]["tasksets"]
+    assert taskset["path"] == [str(gsm8k), str(math)]
+    assert "data.train_files (2 files, concatenated as veRL does)" in imported.text
+    out = tmp_path / "grpo.yaml"
+    out.write_text(imported.text)
+    cfg = load_config(out, check_paths=False).config
+    tasks = load(cfg.buffer.explorer_input.tasksets[0], is_eval=False).tasks
+    assert [t.truth for t in tasks] == ["0", "2", "4", "0", "2"]  # the rows of both files, in order
+    missing = out.read_text().replace(str(math), str(tmp_path / "nope.parquet"))
+    out.write_text(missing)
+    with pytest.raises(ConfigError, match=r"buffer.explorer_input.tasksets\[0\].path\[1\]: .*nope.parquet' does not "
+                                          r"exist"):
+        load_config(out, overrides=[f"--model.model_path={tmp_path}"])
