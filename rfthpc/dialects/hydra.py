@@ -48,6 +48,8 @@ class Composed:
     """Top-level keys whose value carries a YAML anchor (`base: &base {...}`), in any file."""
     hydra: dict[str, Any] = field(default_factory=dict)
     """The `hydra:` section (Hydra's own run settings), removed from `data`."""
+    notes: list[str] = field(default_factory=list)
+    """Overrides read otherwise than Hydra would read them, and how."""
 
 
 def compose(path: Path | str, overrides: list[str] | tuple[str, ...] = ()) -> Composed:
@@ -61,7 +63,7 @@ def compose(path: Path | str, overrides: list[str] | tuple[str, ...] = ()) -> Co
     try:
         merged = OmegaConf.merge(*parts) if parts else OmegaConf.create({})
         for override in overrides:
-            _override(merged, override)
+            _override(merged, override, out.notes)
             if not override.startswith("~"):
                 out.own_keys.add(override.lstrip("+").split("=", 1)[0].split(".", 1)[0])
         raw = OmegaConf.to_container(merged, resolve=False)
@@ -242,8 +244,10 @@ def _referenced(raw: Any) -> set[str]:
     return names
 
 
-def _override(cfg: DictConfig, override: str) -> None:
-    """Apply one Hydra command-line override to `cfg` (in place)."""
+def _override(cfg: DictConfig, override: str, notes: list[str]) -> None:
+    """Apply one Hydra command-line override to `cfg` (in place). `+key=value` for a key the config has
+    is read as `key=value`, with a note: Hydra refuses it, but a launch script written before the
+    framework's config gained the key means just that."""
     if override.startswith("~"):
         key = override[1:].split("=", 1)[0]
         if not _exists(cfg, key):
@@ -258,7 +262,8 @@ def _override(cfg: DictConfig, override: str) -> None:
     key = key.lstrip("+")
     exists = _exists(cfg, key)
     if exists and add:
-        raise ConfigError(f"override {override!r}: {key} is already in the config; drop the +")
+        notes.append(f"{override}: {key} is in the config already, so Hydra would refuse the +; read as "
+                     f"{key}={value}")
     if not exists and not (add or force):
         raise ConfigError(f"override {override!r}: {key} is not in the config; to add it, write +{key}={value}")
     OmegaConf.update(cfg, key, _value(value), merge=False, force_add=True)

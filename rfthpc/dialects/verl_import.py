@@ -60,6 +60,7 @@ def import_verl(path: Path | str, overrides: list[str] | tuple[str, ...] = (), i
     composed = compose(config, launch.overrides if launch else list(overrides))
     t = Translation(composed.data, "veRL")
     t.used |= {k for k in t.leaves if k.rsplit(".", 1)[-1] == "_target_"}
+    t.notes += composed.notes
     if launch:
         t.notes += launch.notes
     images = multimodal_evidence(t)

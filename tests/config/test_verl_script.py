@@ -158,3 +158,14 @@ SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 python3 -m verl.trainer.main_ppo custom_reward_function.path=$SCRIPT_DIR/reward.py
 """)
     assert read_script(path, environ={}).overrides == [f"custom_reward_function.path={tmp_path.resolve()}/reward.py"]
+
+
+def test_a_plus_for_a_key_the_config_has_is_read_as_an_override() -> None:
+    """A script written before veRL's config gained the key (its Megatron recompute_method)."""
+    from rfthpc.dialects.verl_import import import_verl
+    from tests.config.test_verl_import import CONFIG, ENV, SCRIPT
+
+    imported = import_verl(CONFIG, ["+data.shuffle=false"], script=SCRIPT, environ=ENV)
+    assert "task_selector" not in imported.config["buffer"]["explorer_input"]["tasksets"][0]
+    assert ("+data.shuffle=false: data.shuffle is in the config already, so Hydra would refuse the +; read as "
+            "data.shuffle=false") in imported.notes
