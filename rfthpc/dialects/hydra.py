@@ -264,9 +264,17 @@ def _override(cfg: DictConfig, override: str, notes: list[str]) -> None:
     if exists and add:
         notes.append(f"{override}: {key} is in the config already, so Hydra would refuse the +; read as "
                      f"{key}={value}")
-    if not exists and not (add or force):
+    if not exists and not (add or force) and not _in_free_mapping(cfg, key):
         raise ConfigError(f"override {override!r}: {key} is not in the config; to add it, write +{key}={value}")
     OmegaConf.update(cfg, key, _value(value), merge=False, force_add=True)
+
+
+def _in_free_mapping(cfg: DictConfig, key: str) -> bool:
+    """Whether `key` goes into a mapping the config leaves empty for its user to fill (veRL's
+    `engine_kwargs.vllm: {}`), which takes new keys without a `+` in the scripts written for it."""
+    parent = key.rpartition(".")[0]
+    node = OmegaConf.select(cfg, parent, default=None) if parent else None
+    return isinstance(node, DictConfig) and len(node) == 0
 
 
 def _exists(cfg: DictConfig, key: str) -> bool:

@@ -64,3 +64,10 @@ def test_vision_language_models_are_known_by_name(model: str) -> None:
 def test_text_models_are_not_taken_for_vision_language_ones() -> None:
     for model in ("Qwen/Qwen2.5-7B-Instruct", "deepseek-ai/DeepSeek-V3", "moonshotai/Moonlight-16B-A3B"):
         import_verl(CONFIG, [f"actor_rollout_ref.model.path={model}"], script=SCRIPT, environ=ENV)
+
+
+def test_an_empty_engine_kwargs_mapping_takes_new_keys_without_a_plus() -> None:
+    imported = import_verl(CONFIG, [f"{KW}.vllm.max_num_seqs=64"], script=SCRIPT, environ=ENV)
+    assert imported.config["explorer"]["rollout_model"]["engine_kwargs"] == {"max_num_seqs": 64}
+    with pytest.raises(ConfigError, match=r"data.no_such_key is not in the config; to add it, write \+"):
+        import_verl(CONFIG, ["data.no_such_key=1"], script=SCRIPT, environ=ENV)
