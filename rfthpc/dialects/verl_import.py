@@ -35,6 +35,7 @@ _OWN_TRAINER = ("total_epochs", "total_training_steps", "project_name", "experim
 _SINKS = ("console", "wandb", "tensorboard")
 """veRL's loggers that are rfthpc's sinks of the same name."""
 _ENTRY = "verl.trainer.main_ppo"
+_ROLLOUT_TP = "actor_rollout_ref.rollout.tensor_model_parallel_size"
 
 
 def import_verl(path: Path | str, overrides: list[str] | tuple[str, ...] = (), ignore: list[str] | tuple[str, ...] = (),
@@ -244,13 +245,23 @@ def _resources(t: Translation, tp: int) -> None:
     t.set("cluster.node_num", nodes, "trainer.nnodes")
     t.set("cluster.gpu_per_node", per_node, "trainer.n_gpus_per_node")
     total = nodes * per_node
+    if total < 2:
+        t.refuse("trainer.n_gpus_per_node", f"{per_node} (x {nodes} nodes): veRL time-shares this GPU between "
+                                            "rollouts and training, rfthpc runs them as separate jobs: give at "
+                                            "least 2 GPUs (an engine's and the trainer's)")
+        return
+    if tp > total // 2:
+        # Halved (a divisor of the model's heads as tp is) until the explorers' half holds an engine.
+        given = tp
+        while tp > total // 2:
+            tp //= 2
+        t.set("explorer.rollout_model.tensor_parallel_size", tp,
+              f"{_ROLLOUT_TP}: {given}, halved to fit half of the GPUs")
+        t.notes.append(f"{_ROLLOUT_TP}: {given}: an engine of {given} GPUs would leave none of the {total} to rfthpc's "
+                       f"trainer, a separate job; its engines use {tp} GPUs each (tensor parallelism splits the "
+                       "same computation, so the samples are alike); if the model does not fit, give more GPUs")
     engines = max(1, total // 2 // tp)
     trainer = total - engines * tp
-    if trainer < 1:
-        t.refuse("trainer.n_gpus_per_node", f"{per_node} (x {nodes} nodes): veRL time-shares these GPUs between "
-                                            f"rollouts and training, rfthpc runs them as separate jobs: give at "
-                                            f"least {tp + 1} GPUs (engines of {tp} plus the trainer's)")
-        return
     t.set("explorer.rollout_model.engine_num", engines,
           f"half of trainer.nnodes x n_gpus_per_node ({total} GPUs), in engines of {tp}")
     trainer_nodes = -(-trainer // per_node)

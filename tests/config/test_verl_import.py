@@ -178,8 +178,13 @@ def test_the_users_reward_function_and_a_critic(tmp_path: Path) -> None:
 
 def test_too_few_gpus_to_split_and_a_launch_script_as_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                                                ) -> None:
-    with pytest.raises(ConfigError, match=r"trainer.n_gpus_per_node: 2 \(x 1 nodes\): veRL time-shares these GPUs"):
-        import_verl(CONFIG, ["trainer.n_gpus_per_node=2"], script=SCRIPT, environ=ENV)
+    with pytest.raises(ConfigError, match=r"trainer.n_gpus_per_node: 1 \(x 1 nodes\): veRL time-shares this GPU"):
+        import_verl(CONFIG, ["trainer.n_gpus_per_node=1"], script=SCRIPT, environ=ENV)
+    # Engines of all the GPUs (tensor parallel 2 of 2) are halved: one engine of 1, and the trainer's GPU.
+    two = import_verl(CONFIG, ["trainer.n_gpus_per_node=2"], script=SCRIPT, environ=ENV)
+    rollout = two.config["explorer"]["rollout_model"]
+    assert (rollout["tensor_parallel_size"], rollout["engine_num"]) == (1, 1)
+    assert any("tensor_model_parallel_size: 2: an engine of 2 GPUs would leave none" in n for n in two.notes)
     with pytest.raises(ConfigError, match=r"veRL, which is not installed in this Python; give it: rfthpc config "
                                           r"import --from verl PATH/TO/verl/trainer/config/ppo_trainer.yaml --script"):
         import_verl(SCRIPT, environ=ENV)
