@@ -22,6 +22,11 @@ _LAYOUT = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "virtua
 _OFFLOAD = {f"{_M}.param_offload": "trainer.param_offload", f"{_M}.optimizer_offload": "trainer.optimizer_offload",
             f"{_OPTIM}.optimizer_cpu_offload": "trainer.optimizer_offload"}
 """Megatron's CPU offload switches and FSDP2's of the same effect."""
+_LORA = "actor_rollout_ref.model.lora"
+_HF_LAYERS = {"linear_qkv": ["q_proj", "k_proj", "v_proj"], "linear_q": ["q_proj"], "linear_k": ["k_proj"],
+              "linear_v": ["v_proj"], "linear_proj": ["o_proj"], "linear_fc1": ["gate_proj", "up_proj"],
+              "linear_fc1_gate": ["gate_proj"], "linear_fc1_up": ["up_proj"], "linear_fc2": ["down_proj"]}
+"""Megatron-LM's names of a decoder block's linear layers, and the Hugging Face layers they fuse."""
 
 
 def uses_megatron(t: Translation) -> bool:
@@ -59,8 +64,38 @@ def translate_megatron(t: Translation) -> None:
             f"{_M}.use_distributed_optimizer", f"{_M}.use_remove_padding", f"{_M}.forward_only", f"{_M}.seed"],
            "Megatron-LM's kernels, fusions, MoE token dispatch, recomputation details and weight conversion: how "
            "Megatron computes, not what")
+    _lora(t)
     t.note(f"{_M}.dtype", "the trainer computes in model.dtype (bfloat16 by default), as Megatron's bfloat16")
     t.note(_OPTIM, "Megatron's distributed-optimizer switches (CPU offload fraction, precision-aware state, "
                    "overlapped copies): memory and speed, not the update")
     t.note([k for k in t.leaves if k.startswith(f"{_M}.") and k not in t.used],
            "a Megatron-LM setting with no counterpart in FSDP2, and no effect on the updates")
+
+
+def _lora(t: Translation) -> None:
+    """veRL's Megatron LoRA (`model.lora.rank` > 0) as `model.lora`, its Megatron layer names as the
+    Hugging Face layers they fuse (`linear_qkv`: q_proj, k_proj, v_proj)."""
+    rank = t.get(f"{_LORA}.rank", 0)
+    if not rank:
+        t.note(_LORA, "read only with lora.rank > 0")
+        return
+    kind = t.get(f"{_LORA}.type", "lora")
+    if kind not in ("lora", "canonical_lora"):
+        t.refuse(f"{_LORA}.type", f"{kind!r}: rfthpc trains a plain LoRA adapter (lora, canonical_lora); use one")
+    t.set("model.lora.lora_rank", rank, f"{_LORA}.rank")
+    t.set("model.lora.lora_alpha", t.get(f"{_LORA}.alpha", 32), f"{_LORA}.alpha")
+    t.set("model.lora.lora_dropout", t.get(f"{_LORA}.dropout", 0.0), f"{_LORA}.dropout")
+    for key, target in (("target_modules", "target_modules"), ("exclude_modules", "exclude_modules")):
+        names = t.get(f"{_LORA}.{key}") or []
+        unknown = [n for n in names if n not in _HF_LAYERS]
+        if unknown:
+            t.refuse(f"{_LORA}.{key}", f"{', '.join(map(str, unknown))}: not a Megatron-LM linear layer rfthpc knows "
+                                       f"({', '.join(_HF_LAYERS)}); name those")
+        elif names:
+            t.set(f"model.lora.{target}", [hf for n in names for hf in _HF_LAYERS[n]],
+                  f"{_LORA}.{key} (Megatron's fused layers as Hugging Face's)")
+    if t.get(f"{_LORA}.adapter_path"):
+        t.set("model.lora.path", t.get(f"{_LORA}.adapter_path"), f"{_LORA}.adapter_path")
+    t.note(f"{_LORA}", "Megatron LoRA's initialisation, dropout position, merging and freezing: rfthpc starts A as "
+                       "PEFT does and B at zero (the adapter's output is zero at first, as Megatron's), freezes every "
+                       "other weight, and sends the explorers the adapter alone")

@@ -75,3 +75,15 @@ def test_several_train_files_are_one_taskset_of_all_their_rows(tmp_path: Path) -
     with pytest.raises(ConfigError, match=r"buffer.explorer_input.tasksets\[0\].path\[1\]: .*nope.parquet' does not "
                                           r"exist"):
         load_config(out, overrides=[f"--model.model_path={tmp_path}"])
+
+
+def test_a_megatron_lora_adapter_becomes_model_lora_on_hugging_face_layers() -> None:
+    lora = "actor_rollout_ref.model.lora"
+    imported = import_verl(CONFIG, ["actor_rollout_ref.actor.strategy=megatron", f"+{lora}.rank=16", f"+{lora}.alpha=32",
+                                    f"+{lora}.target_modules=[linear_qkv,linear_fc2]",
+                                    f"+{lora}.lora_A_init_method=kaiming"], script=SCRIPT, environ=ENV)
+    assert imported.config["model"]["lora"] == {"lora_rank": 16, "lora_alpha": 32, "lora_dropout": 0.0,
+                                                "target_modules": ["q_proj", "k_proj", "v_proj", "down_proj"]}
+    with pytest.raises(ConfigError, match=rf"{lora}.target_modules: linear_gate: not a Megatron-LM linear layer"):
+        import_verl(CONFIG, ["actor_rollout_ref.actor.strategy=megatron", f"+{lora}.rank=16",
+                             f"+{lora}.target_modules=[linear_gate]"], script=SCRIPT, environ=ENV)
