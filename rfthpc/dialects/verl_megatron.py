@@ -6,8 +6,8 @@ shards every weight, gradient and optimizer state over its GPUs with FSDP2 inste
 computes does not depend on that split: the batch sizes (`ppo_mini_batch_size`, the micro-batches),
 the learning rate, its warm-up and schedule, weight decay and gradient clipping are read by the same
 keys as for FSDP (`verl.VERL_MAP`). So the Megatron layout becomes one note in the header, naming what
-was replaced; the few Megatron settings with an FSDP2 counterpart (CPU offload, activation
-recomputation) are mapped onto it; the rest (kernel fusions, MoE dispatch, distributed checkpoints)
+was replaced; the Megatron settings with an FSDP2 counterpart (CPU offload, activation recomputation,
+a LoRA adapter) are mapped onto it; the rest (kernel fusions, MoE dispatch, distributed checkpoints)
 are Megatron's own speed and memory switches, noted.
 """
 

@@ -79,8 +79,8 @@ def test_several_train_files_are_one_taskset_of_all_their_rows(tmp_path: Path) -
 
 def test_a_megatron_lora_adapter_becomes_model_lora_on_hugging_face_layers() -> None:
     lora = "actor_rollout_ref.model.lora"
-    imported = import_verl(CONFIG, ["actor_rollout_ref.actor.strategy=megatron", f"+{lora}.rank=16", f"+{lora}.alpha=32",
-                                    f"+{lora}.target_modules=[linear_qkv,linear_fc2]",
+    imported = import_verl(CONFIG, ["actor_rollout_ref.actor.strategy=megatron", f"+{lora}.rank=16",
+                                    f"+{lora}.alpha=32", f"+{lora}.target_modules=[linear_qkv,linear_fc2]",
                                     f"+{lora}.lora_A_init_method=kaiming"], script=SCRIPT, environ=ENV)
     assert imported.config["model"]["lora"] == {"lora_rank": 16, "lora_alpha": 32, "lora_dropout": 0.0,
                                                 "target_modules": ["q_proj", "k_proj", "v_proj", "down_proj"]}
