@@ -67,6 +67,11 @@ MTP = ("multi-token prediction (MTP layers trained and used for speculative deco
        "it")
 
 
+DAPO_MANAGER = ("veRL's naive and dapo reward managers both score each response by its data source (rfthpc's "
+                "verl_reward); dapo adds the overlong penalty its overlong_buffer settings give, which are "
+                "algorithm.overlong_buffer")
+
+
 REMOTE_CODE = ("rfthpc loads models and tokenizers with transformers' own classes, never a model's own code: a "
                "model whose architecture transformers has (config.json's model_type, e.g. deepseek_v3, qwen2_vl) "
                "loads the same; one that exists only as remote code fails when the trainer loads it")
@@ -256,8 +261,8 @@ VERL_KEYS: dict[str, Answer] = {
     "reward_model.enable": Refused(
         "veRL's reward-model worker: rfthpc scores in the explorer; serve the reward model as an auxiliary model "
         "(explorer.auxiliary_models) and score with math_rm_workflow or a reward function", off),
-    "reward_model.reward_manager": Refused(REWARD_MANAGER, one_of("naive")),
-    "reward_manager.name": Refused(REWARD_MANAGER, one_of("naive")),
+    "reward_model.reward_manager": Refused(REWARD_MANAGER, one_of("naive", "dapo"), DAPO_MANAGER),
+    "reward_manager.name": Refused(REWARD_MANAGER, one_of("naive", "dapo"), DAPO_MANAGER),
     "reward_manager.source": Ignored("where veRL looks up its reward manager (its registry or a module)"),
     "reward_manager.module.path": Refused(REWARD_MANAGER + "; to score your own way, name your reward function "
                                                            "(module:function)", off),

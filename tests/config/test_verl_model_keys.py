@@ -87,3 +87,18 @@ def test_a_megatron_lora_adapter_becomes_model_lora_on_hugging_face_layers() -> 
     with pytest.raises(ConfigError, match=rf"{lora}.target_modules: linear_gate: not a Megatron-LM linear layer"):
         import_verl(CONFIG, ["actor_rollout_ref.actor.strategy=megatron", f"+{lora}.rank=16",
                              f"+{lora}.target_modules=[linear_gate]"], script=SCRIPT, environ=ENV)
+
+
+def test_the_dapo_reward_manager_is_the_data_sources_score_with_its_overlong_penalty() -> None:
+    cfg = "reward_model.reward_kwargs.overlong_buffer_cfg"
+    imported = import_verl(CONFIG, ["+reward_model.reward_manager=dapo", f"+{cfg}.enable=true", f"+{cfg}.len=128",
+                                    f"+{cfg}.penalty_factor=1.0"], script=SCRIPT, environ=ENV)
+    assert imported.config["algorithm"]["overlong_buffer"] == {"enable": True, "len": 128, "penalty_factor": 1.0}
+    assert any(n.startswith("reward_model.reward_manager: veRL's naive and dapo reward managers") for n in
+               imported.notes)
+
+
+def test_a_rollout_engine_larger_than_a_node_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"tensor_model_parallel_size: 16: an engine of 16 GPUs spans nodes of 8"):
+        import_verl(CONFIG, ["actor_rollout_ref.rollout.tensor_model_parallel_size=16", "trainer.nnodes=4"],
+                    script=SCRIPT, environ=ENV)
