@@ -252,7 +252,8 @@ def _resources(t: Translation, tp: int) -> None:
         return
     if tp > per_node:
         t.refuse(_ROLLOUT_TP, f"{tp}: an engine of {tp} GPUs spans nodes of {per_node}; rfthpc's rollout engines run "
-                              f"on one node each: use at most {per_node} (more engines: explorer.rollout_model.engine_num)")
+                              f"on one node each: use at most {per_node} (more engines: "
+                              "explorer.rollout_model.engine_num)")
         return
     if tp > total // 2:
         # Halved (a divisor of the model's heads as tp is) until the explorers' half holds an engine.
