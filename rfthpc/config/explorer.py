@@ -70,7 +70,7 @@ class InferenceModelConfig:
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
     """Further arguments of vLLM's engine (`vllm.engine.arg_utils.EngineArgs`, e.g. `max_num_seqs: 256`),
     passed as given (a shared server gets them as flags); checked at validation against the installed
-    vLLM's names. Those rfthpc sets from the settings above must be set there (rfthpc.engines.engine_args)."""
+    vLLM's names. Those rfthpc sets from the settings above must be set there (rfthpc.dialects.vllm_args)."""
 
 
 @dataclass

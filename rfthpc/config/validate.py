@@ -31,7 +31,7 @@ COMPONENT_CHECKS: dict[str, str] = {
     "env_vars": "rfthpc.launch.resources:env_var_problems",
     "workflows": "rfthpc.workflows.checks:workflow_problems",
     "rollout_args": "rfthpc.engines.sampling:rollout_args_problems",
-    "engine_kwargs": "rfthpc.engines.engine_args:engine_kwargs_problems",
+    "engine_kwargs": "rfthpc.dialects.vllm_args:engine_kwargs_problems",
     "columns": "rfthpc.workflows.checks:column_problems",
 }
 """The checks of settings that belong to a component above the config, as `module:function`: each

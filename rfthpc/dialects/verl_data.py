@@ -19,6 +19,7 @@ from typing import Any
 from rfthpc.dialects.mapping import MULTIMODAL
 from rfthpc.dialects.translation import Translation, scalar
 from rfthpc.dialects.verl import REMOTE_CODE
+from rfthpc.dialects.vllm_args import name_problem
 
 _R = "actor_rollout_ref.rollout"
 _DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
@@ -104,8 +105,6 @@ def _engine_kwargs(t: Translation, name: str, multimodal: bool) -> None:
     """`rollout.engine_kwargs.<engine>`: veRL passes those of the engine it runs (`rollout.name`) to it
     as given; vLLM's become `explorer.rollout_model`'s settings or its `engine_kwargs`, checked by name
     against the installed vLLM; another engine's cannot be passed to vLLM."""
-    from rfthpc.engines.engine_args import name_problem
-
     key = f"{_R}.engine_kwargs"
     for engine in t.keys(key):
         given = t.get(f"{key}.{engine}") or {}

@@ -64,7 +64,7 @@ def _configure_cpu_env(settings: EngineSettings) -> None:
 
 def llm_kwargs(settings: EngineSettings, on_cpu: bool) -> dict[str, Any]:
     """The arguments of vLLM's `LLM` for `settings`: rfthpc's own, then the config's `engine_kwargs`
-    (validation keeps those off the names rfthpc sets, rfthpc.engines.engine_args)."""
+    (validation keeps those off the names rfthpc sets, rfthpc.dialects.vllm_args)."""
     from rfthpc.engines.vllm_worker import PLAIN_CPU_FORMAT, InPlaceWeights
 
     dtype = settings.dtype

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from rfthpc.config import load_config
+from rfthpc.dialects.vllm_args import kwargs_problems, vllm_arg_names
 from rfthpc.engines import EngineSettings
-from rfthpc.engines.engine_args import kwargs_problems, server_flags, vllm_arg_names
-from rfthpc.engines.server import vllm_command
+from rfthpc.engines.server import server_flags, vllm_command
 from rfthpc.errors import ConfigError
 from tests.engines.serve_script import JUDGE
 

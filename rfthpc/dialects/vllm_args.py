@@ -1,5 +1,6 @@
-"""`engine_kwargs` of an inference model (`explorer.rollout_model`, `explorer.auxiliary_models[i]`):
-vLLM engine arguments passed through as given, on top of those rfthpc sets itself.
+"""vLLM's engine arguments as rfthpc reads them: the `engine_kwargs` of an inference model
+(`explorer.rollout_model`, `explorer.auxiliary_models[i]`) and of a veRL run's rollout, passed
+through as given on top of those rfthpc sets itself (`rfthpc.engines`).
 
 The names are checked when the config is validated, before any job starts, against the fields of
 vLLM's `EngineArgs` in the vLLM installed here. Those are read from the source of
@@ -14,7 +15,6 @@ import ast
 import difflib
 import functools
 import importlib.util
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -109,20 +109,3 @@ def engine_kwargs_problems(cfg: Config, problems: Problems) -> None:
     for key, model in models:
         for message in kwargs_problems(key, model.engine_kwargs, model.engine_type):
             problems.add(message, INVALID)
-
-
-def server_flags(kwargs: Mapping[str, Any]) -> list[str]:
-    """`kwargs` as flags of vLLM's OpenAI-compatible server (`--max-num-seqs 64`): a switch as
-    `--name` / `--no-name`, a list as its values, a mapping as JSON, as vLLM's parser reads them."""
-    argv: list[str] = []
-    for name, value in kwargs.items():
-        flag = "--" + name.replace("_", "-")
-        if isinstance(value, bool):
-            argv.append(flag if value else f"--no-{name.replace('_', '-')}")
-        elif isinstance(value, list):
-            argv += [flag, *(str(v) for v in value)]
-        elif isinstance(value, dict):
-            argv += [flag, json.dumps(value)]
-        elif value is not None:
-            argv += [flag, str(value)]
-    return argv
