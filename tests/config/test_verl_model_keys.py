@@ -61,7 +61,8 @@ def test_several_train_files_are_one_taskset_of_all_their_rows(tmp_path: Path) -
 
     gsm8k = parquet(tmp_path / "gsm8k" / "train.parquet", ["openai/gsm8k"] * 3)
     math = parquet(tmp_path / "math" / "train.parquet", ["lighteval/MATH"] * 2)
-    imported = import_verl(CONFIG, [f"data.train_files=['{gsm8k}','{math}']"], script=SCRIPT, environ=ENV)
+    imported = import_verl(CONFIG, [f"data.train_files=['{gsm8k}','{math}']", f"data.val_files=['{gsm8k}']"],
+                           script=SCRIPT, environ=ENV)
     (taskset,) = imported.config["buffer"]["explorer_input"]["tasksets"]
     assert taskset["path"] == [str(gsm8k), str(math)]
     assert "data.train_files (2 files, concatenated as veRL does)" in imported.text
@@ -70,7 +71,11 @@ def test_several_train_files_are_one_taskset_of_all_their_rows(tmp_path: Path) -
     cfg = load_config(out, check_paths=False).config
     tasks = load(cfg.buffer.explorer_input.tasksets[0], is_eval=False).tasks
     assert [t.truth for t in tasks] == ["0", "2", "4", "0", "2"]  # the rows of both files, in order
-    missing = out.read_text().replace(str(math), str(tmp_path / "nope.parquet"))
+    load_config(out, overrides=[f"--model.model_path={tmp_path}"])  # both files' columns checked
+    out.write_text(imported.text.replace('messages_key: "prompt"', 'messages_key: "chat"'))
+    with pytest.raises(ConfigError, match=r"tasksets\[0\] \(.*math/train.parquet, split 'train'\)"):
+        load_config(out, overrides=[f"--model.model_path={tmp_path}"])
+    missing = imported.text.replace(str(math), str(tmp_path / "nope.parquet"))
     out.write_text(missing)
     with pytest.raises(ConfigError, match=r"buffer.explorer_input.tasksets\[0\].path\[1\]: .*nope.parquet' does not "
                                           r"exist"):
