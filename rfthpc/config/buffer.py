@@ -83,8 +83,10 @@ class TasksetConfig:
     """Name of the taskset; keys its claims and metrics."""
     storage_type: Literal["file"] = "file"
     """Where tasks come from: a local file or dataset directory."""
-    path: Optional[str] = None
-    """Local HF dataset directory, parquet, jsonl or json file (compute nodes have no internet)."""
+    path: Optional[str | list[str]] = None
+    """Local HF dataset directory, parquet, jsonl or json file (compute nodes have no internet); or a
+    list of them with the same columns, read as one taskset whose rows are theirs in that order
+    (veRL's list of `data.train_files`, which it concatenates)."""
     subset_name: Optional[str] = None
     """Dataset configuration (e.g. `main` for openai/gsm8k)."""
     split: str = "train"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
 
 @dataclass
@@ -67,6 +67,10 @@ class InferenceModelConfig:
     """Context length; defaults to `model.max_model_len` for the rollout model."""
     cpu_kvcache_space_gb: int = 4
     """vLLM CPU backend only: GiB of KV cache (VLLM_CPU_KVCACHE_SPACE)."""
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Further arguments of vLLM's engine (`vllm.engine.arg_utils.EngineArgs`, e.g. `max_num_seqs: 256`),
+    passed as given (a shared server gets them as flags); checked at validation against the installed
+    vLLM's names. Those rfthpc sets from the settings above must be set there (rfthpc.dialects.vllm_args)."""
 
 
 @dataclass

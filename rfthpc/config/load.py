@@ -287,21 +287,21 @@ def _load(path: Path | str, foreign: tuple[dict[str, Any], list[str]] | None, ov
     for stage in stages:
         validate(stage.config, check_paths=check_paths,
                  problems=problems.for_stage(stage.name) if cfg.stages else problems)
-    _check_settings(stages, problems)
+    _check_settings(stages, problems, check_paths)
     problems.raise_if_any()
     notes += problems.notes + problems.ignored_notes()
     notes += [note for note in {idle_gpus_note(stage.config): None for stage in stages} if note]
     return LoadedConfig(cfg, stages[-1].config, stages, notes, str(path), problems.mapped)
 
 
-def _check_settings(stages: list[Stage], problems: Problems) -> None:
+def _check_settings(stages: list[Stage], problems: Problems, check_paths: bool) -> None:
     """Resolve what the roles will read, now: a mistake only this finds is found before the queue.
     Each settings builder stops at its first problem; one about a key already named is left out,
     and so is a failure the problems already found explain (a value left unset by one of them)."""
     named = {message.split(":", 1)[0] for message in problems.items}
     for settings in (trainer_settings, explorer_settings):
         try:
-            settings(stages)
+            settings(stages, check_paths)
         except UnresolvedError as e:
             if not problems:
                 problems.add(str(e))

@@ -70,12 +70,13 @@ class LoRASettings:
     engine_dtype: str
 
     @classmethod
-    def of(cls, cfg: LoRAConfig) -> LoRASettings:
-        """The settings of `cfg`; with `path`, rank, alpha, dropout and modules are the adapter's."""
+    def of(cls, cfg: LoRAConfig, read_adapter: bool = True) -> LoRASettings:
+        """The settings of `cfg`; with `path`, rank, alpha, dropout and modules are the adapter's (unless
+        not `read_adapter`: a config checked for another machine, where the adapter is)."""
         rank, alpha, dropout = cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout
         targets, excluded = _names(cfg.target_modules), _names(cfg.exclude_modules)
         init = Path(cfg.path).expanduser() if cfg.path else None
-        if init is not None:
+        if init is not None and read_adapter:
             saved = read_adapter_config(init)
             rank, alpha, dropout = int(saved["r"]), float(saved["lora_alpha"]), float(saved.get("lora_dropout") or 0)
             targets, excluded = _names(saved["target_modules"]), _names(saved.get("exclude_modules"))

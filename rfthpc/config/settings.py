@@ -260,9 +260,10 @@ def replay_policy(cfg: Config) -> ReplayPolicy | None:
                         priority_fn_args=_frozen(rb.priority_fn_args))
 
 
-def trainer_settings(stages: list[Stage]) -> TrainerSettings:
+def trainer_settings(stages: list[Stage], check_paths: bool = True) -> TrainerSettings:
     """The trainer's settings of a run with these (finalized) stages. The model and the run-wide
-    values come from the first stage the trainer runs (they cannot change between stages)."""
+    values come from the first stage the trainer runs (they cannot change between stages). Without
+    `check_paths` (a config checked for another machine) a LoRA adapter to start from is not read."""
     trained = [s for s in stages if trains(s.config.mode)] or stages[:1]
     first = trained[0].config
     for stage in trained[1:]:
@@ -292,16 +293,16 @@ def trainer_settings(stages: list[Stage]) -> TrainerSettings:
         full_snapshot_interval=first.synchronizer.full_snapshot_interval, weight_stripe_count=fs.weight_stripe_count,
         project=first.project, name=first.name, monitor=copy.deepcopy(first.monitor),
         stages=tuple(_trainer_stage(s, c) for s, c in zip(stages, stage_claim_sets(stages), strict=True)),
-        lora=lora_settings(m.lora), sequence_parallel_size=t.ulysses_sequence_parallel_size,
+        lora=lora_settings(m.lora, check_paths), sequence_parallel_size=t.ulysses_sequence_parallel_size,
     )
 
 
-def lora_settings(cfg: LoRAConfig | None) -> LoRASettings | None:
-    """`model.lora` resolved (the adapter at `path` read), or None without one."""
+def lora_settings(cfg: LoRAConfig | None, read_adapter: bool = True) -> LoRASettings | None:
+    """`model.lora` resolved (the adapter at `path` read, if `read_adapter`), or None without one."""
     if cfg is None:
         return None
     try:
-        return LoRASettings.of(cfg)
+        return LoRASettings.of(cfg, read_adapter)
     except ValueError as e:
         raise ConfigError(f"model.lora.path: {e}") from None
 
@@ -342,6 +343,8 @@ class InferenceModelSettings:
     lora: LoRASettings | None = None
     """The rollout model: the adapter the trainer trains (`model.lora`), which the engine applies to
     `model_path`; None: published weights are whole models."""
+    engine_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """Further vLLM engine arguments (`InferenceModelConfig.engine_kwargs`), checked at validation."""
 
     @property
     def shared(self) -> bool:
@@ -428,7 +431,7 @@ def _inference_model(key: str, name: str, model: InferenceModelConfig) -> Infere
         chat_template=model.chat_template, enable_thinking=model.enable_thinking,
         max_prompt_tokens=model.max_prompt_tokens, max_response_tokens=model.max_response_tokens,
         placement=model.placement if key != "explorer.rollout_model" else "per_explorer",
-        engine_num=model.engine_num, server_timeout=model.server_timeout,
+        engine_num=model.engine_num, server_timeout=model.server_timeout, engine_kwargs=dict(model.engine_kwargs),
     )
 
 
@@ -478,9 +481,10 @@ def _explorer_stage(index: int, stage: Stage, claim_sets: tuple[str, ...]) -> Ex
     )
 
 
-def explorer_settings(stages: list[Stage]) -> ExplorerSettings:
+def explorer_settings(stages: list[Stage], check_paths: bool = True) -> ExplorerSettings:
     """An explorer's settings of a run with these (finalized) stages. Engines and run-wide values come
-    from the first stage that explores: the engines start once and serve every stage."""
+    from the first stage that explores: the engines start once and serve every stage. `check_paths`
+    as for `trainer_settings`."""
     explored = [s for s in stages if explores(s.config.mode)] or stages[:1]
     first = explored[0].config
     for stage in explored[1:]:
@@ -495,7 +499,7 @@ def explorer_settings(stages: list[Stage]) -> ExplorerSettings:
         rollout_model=replace(_inference_model("explorer.rollout_model", POLICY_ENGINE, ex.rollout_model),
                               max_prompt_tokens=first.model.max_prompt_tokens,
                               max_response_tokens=first.model.max_response_tokens,
-                              lora=lora_settings(first.model.lora)),
+                              lora=lora_settings(first.model.lora, check_paths)),
         auxiliary_models=_auxiliary_models(first), min_response_tokens=first.model.min_response_tokens,
         enable_prompt_truncation=first.model.enable_prompt_truncation, runner_per_model=ex.runner_per_model,
         max_repeat_times_per_runner=ex.max_repeat_times_per_runner, env_vars=_frozen(ex.env_vars),

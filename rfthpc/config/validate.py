@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ COMPONENT_CHECKS: dict[str, str] = {
     "env_vars": "rfthpc.launch.resources:env_var_problems",
     "workflows": "rfthpc.workflows.checks:workflow_problems",
     "rollout_args": "rfthpc.engines.sampling:rollout_args_problems",
+    "engine_kwargs": "rfthpc.dialects.vllm_args:engine_kwargs_problems",
     "columns": "rfthpc.workflows.checks:column_problems",
 }
 """The checks of settings that belong to a component above the config, as `module:function`: each
@@ -448,7 +450,10 @@ def _check_inputs(cfg: Config, problems: Problems, check_paths: bool) -> None:
         checks.append((f"explorer.auxiliary_models[{i}].model_path", aux.model_path, "model"))
     if explores(cfg.mode) and not sft:
         for group, sets in (("tasksets", inp.tasksets), ("eval_tasksets", inp.eval_tasksets)):
-            checks += [(f"buffer.explorer_input.{group}[{i}].path", ts.path, "dataset") for i, ts in enumerate(sets)]
+            for i, ts in enumerate(sets):
+                key = f"buffer.explorer_input.{group}[{i}].path"
+                paths = ts.path if isinstance(ts.path, list) else [ts.path]
+                checks += [(key if len(paths) == 1 else f"{key}[{j}]", p, "dataset") for j, p in enumerate(paths)]
     if sft:
         checks.append(("buffer.trainer_input.experience_buffer.path", eb.path, "dataset"))
     missing = set()
@@ -456,7 +461,7 @@ def _check_inputs(cfg: Config, problems: Problems, check_paths: bool) -> None:
         msg = _path_problem(key, value, kind)
         if msg:
             problems.add(msg, PATHS)
-            missing.add(key)
+            missing.add(re.sub(r"\[\d+\]$", "", key))  # one missing file of several: the taskset's path
     _component("columns")(cfg, problems, missing)
 
 
@@ -471,6 +476,7 @@ def validate(cfg: Config, source: str = "config", check_paths: bool = True, prob
     _check_sequence_parallel(cfg, problems, check_paths)
     _component("env_vars")(cfg, problems)
     _check_gpus(cfg, problems)
+    _component("engine_kwargs")(cfg, problems)
     _component("workflows")(cfg, problems)
     _check_functions(cfg, problems)
     _check_reward_shaping(cfg, problems)

@@ -46,6 +46,8 @@ class Composed:
     """Top-level keys whose value carries a YAML anchor (`base: &base {...}`), in any file."""
     hydra: dict[str, Any] = field(default_factory=dict)
     """The `hydra:` section (Hydra's own run settings), removed from `data`."""
+    notes: list[str] = field(default_factory=list)
+    """Overrides read otherwise than Hydra would read them, and how."""
 
 
 def compose(path: Path | str, overrides: list[str] | tuple[str, ...] = ()) -> Composed:
@@ -59,7 +61,7 @@ def compose(path: Path | str, overrides: list[str] | tuple[str, ...] = ()) -> Co
     try:
         merged = OmegaConf.merge(*parts) if parts else OmegaConf.create({})
         for override in overrides:
-            _override(merged, override)
+            _override(merged, override, out.notes)
         raw = OmegaConf.to_container(merged, resolve=False)
     except OmegaConfBaseException as e:
         raise ConfigError(f"{path}: {str(e).splitlines()[0]}") from None
@@ -236,8 +238,10 @@ def _referenced(raw: Any) -> set[str]:
     return names
 
 
-def _override(cfg: DictConfig, override: str) -> None:
-    """Apply one Hydra command-line override to `cfg` (in place)."""
+def _override(cfg: DictConfig, override: str, notes: list[str]) -> None:
+    """Apply one Hydra command-line override to `cfg` (in place). `+key=value` for a key the config has
+    is read as `key=value`, with a note: Hydra refuses it, but a launch script written before the
+    framework's config gained the key means just that."""
     if override.startswith("~"):
         key = override[1:].split("=", 1)[0]
         if not _exists(cfg, key):
@@ -252,10 +256,19 @@ def _override(cfg: DictConfig, override: str) -> None:
     key = key.lstrip("+")
     exists = _exists(cfg, key)
     if exists and add:
-        raise ConfigError(f"override {override!r}: {key} is already in the config; drop the +")
-    if not exists and not (add or force):
+        notes.append(f"{override}: {key} is in the config already, so Hydra would refuse the +; read as "
+                     f"{key}={value}")
+    if not exists and not (add or force) and not _in_free_mapping(cfg, key):
         raise ConfigError(f"override {override!r}: {key} is not in the config; to add it, write +{key}={value}")
     OmegaConf.update(cfg, key, _value(value), merge=False, force_add=True)
+
+
+def _in_free_mapping(cfg: DictConfig, key: str) -> bool:
+    """Whether `key` goes into a mapping the config leaves empty for its user to fill (veRL's
+    `engine_kwargs.vllm: {}`), which takes new keys without a `+` in the scripts written for it."""
+    parent = key.rpartition(".")[0]
+    node = OmegaConf.select(cfg, parent, default=None) if parent else None
+    return isinstance(node, DictConfig) and len(node) == 0
 
 
 def _exists(cfg: DictConfig, key: str) -> bool:

@@ -114,6 +114,7 @@ def import_roll(path: Path | str, tasks_dir: Path | None = None, ignore: tuple[s
     other = (_RLVR_FIELDS if agentic else _AGENTIC_FIELDS) - fields_
     dropped = sorted(k for k in composed.data if k in other)
     t = Translation({k: v for k, v in composed.data.items() if k not in other}, "ROLL")
+    t.notes += composed.notes
     if dropped:
         t.notes.append(f"{', '.join(dropped)}: ROLL ignores {'them' if len(dropped) > 1 else 'it'} (not a field "
                        f"of ROLL's {schema}, the {'agentic' if agentic else 'RLVR'} pipeline's config)")

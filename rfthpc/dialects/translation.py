@@ -70,6 +70,8 @@ class Translation:
     used: set[str] = field(default_factory=set)
     looked: set[str] = field(default_factory=set)
     """Top-level keys the importer knows (it asked for them, given or not)."""
+    leading: str | None = None
+    """The refused key listed first: the one that rules the run out whatever else is changed."""
 
     def __post_init__(self) -> None:
         self.leaves = flatten(self.data)
@@ -192,7 +194,8 @@ class Translation:
     def raise_if_refused(self, source: str) -> None:
         if not self.problems:
             return
-        lines = "\n".join(f"  - {k}: {v}" for k, v in sorted(self.problems.items()))
+        ordered = sorted(self.problems.items(), key=lambda item: (item[0] != self.leading, item[0]))
+        lines = "\n".join(f"  - {k}: {v}" for k, v in ordered)
         raise ConfigError(
             f"{source}: {len(self.problems)} {self.origin} setting(s) cannot be imported:\n{lines}\n"
             f"Change them in the {self.origin} config, or pass --ignore KEY for each to import without them "

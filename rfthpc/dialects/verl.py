@@ -67,6 +67,16 @@ MTP = ("multi-token prediction (MTP layers trained and used for speculative deco
        "it")
 
 
+DAPO_MANAGER = ("veRL's naive and dapo reward managers both score each response by its data source (rfthpc's "
+                "verl_reward); dapo adds the overlong penalty its overlong_buffer settings give, which are "
+                "algorithm.overlong_buffer")
+
+
+REMOTE_CODE = ("rfthpc loads models and tokenizers with transformers' own classes, never a model's own code: a "
+               "model whose architecture transformers has (config.json's model_type, e.g. deepseek_v3, qwen2_vl) "
+               "loads the same; one that exists only as remote code fails when the trainer loads it")
+
+
 REWARD_MANAGER = ("veRL's reward managers: rfthpc scores each response with the taskset's reward function "
                   "(default_reward_fn_type; math_dapo_reward for veRL's dapo)")
 
@@ -84,8 +94,7 @@ def _model_keys(prefix: str) -> dict[str, Answer]:
         **{f"{prefix}.{key}": Refused("changes the model's Hugging Face config before training; rfthpc trains the "
                                       "model as its config.json says: edit a copy of the model instead", off)
            for key in ("override_config", "override_config.*")},
-        f"{prefix}.trust_remote_code": Refused("rfthpc loads models without remote code (transformers' own model "
-                                               "classes): remove it", off),
+        f"{prefix}.trust_remote_code": Ignored(REMOTE_CODE),
         f"{prefix}.use_shm": Ignored("veRL copies the model to /dev/shm first; rfthpc reads it from its path"),
         f"{prefix}.enable_activation_offload": Refused(
             "activation offload is not in rfthpc: use trainer.enable_gradient_checkpointing, trainer.param_offload / "
@@ -119,9 +128,13 @@ def _fsdp_keys(prefix: str) -> dict[str, Answer]:
         f"{prefix}.fsdp_config.mixed_precision.param_dtype": Refused(
             "rfthpc computes in model.dtype (bfloat16 on GPUs by default): set model.dtype",
             one_of("bfloat16", "bf16")),
-        **{f"{prefix}.fsdp_config.mixed_precision.{k}": Refused(
-            "rfthpc reduces gradients and keeps buffers in float32 (veRL's default)", one_of("float32", "fp32"))
-           for k in ("reduce_dtype", "buffer_dtype")},
+        f"{prefix}.fsdp_config.mixed_precision.reduce_dtype": Refused(
+            "rfthpc reduces gradients in float32 (veRL's default); remove it",
+            one_of("float32", "fp32", "bfloat16", "bf16"),
+            "rfthpc reduces gradients across GPUs in float32 whatever this says: bfloat16 halves that traffic but "
+            "rounds the summed gradient, float32 sums more precisely, so the update differs only by that rounding"),
+        f"{prefix}.fsdp_config.mixed_precision.buffer_dtype": Refused(
+            "rfthpc keeps buffers in float32 (veRL's default)", one_of("float32", "fp32")),
         f"{prefix}.fsdp_config.full_determinism": Refused("rfthpc does not force deterministic kernels; remove it",
                                                           off),
     }
@@ -194,7 +207,8 @@ VERL_KEYS: dict[str, Answer] = {
     _A + "load_weight": Refused("rfthpc always starts from the weights in model.model_path; remove it", one_of(True)),
     _A + "checkpoint.*": Ignored("rfthpc's checkpoints always hold model, optimizer and extra state; a merged Hugging "
                                  "Face copy is trainer.save_hf_checkpoint"),
-    _A + "megatron.*": Ignored("Megatron-LM settings, read only with strategy megatron, which rfthpc refuses"),
+    _A + "megatron.*": Ignored("Megatron-LM settings, read only with strategy megatron (which rfthpc refuses here; "
+                               "config import --from verl translates a Megatron run to FSDP2)"),
     _A + "profile*": Ignored("profiling of veRL's workers"),
     **_fsdp_keys("actor_rollout_ref.actor"),
     **_optim_keys("actor_rollout_ref.actor"),
@@ -247,8 +261,8 @@ VERL_KEYS: dict[str, Answer] = {
     "reward_model.enable": Refused(
         "veRL's reward-model worker: rfthpc scores in the explorer; serve the reward model as an auxiliary model "
         "(explorer.auxiliary_models) and score with math_rm_workflow or a reward function", off),
-    "reward_model.reward_manager": Refused(REWARD_MANAGER, one_of("naive")),
-    "reward_manager.name": Refused(REWARD_MANAGER, one_of("naive")),
+    "reward_model.reward_manager": Refused(REWARD_MANAGER, one_of("naive", "dapo"), DAPO_MANAGER),
+    "reward_manager.name": Refused(REWARD_MANAGER, one_of("naive", "dapo"), DAPO_MANAGER),
     "reward_manager.source": Ignored("where veRL looks up its reward manager (its registry or a module)"),
     "reward_manager.module.path": Refused(REWARD_MANAGER + "; to score your own way, name your reward function "
                                                            "(module:function)", off),

@@ -10,11 +10,16 @@ scorer, in the `data.reward_fn_key` column: a taskset of `prompt_type: messages`
 from __future__ import annotations
 
 import ast
+import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
+from rfthpc.dialects.mapping import MULTIMODAL
 from rfthpc.dialects.translation import Translation, scalar
+from rfthpc.dialects.verl import REMOTE_CODE
+from rfthpc.dialects.vllm_args import name_problem
 
 _R = "actor_rollout_ref.rollout"
 _DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
@@ -27,10 +32,15 @@ _TRAINER_PASSES = ("log_prob_micro_batch_size", "log_prob_micro_batch_size_per_g
 _DATA_LOADING = ("use_shm", "dataloader_num_workers", "filter_overlong_prompts_workers", "return_raw_input_ids",
                  "return_raw_chat", "return_full_prompt", "return_multi_modal_inputs", "image_patch_size")
 _ANSWER = "reward_model.ground_truth"
+_ENGINES = {"sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+_ROLLOUT_MODEL_FIELDS = ("gpu_memory_utilization", "enforce_eager", "enable_chunked_prefill", "enable_prefix_caching",
+                         "max_model_len")
+"""vLLM arguments that are settings of `explorer.rollout_model` of the same name."""
 
 
-def translate_rollout(t: Translation) -> int:
-    """`actor_rollout_ref.rollout`: engine, sampling, group size and token limits; its tensor parallel size."""
+def translate_rollout(t: Translation, multimodal: bool = False) -> int:
+    """`actor_rollout_ref.rollout`: engine, sampling, group size and token limits; its tensor parallel size.
+    `multimodal`: the run is refused for its images, so the engine's image settings are not refused again."""
     name = t.get(f"{_R}.name", "vllm")
     t.set("explorer.rollout_model.engine_type", "vllm", f"{_R}.name: {name}" if name == "vllm" else "")
     if name != "vllm":
@@ -55,8 +65,7 @@ def translate_rollout(t: Translation) -> int:
         t.set("explorer.rollout_model.dtype", _DTYPES[dtype], f"{_R}.dtype")
     else:
         t.refuse(f"{_R}.dtype", f"{scalar(dtype)}: rfthpc's engines compute in bfloat16, float16 or float32")
-    for key in ("gpu_memory_utilization", "enforce_eager", "enable_chunked_prefill", "enable_prefix_caching",
-                "max_model_len"):
+    for key in _ROLLOUT_MODEL_FIELDS:
         if t.get(f"{_R}.{key}") is not None:
             t.set(f"explorer.rollout_model.{key}", t.get(f"{_R}.{key}"), f"{_R}.{key}")
     t.same_if(f"{_R}.ignore_eos", False, "generation past the end-of-sequence token is not available in rfthpc")
@@ -65,9 +74,7 @@ def translate_rollout(t: Translation) -> int:
     t.same_if(f"{_R}.enable_rollout_routing_replay", False, "MoE router replay is not in rfthpc")
     t.same_if(f"{_R}.quantization", None, "rfthpc's engines run the policy unquantized (the weights it trains)")
     t.same_if(f"{_R}.quantization_config_file", None, "rfthpc's engines run the policy unquantized")
-    for engine in t.keys(f"{_R}.engine_kwargs"):
-        t.same_if(f"{_R}.engine_kwargs.{engine}", None, "engine arguments rfthpc does not pass: its engine settings "
-                                                         "are explorer.rollout_model's")
+    _engine_kwargs(t, str(name), multimodal)
     t.same_if(f"{_R}.multi_turn.enable", False, "veRL's multi-turn tool calling: rfthpc's multi-turn rollouts are "
                                                 "workflows (toolcall_workflow, env_workflow); set "
                                                 "buffer.explorer_input.default_workflow_type by hand")
@@ -94,6 +101,75 @@ def translate_rollout(t: Translation) -> int:
     return tp
 
 
+def _engine_kwargs(t: Translation, name: str, multimodal: bool) -> None:
+    """`rollout.engine_kwargs.<engine>`: veRL passes those of the engine it runs (`rollout.name`) to it
+    as given; vLLM's become `explorer.rollout_model`'s settings or its `engine_kwargs`, checked by name
+    against the installed vLLM; another engine's cannot be passed to vLLM."""
+    key = f"{_R}.engine_kwargs"
+    for engine in t.keys(key):
+        given = t.get(f"{key}.{engine}") or {}
+        if not given:
+            t.same.append(f"{key}.{engine}: {{}}")
+        elif engine != name:
+            t.notes.append(f"{key}.{engine}: no effect: veRL passes only the arguments of the engine it runs "
+                           f"({_R}.name: {name})")
+        elif engine != "vllm":
+            t.refuse(f"{key}.{engine}", f"{scalar(given)}: arguments of {_ENGINES.get(engine, engine)}, which rfthpc "
+                                        "does not have (its rollouts run on vLLM); remove them, and give vLLM's own "
+                                        f"as {key}.vllm if you need any")
+        else:
+            for arg, value in given.items():
+                source = f"{key}.vllm.{arg}"
+                if multimodal and "mm_" in arg:  # vLLM's multimodal arguments
+                    t.notes.append(f"{source}: {scalar(value)}: vLLM's handling of images, which rfthpc does not have "
+                                   "(see data.image_key)")
+                elif arg in _ROLLOUT_MODEL_FIELDS:
+                    t.set(f"explorer.rollout_model.{arg}", value, source)
+                elif (why := name_problem(arg, "explorer.rollout_model")) is not None:
+                    t.refuse(source, f"{scalar(value)}: {why}")
+                else:
+                    t.set(f"explorer.rollout_model.engine_kwargs.{arg}", value, source)
+
+
+_VISION_MODEL = re.compile(r"(?i)([-_.]vl([-_.]|$)|\d[v]([-_.]|$)|minicpm-[ov]|llava|vision|omni)")
+"""Names of vision-language models (Qwen2.5-VL-7B, GLM-4.1V-9B, MiniCPM-o-2_6, LLaVA, Qwen2.5-Omni)."""
+
+
+def multimodal_evidence(t: Translation) -> list[str]:
+    """What shows that the run trains a vision-language model on images (empty: nothing does): the
+    model's config.json (where it can be read here) or name, the data, veRL's image settings."""
+    found = []
+    model = str(t.leaves.get("actor_rollout_ref.model.path") or "")
+    config = Path(os.path.expanduser(model)) / "config.json"
+    try:
+        vision = "vision_config" in json.loads(config.read_text(encoding="utf-8"))
+        if vision:
+            found.append(f"the model's config.json has a vision_config ({config})")
+    except (OSError, ValueError):
+        if _VISION_MODEL.search(Path(model).name):
+            found.append(f"the model {model} is a vision-language model")
+    files = [*_files(t, "data.train_files"), *_files(t, "data.val_files")]
+    images = [f for f in files if "geo3k" in f or "geometry3k" in f]
+    if images:
+        found.append(f"the data ({', '.join(images)}) is geometry3k, whose rows hold images")
+    if t.leaves.get("actor_rollout_ref.actor.freeze_vision_tower"):
+        found.append("actor_rollout_ref.actor.freeze_vision_tower is set")
+    image_args = [k for k in t.leaves if k.startswith(f"{_R}.engine_kwargs.") and "mm_" in k]
+    if image_args:
+        found.append(f"{', '.join(image_args)} set")
+    return found
+
+
+def refuse_multimodal(t: Translation, evidence: list[str]) -> None:
+    """Refuse a vision-language run once, first, for its images: its other image settings are noted."""
+    t.refuse("data.image_key", f"multimodal inputs (images, videos) are not in rfthpc, which trains text-only "
+                               f"models on text prompts; this is a vision-language run ({'; '.join(evidence)}). "
+                               "Train a text-only model on text data instead")
+    t.leading = "data.image_key"
+    for key in [k for k, why in t.problems.items() if k != "data.image_key" and MULTIMODAL in why]:
+        t.notes.append(f"{key}: {t.problems.pop(key)} (see data.image_key)")
+
+
 def translate_data(t: Translation) -> None:
     """`data` and the reward: the training and eval tasksets, prompt limits, batch size, order."""
     t.set("buffer.batch_size", t.whole("data.train_batch_size", 1024), "data.train_batch_size")
@@ -104,14 +180,14 @@ def translate_data(t: Translation) -> None:
     files = _files(t, "data.train_files")
     if not files:
         t.refuse("data.train_files", "not set: name the training data (veRL's parquet files)")
-    if len(files) > 1:
-        t.refuse("data.train_files", f"{len(files)} files: veRL shuffles them together into one dataset, rfthpc "
-                                     "explores its tasksets one after another; concatenate them into one parquet file")
     shuffle = t.get("data.shuffle", True)
     seed = t.get("data.seed")
-    for i, path in enumerate(files):
-        ts = f"buffer.explorer_input.tasksets[{i}]"
-        _taskset(t, ts, "train" if len(files) == 1 else f"train_{i}", path, "data.train_files", reward_args)
+    if files:
+        ts = "buffer.explorer_input.tasksets[0]"
+        # veRL concatenates the files into one dataset, so every row weighs the same: one taskset of
+        # all their rows (each file's share of a batch is its share of the rows), not a taskset per file.
+        _taskset(t, ts, "train", files[0] if len(files) == 1 else files, "data.train_files" if len(files) == 1 else
+                 f"data.train_files ({len(files)} files, concatenated as veRL does)", reward_args)
         if shuffle:
             t.set(f"{ts}.task_selector.selector_type", "shuffle", "data.shuffle: true (a new order each epoch)")
             if seed is not None:
@@ -123,7 +199,8 @@ def translate_data(t: Translation) -> None:
     t.same_if("data.train_max_samples", -1, "rfthpc reads every row: cut the dataset beforehand")
     t.same_if("data.val_max_samples", -1, "rfthpc evaluates every row: cut the dataset beforehand")
     t.same_if("data.tokenizer", None, "rfthpc reads the tokenizer from model.model_path")
-    t.same_if("data.trust_remote_code", False, "rfthpc loads tokenizers without remote code")
+    if t.get("data.trust_remote_code"):
+        t.notes.append(f"data.trust_remote_code: {REMOTE_CODE}")
     t.same_if("data.tool_config_path", None, "veRL's tools for multi-turn rollouts: rfthpc's are workflows "
                                              "(toolcall_workflow)")
     for section, what in (("custom_cls", "a dataset class of your own"),
@@ -152,7 +229,8 @@ def _files(t: Translation, key: str) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list) else [str(value)]
 
 
-def _taskset(t: Translation, target: str, name: str, path: str, source: str, reward_args: dict[str, Any]) -> None:
+def _taskset(t: Translation, target: str, name: str, path: str | list[str], source: str,
+             reward_args: dict[str, Any]) -> None:
     t.set(f"{target}.name", name, "")
     t.set(f"{target}.path", path, source)
     t.set(f"{target}.format.prompt_type", "messages", "veRL's rows hold the prompt as a chat")

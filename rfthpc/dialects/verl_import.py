@@ -22,7 +22,8 @@ from typing import Any
 from rfthpc.dialects import mapping, verl
 from rfthpc.dialects.hydra import Composed, compose
 from rfthpc.dialects.translation import Imported, Translation, in_schema_order, render_yaml, scalar, shown
-from rfthpc.dialects.verl_data import translate_data, translate_rollout
+from rfthpc.dialects.verl_data import multimodal_evidence, refuse_multimodal, translate_data, translate_rollout
+from rfthpc.dialects.verl_megatron import translate_megatron, uses_megatron
 from rfthpc.dialects.verl_script import Launch, read_script
 from rfthpc.errors import ConfigError, Problems
 
@@ -34,6 +35,7 @@ _OWN_TRAINER = ("total_epochs", "total_training_steps", "project_name", "experim
 _SINKS = ("console", "wandb", "tensorboard")
 """veRL's loggers that are rfthpc's sinks of the same name."""
 _ENTRY = "verl.trainer.main_ppo"
+_ROLLOUT_TP = "actor_rollout_ref.rollout.tensor_model_parallel_size"
 
 
 def import_verl(path: Path | str, overrides: list[str] | tuple[str, ...] = (), ignore: list[str] | tuple[str, ...] = (),
@@ -59,13 +61,19 @@ def import_verl(path: Path | str, overrides: list[str] | tuple[str, ...] = (), i
     composed = compose(config, launch.overrides if launch else list(overrides))
     t = Translation(composed.data, "veRL")
     t.used |= {k for k in t.leaves if k.rsplit(".", 1)[-1] == "_target_"}
+    t.notes += composed.notes
     if launch:
         t.notes += launch.notes
+    images = multimodal_evidence(t)
+    if uses_megatron(t):
+        translate_megatron(t)
     _training_settings(t)
     _run(t)
-    tp = translate_rollout(t)
+    tp = translate_rollout(t, multimodal=bool(images))
     _resources(t, tp)
     translate_data(t)
+    if images:
+        refuse_multimodal(t, images)
     t.sweep(set(), set(composed.data), "ppo_trainer config")
     t.apply_ignores(ignore)
     t.raise_if_refused(str(path))
@@ -237,13 +245,28 @@ def _resources(t: Translation, tp: int) -> None:
     t.set("cluster.node_num", nodes, "trainer.nnodes")
     t.set("cluster.gpu_per_node", per_node, "trainer.n_gpus_per_node")
     total = nodes * per_node
+    if total < 2:
+        t.refuse("trainer.n_gpus_per_node", f"{per_node} (x {nodes} nodes): veRL time-shares this GPU between "
+                                            "rollouts and training, rfthpc runs them as separate jobs: give at "
+                                            "least 2 GPUs (an engine's and the trainer's)")
+        return
+    if tp > per_node:
+        t.refuse(_ROLLOUT_TP, f"{tp}: an engine of {tp} GPUs spans nodes of {per_node}; rfthpc's rollout engines run "
+                              f"on one node each: use at most {per_node} (more engines: "
+                              "explorer.rollout_model.engine_num)")
+        return
+    if tp > total // 2:
+        # Halved (a divisor of the model's heads as tp is) until the explorers' half holds an engine.
+        given = tp
+        while tp > total // 2:
+            tp //= 2
+        t.set("explorer.rollout_model.tensor_parallel_size", tp,
+              f"{_ROLLOUT_TP}: {given}, halved to fit half of the GPUs")
+        t.notes.append(f"{_ROLLOUT_TP}: {given}: an engine of {given} GPUs would leave none of the {total} to rfthpc's "
+                       f"trainer, a separate job; its engines use {tp} GPUs each (tensor parallelism splits the "
+                       "same computation, so the samples are alike); if the model does not fit, give more GPUs")
     engines = max(1, total // 2 // tp)
     trainer = total - engines * tp
-    if trainer < 1:
-        t.refuse("trainer.n_gpus_per_node", f"{per_node} (x {nodes} nodes): veRL time-shares these GPUs between "
-                                            f"rollouts and training, rfthpc runs them as separate jobs: give at "
-                                            f"least {tp + 1} GPUs (engines of {tp} plus the trainer's)")
-        return
     t.set("explorer.rollout_model.engine_num", engines,
           f"half of trainer.nnodes x n_gpus_per_node ({total} GPUs), in engines of {tp}")
     trainer_nodes = -(-trainer // per_node)

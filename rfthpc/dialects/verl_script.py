@@ -4,11 +4,14 @@
 The script is read, not run. What veRL's example scripts use is understood: comments, line
 continuations, redirections, `NAME=value`, `export NAME=value` and arrays `NAME=(word ...)` (later
 lines see them), `set -x`, single and double quotes, `$NAME`, `${NAME}`, `${NAME:-default}` /
-`${NAME-default}` / `${NAME:=default}` / `${NAME:+word}`, `${NAME[@]}`, integer arithmetic `$((...))`, and `$@` (where
-the import's own overrides go; a command without it gets them after its own). A variable the script
-does not assign is read from the environment of the import and listed in the imported config's
-header; one that is not set there either is an error, as are command substitutions (`$(...)`,
-backquotes) and positional parameters without a default. Control flow (`if ... fi`, loops) is not
+`${NAME-default}` / `${NAME:=default}` / `${NAME:+word}`, `${NAME[@]}`, integer arithmetic `$((...))`, and `$@` or
+`${@:N}` (where the import's own overrides go; a command without it gets them after its own). A
+variable the script does not assign is read from the environment of the import and listed in the
+imported config's header; one that is not set there either is an error, as are command substitutions
+(`$(...)`, backquotes; but the script's own directory, `$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)`)
+and positional parameters without a default. An `if ... elif ... else ... fi` whose tests compare
+numbers and text the script sets (`[ $TP -eq 4 ]`, `[[ "$X" = y ]]`, `-z`, `-n`, `!`) is followed
+branch by branch; other control flow (loops, tests of files or commands, of unset variables) is not
 followed: a variable it sets that the veRL command reads is an error, any other is noted. Unquoted
 expansions are split into words as the shell splits them. Other commands (`ulimit`, a data
 download) are not part of the config: they are noted.
@@ -33,6 +36,9 @@ _PYTHON = re.compile(r"python[0-9.]*")
 _OPENERS = {"if", "for", "while", "until", "case", "select", "{"}
 _CLOSERS = {"fi", "done", "esac", "}"}
 _INSIDE = {"then", "elif", "else", "do"}
+_SCRIPT_DIR = re.compile(r'\$\(\s*cd\s+"?\$\(\s*dirname\s+"?(\$0|\$\{?BASH_SOURCE(\[0\])?\}?)"?\s*\)"?\s*'
+                         r'(&&|;)\s*pwd\s*\)')
+"""The script's own directory, `$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)` (or with `$0`)."""
 _HYDRA_FLAGS = {"--config-path": "config_path", "-cp": "config_path", "--config-name": "config_name",
                 "-cn": "config_name"}
 _SEPARATORS = ("&&", "||", ";", "|", "&", "\n")
@@ -69,7 +75,7 @@ def read_script(path: Path | str, extra: list[str] | tuple[str, ...] = (),
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"script {path}: cannot be read: {e}") from None
-    shell = _Shell(dict(os.environ if environ is None else environ), list(extra))
+    shell = _Shell(dict(os.environ if environ is None else environ), list(extra), path.resolve().parent)
     launches: list[Launch] = []
     others: list[str] = []
     try:
@@ -275,18 +281,31 @@ def _balanced(text: str, start: int, comments: bool = False) -> int:
 
 
 @dataclass
+class _Block:
+    """A control-flow block (`if`, `for`, ...) the current command is in."""
+
+    keyword: str
+    taken: bool | None
+    """Whether the commands of its current branch run; None: the import cannot tell (a loop, or an `if`
+    whose test it cannot evaluate), so the block is not followed."""
+    done: bool = False
+    """An `if` branch has run already: the `elif` / `else` branches after it do not."""
+
+
+@dataclass
 class _Shell:
     """The variables as the script's commands set them, and what reading it found wrong."""
 
     environ: dict[str, str]
     extra: list[str]
+    script_dir: Path
+    """The directory of the script (its `$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)`)."""
     variables: dict[str, str] = field(default_factory=dict)
     arrays: dict[str, list[str]] = field(default_factory=dict)
     from_environment: dict[str, str] = field(default_factory=dict)
-    blocks: list[str] = field(default_factory=list)
-    """The control-flow blocks (`if`, `for`, ...) the current command is in: not followed."""
+    blocks: list[_Block] = field(default_factory=list)
     conditional: dict[str, str] = field(default_factory=dict)
-    """Variables assigned only inside a block, and the block's keyword."""
+    """Variables assigned only inside a block the import does not follow, and the block's keyword."""
     args_used: bool = False
     """Whether the last command expanded `$@`."""
     problems: list[str] = field(default_factory=list)
@@ -296,22 +315,31 @@ class _Shell:
         a shell built-in the import follows (`export`, `set`, `unset`, `shift`) or inside a block."""
         self.args_used = False
         if raw[0] in _OPENERS:
-            self.blocks.append(raw[0])
+            running = self._running()
+            if running is False:
+                taken: bool | None = False  # inside a branch not taken
+            else:
+                taken = self._test(raw[1:]) if raw[0] == "if" and running else None
+            self.blocks.append(_Block(raw[0], taken, done=bool(taken)))
             return None
         if raw[0] in _CLOSERS:
             if self.blocks:
                 self.blocks.pop()
             return None
         if raw[0] in _INSIDE:
+            self._branch(raw)
             raw = raw[1:] if raw[0] != "elif" else []
             if not raw:
                 return None
-        assigned = [m.group(1) for m in map(_ASSIGNMENT.fullmatch, raw) if m]
-        if self.blocks:
-            for name in assigned:
-                self.conditional.setdefault(name, self.blocks[0])
+        running = self._running()
+        if running is False:
+            return None  # a branch the script does not take
+        if running is None:
+            keyword = next(b.keyword for b in self.blocks if b.taken is None)
+            for name in (m.group(1) for m in map(_ASSIGNMENT.fullmatch, raw) if m):
+                self.conditional.setdefault(name, keyword)
             if any(_PYTHON.fullmatch(Path(w).name) for w in raw):
-                self.problems.append(f"the veRL command is inside the script's `{self.blocks[0]}` block, which the "
+                self.problems.append(f"the veRL command is inside the script's `{keyword}` block, which the "
                                      "import does not follow; give the config and its overrides directly")
             return None
         i = 0
@@ -337,6 +365,51 @@ class _Shell:
         for word in rest:
             words += self.expand(word)
         return words
+
+    def _running(self) -> bool | None:
+        """Whether the current command runs: False inside a branch not taken, None inside a block the
+        import does not follow."""
+        if any(b.taken is False for b in self.blocks):
+            return False
+        return None if any(b.taken is None for b in self.blocks) else True
+
+    def _branch(self, raw: list[str]) -> None:
+        """`then`, `do`, `elif TEST`, `else`: the branch of the innermost `if` that now starts."""
+        block = self.blocks[-1] if self.blocks else None
+        if block is None or block.keyword != "if" or raw[0] not in ("elif", "else") or block.taken is None:
+            return
+        if block.done:
+            block.taken = False
+        elif raw[0] == "else":
+            block.taken = True
+        else:
+            block.taken = self._test(raw[1:]) if self._outer_running() else False
+            block.done = bool(block.taken)
+
+    def _outer_running(self) -> bool:
+        return all(b.taken for b in self.blocks[:-1])
+
+    def _test(self, raw: list[str]) -> bool | None:
+        """The outcome of an `if`'s test (`[ ... ]`, `[[ ... ]]`, `test ...`, with `!`) on numbers and
+        text the script sets; None if the import cannot evaluate it (a command, an unset variable)."""
+        before, environment = len(self.problems), dict(self.from_environment)
+        words: list[str] = []
+        for word in raw:
+            words += self.expand(word)
+        if len(self.problems) > before:  # a variable it cannot read: the block is not followed
+            del self.problems[before:]
+            self.from_environment = environment
+            return None
+        negate = words[:1] == ["!"]
+        words = words[1:] if negate else words
+        if words[:1] == ["test"]:
+            words = words[1:]
+        elif words[:1] in (["["], ["[["]) and words[-1:] in (["]"], ["]]"]):
+            words = words[1:-1]
+        else:
+            return None
+        outcome = _evaluate(words)
+        return None if outcome is None else outcome != negate
 
     def _assign(self, name: str, raw: str) -> None:
         """`name=raw`: a value, or an array `name=(word ...)` whose words are expanded one by one."""
@@ -420,6 +493,8 @@ class _Shell:
             return (self._arithmetic(raw[i + 3:end - 2]), False, None), end
         if rest.startswith("("):
             end = _balanced(raw, i + 1)
+            if _SCRIPT_DIR.fullmatch(raw[i:end]):
+                return (str(self.script_dir), not quoted, None), end
             self.problems.append(f"{raw[i:end]}: a command substitution, which the import does not run; write its "
                                  "value in the script")
             return ("", False, None), end
@@ -429,6 +504,9 @@ class _Shell:
         if rest.startswith("{"):
             end = _balanced(raw, i + 1)
             body = raw[i + 2:end - 1]
+            if re.fullmatch(r"[@*]:[0-9]+", body):  # "${@:2}": the arguments after the script's own
+                self.args_used = True
+                return ("", False, list(self.extra)), end
             array = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)\[([@*])\]", body)
             if array:
                 elements = self._array(array.group(1), f"${{{body}}}")
@@ -529,6 +607,28 @@ class _Shell:
         if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
             return _OPERATORS[type(node.op)](self._integer(node.left), self._integer(node.right))
         raise ValueError(f"{ast.unparse(node)!r} is not integer arithmetic")
+
+
+_COMPARISONS: dict[str, Callable[[int, int], bool]] = {
+    "-eq": operator.eq, "-ne": operator.ne, "-lt": operator.lt, "-le": operator.le, "-gt": operator.gt,
+    "-ge": operator.ge,
+}
+
+
+def _evaluate(words: list[str]) -> bool | None:
+    """A test's expression (`A -eq B`, `A = B`, `A != B`, `-z A`, `-n A`, `A`); None if it is another."""
+    if len(words) == 1:
+        return words[0] != ""
+    if len(words) == 2 and words[0] in ("-z", "-n"):
+        return (words[1] == "") == (words[0] == "-z")
+    if len(words) == 3 and words[1] in ("=", "==", "!="):
+        return (words[0] == words[2]) == (words[1] != "!=")
+    if len(words) == 3 and words[1] in _COMPARISONS:
+        try:
+            return _COMPARISONS[words[1]](int(words[0]), int(words[2]))
+        except ValueError:
+            return None
+    return None
 
 
 def _shell_division(a: int, b: int) -> int:

@@ -19,10 +19,10 @@ The top alternatives a request asks for (`SamplingArgs.logprobs`) come from the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol, get_args
+from typing import Any, Literal, Protocol, get_args
 
 from rfthpc.config.lora import LoRASettings
 from rfthpc.engines.sampling import GREEDY_TEMPERATURE, Completion, SamplingArgs
@@ -69,6 +69,8 @@ class EngineSettings:
     lora: LoRASettings | None = None
     """The policy of a LoRA run: `model_path` is the base model and each version an adapter
     (`load_weights` of a PEFT directory); vLLM reserves room for an adapter of this rank."""
+    engine_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """Further vLLM engine arguments, passed as given (`explorer.rollout_model.engine_kwargs`)."""
 
     def __post_init__(self) -> None:
         if not Path(self.model_path).expanduser().is_dir():

@@ -32,8 +32,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from rfthpc.config.settings import InferenceModelSettings
 from rfthpc.errors import EXIT_PREEMPTED, UserError
@@ -86,6 +87,23 @@ def vllm_command(model: InferenceModelSettings, engine: int, port: int, on_cpu: 
         argv += ["--max-model-len", str(model.max_model_len)]
     if model.enforce_eager or on_cpu:
         argv.append("--enforce-eager")
+    return argv + server_flags(model.engine_kwargs)
+
+
+def server_flags(kwargs: Mapping[str, Any]) -> list[str]:
+    """`kwargs` as flags of vLLM's OpenAI-compatible server (`--max-num-seqs 64`): a switch as
+    `--name` / `--no-name`, a list as its values, a mapping as JSON, as vLLM's parser reads them."""
+    argv: list[str] = []
+    for name, value in kwargs.items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            argv.append(flag if value else f"--no-{name.replace('_', '-')}")
+        elif isinstance(value, list):
+            argv += [flag, *(str(v) for v in value)]
+        elif isinstance(value, dict):
+            argv += [flag, json.dumps(value)]
+        elif value is not None:
+            argv += [flag, str(value)]
     return argv
 
 

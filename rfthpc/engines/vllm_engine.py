@@ -62,6 +62,37 @@ def _configure_cpu_env(settings: EngineSettings) -> None:
     torch._dynamo.config.disable = True
 
 
+def llm_kwargs(settings: EngineSettings, on_cpu: bool) -> dict[str, Any]:
+    """The arguments of vLLM's `LLM` for `settings`: rfthpc's own, then the config's `engine_kwargs`
+    (validation keeps those off the names rfthpc sets, rfthpc.dialects.vllm_args)."""
+    from rfthpc.engines.vllm_worker import PLAIN_CPU_FORMAT, InPlaceWeights
+
+    dtype = settings.dtype
+    if dtype == "auto":
+        dtype = "float32" if on_cpu else "auto"
+    kwargs: dict[str, Any] = {
+        "model": str(Path(settings.model_path).expanduser()),
+        "dtype": dtype,
+        "seed": settings.seed,
+        "tensor_parallel_size": settings.tensor_parallel_size,
+        "gpu_memory_utilization": settings.gpu_memory_utilization,
+        "enforce_eager": settings.enforce_eager or on_cpu,
+        "enable_prefix_caching": settings.enable_prefix_caching,
+        "enable_chunked_prefill": settings.enable_chunked_prefill,
+        "logprobs_mode": "processed_logprobs",
+        "worker_extension_cls": f"{InPlaceWeights.__module__}.{InPlaceWeights.__qualname__}",
+    }
+    if settings.max_model_len is not None:
+        kwargs["max_model_len"] = settings.max_model_len
+    if on_cpu:
+        kwargs["distributed_executor_backend"] = "uni"
+        kwargs["load_format"] = PLAIN_CPU_FORMAT
+    if settings.lora is not None:
+        kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=settings.lora.max_lora_rank,
+                      lora_dtype=settings.lora.engine_dtype)
+    return {**kwargs, **settings.engine_kwargs}
+
+
 class VLLMEngine:
     """A vLLM `LLM` that returns behaviour logprobs and reloads weights from step directories."""
 
@@ -79,32 +110,7 @@ class VLLMEngine:
             _configure_cpu_env(settings)
         from vllm import LLM
 
-        from rfthpc.engines.vllm_worker import PLAIN_CPU_FORMAT, InPlaceWeights
-
-        dtype = settings.dtype
-        if dtype == "auto":
-            dtype = "float32" if self.on_cpu else "auto"
-        kwargs: dict[str, Any] = {
-            "model": str(Path(settings.model_path).expanduser()),
-            "dtype": dtype,
-            "seed": settings.seed,
-            "tensor_parallel_size": settings.tensor_parallel_size,
-            "gpu_memory_utilization": settings.gpu_memory_utilization,
-            "enforce_eager": settings.enforce_eager or self.on_cpu,
-            "enable_prefix_caching": settings.enable_prefix_caching,
-            "enable_chunked_prefill": settings.enable_chunked_prefill,
-            "logprobs_mode": "processed_logprobs",
-            "worker_extension_cls": f"{InPlaceWeights.__module__}.{InPlaceWeights.__qualname__}",
-        }
-        if settings.max_model_len is not None:
-            kwargs["max_model_len"] = settings.max_model_len
-        if self.on_cpu:
-            kwargs["distributed_executor_backend"] = "uni"
-            kwargs["load_format"] = PLAIN_CPU_FORMAT
-        if settings.lora is not None:
-            kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=settings.lora.max_lora_rank,
-                          lora_dtype=settings.lora.engine_dtype)
-        self.llm = LLM(**kwargs)
+        self.llm = LLM(**llm_kwargs(settings, self.on_cpu))
         self.adapter: Any = None
         """The `LoRARequest` of the adapter every request uses (None: the model alone)."""
         self._refused = _refusal_error()

@@ -41,6 +41,7 @@ def engine_settings(
         cpu_kvcache_space_gb=model.cpu_kvcache_space_gb,
         min_response_tokens=settings.min_response_tokens,
         lora=model.lora,
+        engine_kwargs=model.engine_kwargs,
     )
 
 

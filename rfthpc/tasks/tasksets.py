@@ -122,9 +122,20 @@ def default_cache_dir() -> str | None:
 
 
 def read_split(
-    path: str | Path, subset_name: str | None = None, split: str = "train", cache_dir: str | None = None
+    path: str | Path | Sequence[str], subset_name: str | None = None, split: str = "train",
+    cache_dir: str | None = None
 ) -> Any:
-    """One split of a local dataset as a `datasets.Dataset` (see the module doc for the layouts)."""
+    """One split of a local dataset as a `datasets.Dataset` (see the module doc for the layouts); of a
+    list of datasets, their rows concatenated in order."""
+    if not isinstance(path, (str, Path)):
+        import datasets
+
+        parts = [read_split(p, subset_name, split, cache_dir) for p in path]
+        try:
+            return datasets.concatenate_datasets(parts)
+        except ValueError as e:  # columns of different names or types
+            raise UserError(f"datasets {', '.join(map(str, path))} cannot be read as one: {e}; give files with the "
+                            "same columns") from None
     cache_dir = cache_dir or default_cache_dir()
     p = Path(path).expanduser()
     if not p.exists():
@@ -193,7 +204,7 @@ def _progress_bars(enabled: bool) -> Iterator[None]:
 
 
 def load_taskset(
-    path: str | Path,
+    path: str | Path | Sequence[str],
     *,
     name: str,
     subset_name: str | None = None,

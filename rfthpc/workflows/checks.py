@@ -77,9 +77,9 @@ def column_problems(cfg: Config, problems: Problems, missing: set[str]) -> None:
     for key, ds, required in datasets:
         if f"{key}.path" in missing or not ds.path:
             continue
-        columns = dataset_columns(ds.path, ds.subset_name, ds.split)
-        if columns is not None:
-            where = f"{key} ({ds.path}, split {ds.split!r})"
-            problem = column_problem(where, columns, required)
-            if problem:
-                problems.add(problem, PATHS)
+        for path in ds.path if isinstance(ds.path, list) else [ds.path]:
+            columns = dataset_columns(path, ds.subset_name, ds.split)
+            if columns is not None:
+                problem = column_problem(f"{key} ({path}, split {ds.split!r})", columns, required)
+                if problem:
+                    problems.add(problem, PATHS)

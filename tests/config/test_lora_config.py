@@ -131,3 +131,12 @@ def test_good_targets_and_an_existing_adapter_validate(tmp_path: Path, base: str
     # An adapter to start from brings its own shape.
     assert settings is not None and (settings.rank, settings.alpha, settings.target_modules) == (4, 8.0, ("q_proj",))
     assert settings.max_lora_rank == 8
+
+
+def test_without_path_checks_an_adapter_elsewhere_is_not_read(tmp_path: Path, base: str) -> None:  # noqa: F811
+    """`config validate --no-path-checks` (a config for another machine): the adapter is not opened there."""
+    config = write(tmp_path, _lora(base, f"lora: {{path: {tmp_path / 'elsewhere'}, lora_rank: 16}}"))
+    with pytest.raises(ConfigError, match="model.lora.path: .*elsewhere"):
+        load_config(config)
+    loaded = load_config(config, check_paths=False)
+    assert loaded.config.model.lora is not None and loaded.config.model.lora.path == str(tmp_path / "elsewhere")

@@ -75,7 +75,7 @@ python3 -u -m verl.trainer.main_ppo "${DATA[@]}" $EXTRA \\
 def test_hydra_flags_and_control_flow(tmp_path: Path) -> None:
     path = script(tmp_path, """
 ENGINE=vllm
-if [ "$ENGINE" = "vllm" ]; then
+if nvidia-smi -L; then
     export VLLM_ATTENTION_BACKEND=XFORMERS
 fi
 python3 -m verl.trainer.main_ppo --config-path=config --config-name='ppo_megatron_trainer.yaml' \\
@@ -121,3 +121,51 @@ def test_scripts_without_one_readable_veRL_command(tmp_path: Path, text: str, ex
 def test_a_missing_script_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot be read"):
         read_script(tmp_path / "nope.sh")
+
+
+def test_if_blocks_whose_test_the_import_can_evaluate_are_followed(tmp_path: Path) -> None:
+    """veRL's trtllm scripts: `TP=${1:-4}`, a branch chosen by `[ $TP -eq 4 ]`, and `"${@:2}"`."""
+    path = script(tmp_path, """
+TP=${1:-4}
+ENGINE=vllm
+if [ $TP -eq 4 ]; then
+    MAX_BATCH_SIZE=1024
+elif [ $TP -eq 2 ]; then
+    MAX_BATCH_SIZE=512
+else
+    MAX_BATCH_SIZE=384
+fi
+if [[ "$ENGINE" != "vllm" ]]; then MODE=sync; else MODE=async; fi
+if [ -z "$UNSET_HERE" ]; then
+    if [ "$ENGINE" = vllm ]; then NESTED=yes; fi
+fi
+for v in $(env | awk -F= '{print $1}'); do
+    unset "$v"
+done
+python3 -m verl.trainer.main_ppo data.train_batch_size=$MAX_BATCH_SIZE actor_rollout_ref.rollout.mode=$MODE \\
+    actor_rollout_ref.rollout.tensor_model_parallel_size=$TP "${@:2}"
+""")
+    launch = read_script(path, ["trainer.nnodes=2"], environ={})
+    assert launch.overrides == ["data.train_batch_size=1024", "actor_rollout_ref.rollout.mode=async",
+                                "actor_rollout_ref.rollout.tensor_model_parallel_size=4", "trainer.nnodes=2"]
+    assert launch.from_environment == {}  # a test on an unset variable is not followed, and reads nothing
+    assert any("control flow (if blocks) is not followed: it sets NESTED" in n for n in launch.notes)
+
+
+def test_the_scripts_own_directory(tmp_path: Path) -> None:
+    path = script(tmp_path, """
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+python3 -m verl.trainer.main_ppo custom_reward_function.path=$SCRIPT_DIR/reward.py
+""")
+    assert read_script(path, environ={}).overrides == [f"custom_reward_function.path={tmp_path.resolve()}/reward.py"]
+
+
+def test_a_plus_for_a_key_the_config_has_is_read_as_an_override() -> None:
+    """A script written before veRL's config gained the key (its Megatron recompute_method)."""
+    from rfthpc.dialects.verl_import import import_verl
+    from tests.config.test_verl_import import CONFIG, ENV, SCRIPT
+
+    imported = import_verl(CONFIG, ["+data.shuffle=false"], script=SCRIPT, environ=ENV)
+    assert "task_selector" not in imported.config["buffer"]["explorer_input"]["tasksets"][0]
+    assert ("+data.shuffle=false: data.shuffle is in the config already, so Hydra would refuse the +; read as "
+            "data.shuffle=false") in imported.notes

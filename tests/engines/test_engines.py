@@ -6,6 +6,7 @@ whatever it is batched with; a temperature below vLLM's greedy threshold (1e-5) 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -164,8 +165,13 @@ def check_incomplete_weights_refused(engine, model_dir: Path, run_dir: Path) -> 
 
 
 def check_engine(engine_type: str, model_dir: Path, run_dir: Path) -> None:
-    engine = make_engine(engine_type, settings(model_dir))
+    given = settings(model_dir)
+    if engine_type == "vllm":  # a config's engine_kwargs reach the engine (vLLM's default max_logprobs: 20)
+        given = dataclasses.replace(given, engine_kwargs={"max_logprobs": 21})
+    engine = make_engine(engine_type, given)
     try:
+        if engine_type == "vllm":
+            assert engine.llm.llm_engine.vllm_config.model_config.max_logprobs == 21
         reqs = requests(model_dir)
         assert max_logprob_error(engine, reqs, model_dir) <= TOL
         check_top_logprobs(engine, model_dir)
