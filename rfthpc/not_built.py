@@ -107,6 +107,14 @@ NOT_BUILT: dict[str, dict[str, NotBuilt]] = {
                         _TWO_STAGES + "; remove sample_strategy (rfthpc's is default: experience in commit order)"),
     },
     WORKFLOW: {
+        **dict.fromkeys(
+            ("as_react_workflow", "agentscope_reactv2_math_workflow", "agentscope_reactv2_gsm8k_workflow",
+             "agentscope_v1_react_search_workflow", "agentscope_react_workflow", "agentscope_react_math_workflow"),
+            NotBuilt("runs an AgentScope ReAct agent whose model calls the explorer serves through an "
+                     "OpenAI-compatible endpoint, recording each call for training",
+                     "a 'module:function' workflow that drives the rollout engine itself (docs/agents.md), or "
+                     "env_workflow for a multi-turn environment; rfthpc's explorer serves no OpenAI-compatible "
+                     "endpoint yet")),
         "on_policy_distill_workflow": NotBuilt(
             "samples the student's responses and asks a teacher (an auxiliary model) for its log-probability "
             "of each of their tokens, for the on_policy_distill and jsd algorithms", _DISTILL_INSTEAD),

@@ -466,11 +466,15 @@ _OWN_ENVIRONMENT = ("; install it beside rfthpc and write its loop as a module:f
 
 
 WORKFLOWS_ELSEWHERE = {
-    **dict.fromkeys(("alfworld_workflow", "step_wise_alfworld_workflow", "RAFT_alfworld_workflow",
-                     "RAFT_reflect_alfworld_workflow"), _ALFWORLD + _OWN_ENVIRONMENT),
-    "sciworld_workflow": "plays ScienceWorld, a Java simulator that is not part of rfthpc" + _OWN_ENVIRONMENT,
-    "webshop_workflow": "plays WebShop, a web shop served with its product index, which is not part of rfthpc"
-                        + _OWN_ENVIRONMENT,
+    **dict.fromkeys(("alfworld_workflow", "alfworld_workflow_v2", "step_wise_alfworld_workflow",
+                     "RAFT_alfworld_workflow", "RAFT_reflect_alfworld_workflow", "RAFT_baseline_alfworld_workflow"),
+                    _ALFWORLD + _OWN_ENVIRONMENT),
+    **dict.fromkeys(("sciworld_workflow", "RAFT_baseline_scienceworld_workflow"),
+                    "plays ScienceWorld, a Java simulator that is not part of rfthpc" + _OWN_ENVIRONMENT),
+    **dict.fromkeys(("webshop_workflow", "RAFT_baseline_webshop_workflow"),
+                    "plays WebShop, a web shop served with its product index, which is not part of rfthpc"
+                    + _OWN_ENVIRONMENT),
+    "simple_mm_workflow": "answers questions about images: " + MULTIMODAL,
     "intercode_sql_workflow": "runs each SQL query in InterCode's MySQL environment, a Docker container, which "
                               "rfthpc's explorers do not start" + _OWN_ENVIRONMENT,
 }

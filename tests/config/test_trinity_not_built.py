@@ -59,6 +59,8 @@ def _set(config: str, key: str, value: str) -> str:
      "rollouts", _EXPERT_STAGES),
     (_TASKSET, "on_policy_distill_workflow", "workflow", "asks a teacher (an auxiliary model) for its "
      "log-probability", _TEACHER),
+    (_TASKSET, "agentscope_reactv2_math_workflow", "workflow", "runs an AgentScope ReAct agent",
+     "a 'module:function' workflow that drives the rollout engine itself"),
 ])
 def test_a_trinity_name_not_built_yet_says_what_it_is_and_what_comes_closest(
         tmp_path: Path, base: str, key: str, name: str, kind: str, feature: str, instead: str) -> None:  # noqa: F811
@@ -107,3 +109,16 @@ def test_trinity_auxiliary_buffers_name_the_sft_stage_and_what_differs(tmp_path:
             "stage on one experience buffer and has not built this mixing: the closest is a `stages:` list with an "
             "sft stage on that dataset followed by the RL stage, which learns it once, before RL, instead of in "
             "every step") in msg, msg
+
+
+@pytest.mark.parametrize(("name", "why"), [
+    ("alfworld_workflow_v2", "plays ALFWorld"),
+    ("RAFT_baseline_alfworld_workflow", "plays ALFWorld"),
+    ("RAFT_baseline_scienceworld_workflow", "plays ScienceWorld"),
+    ("RAFT_baseline_webshop_workflow", "plays WebShop"),
+    ("simple_mm_workflow", "images and videos (multimodal data) are not supported"),
+])
+def test_trinity_workflows_that_need_what_rfthpc_does_not_ship_say_so(tmp_path: Path, base: str, name: str,  # noqa: F811
+                                                                       why: str) -> None:
+    msg = _error(write(tmp_path, _set(base, _TASKSET, name)))
+    assert f"refused features:\n  - {_TASKSET}: {name!r} " in msg and why in msg and "known:" not in msg, msg
