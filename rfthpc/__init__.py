@@ -5,7 +5,7 @@ a circle, tests/test_layout.py):
 
 | package      | what                                                                                  |
 | ------------ | ------------------------------------------------------------------------------------- |
-| `not_built`  | Trinity-RFT's names rfthpc has not built yet, and what comes closest                  |
+| `not_built`  | Trinity-RFT's names rfthpc lacks (not built yet, or outside it), and what comes closest |
 | `errors`, `registry`, `signals` | user errors and config problems; functions by name; stop signals   |
 | `sharedfs`   | files on a shared filesystem: atomic publish, locks, the one way to wait               |
 | `algorithms` | RL algorithm pieces as pure functions, chosen by name; replay and reward shaping       |

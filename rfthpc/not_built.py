@@ -1,4 +1,4 @@
-"""Trinity-RFT's names that rfthpc has not built yet: what each is, and what in rfthpc comes closest.
+"""Trinity-RFT's names that rfthpc lacks (not built yet, or outside it): what each is, and what comes closest.
 
 One table for every place a config names something from one of Trinity-RFT's registries (`algorithm_type`,
 `advantage_fn`, `policy_loss_fn`, `entropy_loss_fn`, `sample_strategy`, a taskset's `default_workflow_type`):
@@ -7,8 +7,9 @@ what the feature is and what to use instead. A Trinity-RFT plugin class named by
 (`examples.bots.workflow.Class`, as Trinity's registries accept) is recognised in these registries too, and in
 `kl_loss_fn` / `kl_penalty_fn` and `default_reward_fn_type`.
 
-Names of simulators and services rfthpc does not ship (ALFWorld, OpenJudge, ...) are not here: they are
-outside rfthpc, not waiting to be built (`rfthpc.dialects.trinity`: `WORKFLOWS_ELSEWHERE`, `REWARDS_ELSEWHERE`).
+Workflows and reward functions that need a simulator or service rfthpc does not ship (ALFWorld, OpenJudge, ...)
+are outside rfthpc, not waiting to be built: `WORKFLOWS_ELSEWHERE` and `REWARDS_ELSEWHERE` say why, with the
+alternative.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ WORKFLOW = "workflow"
 KL = "KL estimator"
 REWARD = "reward function"
 """The kinds of name, as rfthpc's registries call them (`Registry.kind`)."""
+
+MULTIMODAL = "images and videos (multimodal data) are not supported: rfthpc trains text-only models; remove it"
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,30 @@ NOT_BUILT: dict[str, dict[str, NotBuilt]] = {
                      "a 'module:function' workflow that drives the rollout engine itself (docs/agents.md), or "
                      "env_workflow for a multi-turn environment; rfthpc's explorer serves no OpenAI-compatible "
                      "endpoint yet")),
+        "RAFT_baseline_countdown_workflow": NotBuilt(
+            "is the R3L examples' RAFT baseline on Countdown (reach a target number from given numbers with + - * /): "
+            "it samples answers with R3L's prompts and scores them for the raft algorithm",
+            "math_workflow with default_reward_fn_type: countdown_reward under grpo (RAFT itself: algorithm raft, "
+            "not built yet)"),
+        "RAFT_baseline_dapo_workflow": NotBuilt(
+            "is the R3L examples' RAFT baseline on DAPO-Math: it samples answers with R3L's prompts and scores them "
+            "for the raft algorithm",
+            "math_dapo_workflow (DAPO's `Answer:` line) under grpo (RAFT itself: algorithm raft, not built yet)"),
+        "bots_math_boxed_workflow": NotBuilt(
+            "is BOTS's math_boxed_workflow: prompts already chat messages, scored by BOTS's own boxed-answer "
+            "comparison with a format penalty for a missing think block",
+            "math_boxed_workflow with the taskset's prompt_type: messages (accuracy of the boxed answer, compared "
+            "symbolically)"),
+        "learn2ask_workflow": NotBuilt(
+            "trains a doctor model to ask the next question of a recorded consultation or to stop (Learn2Ask): the "
+            "stop-or-continue decision is checked against the record, and a judge model (an auxiliary model) "
+            "scores the question's content and format against the information still missing",
+            "rubric_judge_workflow, where an auxiliary model grades each response against the task's rubric"),
+        "medicine_ruler_workflow": NotBuilt(
+            "answers medical questions, a judge model (an auxiliary model) scoring the group's responses against "
+            "each other as RULER does",
+            "math_ruler_workflow (RULER's group ranking by an auxiliary judge, with its math prompt) or "
+            "rubric_judge_workflow (each response graded alone against a rubric)"),
         "on_policy_distill_workflow": NotBuilt(
             "samples the student's responses and asks a teacher (an auxiliary model) for its log-probability "
             "of each of their tokens, for the on_policy_distill and jsd algorithms", _DISTILL_INSTEAD),
@@ -152,3 +179,52 @@ def not_built(kind: str, name: str) -> str | None:
         return (f"{name!r} names a Trinity-RFT plugin class by its module path; rfthpc has not built it and cannot "
                 f"run Trinity-RFT's classes (a subclass of its {_PLUGIN_BASES[kind]}, importing trinity): {port}")
     return None
+
+
+REWARDS_ELSEWHERE = {
+    "rm_gallery_reward": "calls RM-Gallery, which is not part of rfthpc; score with a reward model served as an "
+                         "auxiliary model (math_rm_workflow) or an LLM judge (rubric_judge_workflow), or name your "
+                         "own function as module:function",
+}
+
+
+OPENJUDGE = ("is one of Trinity-RFT's OpenJudge graders, which ask a judge model behind an outside "
+             "OpenAI-compatible API (its reward_fn_args name the model and the environment variables holding "
+             "the API's address and key); rfthpc's explorers call no outside service: remove it with its "
+             "reward_fn_args, and judge with a model served as an auxiliary model (explorer.auxiliary_models) "
+             "through math_rm_workflow or rubric_judge_workflow, or name your own function as module:function")
+REWARDS_ELSEWHERE.update(dict.fromkeys(("openjudge_reward", "trajectory_accuracy_grader_reward",
+                                        "openjudge_trajectory_accuracy_reward", "openjudge_multi_grader_reward"),
+                                       OPENJUDGE))
+"""Trinity-RFT's reward functions that rfthpc does not have, and why with the alternative (a refusal,
+reported instead of an unknown reward function)."""
+
+
+_ALFWORLD = ("plays ALFWorld (household tasks in TextWorld), a simulator with its own game files that is not part "
+             "of rfthpc")
+
+
+_OWN_ENVIRONMENT = ("; install it beside rfthpc and write its loop as a module:function workflow, or wrap it as an "
+                    "rfthpc environment for env_workflow (docs/agents.md)")
+
+
+WORKFLOWS_ELSEWHERE = {
+    **dict.fromkeys(("alfworld_workflow", "alfworld_workflow_v2", "step_wise_alfworld_workflow",
+                     "RAFT_alfworld_workflow", "RAFT_reflect_alfworld_workflow", "RAFT_baseline_alfworld_workflow"),
+                    _ALFWORLD + _OWN_ENVIRONMENT),
+    **dict.fromkeys(("sciworld_workflow", "RAFT_baseline_scienceworld_workflow"),
+                    "plays ScienceWorld, a Java simulator that is not part of rfthpc" + _OWN_ENVIRONMENT),
+    **dict.fromkeys(("webshop_workflow", "RAFT_baseline_webshop_workflow"),
+                    "plays WebShop, a web shop served with its product index, which is not part of rfthpc"
+                    + _OWN_ENVIRONMENT),
+    "simple_mm_workflow": "answers questions about images: " + MULTIMODAL,
+    "agentopia_workflow": "runs an AgentOpia agent in AppWorld, served as an environment service (taskset "
+                          "storage_type: env_service), which is not part of rfthpc" + _OWN_ENVIRONMENT,
+    "bcp_simple_react_workflow": "runs a ReAct search agent on BrowseComp-Plus, searching its document index (a "
+                                 "BM25 or embedding searcher over the BrowseComp-Plus corpus), which is not part of "
+                                 "rfthpc" + _OWN_ENVIRONMENT,
+    "intercode_sql_workflow": "runs each SQL query in InterCode's MySQL environment, a Docker container, which "
+                              "rfthpc's explorers do not start" + _OWN_ENVIRONMENT,
+}
+"""Trinity-RFT's workflows that need a simulator or service rfthpc does not ship, and why with the
+alternative (a refusal, reported instead of an unknown workflow)."""

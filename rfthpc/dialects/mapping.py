@@ -144,7 +144,6 @@ NO_RAY = "rfthpc runs on Slurm and a shared filesystem, without Ray"
 RUN_DIR = "rfthpc's run directory is <checkpoint_root_dir>/<project>/<name>"
 
 
-MULTIMODAL = "images and videos (multimodal data) are not supported: rfthpc trains text-only models; remove it"
 
 
 CRITIC_LORA = ("rfthpc trains every weight of the critic; a LoRA adapter is trained for the policy only (model.lora): "

@@ -6,8 +6,8 @@
   `workflow_args` (`apply_trinity_overlong`), old log-probabilities (`apply_trinity_old_logprobs`), sync
   styles and value names (`apply_sync_style_names`, `apply_trinity_value_names`);
 - its keys and modes rfthpc ignores or refuses (`TRINITY_KEYS`, `TRINITY_MODES`), and the workflows,
-  rewards and selectors it has that rfthpc does not (`WORKFLOWS_ELSEWHERE`, `REWARDS_ELSEWHERE`, ...; the names
-  rfthpc has not built yet are in `rfthpc.not_built`);
+  selectors it has that rfthpc does not (`SELECTORS_ELSEWHERE`; its workflows and rewards that rfthpc lacks
+  are in `rfthpc.not_built`);
 - values of accepted keys that rfthpc cannot honour (e.g. `bench_on_latest_checkpoint: true`): an
   error naming the reason and the fix, when the config is validated (`unsupported_values`);
 - values rfthpc accepts but reads differently (e.g. `sync_method: nccl`): a note on stderr (`value_notes`).
@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rfthpc.dialects.mapping import (
-    MULTIMODAL,
     NO_RAY,
     RUN_DIR,
     Answer,
@@ -38,7 +37,7 @@ from rfthpc.dialects.mapping import (
     unless,
 )
 from rfthpc.errors import REFUSED, ConfigError, Problems
-from rfthpc.not_built import SAMPLE_STRATEGY, not_built
+from rfthpc.not_built import MULTIMODAL, SAMPLE_STRATEGY, not_built
 
 if TYPE_CHECKING:
     from rfthpc.config.schema import Config
@@ -436,50 +435,6 @@ SELECTORS_ELSEWHERE = {
                         "(algorithm.filter_groups drops groups whose responses all score the same)",
 }
 """Trinity-RFT's task selectors that rfthpc does not have, and the alternative each error names."""
-
-
-REWARDS_ELSEWHERE = {
-    "rm_gallery_reward": "calls RM-Gallery, which is not part of rfthpc; score with a reward model served as an "
-                         "auxiliary model (math_rm_workflow) or an LLM judge (rubric_judge_workflow), or name your "
-                         "own function as module:function",
-}
-
-
-OPENJUDGE = ("is one of Trinity-RFT's OpenJudge graders, which ask a judge model behind an outside "
-             "OpenAI-compatible API (its reward_fn_args name the model and the environment variables holding "
-             "the API's address and key); rfthpc's explorers call no outside service: remove it with its "
-             "reward_fn_args, and judge with a model served as an auxiliary model (explorer.auxiliary_models) "
-             "through math_rm_workflow or rubric_judge_workflow, or name your own function as module:function")
-REWARDS_ELSEWHERE.update(dict.fromkeys(("openjudge_reward", "trajectory_accuracy_grader_reward",
-                                        "openjudge_trajectory_accuracy_reward", "openjudge_multi_grader_reward"),
-                                       OPENJUDGE))
-"""Trinity-RFT's reward functions that rfthpc does not have, and why with the alternative (a refusal,
-reported instead of an unknown reward function)."""
-
-
-_ALFWORLD = ("plays ALFWorld (household tasks in TextWorld), a simulator with its own game files that is not part "
-             "of rfthpc")
-
-
-_OWN_ENVIRONMENT = ("; install it beside rfthpc and write its loop as a module:function workflow, or wrap it as an "
-                    "rfthpc environment for env_workflow (docs/agents.md)")
-
-
-WORKFLOWS_ELSEWHERE = {
-    **dict.fromkeys(("alfworld_workflow", "alfworld_workflow_v2", "step_wise_alfworld_workflow",
-                     "RAFT_alfworld_workflow", "RAFT_reflect_alfworld_workflow", "RAFT_baseline_alfworld_workflow"),
-                    _ALFWORLD + _OWN_ENVIRONMENT),
-    **dict.fromkeys(("sciworld_workflow", "RAFT_baseline_scienceworld_workflow"),
-                    "plays ScienceWorld, a Java simulator that is not part of rfthpc" + _OWN_ENVIRONMENT),
-    **dict.fromkeys(("webshop_workflow", "RAFT_baseline_webshop_workflow"),
-                    "plays WebShop, a web shop served with its product index, which is not part of rfthpc"
-                    + _OWN_ENVIRONMENT),
-    "simple_mm_workflow": "answers questions about images: " + MULTIMODAL,
-    "intercode_sql_workflow": "runs each SQL query in InterCode's MySQL environment, a Docker container, which "
-                              "rfthpc's explorers do not start" + _OWN_ENVIRONMENT,
-}
-"""Trinity-RFT's workflows that need a simulator or service rfthpc does not ship, and why with the
-alternative (a refusal, reported instead of an unknown workflow)."""
 
 
 _SELECTOR_DEFAULTS = {"selector_type": "sequential", "seed": 42}

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 from rfthpc.dialects.mapping import (
     CRITIC_LORA,
-    MULTIMODAL,
     NO_RAY,
     RUN_DIR,
     SP_OF_ACTOR,
@@ -36,6 +35,7 @@ from rfthpc.dialects.mapping import (
 )
 from rfthpc.dialects.translation import flatten
 from rfthpc.errors import ConfigError, Problems
+from rfthpc.not_built import MULTIMODAL
 
 if TYPE_CHECKING:
     from rfthpc.config.schema import Config

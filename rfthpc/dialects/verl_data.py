@@ -16,10 +16,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rfthpc.dialects.mapping import MULTIMODAL
 from rfthpc.dialects.translation import Translation, scalar
 from rfthpc.dialects.verl import REMOTE_CODE
 from rfthpc.dialects.vllm_args import name_problem
+from rfthpc.not_built import MULTIMODAL
 
 _R = "actor_rollout_ref.rollout"
 _DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
@@ -33,6 +33,27 @@ _DATA_LOADING = ("use_shm", "dataloader_num_workers", "filter_overlong_prompts_w
                  "return_raw_chat", "return_full_prompt", "return_multi_modal_inputs", "image_patch_size")
 _ANSWER = "reward_model.ground_truth"
 _ENGINES = {"sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+_OTHER_ENGINE_TUNING = {
+    "sglang": {
+        "attention_backend": "its attention kernels (vLLM picks its own for the GPU; VLLM_ATTENTION_BACKEND forces one)",
+        "chunked_prefill_size": "its prefill chunks (vLLM's are max_num_batched_tokens, left at its default)",
+        "cuda_graph_max_bs": "its CUDA graph sizes (vLLM captures its own)",
+        "disable_cuda_graph": "its CUDA graphs (explorer.rollout_model.enforce_eager turns vLLM's off)",
+        "disable_radix_cache": "its prefix cache (explorer.rollout_model.enable_prefix_caching is vLLM's)",
+        "enable_torch_compile": "its torch.compile (vLLM's compilation is its own)",
+        "max_running_requests": "its batch size (vLLM's max_num_seqs, left at its default)",
+        "schedule_policy": "the order it serves queued requests in",
+    },
+    "trtllm": {
+        "batch_wait_timeout_iters": "how long its scheduler waits to fill a batch (vLLM batches continuously)",
+        "batch_wait_max_tokens_ratio": "how full its scheduler waits for a batch to be (vLLM batches continuously)",
+        "cuda_graph_config": "its CUDA graphs (vLLM captures its own)",
+        "enable_chunked_prefill": "its prefill chunks (explorer.rollout_model.enable_chunked_prefill is vLLM's)",
+        "max_num_tokens": "its tokens per batch (vLLM's max_num_batched_tokens, left at its default)",
+    },
+}
+"""Arguments of the engines rfthpc does not run that only tune their speed: the same samples come from
+vLLM without them, and what each tunes."""
 _ROLLOUT_MODEL_FIELDS = ("gpu_memory_utilization", "enforce_eager", "enable_chunked_prefill", "enable_prefix_caching",
                          "max_model_len")
 """vLLM arguments that are settings of `explorer.rollout_model` of the same name."""
@@ -114,9 +135,7 @@ def _engine_kwargs(t: Translation, name: str, multimodal: bool) -> None:
             t.notes.append(f"{key}.{engine}: no effect: veRL passes only the arguments of the engine it runs "
                            f"({_R}.name: {name})")
         elif engine != "vllm":
-            t.refuse(f"{key}.{engine}", f"{scalar(given)}: arguments of {_ENGINES.get(engine, engine)}, which rfthpc "
-                                        "does not have (its rollouts run on vLLM); remove them, and give vLLM's own "
-                                        f"as {key}.vllm if you need any")
+            _other_engine_kwargs(t, engine, given)
         else:
             for arg, value in given.items():
                 source = f"{key}.vllm.{arg}"
@@ -129,6 +148,23 @@ def _engine_kwargs(t: Translation, name: str, multimodal: bool) -> None:
                     t.refuse(source, f"{scalar(value)}: {why}")
                 else:
                     t.set(f"explorer.rollout_model.engine_kwargs.{arg}", value, source)
+
+
+def _other_engine_kwargs(t: Translation, engine: str, given: dict[str, Any]) -> None:
+    """The arguments of the SGLang or TensorRT-LLM engine veRL would run: those that only tune its speed
+    are noted (vLLM samples the same without them); any other is refused, since it may change the samples."""
+    key = f"{_R}.engine_kwargs.{engine}"
+    tuning = _OTHER_ENGINE_TUNING.get(engine, {})
+    label = _ENGINES.get(engine, engine)
+    for arg, value in given.items():
+        t.get(f"{key}.{arg}")
+        if arg in tuning:
+            t.notes.append(f"{key}.{arg}: {scalar(value)}: tunes {label}'s speed only, {tuning[arg]}; rfthpc's "
+                           "rollouts run on vLLM")
+        else:
+            t.refuse(f"{key}.{arg}", f"{scalar(value)}: an argument of {label}, which rfthpc does not have (its "
+                                     f"rollouts run on vLLM) and the import cannot tell to change only speed; "
+                                     f"remove it, and give vLLM's own as {_R}.engine_kwargs.vllm if you need any")
 
 
 _VISION_MODEL = re.compile(r"(?i)([-_.]vl([-_.]|$)|\d[v]([-_.]|$)|minicpm-[ov]|llava|vision|omni)")

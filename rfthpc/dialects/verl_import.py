@@ -15,6 +15,7 @@ Every problem is reported in one error; docs/migration.md has the table.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,7 @@ def import_verl(path: Path | str, overrides: list[str] | tuple[str, ...] = (), i
     images = multimodal_evidence(t)
     if uses_megatron(t):
         translate_megatron(t)
+    _position_limit(t)
     _training_settings(t)
     _run(t)
     tp = translate_rollout(t, multimodal=bool(images))
@@ -142,6 +144,50 @@ def _training_settings(t: Translation) -> None:
     if path and not str(path).startswith(("/", ".", "~")) and not Path(str(path)).exists():
         t.notes.append(f"actor_rollout_ref.model.path: {path!r} looks like a Hub id; compute nodes have no internet: "
                        "download it and set model.model_path to the local directory")
+
+
+def _position_limit(t: Translation) -> None:
+    """`override_config[.model_config].max_position_embeddings`, the one model config override rfthpc reads:
+    veRL's run (Megatron's examples) lowers it to the longest sequence it trains, which changes no
+    computation of a rotary model whose sequences fit (rfthpc's are at most prompt + response tokens);
+    below that, or under a rope scaling that reads it (dynamic, yarn, longrope), it is refused. Other overrides are
+    refused by the veRL mapping (verl.py)."""
+    for section in ("actor_rollout_ref.model", "critic.model"):
+        for key in (f"{section}.override_config.model_config.max_position_embeddings",
+                    f"{section}.override_config.max_position_embeddings"):
+            if not t.has(key):
+                continue
+            limit = t.get(key)
+            # Read without taking them: the veRL mapping and translate_data still translate these keys.
+            longest = t.leaves.get("data.max_prompt_length", 512) + t.leaves.get(
+                "actor_rollout_ref.rollout.response_length", t.leaves.get("data.max_response_length", 512))
+            rope = _rope_scaling(t.leaves.get(f"{section}.path"))
+            if not isinstance(limit, int) or isinstance(limit, bool) or limit < longest:
+                t.refuse(key, f"{scalar(limit)}: shorter than the run's sequences (prompt + response: {longest} "
+                              "tokens); rfthpc trains the model as its config.json says: edit a copy of the "
+                              "model instead")
+            elif rope in _ROPE_READING_LIMIT:
+                t.refuse(key, f"{limit}: the model's {rope} rope scaling reads this value, so it changes the "
+                              "positions; rfthpc trains the model as its config.json says: edit a copy of the "
+                              "model instead")
+            else:
+                t.notes.append(f"{key}: {limit}: no effect in rfthpc: its sequences are at most prompt + response "
+                               f"= {longest} tokens, within it, and the model's rotary positions do not depend on it "
+                               "(rope scalings that do are refused where the model's config.json can be read)")
+
+
+_ROPE_READING_LIMIT = ("dynamic", "yarn", "longrope")
+"""Rope scalings of transformers that compute positions from max_position_embeddings."""
+
+
+def _rope_scaling(model: Any) -> str | None:
+    """The rope scaling type in the config.json of the model at `model` (None: none, or not readable here)."""
+    try:
+        config = json.loads((Path(str(model)) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    scaling = config.get("rope_scaling") or {}
+    return scaling.get("rope_type") or scaling.get("type") if isinstance(scaling, dict) else None
 
 
 def _own(key: str) -> bool:

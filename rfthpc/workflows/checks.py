@@ -8,8 +8,8 @@ from __future__ import annotations
 from rfthpc.algorithms.presets import trains_on_dataset
 from rfthpc.config.buffer import TasksetConfig
 from rfthpc.config.schema import Config, explores
-from rfthpc.dialects import trinity
 from rfthpc.errors import PATHS, REFUSED, WORKFLOW, ConfigError, Problems
+from rfthpc.not_built import REWARDS_ELSEWHERE, WORKFLOWS_ELSEWHERE
 from rfthpc.rewards.registry import REWARDS
 from rfthpc.rewards.scoring import check_reward_args
 from rfthpc.tasks.columns import column_problem, dataset_columns, format_columns
@@ -30,12 +30,12 @@ def _taskset_problems(problems: Problems, key: str, ts: TasksetConfig, auxiliary
     """The taskset's workflow and reward function exist and get the arguments, columns and auxiliary
     models (`auxiliary`: their names) they need."""
     before = len(problems.items)
-    elsewhere = trinity.WORKFLOWS_ELSEWHERE.get(ts.default_workflow_type or "")
+    elsewhere = WORKFLOWS_ELSEWHERE.get(ts.default_workflow_type or "")
     if elsewhere:
         problems.add(f"{key}.default_workflow_type: {ts.default_workflow_type!r} {elsewhere}", REFUSED)
     else:
         WORKFLOWS.report(problems, f"{key}.default_workflow_type", ts.default_workflow_type, kind=WORKFLOW)
-    elsewhere = trinity.REWARDS_ELSEWHERE.get(ts.default_reward_fn_type or "")
+    elsewhere = REWARDS_ELSEWHERE.get(ts.default_reward_fn_type or "")
     if elsewhere:
         problems.add(f"{key}.default_reward_fn_type: {ts.default_reward_fn_type!r} {elsewhere}", REFUSED)
     else:

@@ -61,6 +61,13 @@ def _set(config: str, key: str, value: str) -> str:
      "log-probability", _TEACHER),
     (_TASKSET, "agentscope_reactv2_math_workflow", "workflow", "runs an AgentScope ReAct agent",
      "a 'module:function' workflow that drives the rollout engine itself"),
+    (_TASKSET, "RAFT_baseline_countdown_workflow", "workflow", "RAFT baseline on Countdown",
+     "math_workflow with default_reward_fn_type: countdown_reward"),
+    (_TASKSET, "RAFT_baseline_dapo_workflow", "workflow", "RAFT baseline on DAPO-Math", "math_dapo_workflow"),
+    (_TASKSET, "bots_math_boxed_workflow", "workflow", "BOTS's math_boxed_workflow",
+     "math_boxed_workflow with the taskset's prompt_type: messages"),
+    (_TASKSET, "learn2ask_workflow", "workflow", "(Learn2Ask)", "rubric_judge_workflow"),
+    (_TASKSET, "medicine_ruler_workflow", "workflow", "as RULER does", "math_ruler_workflow"),
 ])
 def test_a_trinity_name_not_built_yet_says_what_it_is_and_what_comes_closest(
         tmp_path: Path, base: str, key: str, name: str, kind: str, feature: str, instead: str) -> None:  # noqa: F811
@@ -117,6 +124,8 @@ def test_trinity_auxiliary_buffers_name_the_sft_stage_and_what_differs(tmp_path:
     ("RAFT_baseline_scienceworld_workflow", "plays ScienceWorld"),
     ("RAFT_baseline_webshop_workflow", "plays WebShop"),
     ("simple_mm_workflow", "images and videos (multimodal data) are not supported"),
+    ("agentopia_workflow", "runs an AgentOpia agent in AppWorld"),
+    ("bcp_simple_react_workflow", "searching its document index"),
 ])
 def test_trinity_workflows_that_need_what_rfthpc_does_not_ship_say_so(tmp_path: Path, base: str, name: str,  # noqa: F811
                                                                        why: str) -> None:

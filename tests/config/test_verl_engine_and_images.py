@@ -1,6 +1,6 @@
 """veRL's rollout engine arguments and vision-language runs, through `config import --from verl`: vLLM's
-`engine_kwargs` reach rfthpc's engine (checked by name), another engine's are refused for that engine, and a
-run on images is refused once, first, for its images (never for an image cache flag)."""
+`engine_kwargs` reach rfthpc's engine (checked by name), another engine's are noted where they only tune its
+speed and refused otherwise, a model config override of the position limit is read, and a run on images is refused once, first, for its images (never for an image cache flag)."""
 
 from __future__ import annotations
 
@@ -34,12 +34,40 @@ def test_an_unknown_vllm_argument_is_named_with_a_close_match() -> None:
     assert f"{KW}.vllm.logprobs_mode: \"raw_logprobs\": cannot be changed" in message
 
 
-def test_another_engines_arguments_are_refused_for_that_engine_only_when_it_runs() -> None:
-    message = _refused("actor_rollout_ref.rollout.name=sglang", f"+{KW}.sglang.attention_backend=triton")
-    assert f"{KW}.sglang: {{\"attention_backend\": \"triton\"}}: arguments of SGLang, which rfthpc does not have" \
-        in message
-    imported = import_verl(CONFIG, [f"+{KW}.sglang.attention_backend=triton"], script=SCRIPT, environ=ENV)
+def test_another_engines_speed_arguments_are_noted_and_its_others_refused() -> None:
+    imported = import_verl(CONFIG, ["actor_rollout_ref.rollout.name=sglang", f"+{KW}.sglang.attention_backend=ascend"],
+                           script=SCRIPT, environ=ENV)
+    assert imported.config["explorer"]["rollout_model"]["engine_type"] == "vllm"
+    assert any(n.startswith(f"{KW}.sglang.attention_backend: \"ascend\": tunes SGLang's speed only")
+               for n in imported.notes)
+    imported = import_verl(CONFIG, ["actor_rollout_ref.rollout.name=trtllm", f"+{KW}.trtllm.batch_wait_timeout_iters=32",
+                                    f"+{KW}.trtllm.batch_wait_max_tokens_ratio=0.5"], script=SCRIPT, environ=ENV)
+    assert sum("tunes TensorRT-LLM's speed only" in n for n in imported.notes) == 2
+    message = _refused("actor_rollout_ref.rollout.name=sglang", f"+{KW}.sglang.attention_backend=triton",
+                       f"+{KW}.sglang.random_seed=3")
+    assert f"{KW}.sglang.random_seed: 3: an argument of SGLang, which rfthpc does not have" in message
+    assert "attention_backend" not in message
+    imported = import_verl(CONFIG, [f"+{KW}.sglang.random_seed=3"], script=SCRIPT, environ=ENV)
     assert any(n.startswith(f"{KW}.sglang: no effect") for n in imported.notes)
+
+
+@pytest.mark.parametrize("form", ["model_config.max_position_embeddings", "max_position_embeddings"])
+def test_a_position_limit_covering_the_runs_sequences_is_noted(form: str) -> None:
+    key = f"actor_rollout_ref.model.override_config.{form}"
+    imported = import_verl(CONFIG, [f"+{key}=4096"], script=SCRIPT, environ=ENV)
+    assert any(n.startswith(f"{key}: 4096: no effect in rfthpc") for n in imported.notes)
+    assert imported.config["model"]["model_path"]  # the model's path, read beside it, is still translated
+    assert f"{key}: 100: shorter than the run's sequences" in _refused(f"+{key}=100")
+    assert "override_config.model_config.num_hidden_layers: veRL key not supported by rfthpc: changes the " \
+        "model's Hugging Face config" in _refused(f"+{key}=4096", "+actor_rollout_ref.model.override_config."
+                                                                   "model_config.num_hidden_layers=2")
+
+
+def test_a_position_limit_is_refused_where_the_models_rope_scaling_reads_it(tmp_path) -> None:
+    (tmp_path / "config.json").write_text('{"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}')
+    message = _refused(f"actor_rollout_ref.model.path={tmp_path}",
+                       "+actor_rollout_ref.model.override_config.max_position_embeddings=4096")
+    assert "max_position_embeddings: 4096: the model's yarn rope scaling reads this value" in message
 
 
 def test_a_vision_language_run_is_refused_once_and_first_for_its_images() -> None:
