@@ -121,6 +121,21 @@ def source_keywords(target: str) -> frozenset[str] | None:
     return frozenset(arg.arg for arg in node.args.kwonlyargs)
 
 
+def source_defaults(target: str) -> dict[str, Any]:
+    """The keyword-only parameters of the function `target` = "module:name" whose defaults are literals,
+    with those defaults, read from the module's source without importing it."""
+    node = _signature_node(target)
+    found = {}
+    for arg, default in zip(node.args.kwonlyargs, node.args.kw_defaults):
+        if default is None:
+            continue
+        try:
+            found[arg.arg] = ast.literal_eval(default)
+        except ValueError:
+            continue  # a computed default: the function's own check sees it at run time
+    return found
+
+
 def check_keywords(accepted: frozenset[str] | None, args: Mapping[str, Any], config_key: str, label: str) -> None:
     """Raise ConfigError if `args` holds a name outside `accepted` (None accepts every name)."""
     if accepted is None:
@@ -198,7 +213,7 @@ class Registry(Generic[F]):
             self.check(name, args)
         except ConfigError as e:
             message = str(e)
-            problems.add(message if message.startswith(f"{self.config_key}_args:")
+            problems.add(message if message.startswith(f"{self.config_key}_args")
                          else f"{key}: {message.removeprefix(self.config_key + ': ')}", kind)
 
     def defaults(self, name: str) -> dict[str, Any]:

@@ -70,6 +70,27 @@ def test_function_names_and_arguments_are_still_checked_without_torch(tmp_path: 
     assert heavy == []
 
 
+def test_advantage_argument_values_are_checked_without_torch(tmp_path: Path) -> None:
+    cfg = yaml.safe_load((ROOT / "configs" / "grpo.yaml").read_text())
+    configs = []
+    for i, (fn, args) in enumerate((("opmd", {"tau": -1}), ("opmd", {"opmd_baseline": "median"}),
+                                    ("lite_ppo", {"difficulty_mask": True, "difficulty_low_threshold": 0.9,
+                                                  "difficulty_high_threshold": 0.1}),
+                                    ("lite_ppo", {"advantage_clip": 0}), ("lite_ppo", {"difficulty_mask": True}))):
+        cfg["algorithm"].update(advantage_fn=fn, advantage_fn_args=args)
+        configs.append(tmp_path / f"{i}.yaml")
+        configs[-1].write_text(yaml.safe_dump(cfg))
+    results, heavy = run_commands(*(["config", "validate", "--no-path-checks", "--config", str(c)] for c in configs))
+    assert [r["code"] for r in results] == [2, 2, 2, 2, 0], results
+    for result, problem in zip(results, ("algorithm.advantage_fn_args.tau must be > 0, got -1.",
+                                         "algorithm.advantage_fn_args.opmd_baseline: unknown baseline 'median'",
+                                         "algorithm.advantage_fn_args.difficulty_low_threshold (0.9) must be below "
+                                         "difficulty_high_threshold (0.1)",
+                                         "algorithm.advantage_fn_args.advantage_clip must be > 0")):
+        assert f"  - {problem}" in result["stderr"], result  # the key once, first
+    assert heavy == []
+
+
 def test_replay_settings_are_checked_without_torch_or_h5py(tmp_path: Path) -> None:
     cfg = yaml.safe_load((ROOT / "configs" / "grpo.yaml").read_text())
     cfg["buffer"]["trainer_input"] = {"experience_buffer": {"replay_buffer": {

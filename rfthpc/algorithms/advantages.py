@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rfthpc.algorithms.advantage_args import opmd_args
 from rfthpc.algorithms.aggregation import masked_sum, masked_whiten
 from rfthpc.algorithms.declare import declare
 from rfthpc.errors import ConfigError
@@ -200,7 +201,7 @@ def rloo(inputs: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
     return out, out
 
 
-@declare("advantage", "opmd", groups=True)
+@declare("advantage", "opmd", groups=True, checked_by="rfthpc.algorithms.advantage_args:opmd_args")
 @torch.no_grad()
 def opmd(
     inputs: AdvantageInputs, *, opmd_baseline: str = "mean", tau: float = 1.0
@@ -213,12 +214,7 @@ def opmd(
     gives 0 (Trinity gives a lone response A = R_i, with no baseline to compare it with).
     Returns (A, A) broadcast over the response tokens.
     """
-    if opmd_baseline not in ("mean", "logavgexp"):
-        raise ConfigError(
-            f"algorithm.advantage_fn_args.opmd_baseline: unknown baseline {opmd_baseline!r}; known: mean, logavgexp."
-        )
-    if tau <= 0:
-        raise ConfigError(f"algorithm.advantage_fn_args.tau must be > 0, got {tau}.")
+    opmd_args(opmd_baseline=opmd_baseline, tau=tau)
     scores = _scores(inputs)
     inverse, _, n_groups = _group_index(_group_ids(inputs, "opmd"))
     if opmd_baseline == "mean":

@@ -71,6 +71,10 @@ class Needs:
     drops_tokens: bool = False
     """Advantage: returns a third tensor, (B, T) bool, False for the tokens the step leaves out, which
     leave the loss mask as drops_responses' responses do (clipb)."""
+    checked_by: str | None = None
+    """Any kind: "module:function" of a plain-Python function (no torch) that raises ConfigError for a bad
+    value of the function's keyword arguments. The function calls it with its arguments, and validation
+    with those the config gives (its defaults filled in), so a bad value is reported before a run starts."""
 
     def __post_init__(self) -> None:
         if self.old_log_prob not in ("proximal", "behaviour"):

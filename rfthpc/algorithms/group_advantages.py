@@ -14,6 +14,7 @@ import math
 
 import torch
 
+from rfthpc.algorithms.advantage_args import lite_ppo_args
 from rfthpc.algorithms.advantages import (
     AdvantageInputs,
     _broadcast,
@@ -195,7 +196,8 @@ def gdpo(
     return _whitened(inputs, total)
 
 
-@declare("advantage", "lite_ppo", "liteppo", groups=True, drops_responses=True)
+@declare("advantage", "lite_ppo", "liteppo", groups=True, drops_responses=True,
+         checked_by="rfthpc.algorithms.advantage_args:lite_ppo_args")
 @torch.no_grad()
 def lite_ppo(
     inputs: AdvantageInputs,
@@ -231,11 +233,10 @@ def lite_ppo(
     with low, high = difficulty_low_threshold, difficulty_high_threshold (ROLL's 0.1 and 0.95).
     Returns (A, A) and the (B,) responses trained.
     """
-    levels = ("group", "batch", None)
-    for key, level in (("norm_mean_type", norm_mean_type), ("norm_std_type", norm_std_type)):
-        if level not in levels:
-            raise ConfigError(f"algorithm.advantage_fn_args.{key}: unknown level {level!r}; use group, batch or "
-                              "null (ROLL's running statistics are not offered).")
+    lite_ppo_args(norm_mean_type=norm_mean_type, norm_std_type=norm_std_type, reward_clip=reward_clip,
+                  advantage_clip=advantage_clip, difficulty_mask=difficulty_mask,
+                  difficulty_low_threshold=difficulty_low_threshold,
+                  difficulty_high_threshold=difficulty_high_threshold)
     scores = _scores(inputs)
     inverse, sizes, n_groups = _group_index(_group_ids(inputs, "lite_ppo"))
     if norm_mean_type == "group":
@@ -253,9 +254,6 @@ def lite_ppo(
         adv = adv / ((centred**2).sum() / max(scores.numel() - 1, 1)).sqrt().add(epsilon)
     if "group" in (norm_mean_type, norm_std_type):
         adv = torch.where(_has_contrast(scores, inverse, n_groups), adv, torch.zeros_like(adv))
-    for key, bound in (("reward_clip", reward_clip), ("advantage_clip", advantage_clip)):
-        if bound is not None and not bound > 0:
-            raise ConfigError(f"algorithm.advantage_fn_args.{key} must be > 0 (or null: no clip), got {bound!r}.")
     if reward_clip is not None:
         adv = adv.clamp(-reward_clip, reward_clip)
     out = _whitened(inputs, adv)[0] if whiten_advantages else _broadcast(adv, inputs.response_mask)
@@ -271,9 +269,6 @@ def _roll_loss_mask(inputs: AdvantageInputs, scores: torch.Tensor, inverse: torc
     kept = torch.ones_like(scores, dtype=torch.bool)
     if difficulty:
         low, high = bounds
-        if not low < high:
-            raise ConfigError(f"algorithm.advantage_fn_args.difficulty_low_threshold ({low}) must be below "
-                              f"difficulty_high_threshold ({high}): no group would be trained.")
         mean = _group_mean(scores, inverse, n_groups)
         kept &= ((mean > low) & (mean < high)) | (sizes == 1)
     if max_len:

@@ -8,12 +8,15 @@ checks its arguments and reads its needs from the module's source.
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import math
-from typing import TYPE_CHECKING, Generic
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Generic
 
 from rfthpc.algorithms.declare import Needs, builtins, declared
 from rfthpc.errors import ConfigError
-from rfthpc.registry import F, Registry
+from rfthpc.registry import F, Registry, source_defaults, tunable_args
 
 if TYPE_CHECKING:
     from rfthpc.algorithms.advantages import AdvantageFn
@@ -37,6 +40,19 @@ class AlgorithmRegistry(Registry[F], Generic[F]):
             return found[1]
         decl = declared(self.get(name))
         return Needs() if decl is None else decl.needs
+
+    def check(self, name: str, args: Mapping[str, Any] | None = None) -> None:
+        """The registry's check of `name` and its argument names, then the values, by the function's
+        `checked_by` (with its defaults filled in), where it declares one."""
+        super().check(name, args)
+        checker = self.needs(name).checked_by
+        if checker is None:
+            return
+        target = self._builtins.get(name)
+        defaults = source_defaults(target) if target is not None else {
+            k: v for k, v in tunable_args(self.get(name)).items() if v is not inspect.Parameter.empty}
+        module, _, function = checker.partition(":")
+        getattr(importlib.import_module(module), function)(**{**defaults, **(args or {})})
 
 
 ADVANTAGE_FNS: AlgorithmRegistry[AdvantageFn] = AlgorithmRegistry(

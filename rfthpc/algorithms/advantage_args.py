@@ -1,0 +1,37 @@
+"""Argument checks of the advantage functions (plain Python: no tensors).
+
+Each function that has one names it in its `@declare(..., checked_by=...)`: it calls the check with its
+arguments, and `rfthpc config validate` calls it with the config's (the defaults filled in), so a bad
+value is reported before anything is queued."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rfthpc.errors import ConfigError
+
+_KEY = "algorithm.advantage_fn_args"
+
+
+def opmd_args(*, opmd_baseline: str, tau: float, **_: Any) -> None:
+    """opmd: a known baseline; tau > 0 (the log-average-exp's temperature)."""
+    if opmd_baseline not in ("mean", "logavgexp"):
+        raise ConfigError(f"{_KEY}.opmd_baseline: unknown baseline {opmd_baseline!r}; known: mean, logavgexp.")
+    if not tau > 0:
+        raise ConfigError(f"{_KEY}.tau must be > 0, got {tau}.")
+
+
+def lite_ppo_args(*, norm_mean_type: str | None, norm_std_type: str | None, reward_clip: float | None,
+                  advantage_clip: float | None, difficulty_mask: bool, difficulty_low_threshold: float,
+                  difficulty_high_threshold: float, **_: Any) -> None:
+    """lite_ppo: ROLL's normalisation levels; positive clips; a difficulty band that keeps some groups."""
+    for key, level in (("norm_mean_type", norm_mean_type), ("norm_std_type", norm_std_type)):
+        if level not in ("group", "batch", None):
+            raise ConfigError(f"{_KEY}.{key}: unknown level {level!r}; use group, batch or null (ROLL's running "
+                              "statistics are not offered).")
+    for key, bound in (("reward_clip", reward_clip), ("advantage_clip", advantage_clip)):
+        if bound is not None and not bound > 0:
+            raise ConfigError(f"{_KEY}.{key} must be > 0 (or null: no clip), got {bound!r}.")
+    if difficulty_mask and not difficulty_low_threshold < difficulty_high_threshold:
+        raise ConfigError(f"{_KEY}.difficulty_low_threshold ({difficulty_low_threshold}) must be below "
+                          f"difficulty_high_threshold ({difficulty_high_threshold}): no group would be trained.")
