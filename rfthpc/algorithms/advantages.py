@@ -72,6 +72,10 @@ class AdvantageInputs:
     truncated: torch.Tensor | None = None
     """(B,) True for a response cut at the token limit (model.max_response_tokens); given when the
     trainer knows the limit (lite_ppo's max_len_mask reads it)."""
+    rollout_is_weights: torch.Tensor | None = None
+    """(B, T) rollout-correction importance weights of `old_log_probs` against `behaviour_log_probs`
+    (algorithm.rollout_correction); given to estimators declared with rollout_is_weights=True when
+    rollout_is is on (None otherwise)."""
 
 
 def outcome_token_rewards(rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:

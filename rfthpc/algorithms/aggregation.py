@@ -122,7 +122,9 @@ def aggregate_loss(
       token-sum:                sum_bt m_bt l_bt
       seq-mean-token-mean:      (1/|S|) sum_{b in S} (sum_t m_bt l_bt / n_b)
       seq-mean-token-sum:       (1/|S|) sum_{b in S} sum_t m_bt l_bt
-      seq-mean-token-sum-norm:  (1/(|S| L)) sum_{b in S} sum_t m_bt l_bt   (Dr. GRPO)
+      seq-mean-token-sum-norm:  (1/(|S| L)) sum_{b in S} sum_t m_bt l_bt   (Dr. GRPO; veRL's)
+      token-sum-norm:           (1/L) sum_bt m_bt l_bt   (Trinity-RFT's seq-mean-token-sum-norm, and veRL's
+                                before it averaged over responses: |S| times the loss above)
     L is `loss_scale_factor`, else the one `loss_scale` set, else the padded width loss_mat.shape[-1]
     (veRL's default; in rfthpc a micro-batch is padded to its own longest response, so the trainer
     sets a constant L instead: see `algorithm.loss_scale_factor`). A batch with no unmasked token
@@ -135,33 +137,40 @@ def aggregate_loss(
         return masked_mean(loss_mat, loss_mask)
     if loss_agg_mode == "token-sum":
         return masked_sum(loss_mat, loss_mask)
+    if loss_agg_mode == "token-sum-norm":
+        return masked_sum(loss_mat, loss_mask) / _scale(loss_mat, loss_scale_factor)
     seq_sum = masked_sum(loss_mat, loss_mask, dim=-1)
     seq_len = masked_count(loss_mask, dim=-1).to(loss_mat.dtype)
     per_seq = seq_sum / seq_len.clamp(min=1) if loss_agg_mode == "seq-mean-token-mean" else seq_sum
     loss = masked_mean(per_seq, seq_len > 0)
     if loss_agg_mode == "seq-mean-token-sum-norm":
-        if loss_scale_factor is None:
-            loss_scale_factor = _LOSS_SCALE_FACTOR.get()
-        loss = loss / (loss_mat.shape[-1] if loss_scale_factor is None else loss_scale_factor)
+        loss = loss / _scale(loss_mat, loss_scale_factor)
     return loss
 
 
+def _scale(loss_mat: torch.Tensor, factor: float | None) -> float:
+    """L of the -norm modes: `factor`, else the one `loss_scale` set, else the padded width."""
+    if factor is None:
+        factor = _LOSS_SCALE_FACTOR.get()
+    return loss_mat.shape[-1] if factor is None else factor
+
+
 def aggregation_count(loss_mask: torch.Tensor, loss_agg_mode: str = "token-mean") -> torch.Tensor:
-    """The units `aggregate_loss` aggregates over: tokens for token-mean and token-sum, non-empty
-    sequences for the seq-mean modes.
+    """The units `aggregate_loss` aggregates over: tokens for token-mean, token-sum and token-sum-norm,
+    non-empty sequences for the seq-mean modes.
 
     A mode that averages (every mode but token-sum) divides by this count (times the constant L
     for seq-mean-token-sum-norm), so a trainer that splits a batch into micro-batches gets the
     whole-batch loss exactly by weighting each micro-batch loss with count_micro / count_batch;
-    token-sum's micro-batch losses simply add up (`averages`).
+    token-sum's and token-sum-norm's micro-batch losses simply add up (`averages`).
     """
     check_loss_agg_mode(loss_agg_mode)
-    if loss_agg_mode in ("token-mean", "token-sum"):
+    if loss_agg_mode in ("token-mean", "token-sum", "token-sum-norm"):
         return masked_count(loss_mask)
     return (masked_count(loss_mask, dim=-1) > 0).sum().to(torch.get_default_dtype())
 
 
 def averages(loss_agg_mode: str) -> bool:
-    """Whether the mode divides by its `aggregation_count` (all but token-sum, a plain sum)."""
+    """Whether the mode divides by its `aggregation_count` (all but token-sum and token-sum-norm, sums)."""
     check_loss_agg_mode(loss_agg_mode)
-    return loss_agg_mode != "token-sum"
+    return loss_agg_mode not in ("token-sum", "token-sum-norm")

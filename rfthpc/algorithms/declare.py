@@ -53,7 +53,8 @@ class Needs:
     """Policy loss: also reads the behaviour log-probabilities next to a proximal `old_log_prob`
     (decoupled PPO, rollout importance weights)."""
     rollout_is_weights: bool = False
-    """Policy loss: reads the rollout-correction importance weights (`algorithm.rollout_correction`)."""
+    """Policy loss or advantage: reads the rollout-correction importance weights
+    (`algorithm.rollout_correction`; an advantage gets those of the policy at the step's start)."""
     forward_outputs: tuple[str, ...] = ()
     """Extra outputs of the trainer's forward pass (see FORWARD_OUTPUTS)."""
     greedy_baseline: bool = False

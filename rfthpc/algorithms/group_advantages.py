@@ -279,7 +279,8 @@ def _roll_loss_mask(inputs: AdvantageInputs, scores: torch.Tensor, inverse: torc
     return kept
 
 
-@declare("advantage", "optimal_token_baseline", groups=True, forward_outputs=("sum_pi_squared",))
+@declare("advantage", "optimal_token_baseline", groups=True, forward_outputs=("sum_pi_squared",),
+         rollout_is_weights=True)
 @torch.no_grad()
 def optimal_token_baseline(
     inputs: AdvantageInputs, *, handle_zero_tail: bool = True, epsilon: float = 1e-8
@@ -295,6 +296,8 @@ def optimal_token_baseline(
     pi is the trained policy before this step's update (its log-probabilities and sum_v pi_v^2 come
     from one forward pass of the trainer). The responses of a group are compared at the same position
     t; `tir_optimal_token_baseline` compares them at their k-th response token instead (multi-turn).
+    With rollout importance weights rho_t (algorithm.rollout_correction: those of the policy at the
+    step's start against the behaviour policy), w_t is scaled by rho_t^2, as veRL does.
     With handle_zero_tail, positions of a group's single longest response from the second longest's
     token count on get B = 0 (no other response to compare with there). A group without contrast
     gives 0 (veRL: A = G for a lone response). Returns (A, G * mask).
@@ -302,7 +305,8 @@ def optimal_token_baseline(
     return _optimal_token_baseline(inputs, "optimal_token_baseline", handle_zero_tail, epsilon, by_token=False)
 
 
-@declare("advantage", "tir_optimal_token_baseline", groups=True, forward_outputs=("sum_pi_squared",))
+@declare("advantage", "tir_optimal_token_baseline", groups=True, forward_outputs=("sum_pi_squared",),
+         rollout_is_weights=True)
 @torch.no_grad()
 def tir_optimal_token_baseline(
     inputs: AdvantageInputs, *, handle_zero_tail: bool = True, epsilon: float = 1e-8
@@ -331,6 +335,9 @@ def _optimal_token_baseline(
     zero = torch.zeros_like(rewards)
     returns = torch.where(on, torch.where(on, rewards, zero).flip(-1).cumsum(-1).flip(-1), zero)
     w = 1 - 2 * inputs.old_log_probs.exp() + inputs.sum_pi_squared
+    if inputs.rollout_is_weights is not None:
+        # veRL's correction under truncated importance sampling: B_t* = sum G rho^2 W / sum rho^2 W.
+        w = w * inputs.rollout_is_weights.to(w.dtype) ** 2
     cumulative = torch.where(on, w, torch.zeros_like(w)).to(rewards.dtype).cumsum(-1)
     weight = torch.where(on, cumulative, zero)
     scores = _scores(inputs)

@@ -47,7 +47,9 @@ def dpo(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """DPO's sigmoid loss (module docstring), a mean over the rows of the micro-batch with a trained
     token. `beta` and `label_smoothing` as Trinity-RFT's dpo loss (defaults 0.1 and 0; the config
-    checks label_smoothing is in [0, 0.5)). The loss is a mean over pairs whatever `loss_agg_mode`;
+    checks label_smoothing is in [0, 0.5)). Each pair is scored on its own (the DPO paper's and TRL's
+    form); Trinity-RFT 0.6.0 sums r over every chosen row of the micro-batch and every rejected row and
+    takes one logit of the two sums, which differs with more than one pair. The loss is a mean over pairs whatever `loss_agg_mode`;
     the config accepts only a seq-mean mode for it, so that micro-batches are weighted by their
     responses."""
     ref = _need(inputs.ref_log_prob, "the reference model's log-probabilities", "dpo")

@@ -8,7 +8,8 @@ model or groups are needed follows from the functions finally named (`needs_crit
 Differences from Trinity-RFT: `tis` and `kimi15` are ROLL's off-policy variants made into algorithm
 types here (Trinity has no such type); `kimi15` takes the group-mean baseline advantage of the
 Kimi k1.5 paper (`opmd` with its default mean baseline); `remax` is veRL's estimator (Trinity has
-no ReMax); `dpo` adds no KL loss unless the config names one (Trinity forces k2).
+no ReMax); `dpo` adds no KL loss unless the config names one (Trinity forces k2); `dapo` clips at
+0.2 / 0.28 (the DAPO paper's clip-higher) where Trinity's dapo preset clips at 0.2 on both sides.
 """
 
 from __future__ import annotations

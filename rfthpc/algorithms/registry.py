@@ -64,8 +64,12 @@ KL_FNS: AlgorithmRegistry[KLFn] = AlgorithmRegistry(
 ENTROPY_LOSS_FNS: AlgorithmRegistry[EntropyLossFn] = AlgorithmRegistry(
     "entropy loss", "algorithm.entropy_loss_fn", "entropy_loss")
 
-LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm",
+                  "token-sum-norm")
 """`algorithm.loss_agg_mode`: how token losses become one number (see `aggregation.aggregate_loss`)."""
+
+SCALED_MODES = ("seq-mean-token-sum-norm", "token-sum-norm")
+"""The modes that divide by a constant length L (`algorithm.loss_scale_factor`)."""
 
 
 def check_loss_agg_mode(mode: str) -> None:
@@ -77,15 +81,15 @@ def check_loss_agg_mode(mode: str) -> None:
 
 def loss_scale_problem(mode: str | None, factor: float | None) -> str | None:
     """What is wrong with `algorithm.loss_scale_factor` for loss_agg_mode `mode` (None: nothing):
-    seq-mean-token-sum-norm divides by a positive constant length; the other modes take none."""
+    the SCALED_MODES divide by a positive constant length; the other modes take none."""
     key = "algorithm.loss_scale_factor"
-    if mode != "seq-mean-token-sum-norm":
+    if mode not in SCALED_MODES:
         if factor is not None:
-            return (f"{key}: {factor} is used by loss_agg_mode seq-mean-token-sum-norm only, and the mode is "
-                    f"{mode!r}; remove it, or set that mode")
+            return (f"{key}: {factor} is used by loss_agg_mode {' and '.join(SCALED_MODES)} only, and the mode is "
+                    f"{mode!r}; remove it, or set one of those modes")
         return None
     if factor is None:
-        return (f"{key}: missing; seq-mean-token-sum-norm divides by a constant length: set it, or "
+        return (f"{key}: missing; {mode} divides by a constant length: set it, or "
                 "model.max_response_tokens (its default)")
     if factor <= 0 or not math.isfinite(factor):
         return f"{key}: {factor}; the constant length must be a positive number (e.g. the longest response)"

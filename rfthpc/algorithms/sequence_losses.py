@@ -62,7 +62,7 @@ def gspo(
     return loss, metrics
 
 
-@declare("policy_loss", "geo_mean", "gmpo", old_log_prob="proximal")
+@declare("policy_loss", "geo_mean", "gmpo", old_log_prob="proximal", rollout_is_weights=True)
 def geo_mean(
     inputs: PolicyLossInputs,
     *,
@@ -78,7 +78,9 @@ def geo_mean(
         A_b   = (1/n_b) sum_t A_bt,   l_b = -A_b exp((1/n_b) sum_t r'_bt)
     i.e. the geometric mean of the token ratios replaces PPO's arithmetic mean. eps defaults to the
     paper's 0.4 (clip range (e^-0.4, e^0.4)); veRL takes the actor's clip_ratio (0.2 unless set).
-    Advantages should be per response (GRPO's), as veRL requires.
+    Advantages should be per response (GRPO's), as veRL requires. With rollout importance weights
+    (algorithm.rollout_correction) a response is weighted once, as veRL does, by the geometric mean of
+    its tokens' weights: l_b <- l_b exp((1/n_b) sum_t log(w_bt + 1e-10)).
 
     Every token of a response carries l_b and the loss is aggregated by loss_agg_mode, so the
     trainer's micro-batch weighting stays exact. Deliberate differences from veRL, which ignores
@@ -100,7 +102,11 @@ def geo_mean(
     count = masked_count(mask, dim=-1).clamp(min=1).to(log_ratio.dtype)
     seq_ratio = torch.exp(masked_sum(pessimistic, mask, dim=-1) / count)
     seq_adv = masked_sum(adv, mask, dim=-1) / count
-    token_loss = (-seq_adv * seq_ratio).unsqueeze(-1).expand_as(log_ratio)
+    seq_loss = -seq_adv * seq_ratio
+    if inputs.rollout_is_weights is not None:
+        log_weights = torch.log(inputs.rollout_is_weights.detach().to(log_ratio.dtype) + 1e-10)
+        seq_loss = seq_loss * torch.exp(masked_sum(log_weights, mask, dim=-1) / count)
+    token_loss = seq_loss.unsqueeze(-1).expand_as(log_ratio)
     loss = aggregate_loss(token_loss, mask, loss_agg_mode)
     outside = log_ratio != bounded
     metrics = _metrics(loss, log_ratio, mask, outside & (adv > 0), outside & (adv < 0))

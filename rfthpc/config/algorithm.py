@@ -129,10 +129,11 @@ class AlgorithmConfig:
     """Arguments of the entropy bonus (entropy_coef)."""
     loss_agg_mode: Optional[str] = None
     """Loss aggregation: token-mean, token-sum, seq-mean-token-mean, seq-mean-token-sum,
-    seq-mean-token-sum-norm."""
+    seq-mean-token-sum-norm (veRL's: divides by the responses and L), token-sum-norm (Trinity-RFT's
+    seq-mean-token-sum-norm: divides by L only)."""
     loss_scale_factor: Optional[float] = None
-    """seq-mean-token-sum-norm's constant length L (veRL's `loss_scale_factor`); defaults to
-    `model.max_response_tokens`. Set only with that mode."""
+    """The constant length L of seq-mean-token-sum-norm and token-sum-norm (veRL's `loss_scale_factor`);
+    defaults to `model.max_response_tokens`. Set only with those modes."""
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     """Optimizer of the policy."""
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)

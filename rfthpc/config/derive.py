@@ -7,6 +7,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from rfthpc.algorithms.registry import SCALED_MODES
 from rfthpc.config.buffer import TasksetConfig
 from rfthpc.config.explorer import InferenceModelConfig
 from rfthpc.config.schema import STAGE_SECTIONS, Config, explores, trains
@@ -230,7 +231,7 @@ def finalize(cfg: Config, source: str = "config", problems: Problems | None = No
     inp = cfg.buffer.explorer_input
     _derive_model(cfg)
     alg = cfg.algorithm
-    if alg.loss_agg_mode == "seq-mean-token-sum-norm":
+    if alg.loss_agg_mode in SCALED_MODES:
         # Dr. GRPO's constant length: veRL's default is the padded response length, which in rfthpc
         # is each micro-batch's own; the longest response the model may give is one constant.
         alg.loss_scale_factor = _fill(alg.loss_scale_factor, cfg.model.max_response_tokens)

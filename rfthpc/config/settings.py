@@ -89,7 +89,7 @@ class AlgorithmSettings:
     loss_agg_mode: str
     optimizer: OptimizerSettings
     loss_scale_factor: float | None = None
-    """seq-mean-token-sum-norm's constant length (default model.max_response_tokens); None otherwise."""
+    """The -norm modes' constant length (default model.max_response_tokens); None otherwise."""
     rollout_correction: RolloutCorrection = field(default_factory=RolloutCorrection)
     """`algorithm.rollout_correction`, parsed (off for SFT and DPO, which have no behaviour policy)."""
 

@@ -696,6 +696,13 @@ def value_notes(raw: dict[str, Any]) -> list[str]:
     for note in dict.fromkeys(SYNC_STYLE_NOTES.get(s.lower()) for s in styles if isinstance(s, str)):
         if note is not None:
             notes.append(note)
+    modes = [(raw.get("algorithm") or {}).get("loss_agg_mode")] + [
+        (st.get("algorithm") or {}).get("loss_agg_mode") for st in stages
+        if isinstance(st, dict) and isinstance(st.get("algorithm"), dict)]
+    if "seq-mean-token-sum-norm" in modes:
+        notes.append("algorithm.loss_agg_mode: seq-mean-token-sum-norm is veRL's: the summed loss divided by the "
+                     "constant L and by the number of responses; Trinity-RFT's divides by L only, a loss that many "
+                     "times larger: that is rfthpc's token-sum-norm")
     buf = ((raw.get("buffer") or {}).get("trainer_input") or {}).get("experience_buffer") or {}
     path = buf.get("path")
     if isinstance(path, str) and path.startswith(("sqlite:", "postgresql:", "mysql:")):

@@ -4,7 +4,7 @@ The actor's loss on a micro-batch is
 
     L = policy_loss(log pi, log mu, A) - entropy_coef * agg(H) + kl_coef * agg(kl(log pi, log pi_ref))
 
-with every term aggregated by `algorithm.loss_agg_mode` (seq-mean-token-sum-norm dividing by the
+with every term aggregated by `algorithm.loss_agg_mode` (the -norm modes dividing by the
 constant `algorithm.loss_scale_factor`, set for the whole loss by `Algorithm.loss_scale`). Which
 log-probabilities play "old" (mu) is what the policy loss declares (`Needs.old_log_prob`): PPO's
 clipped loss and veRL's other losses compare with the policy at the start of the step ("proximal",
@@ -35,7 +35,7 @@ from rfthpc.algorithms import rollout_correction as rollout_fns
 from rfthpc.algorithms.advantages import AdvantageFn
 from rfthpc.algorithms.aggregation import token_weights
 from rfthpc.algorithms.declare import Needs
-from rfthpc.algorithms.registry import check_loss_agg_mode, loss_scale_problem
+from rfthpc.algorithms.registry import SCALED_MODES, check_loss_agg_mode, loss_scale_problem
 from rfthpc.algorithms.rollout_settings import RolloutCorrection
 from rfthpc.config.settings import AlgorithmSettings
 from rfthpc.errors import ConfigError
@@ -58,7 +58,7 @@ class Algorithm:
     kl_controller: Any = None
     entropy_coef: float = 0.0
     loss_scale_factor: float | None = None
-    """The constant length L of seq-mean-token-sum-norm (None for the other modes)."""
+    """The constant length L of the -norm modes (SCALED_MODES; None for the other modes)."""
     rollout: RolloutCorrection = field(default_factory=RolloutCorrection)
     """`algorithm.rollout_correction`."""
     policy_needs: Needs = field(default_factory=Needs)
@@ -141,7 +141,7 @@ class Algorithm:
         problem = loss_scale_problem(mode, alg.loss_scale_factor)
         if problem:
             raise ConfigError(problem)
-        if mode == "seq-mean-token-sum-norm":
+        if mode in SCALED_MODES:
             out.loss_scale_factor = alg.loss_scale_factor
         if alg.entropy_loss_fn != "none":
             out.entropy_coef = float(alg.entropy_loss_fn_args.get("entropy_coef", 0.0))
@@ -220,7 +220,7 @@ class Algorithm:
         return loss, metrics
 
     def loss_scale(self) -> AbstractContextManager[None]:
-        """Within it, seq-mean-token-sum-norm divides by the constant L, whatever a micro-batch's
+        """Within it, the -norm modes divide by the constant L, whatever a micro-batch's
         padded width (so that how a batch is split does not change the loss)."""
         return algos.loss_scale(self.loss_scale_factor)
 

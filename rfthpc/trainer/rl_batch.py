@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from rfthpc import algorithms as algos
+from rfthpc.algorithms import rollout_correction as rollout_fns
 from rfthpc.trainer.batching import pad_rows
 from rfthpc.trainer.losses import Algorithm
 from rfthpc.trainer.samples import Sample, advantage_groups
@@ -151,6 +152,7 @@ def build_step_tensors(
         baseline_rewards=_baselines(samples),
         # As response_length/clip_ratio counts them: a response at the limit was cut there.
         truncated=lengths >= max_response_tokens if max_response_tokens is not None else None,
+        rollout_is_weights=_advantage_is_weights(algorithm, t.old, t.behaviour, mask),
     )
     t.advantages, t.returns, *trained = algorithm.advantage(inputs)
     if algorithm.advantage_needs.drops_responses:
@@ -171,6 +173,16 @@ def build_step_tensors(
         metrics.update(_stats("critic/values", t.values, mask))
         metrics["critic/vf_explained_var"] = _explained_variance(t.returns, t.values, mask)
     return t, metrics
+
+
+def _advantage_is_weights(algorithm: Algorithm, start: torch.Tensor | None, behaviour: torch.Tensor | None,
+                          mask: torch.Tensor) -> torch.Tensor | None:
+    """The rollout IS weights an advantage declared with rollout_is_weights=True reads: the policy at the
+    step's start against the behaviour policy, as the rollout correction computes them (None: it is off)."""
+    if (not algorithm.advantage_needs.rollout_is_weights or algorithm.rollout.rollout_is is None
+            or start is None or behaviour is None):
+        return None
+    return rollout_fns.importance_weights(rollout_fns.log_ratio(start, behaviour, mask), mask, algorithm.rollout)
 
 
 def _forward_stat(stats: dict[str, list[np.ndarray]] | None, name: str, width: int) -> torch.Tensor | None:

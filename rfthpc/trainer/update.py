@@ -5,9 +5,10 @@ micro-batch's loss is aggregated over its own units, so it is weighted by
 
     w_mb = count(mb) / count(mini-batch)         (count per loss_agg_mode: tokens or sequences)
 
-and the weighted losses sum to the mini-batch loss. (seq-mean-token-sum-norm also divides by a
-constant length L, the same for every micro-batch, so the same weights hold; token-sum does not
-average: its micro-batch losses enter with weight 1 and add up to the mini-batch's sum.) Metrics
+and the weighted losses sum to the mini-batch loss. (The -norm modes also divide by a
+constant length L, the same for every micro-batch, so the same weights hold; token-sum and
+token-sum-norm do not average: their micro-batch losses enter with weight 1 and add up to the
+mini-batch's sum.) Metrics
 are weighted by w_mb in every mode, so a fraction (pg_clipfrac) is the mini-batch's; with token-sum
 a loss metric is then the count-weighted mean of the micro-batch sums. FSDP2 averages gradients over ranks, so each
 rank scales its losses by the world size to make that a sum. The result does not depend on how

@@ -196,8 +196,20 @@ def test_loss_scale_factor_is_checked(tmp_path: Path, base: str) -> None:  # noq
     with pytest.raises(ConfigError, match=r"algorithm.loss_scale_factor: -1.0; .* must be a positive number"):
         load_config(write(tmp_path, agg), ["--algorithm.loss_scale_factor", "-1"])
     with pytest.raises(ConfigError, match=r"algorithm.loss_scale_factor: 64.0 is used by loss_agg_mode "
-                                          r"seq-mean-token-sum-norm only, and the mode is 'token-mean'"):
+                                          r"seq-mean-token-sum-norm and token-sum-norm only, and the mode is "
+                                          r"'token-mean'"):
         load_config(write(tmp_path, base), ["--algorithm.loss_scale_factor", "64"])
+    trinity = base.replace("  algorithm_type: grpo\n", "  algorithm_type: grpo\n  loss_agg_mode: token-sum-norm\n")
+    assert load_config(write(tmp_path, trinity)).config.algorithm.loss_scale_factor == 32
+
+
+def test_seq_mean_token_sum_norm_says_it_is_verls_and_names_trinitys(tmp_path: Path, base: str) -> None:  # noqa: F811
+    agg = base.replace("  algorithm_type: grpo\n", "  algorithm_type: grpo\n  loss_agg_mode: seq-mean-token-sum-norm\n")
+    notes = load_config(write(tmp_path, agg)).notes
+    assert any(n.startswith("algorithm.loss_agg_mode: seq-mean-token-sum-norm is veRL's") and
+               "Trinity-RFT's divides by L only" in n and "rfthpc's token-sum-norm" in n for n in notes), notes
+    trinity = base.replace("  algorithm_type: grpo\n", "  algorithm_type: grpo\n  loss_agg_mode: token-sum-norm\n")
+    assert not any("loss_agg_mode" in n for n in load_config(write(tmp_path, trinity)).notes)
 
 
 def test_a_stages_verl_arguments_follow_the_runs_policy_loss(tmp_path: Path, base: str) -> None:  # noqa: F811

@@ -2,6 +2,7 @@
 
 import math
 import statistics
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -425,6 +426,36 @@ def test_optimal_token_baseline_by_hand():
     close(adv.tolist(), [[0.0, 1.0], [0.0, -b1]])
     adv, _ = ADVANTAGE_FNS.get("optimal_token_baseline")(inputs, epsilon=0.0, handle_zero_tail=False)
     close(adv.tolist(), [[0.0, 1 - b1], [0.0, -b1]])
+
+
+def test_optimal_token_baseline_scales_each_tokens_weight_by_its_squared_rollout_is_weight():
+    # veRL: under rollout correction, w_t -> w_t rho_t^2, so B_t = sum G rho^2 W / sum rho^2 W
+    inputs = AdvantageInputs(
+        rewards=torch.tensor([1.0, 0.0]), response_mask=torch.tensor([[1, 1], [1, 1]]), group_ids=torch.tensor([3, 3]),
+        old_log_probs=torch.log(torch.tensor([[0.5, 0.25], [0.5, 0.5]])),
+        sum_pi_squared=torch.tensor([[0.5, 0.25], [0.5, 0.5]]),
+        rollout_is_weights=torch.tensor([[2.0, 1.0], [1.0, 0.5]]),
+    )
+    adv, _ = ADVANTAGE_FNS.get("optimal_token_baseline")(inputs, epsilon=0.0)
+    # w: row 0: 0.5 * 4, 0.75 * 1 -> W = 2, 2.75; row 1: 0.5 * 1, 0.5 * 0.25 -> W = 0.5, 0.625
+    b0, b1 = 2 / 2.5, 2.75 / 3.375
+    close(adv.tolist(), [[1 - b0, 1 - b1], [-b0, -b1]])
+
+
+def test_the_trainer_gives_an_advantage_the_rollout_is_weights_only_when_rollout_is_is_on():
+    from rfthpc.algorithms.rollout_settings import RolloutCorrection
+    from rfthpc.trainer.rl_batch import _advantage_is_weights
+
+    start, behaviour = torch.log(torch.tensor([[0.5, 0.2]])), torch.log(torch.tensor([[0.25, 0.4]]))
+    mask = torch.tensor([[True, True]])
+    alg = SimpleNamespace(advantage_needs=ADVANTAGE_FNS.needs("optimal_token_baseline"),
+                          rollout=RolloutCorrection("token", is_upper=1.5))
+    close(_advantage_is_weights(alg, start, behaviour, mask).tolist(), [[1.5, 0.5]])  # 2 truncated at 1.5
+    alg.rollout = RolloutCorrection()
+    assert _advantage_is_weights(alg, start, behaviour, mask) is None
+    alg = SimpleNamespace(advantage_needs=ADVANTAGE_FNS.needs("grpo"),
+                          rollout=RolloutCorrection("token"))
+    assert _advantage_is_weights(alg, start, behaviour, mask) is None
 
 
 def test_optimal_token_baseline_needs_the_forward_outputs():

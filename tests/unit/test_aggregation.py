@@ -28,6 +28,7 @@ MASK = torch.tensor([[1, 1, 0], [1, 0, 0], [0, 0, 0]])  # third response is empt
         ("seq-mean-token-sum", ((1 + 2) + 4) / 2),
         ("token-sum", 1 + 2 + 4),
         ("seq-mean-token-sum-norm", ((1 + 2) + 4) / 2 / 3),  # L defaults to the padded width, 3
+        ("token-sum-norm", (1 + 2 + 4) / 3),  # Trinity-RFT's seq-mean-token-sum-norm: no mean over responses
     ],
 )
 def test_modes(mode, expected):
@@ -53,12 +54,13 @@ def test_all_empty_gives_zero_and_zero_gradient(mode):
 
 def test_unknown_mode_lists_modes():
     with pytest.raises(ConfigError, match="token-mean, token-sum, seq-mean-token-mean, seq-mean-token-sum, "
-                                          "seq-mean-token-sum-norm"):
+                                          "seq-mean-token-sum-norm, token-sum-norm"):
         aggregate_loss(LOSS, MASK, "seq-sum")
 
 
 @pytest.mark.parametrize(("mode", "count"), [("token-mean", 3), ("token-sum", 3), ("seq-mean-token-mean", 2),
-                                             ("seq-mean-token-sum", 2), ("seq-mean-token-sum-norm", 2)])
+                                             ("seq-mean-token-sum", 2), ("seq-mean-token-sum-norm", 2),
+                                             ("token-sum-norm", 3)])
 def test_aggregation_count(mode, count):
     assert aggregation_count(MASK, mode).item() == count
 
@@ -106,6 +108,18 @@ def test_modes_equal_verls_agg_loss(mode, factor, value, grad):
     torch.testing.assert_close(loss_mat.grad, expected, rtol=1e-5, atol=1e-9)
 
 
+# Trinity-RFT 0.6.0's `aggregate_loss(loss_mat, loss_mask, "seq-mean-token-sum-norm")` on VERL_LOSS / VERL_MASK:
+# sum(m l) / loss_mask.shape[-1] = 12.75 / 4, gradient 1/4 on every unmasked token.
+def test_token_sum_norm_equals_trinitys_seq_mean_token_sum_norm():
+    loss_mat = torch.tensor(VERL_LOSS, dtype=torch.float64, requires_grad=True)
+    loss = aggregate_loss(loss_mat, torch.tensor(VERL_MASK), "token-sum-norm")
+    loss.backward()
+    assert loss.item() == pytest.approx(12.75 / 4)
+    torch.testing.assert_close(loss_mat.grad, 0.25 * torch.tensor(VERL_GRAD_PATTERN, dtype=torch.float64))
+    with loss_scale(10.0):
+        assert aggregate_loss(loss_mat, torch.tensor(VERL_MASK), "token-sum-norm").item() == pytest.approx(1.275)
+
+
 def test_norm_divides_by_the_constant_of_loss_scale_not_the_padded_width():
     one_token = torch.tensor([[3.0]])
     assert aggregate_loss(one_token, torch.ones(1, 1), "seq-mean-token-sum-norm").item() == 3.0  # width 1
@@ -118,8 +132,8 @@ def test_norm_divides_by_the_constant_of_loss_scale_not_the_padded_width():
     assert aggregate_loss(one_token, torch.ones(1, 1), "seq-mean-token-sum-norm").item() == 3.0
 
 
-def test_only_token_sum_does_not_average():
-    assert [m for m in LOSS_AGG_MODES if not averages(m)] == ["token-sum"]
+def test_only_the_token_sums_do_not_average():
+    assert [m for m in LOSS_AGG_MODES if not averages(m)] == ["token-sum", "token-sum-norm"]
 
 
 def test_masked_mean_by_row():

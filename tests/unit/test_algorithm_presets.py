@@ -1,5 +1,7 @@
 """Algorithm presets: every name resolves, and the derived flags match Trinity-RFT's classes."""
 
+from pathlib import Path
+
 import pytest
 
 from rfthpc.algorithms import (
@@ -126,6 +128,11 @@ def test_dapo_preset_is_dapo():
     assert dapo["overlong_buffer"] == {"enable": True}
     assert (dapo["kl_loss_fn"], dapo["kl_penalty_fn"]) == ("none", "none")
     assert dapo["repeat_times"] == 16
+    # Trinity-RFT's dapo preset clips at 0.2 on both sides: said where the presets and the docs list it.
+    from rfthpc.algorithms import presets
+    docs = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
+    assert "where Trinity's dapo preset clips at 0.2 on both sides" in " ".join(presets.__doc__.split())
+    assert "Trinity-RFT's dapo preset clips at 0.2 on both sides" in docs
 
 
 def test_remax_preset_follows_verl_recipe():

@@ -75,6 +75,19 @@ def test_geo_mean_every_token_carries_its_responses_loss():
     assert loss == pytest.approx((2 * -1.0 + 1 * -2.0) / 3)
 
 
+def test_geo_mean_weights_each_response_by_its_tokens_geometric_mean_rollout_weight():
+    # veRL's geo_mean: one weight per response, exp(mean log(w + 1e-10)); not each token's own weight
+    weights = torch.tensor([[0.5, 2.0], [4.0, 1.0]], dtype=torch.float64)
+    plain = inputs_from_log_ratios(*GMPO_BATCH)
+    weighted = PolicyLossInputs(log_prob=plain.log_prob, response_mask=plain.response_mask,
+                                old_log_prob=plain.old_log_prob, advantages=plain.advantages,
+                                rollout_is_weights=weights)
+    loss, _, _ = run("gmpo", weighted, loss_agg_mode="seq-mean-token-mean")
+    seq_weight = [math.exp((math.log(0.5 + 1e-10) + math.log(2.0 + 1e-10)) / 2),
+                  math.exp((math.log(4.0 + 1e-10) + math.log(1.0 + 1e-10)) / 2)]  # 1 and 2, not 1.25 and 2.5
+    assert loss == pytest.approx((-math.exp(0.1) * seq_weight[0] + math.exp(-0.05) * seq_weight[1]) / 2)
+
+
 # cov = A (log pi - mean log pi), with mean A = 0 and mean log pi = -9.1 / 6:
 #   row 0: 2.833, 2.633, -2.967; row 1: 2.967, -2.433, 1.967 (candidates in (1, 5): 4 tokens)
 COV_BATCH = ([[-0.1, -0.2, -3.0], [-3.0, -0.3, -2.5]], [[0.1] * 3, [0.1] * 3], [[2.0] * 3, [-2.0] * 3],

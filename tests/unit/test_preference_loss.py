@@ -94,3 +94,15 @@ def test_a_pair_split_over_micro_batches_gets_the_whole_batch_gradient() -> None
         (dpo(part, beta=0.3)[0] * 0.5).backward()
         split_grad += log_prob.grad
     assert torch.allclose(split_grad, whole.grad)
+
+
+def test_each_pair_is_scored_on_its_own_not_pooled_as_trinity_does() -> None:
+    # docs/configuration.md states it: the paper's (and TRL's) mean of per-pair losses; Trinity-RFT 0.6.0
+    # pools the chosen rows' r and the rejected rows' r of the micro-batch into one logit.
+    r, beta = _ratios(), 0.1
+    log_prob, inputs = _inputs([0, 1, 2, 3])
+    loss, _ = dpo(inputs, beta=beta)
+    per_pair = (-math.log(_sigmoid(beta * (r[0] - r[1]))) - math.log(_sigmoid(beta * (r[2] - r[3])))) / 2
+    pooled = -math.log(_sigmoid(beta * ((r[0] + r[2]) - (r[1] + r[3]))))
+    assert loss.item() == pytest.approx(per_pair)
+    assert abs(per_pair - pooled) > 1e-3
