@@ -72,6 +72,10 @@ class Needs:
     drops_tokens: bool = False
     """Advantage: returns a third tensor, (B, T) bool, False for the tokens the step leaves out, which
     leave the loss mask as drops_responses' responses do (clipb)."""
+    ratio_weighted: bool = False
+    """KL: its loss weights each token by the policy's ratio to the old policy of the policy loss (Trinity-RFT's
+    corrected_k3): `kl_loss` passes those log-probabilities as `old_log_prob=`; as a reward penalty, and
+    wherever there are none, the estimator is computed without them."""
     checked_by: str | None = None
     """Any kind: "module:function" of a plain-Python function (no torch) that raises ConfigError for a bad
     value of the function's keyword arguments. The function calls it with its arguments, and validation

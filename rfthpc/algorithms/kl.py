@@ -91,6 +91,22 @@ def kl_k3_plus(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tens
     return _straight_through(kl_k3(log_prob, ref_log_prob), log_prob, ref_log_prob)
 
 
+@declare("kl", "corrected_k3", ratio_weighted=True)
+def kl_corrected_k3(log_prob: torch.Tensor, ref_log_prob: torch.Tensor,
+                    old_log_prob: torch.Tensor | None = None) -> torch.Tensor:
+    """Trinity-RFT's corrected_k3: k3 weighted by the importance ratio of the policy to the old policy,
+
+        kl_t = clamp(exp(log p - log p_old), 0, 2) * (q/p - log(q/p) - 1)
+    with log p_old the policy loss's old log-probabilities (the gradient flows through the ratio too,
+    as in Trinity); without them (the reward penalty), k3 itself. k3 here is unclamped, as Trinity's.
+    """
+    log_q_over_p = ref_log_prob - log_prob
+    k3 = torch.exp(log_q_over_p) - log_q_over_p - 1.0
+    if old_log_prob is None:
+        return k3
+    return torch.clamp(torch.exp(log_prob - old_log_prob), 0.0, 2.0) * k3
+
+
 @declare("kl", "abs+")
 def kl_abs_plus(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
     """abs+ = |log p - log q| in value, with the gradient of k2 (veRL's `abs+`)."""
@@ -129,8 +145,11 @@ def kl_loss(
     kl_fn: str,
     kl_coef: float = 0.001,
     loss_agg_mode: str = "token-mean",
+    old_log_prob: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """KL loss term kl_coef * agg(kl(log_prob, ref_log_prob)), differentiable through log_prob.
+    `old_log_prob` (the policy loss's old log-probabilities) reaches an estimator declared
+    ratio_weighted (corrected_k3).
 
     Returns (term to add to the loss, {actor/kl_loss: agg(kl), actor/kl_coef}).
     """
@@ -139,5 +158,11 @@ def kl_loss(
     # (k2's is 0 * inf) even though aggregate_loss keeps it out of the value.
     log_prob = torch.where(mask, log_prob, torch.zeros_like(log_prob))
     ref_log_prob = torch.where(mask, ref_log_prob, torch.zeros_like(ref_log_prob))
-    kl = aggregate_loss(KL_FNS.get(kl_fn)(log_prob, ref_log_prob), mask, loss_agg_mode)
+    fn = KL_FNS.get(kl_fn)
+    if old_log_prob is not None and KL_FNS.needs(kl_fn).ratio_weighted:
+        old = torch.where(mask, old_log_prob, torch.zeros_like(old_log_prob))
+        estimate = fn(log_prob, ref_log_prob, old_log_prob=old)  # type: ignore[call-arg]
+    else:
+        estimate = fn(log_prob, ref_log_prob)
+    kl = aggregate_loss(estimate, mask, loss_agg_mode)
     return kl_coef * kl, {"actor/kl_loss": kl.detach().item(), "actor/kl_coef": kl_coef}

@@ -165,6 +165,22 @@ def pg(inputs: PolicyLossInputs, *, loss_agg_mode: str = "token-mean") -> tuple[
     return loss, _metrics(loss, log_ratio, inputs.response_mask)
 
 
+@declare("policy_loss", "importance_sampling")
+def importance_sampling(
+    inputs: PolicyLossInputs, *, loss_agg_mode: str = "token-mean"
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Trinity-RFT's importance_sampling loss (its on-policy distillation's): l = -A exp(log pi - log mu),
+    unclipped, the log-ratio to the behaviour policy mu (the sampling log-probabilities) clamped to
+    +-20. Metrics: pg_loss, ppo_kl, actor/ratio_mean (Trinity's ratio/mean).
+    """
+    inputs = masked_inputs(inputs)
+    log_ratio, ratio, adv = _ratio_terms(inputs, "importance_sampling")
+    loss = aggregate_loss(-adv * ratio, inputs.response_mask, loss_agg_mode)
+    metrics = _metrics(loss, log_ratio, inputs.response_mask)
+    metrics["actor/ratio_mean"] = masked_mean(ratio.detach(), inputs.response_mask).item()
+    return loss, metrics
+
+
 @declare("policy_loss", "sft")
 def sft(inputs: PolicyLossInputs, *, loss_agg_mode: str = "token-mean") -> tuple[torch.Tensor, dict[str, float]]:
     """Supervised fine-tuning, negative log-likelihood: l = -log pi. Metric `actor/sft_loss`."""

@@ -214,7 +214,8 @@ class Algorithm:
             metrics.update(entropy_metrics)
             if self.kl_loss_fn != "none" and ref_log_prob is not None:
                 term, kl_metrics = algos.kl_loss(log_prob, ref_log_prob, mask, kl_fn=self.kl_loss_fn,
-                                                 kl_coef=self.kl_loss_coef, loss_agg_mode=self.loss_agg_mode)
+                                                 kl_coef=self.kl_loss_coef, loss_agg_mode=self.loss_agg_mode,
+                                                 old_log_prob=old_log_prob)
                 loss = loss + term
                 metrics.update(kl_metrics)
         return loss, metrics

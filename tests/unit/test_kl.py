@@ -122,7 +122,7 @@ def test_kl_loss_none_is_zero():
 
 
 def test_unknown_estimator_lists_names():
-    with pytest.raises(ConfigError, match=r"known: abs, abs\+, k1, k1\+, k2, k2\+, k3, k3\+, kl, kl\+, low_var_kl, low_var_kl\+, mse, mse\+, none"):
+    with pytest.raises(ConfigError, match=r"known: abs, abs\+, corrected_k3, k1, k1\+, k2, k2\+, k3, k3\+, kl, kl\+, low_var_kl, low_var_kl\+, mse, mse\+, none"):
         kl_loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), kl_fn="k4")
 
 
@@ -182,3 +182,24 @@ def test_straight_through_kl_loss_has_the_k2_loss_gradient(name):
     assert values[name] == pytest.approx(values[name.rstrip("+")])
     torch.testing.assert_close(grads[name], grads["k2"])
     assert grads[name][0, 2].item() == 0.0 and grads[name][1, 0].item() == 0.0
+
+
+def test_corrected_k3_weights_k3_by_the_clamped_ratio_to_the_old_policy():
+    # Trinity-RFT's corrected_k3: clamp(exp(log p - log p_old), 0, 2) * (q/p - log(q/p) - 1)
+    log_p = torch.tensor([[-1.0, -1.0]], requires_grad=True)
+    ref, old = torch.tensor([[-1.5, -1.5]]), torch.tensor([[-1.2, -2.0]])
+    k3 = math.exp(-0.5) + 0.5 - 1
+    term, metrics = kl_loss(log_p, ref, torch.ones(1, 2), kl_fn="corrected_k3", kl_coef=1.0, old_log_prob=old)
+    assert metrics["actor/kl_loss"] == pytest.approx((math.exp(0.2) * k3 + 2.0 * k3) / 2)  # e^1 clamped at 2
+    term.backward()
+    # d/d log p of r k3 (r = e^(log p - log p_old), unclamped on token 0): r k3 + r (1 - q/p); token 1: 2 (1 - q/p)
+    r0 = math.exp(0.2)
+    torch.testing.assert_close(log_p.grad, torch.tensor([[(r0 * k3 + r0 * (1 - math.exp(-0.5))) / 2,
+                                                          2 * (1 - math.exp(-0.5)) / 2]]))
+    # Without the old policy (as a reward penalty): k3 itself.
+    plain, _ = kl_loss(log_p, ref, torch.ones(1, 2), kl_fn="corrected_k3", kl_coef=1.0)
+    assert plain.item() == pytest.approx(k3)
+    scores = torch.zeros(1, 2)
+    rewards, _ = apply_kl_penalty(scores, log_p.detach(), ref, torch.ones(1, 2), kl_fn="corrected_k3",
+                                  controller=FixedKLController(1.0))
+    torch.testing.assert_close(rewards, torch.full((1, 2), -k3))

@@ -332,3 +332,14 @@ def test_reports_verl_metrics(name):
 def test_bad_arguments_name_the_key(name, args, match):
     with pytest.raises(ConfigError, match=f"algorithm.policy_loss_fn_args.*{match}"):
         POLICY_LOSS_FNS.get(name)(inputs_from_log_ratios(*EDGE), **args)
+
+
+def test_importance_sampling_is_minus_the_advantage_times_the_unclipped_ratio():
+    # Trinity-RFT's importance_sampling: l = -A exp(log pi - log mu), no clip; token-mean here
+    inputs = inputs_from_log_ratios([[-1.0, -1.0]], [[0.5, 30.0]], [[2.0, -1.0]], [[1, 1]])
+    loss, grad, metrics = run("importance_sampling", inputs)
+    r0, r1 = math.exp(0.5), math.exp(20.0)  # the log-ratio is clamped to +-20
+    assert loss == pytest.approx((-2.0 * r0 + 1.0 * r1) / 2)
+    close(grad, [[-2.0 * r0 / 2, 0.0]])  # the clamp holds token 1: no gradient there
+    assert metrics["actor/ratio_mean"] == pytest.approx((r0 + r1) / 2)
+    assert metrics["actor/pg_clipfrac"] == 0.0
