@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from rfthpc.algorithms.aggregation import aggregate_loss, masked_mean
+from rfthpc.algorithms.aggregation import aggregate_loss, masked_count, masked_mean, masked_sum
 from rfthpc.algorithms.declare import declare
 from rfthpc.errors import ConfigError
 
@@ -125,6 +125,9 @@ def ppo(
     clip_range_high: float | None = None,
     clip_ratio_c: float = 3.0,
     loss_agg_mode: str = "token-mean",
+    enable_sequence_masking: bool = False,
+    delta_sequence_masking: float = 0.1,
+    fallback_to_policy_gradient: bool = False,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO clipped surrogate with dual clip (veRL's), per token:
 
@@ -132,6 +135,13 @@ def ppo(
         l  <- min(l, -A c)   where A < 0        (dual clip, c = clip_ratio_c > 1)
     eps_low / eps_high default to clip_range. pg_clipfrac: tokens where the clipped term wins;
     pg_clipfrac_lower: tokens (A < 0) where the dual clip bound wins.
+
+    Trinity-RFT's options: `fallback_to_policy_gradient` takes rho = pi / sg(pi) (1 in value, the policy
+    gradient's gradient), ignoring the old policy; `enable_sequence_masking` (DeepSeek-V3.2's) zeroes
+    the loss of the tokens with A < 0 in responses whose mean token KL to the old policy,
+    mean_t(log mu - log pi), exceeds `delta_sequence_masking` (they stay in the aggregation's count, as
+    in Trinity). Metrics then: actor/seq_mask/masked_tokens (their share of the tokens) and
+    actor/seq_mask/mean_sequence_kl (the mean over the rows).
     """
     if clip_ratio_c <= 1.0:
         raise ConfigError(
@@ -140,17 +150,27 @@ def ppo(
     low = clip_range if clip_range_low is None else clip_range_low
     high = clip_range if clip_range_high is None else clip_range_high
     inputs = masked_inputs(inputs)
+    mask = inputs.response_mask
     log_ratio, ratio, adv = _ratio_terms(inputs, "ppo")
+    if fallback_to_policy_gradient:
+        log_ratio = inputs.log_prob - inputs.log_prob.detach()
+        ratio = torch.exp(log_ratio)
     unclipped = -adv * ratio
     clipped = -adv * torch.clamp(ratio, 1.0 - low, 1.0 + high)
     surrogate = torch.maximum(unclipped, clipped)
     dual_bound = -adv * clip_ratio_c
     dual = torch.minimum(surrogate, dual_bound)
     token_loss = torch.where(adv < 0, dual, surrogate)
-    loss = aggregate_loss(token_loss, inputs.response_mask, loss_agg_mode)
-    return loss, _metrics(
-        loss, log_ratio, inputs.response_mask, clipped > unclipped, (surrogate > dual_bound) & (adv < 0)
-    )
+    extra: dict[str, float] = {}
+    if enable_sequence_masking:
+        sequence_kl = masked_sum(-log_ratio.detach(), mask, dim=-1) / masked_count(mask, dim=-1).clamp(min=1)
+        dropped = (adv < 0) & (sequence_kl > delta_sequence_masking).unsqueeze(-1) & mask.bool()
+        token_loss = torch.where(dropped, torch.zeros_like(token_loss), token_loss)
+        extra = {"actor/seq_mask/masked_tokens": _fraction(dropped, mask),
+                 "actor/seq_mask/mean_sequence_kl": sequence_kl.mean().item()}
+    loss = aggregate_loss(token_loss, mask, loss_agg_mode)
+    return loss, {**_metrics(loss, log_ratio, mask, clipped > unclipped, (surrogate > dual_bound) & (adv < 0)),
+                  **extra}
 
 
 @declare("policy_loss", "pg", "vanilla", "gpg")

@@ -343,3 +343,29 @@ def test_importance_sampling_is_minus_the_advantage_times_the_unclipped_ratio():
     close(grad, [[-2.0 * r0 / 2, 0.0]])  # the clamp holds token 1: no gradient there
     assert metrics["actor/ratio_mean"] == pytest.approx((r0 + r1) / 2)
     assert metrics["actor/pg_clipfrac"] == 0.0
+
+
+SEQ_MASK_BATCH = ([[-1.0, -1.0], [-1.0, -1.0]], [[-0.3, -0.1], [0.05, -0.05]], [[-1.0, -1.0], [1.0, -1.0]],
+                  [[1, 1], [1, 1]])
+
+
+def test_ppo_sequence_masking_zeroes_negative_advantages_of_responses_far_from_the_old_policy():
+    # Trinity-RFT's enable_sequence_masking: row 0's mean token KL (0.3 + 0.1) / 2 = 0.2 > 0.1 and A < 0:
+    # both its tokens give 0 (still counted by token-mean); row 1 (KL 0) is plain PPO
+    loss, grad, metrics = run("ppo", inputs_from_log_ratios(*SEQ_MASK_BATCH), enable_sequence_masking=True)
+    assert loss == pytest.approx((-math.exp(0.05) + math.exp(-0.05)) / 4)
+    close(grad, [[0.0, 0.0], [-math.exp(0.05) / 4, math.exp(-0.05) / 4]])
+    assert metrics["actor/seq_mask/masked_tokens"] == 0.5
+    assert metrics["actor/seq_mask/mean_sequence_kl"] == pytest.approx(0.1)
+    # A threshold above row 0's KL keeps it
+    loss, _, _ = run("ppo", inputs_from_log_ratios(*SEQ_MASK_BATCH), enable_sequence_masking=True,
+                     delta_sequence_masking=0.25)
+    # (row 0, token 0: rho = e^-0.3 < 0.8 with A < 0, so the clipped -A * 0.8 wins)
+    assert loss == pytest.approx((0.8 + math.exp(-0.1) - math.exp(0.05) + math.exp(-0.05)) / 4)
+
+
+def test_ppo_fallback_to_policy_gradient_ignores_the_old_policy():
+    loss, grad, metrics = run("ppo", inputs_from_log_ratios(*SEQ_MASK_BATCH), fallback_to_policy_gradient=True)
+    assert loss == pytest.approx((1 + 1 - 1 + 1) / 4)  # rho = 1: the loss is mean(-A)
+    close(grad, [[0.25, 0.25], [-0.25, 0.25]])
+    assert metrics["actor/ppo_kl"] == 0.0 and metrics["actor/pg_clipfrac"] == 0.0
