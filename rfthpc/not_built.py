@@ -68,12 +68,6 @@ NOT_BUILT: dict[str, dict[str, NotBuilt]] = {
         "gigpo": NotBuilt(_GIGPO, _EPISODE_GRPO + ", without the step-level term"),
         "mix": NotBuilt(_MIX, _TWO_STAGES),
         "mix_chord": NotBuilt(_CHORD, _TWO_STAGES + ", with no mu schedule"),
-        "raft": NotBuilt(
-            "fine-tunes on the policy's own rollouts with the SFT loss, its workflows keeping the rollouts that "
-            "succeed (RAFT, reward-ranked fine-tuning)",
-            "algorithm_type: grpo with advantage_fn: reinforce, policy_loss_fn: pg and kl_loss_fn: none, whose loss "
-            "-R log p is the SFT loss on each rollout weighted by its reward (with 0/1 rewards, on the successful "
-            "ones), averaged over every rollout's tokens"),
         "on_policy_distill": NotBuilt(_ON_POLICY_DISTILL, _DISTILL_INSTEAD),
         "jsd": NotBuilt(_JSD, _DISTILL_INSTEAD),
     },
@@ -121,12 +115,12 @@ NOT_BUILT: dict[str, dict[str, NotBuilt]] = {
         "RAFT_baseline_countdown_workflow": NotBuilt(
             "is the R3L examples' RAFT baseline on Countdown (reach a target number from given numbers with + - * /): "
             "it samples answers with R3L's prompts and scores them for the raft algorithm",
-            "math_workflow with default_reward_fn_type: countdown_reward under grpo (RAFT itself: algorithm raft, "
-            "not built yet)"),
+            "math_workflow with default_reward_fn_type: countdown_reward under algorithm_type: raft (the raft "
+            "advantage keeps each group's best responses)"),
         "RAFT_baseline_dapo_workflow": NotBuilt(
             "is the R3L examples' RAFT baseline on DAPO-Math: it samples answers with R3L's prompts and scores them "
             "for the raft algorithm",
-            "math_dapo_workflow (DAPO's `Answer:` line) under grpo (RAFT itself: algorithm raft, not built yet)"),
+            "math_dapo_workflow (DAPO's `Answer:` line) under algorithm_type: raft"),
         "bots_math_boxed_workflow": NotBuilt(
             "is BOTS's math_boxed_workflow: prompts already chat messages, scored by BOTS's own boxed-answer "
             "comparison with a format penalty for a missing think block",

@@ -35,3 +35,11 @@ def lite_ppo_args(*, norm_mean_type: str | None, norm_std_type: str | None, rewa
     if difficulty_mask and not difficulty_low_threshold < difficulty_high_threshold:
         raise ConfigError(f"{_KEY}.difficulty_low_threshold ({difficulty_low_threshold}) must be below "
                           f"difficulty_high_threshold ({difficulty_high_threshold}): no group would be trained.")
+
+
+def raft_args(*, top_k: int, min_reward: float | None, **_: Any) -> None:
+    """raft: at least one response kept per group."""
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise ConfigError(f"{_KEY}.top_k must be a whole number >= 1 (the responses kept per task), got {top_k!r}.")
+    if min_reward is not None and (isinstance(min_reward, bool) or not isinstance(min_reward, (int, float))):
+        raise ConfigError(f"{_KEY}.min_reward must be a number or null, got {min_reward!r}.")

@@ -139,6 +139,10 @@ ALGORITHM_PRESETS: dict[str, dict[str, Any]] = {
                     entropy_loss_fn="none"),
     "rec": _preset(advantage_fn="rec", policy_loss_fn="rec", repeat_times=2, kl_loss_fn="none",
                    entropy_loss_fn="none"),
+    # RAFT (arXiv:2304.06767): the SFT loss on the best responses of each group (the raft advantage
+    # keeps them). Trinity-RFT's raft sets no group size; ranking needs several responses per task.
+    "raft": _preset(advantage_fn="raft", policy_loss_fn="sft", repeat_times=4, kl_loss_fn="none",
+                    entropy_loss_fn="none"),
     "sft": _preset(
         advantage_fn=None,
         policy_loss_fn="sft",

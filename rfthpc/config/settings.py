@@ -170,10 +170,6 @@ class TrainerStageSettings:
     replay: ReplayPolicy | None = None
     """How the store is read with experience replay; None: each group once, in commit order."""
 
-    @property
-    def is_sft(self) -> bool:
-        return self.algorithm.policy_loss_fn == "sft"
-
 
 @dataclass(frozen=True)
 class TrainerSettings:

@@ -11,7 +11,7 @@ from tests.config.conftest import CONFIGS
 
 SHIPPED = ["grpo.yaml", "async/explorer.yaml", "async/trainer.yaml", "async/explorer_new.yaml", "tiny-cpu.yaml",
            "tiny-cpu-lora.yaml", "frozenlake-cpu.yaml",
-           "examples/verl-gspo.yaml", "examples/trinity-sapo.yaml"]
+           "examples/verl-gspo.yaml", "examples/trinity-sapo.yaml", "examples/trinity-raft.yaml"]
 
 
 def test_the_list_covers_every_shipped_config() -> None:

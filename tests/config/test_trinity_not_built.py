@@ -43,8 +43,6 @@ def _set(config: str, key: str, value: str) -> str:
     (_ALGORITHM, "mix_chord", "algorithm", "weighted mu against the GRPO loss on the rollouts, mu rising to mu_peak "
      "and decaying to mu_valley", _EXPERT_STAGES + ", which learns the expert data once, before RL, instead of "
      "alongside the rollouts in every step, with no mu schedule"),
-    (_ALGORITHM, "raft", "algorithm", "fine-tunes on the policy's own rollouts with the SFT loss",
-     "algorithm_type: grpo with advantage_fn: reinforce, policy_loss_fn: pg and kl_loss_fn: none"),
     (_ALGORITHM, "on_policy_distill", "algorithm", "the advantage is the teacher's log-probability minus the "
      "student's", _TEACHER),
     (_ALGORITHM, "jsd", "algorithm", "the advantage is minus the Jensen-Shannon divergence", _TEACHER),
@@ -101,12 +99,16 @@ def test_a_name_not_built_is_refused_where_a_registry_is_asked_outside_validatio
         POLICY_LOSS_FNS.get("mix_chord")
 
 
-def test_the_alternatives_named_for_raft_and_clipv_load(tmp_path: Path, base: str) -> None:  # noqa: F811
-    raft = base.replace("repeat_times: 4", "repeat_times: 4\n  advantage_fn: reinforce\n  policy_loss_fn: pg\n"
-                        "  kl_loss_fn: none")
-    assert load_config(write(tmp_path, raft)).config.algorithm.policy_loss_fn == "pg"
+def test_the_alternative_named_for_clipv_loads(tmp_path: Path, base: str) -> None:  # noqa: F811
     clipb = base.replace("repeat_times: 4", "repeat_times: 4\n  advantage_fn: clipb")
     assert load_config(write(tmp_path, clipb)).config.algorithm.advantage_fn == "clipb"
+
+
+def test_trinitys_raft_loads_as_the_sft_loss_on_each_groups_best(tmp_path: Path, base: str) -> None:  # noqa: F811
+    alg = load_config(write(tmp_path, _set(base, _ALGORITHM, "raft"))).config.algorithm
+    assert (alg.advantage_fn, alg.policy_loss_fn, alg.kl_loss_fn) == ("raft", "sft", "none")
+    bad = _set(base, _ALGORITHM, "raft").replace("repeat_times: 4", "repeat_times: 4\n  advantage_fn_args: {top_k: 0}")
+    assert "algorithm.advantage_fn_args.top_k must be a whole number >= 1" in _error(write(tmp_path, bad))
 
 
 def test_trinity_auxiliary_buffers_name_the_sft_stage_and_what_differs(tmp_path: Path, base: str) -> None:  # noqa: F811

@@ -1,5 +1,5 @@
 """The shipped algorithm examples run as written: a veRL config (GSPO, Dr. GRPO's aggregation,
-rollout correction) and a Trinity-RFT config (SAPO), explorer and trainer, on the demo's tiny model."""
+rollout correction) and Trinity-RFT configs (SAPO, RAFT), explorer and trainer, on the demo's tiny model."""
 
 from __future__ import annotations
 
@@ -44,8 +44,9 @@ def test_the_verl_example_is_read_as_gspo_with_rollout_correction(monkeypatch: p
 @pytest.mark.parametrize(("example", "signature"), [
     ("verl-gspo.yaml", "rollout_corr/rollout_is_mean"),
     ("trinity-sapo.yaml", "actor/sapo_gate_mean"),
+    ("trinity-raft.yaml", ("actor/sft_loss", "critic/dropped_responses")),
 ])
-def test_each_example_trains(example: str, signature: str, demo_dir: Path, tmp_path: Path) -> None:
+def test_each_example_trains(example: str, signature: str | tuple[str, ...], demo_dir: Path, tmp_path: Path) -> None:
     steps = 3
     config = _short(EXAMPLES / example, tmp_path / example, steps)
     code, out, err = finish(rfthpc("run", "--config", str(config), env=env_for(demo_dir, tmp_path / "ckpt")), 600)
@@ -54,4 +55,5 @@ def test_each_example_trains(example: str, signature: str, demo_dir: Path, tmp_p
     run = RunDir(tmp_path / "ckpt" / raw["project"] / raw["name"])
     records = [json.loads(line) for line in (run.monitor / "trainer.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == list(range(1, steps + 1))
-    assert all(signature in r for r in records)
+    for key in (signature,) if isinstance(signature, str) else signature:
+        assert all(key in r for r in records), key

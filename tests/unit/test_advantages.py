@@ -611,3 +611,23 @@ def test_rec_balance_drops_the_surplus_negatives(std_normalize):
 def test_rec_rejects_bad_arguments(args, match):
     with pytest.raises(ConfigError, match=match):
         ADVANTAGE_FNS.get("rec")(batch(), **args)
+
+
+def test_raft_keeps_each_groups_best_responses():
+    # rewards 1, 0, 0, 1 | 1, 1 | 5 in groups 0 | 1 | 2; ties go to the earlier response
+    adv, returns, kept = ADVANTAGE_FNS.get("raft")(batch())
+    assert kept.tolist() == [True, False, False, False, True, False, True]
+    assert per_sequence(adv) == [1.0, 0.0, 0.0, None, 1.0, 0.0, 1.0] and torch.equal(adv, returns)  # row 3: empty
+    _, _, kept = ADVANTAGE_FNS.get("raft")(batch(), top_k=2)
+    assert kept.tolist() == [True, False, False, True, True, True, True]
+    # min_reward: a group's best is still dropped below it (group 0 at 0.5 keeps only its 1s)
+    rewards = torch.tensor([0.5, 0.0, 0.0, 0.25, 1.0, 0.0, 5.0])
+    _, _, kept = ADVANTAGE_FNS.get("raft")(batch(rewards=rewards), top_k=2, min_reward=0.5)
+    assert kept.tolist() == [True, False, False, False, True, False, True]
+
+
+@pytest.mark.parametrize(("args", "message"), [({"top_k": 0}, "top_k must be a whole number >= 1"),
+                                               ({"min_reward": "high"}, "min_reward must be a number or null")])
+def test_raft_refuses_bad_arguments(args, message):
+    with pytest.raises(ConfigError, match=message):
+        ADVANTAGE_FNS.get("raft")(batch(), **args)
