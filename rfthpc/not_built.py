@@ -53,11 +53,11 @@ _MIX = ("mixes expert SFT data into every RL step: a share of each batch (sample
 _CHORD = ("mixes expert SFT data into every RL step (CHORD): the SFT loss on a share of each batch is weighted mu "
           "against the GRPO loss on the rollouts, mu rising to mu_peak and decaying to mu_valley on a schedule "
           "(and, with enable_phi_function, each expert token weighted by p(1-p))")
-_DISTILL_INSTEAD = ("algorithm_type: sft on responses the teacher generated beforehand (off-policy distillation: "
-                    "the student imitates the teacher's samples instead of having the teacher score its own)")
-_ON_POLICY_DISTILL = ("distils a teacher on the student's own samples: a teacher model (an auxiliary model) "
-                      "scores each sampled token, and the advantage is the teacher's log-probability minus the "
-                      "student's (a per-token reverse KL)")
+_DISTILL_INSTEAD = ("algorithm_type: on_policy_distill with model.teacher_model_path (the trainer scores each "
+                    "sampled token with the teacher; the advantage is the per-token reverse KL, not the JSD)")
+_TEACHER_IN_TRAINER = ("algorithm_type: on_policy_distill with model.teacher_model_path and the taskset's own "
+                       "workflow (math_workflow for a reward beside it): the trainer scores each sampled token with "
+                       "the teacher, so no workflow asks a teacher served as an auxiliary model")
 _JSD = ("distils a teacher on the student's own samples: a teacher model (an auxiliary model) scores each sampled "
         "token, and the advantage is minus the Jensen-Shannon divergence between teacher and student at that "
         "token (lambda_coef weighting the two sides)")
@@ -68,7 +68,6 @@ NOT_BUILT: dict[str, dict[str, NotBuilt]] = {
         "gigpo": NotBuilt(_GIGPO, _EPISODE_GRPO + ", without the step-level term"),
         "mix": NotBuilt(_MIX, _TWO_STAGES),
         "mix_chord": NotBuilt(_CHORD, _TWO_STAGES + ", with no mu schedule"),
-        "on_policy_distill": NotBuilt(_ON_POLICY_DISTILL, _DISTILL_INSTEAD),
         "jsd": NotBuilt(_JSD, _DISTILL_INSTEAD),
     },
     ADVANTAGE: {
@@ -81,7 +80,6 @@ NOT_BUILT: dict[str, dict[str, NotBuilt]] = {
             "advantage_fn: clipb (Clip_V's sibling from the same paper), which leaves out the negative-advantage "
             "tokens whose entropy signal p(H + log p) lies more than mu standard deviations below the batch's "
             "mean, with no cap on how many"),
-        "on_policy_distill": NotBuilt(_ON_POLICY_DISTILL, _DISTILL_INSTEAD),
         "jsd": NotBuilt(_JSD, _DISTILL_INSTEAD),
     },
     POLICY_LOSS: {
@@ -138,10 +136,10 @@ NOT_BUILT: dict[str, dict[str, NotBuilt]] = {
             "rubric_judge_workflow (each response graded alone against a rubric)"),
         "on_policy_distill_workflow": NotBuilt(
             "samples the student's responses and asks a teacher (an auxiliary model) for its log-probability "
-            "of each of their tokens, for the on_policy_distill and jsd algorithms", _DISTILL_INSTEAD),
+            "of each of their tokens, for the on_policy_distill and jsd algorithms", _TEACHER_IN_TRAINER),
         "on_policy_distill_math_workflow": NotBuilt(
             "is on_policy_distill_workflow with a math reward recorded beside the teacher's log-probabilities",
-            _DISTILL_INSTEAD),
+            _TEACHER_IN_TRAINER),
     },
 }
 """Per kind, each Trinity-RFT name rfthpc has not built yet (docs/migration.md, "Trinity-RFT's example configs")."""

@@ -72,6 +72,9 @@ class AdvantageInputs:
     truncated: torch.Tensor | None = None
     """(B,) True for a response cut at the token limit (model.max_response_tokens); given when the
     trainer knows the limit (lite_ppo's max_len_mask reads it)."""
+    teacher_log_probs: torch.Tensor | None = None
+    """(B, T) log-probabilities of the sampled tokens under the teacher model (`model.teacher_model_path`);
+    given to estimators declared with teacher=True."""
     rollout_is_weights: torch.Tensor | None = None
     """(B, T) rollout-correction importance weights of `old_log_probs` against `behaviour_log_probs`
     (algorithm.rollout_correction); given to estimators declared with rollout_is_weights=True when

@@ -72,6 +72,9 @@ class Needs:
     drops_tokens: bool = False
     """Advantage: returns a third tensor, (B, T) bool, False for the tokens the step leaves out, which
     leave the loss mask as drops_responses' responses do (clipb)."""
+    teacher: bool = False
+    """Advantage: reads the teacher model's log-probabilities of the sampled tokens (on-policy distillation;
+    `model.teacher_model_path`, scored by the trainer)."""
     ratio_weighted: bool = False
     """KL: its loss weights each token by the policy's ratio to the old policy of the policy loss (Trinity-RFT's
     corrected_k3): `kl_loss` passes those log-probabilities as `old_log_prob=`; as a reward penalty, and

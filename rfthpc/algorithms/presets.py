@@ -143,6 +143,10 @@ ALGORITHM_PRESETS: dict[str, dict[str, Any]] = {
     # keeps them). Trinity-RFT's raft sets no group size; ranking needs several responses per task.
     "raft": _preset(advantage_fn="raft", policy_loss_fn="sft", repeat_times=4, kl_loss_fn="none",
                     entropy_loss_fn="none"),
+    # On-policy distillation (Trinity-RFT's on_policy_distill): the teacher's per-token log-ratio to the
+    # student as the advantage, the unclipped importance-sampling loss; no group comparison.
+    "on_policy_distill": _preset(advantage_fn="on_policy_distill", policy_loss_fn="importance_sampling",
+                                 repeat_times=1, kl_loss_fn="none", entropy_loss_fn="none"),
     "sft": _preset(
         advantage_fn=None,
         policy_loss_fn="sft",

@@ -196,6 +196,8 @@ class TrainerSettings:
     """The adapter trained instead of the model's weights (`model.lora`); None: every weight."""
     sequence_parallel_size: int = 1
     """Ranks that split each sequence (`trainer.ulysses_sequence_parallel_size`); 1: none."""
+    teacher_model_path: Path | None = None
+    """`model.teacher_model_path`: the frozen teacher of on-policy distillation; None: none."""
 
 
 def _sampling_temperature(cfg: Config) -> float:
@@ -263,7 +265,7 @@ def trainer_settings(stages: list[Stage], check_paths: bool = True) -> TrainerSe
     trained = [s for s in stages if trains(s.config.mode)] or stages[:1]
     first = trained[0].config
     for stage in trained[1:]:
-        for key in ("model_path", "critic_model_path", "dtype", "lora"):
+        for key in ("model_path", "critic_model_path", "teacher_model_path", "dtype", "lora"):
             if getattr(stage.config.model, key) != getattr(first.model, key):
                 raise ConfigError(
                     f"stage {stage.name!r}: model.{key} {getattr(stage.config.model, key)!r} differs from stage "
@@ -290,6 +292,7 @@ def trainer_settings(stages: list[Stage], check_paths: bool = True) -> TrainerSe
         project=first.project, name=first.name, monitor=copy.deepcopy(first.monitor),
         stages=tuple(_trainer_stage(s, c) for s, c in zip(stages, stage_claim_sets(stages), strict=True)),
         lora=lora_settings(m.lora, check_paths), sequence_parallel_size=t.ulysses_sequence_parallel_size,
+        teacher_model_path=Path(m.teacher_model_path).expanduser() if m.teacher_model_path else None,
     )
 
 

@@ -23,6 +23,7 @@ from rfthpc.config.lora import lora_problems
 from rfthpc.config.monitor import sink_problems
 from rfthpc.config.schema import Config, explores, trains
 from rfthpc.config.synchronizer import SynchronizerConfig, default_max_staleness
+from rfthpc.config.teacher import teacher_problems
 from rfthpc.config.trainer import sequence_parallel_problems
 from rfthpc.dialects import trinity
 from rfthpc.errors import ALGORITHM, GPUS, INVALID, PATHS, REFUSED, ConfigError, Problems
@@ -441,6 +442,10 @@ def _check_inputs(cfg: Config, problems: Problems, check_paths: bool) -> None:
         problems.add(f"buffer.trainer_input.experience_buffer.path: an {cfg.algorithm.algorithm_type} stage trains "
                      "on this dataset; give its local path", PATHS)
     _component("rollout_args")(cfg, problems)
+    for message in teacher_problems(cfg.model.teacher_model_path, cfg.model.model_path,
+                                    _advantage_needs(cfg.algorithm.advantage_fn).teacher, cfg.algorithm.advantage_fn,
+                                    check_paths):
+        problems.add(message, PATHS)
     if not check_paths:
         return
     checks = [("model.model_path", cfg.model.model_path, "model")]

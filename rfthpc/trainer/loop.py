@@ -98,6 +98,8 @@ class _StageState:
     actor: ShardedUpdater
     schedule: LRSchedule
     reference: torch.nn.Module | AdapterDisabled | None = None
+    teacher: torch.nn.Module | None = None
+    """On-policy distillation's frozen teacher (an advantage declared teacher=True)."""
     critic: ShardedUpdater | None = None
     critic_schedule: LRSchedule | None = None
     source: Any = None
@@ -337,6 +339,8 @@ class Trainer:
             )
         if alg.use_reference:
             st.reference = self._reference_model(pos)
+        if alg.advantage_needs.teacher:
+            st.teacher = self._teacher_model(alg)
         if alg.use_critic:
             st.critic, st.critic_schedule = self._critic(stage, alg, planner, total, meta)
         if meta:
@@ -362,6 +366,14 @@ class Trainer:
                 )
             ckpt.load_model_weights(source, ref)
         return ref
+
+    def _teacher_model(self, alg: Algorithm) -> torch.nn.Module:
+        """The frozen teacher at `model.teacher_model_path`, sharded like the reference model."""
+        path = self.settings.teacher_model_path
+        if path is None:
+            raise UserError(f"algorithm.advantage_fn {alg.advantage_name!r} scores the samples with a teacher model: "
+                            "set model.teacher_model_path")
+        return build_sharded_model(path, self.env, dtype=self.settings.dtype, trainable=False)
 
     def _critic(self, stage: TrainerStageSettings, alg: Algorithm, planner, total: int | None,
                 meta: CheckpointMeta | None) -> tuple[ShardedUpdater, LRSchedule]:
@@ -428,6 +440,9 @@ class Trainer:
         ref = old = values = None
         if st.reference is not None:
             ref = sharded_forward(lambda mb: token_logprobs(st.reference, mb)[0], samples, self.env, planner)
+        teacher = None
+        if st.teacher is not None:
+            teacher = sharded_forward(lambda mb: token_logprobs(st.teacher, mb)[0], samples, self.env, planner)
         # SFT: one update per step; RL: one per `ppo_mini_batch_size` groups, `ppo_epochs` times.
         minis = [list(range(len(samples)))] if alg.is_sft else mini_batches(samples, stage.ppo_mini_batch_size)
         epochs = 1 if alg.is_sft else stage.ppo_epochs
@@ -447,7 +462,7 @@ class Trainer:
         tensors, metrics = build_step_tensors(samples, alg, ref=ref, old=old, values=values,
                                               max_prompt_tokens=stage.max_prompt_tokens,
                                               max_response_tokens=stage.max_response_tokens,
-                                              forward_stats=forward_stats)
+                                              forward_stats=forward_stats, teacher=teacher)
         if alg.advantage_needs.narrows_mask:
             # The samples' own masks, which the micro-batches carry, lose those tokens too.
             samples = _rejected(samples, tensors.mask)

@@ -98,12 +98,15 @@ def build_step_tensors(
     max_prompt_tokens: int | None = None,
     max_response_tokens: int | None = None,
     forward_stats: dict[str, list[np.ndarray]] | None = None,
+    teacher: list[np.ndarray] | None = None,
 ) -> tuple[StepTensors, dict[str, float]]:
     """Pad the batch, shape the rewards (KL penalty) and compute advantages; return the tensors and
     veRL's batch metrics (critic/score, critic/rewards, critic/advantages, response_length, ...).
     The length limits (the model's) give veRL's `*_length/clip_ratio`: the share of samples at the limit.
     `forward_stats` (with `old`, from one forward pass: forward output name -> one array per sample) is
-    for an advantage that declares those outputs."""
+    for an advantage that declares those outputs; `teacher`, the teacher's log-probabilities of each
+    sample's tokens, for one that declares teacher=True (metric distill/reverse_kl: the token mean of
+    log mu - log pi_teacher)."""
     width = max(1, max(len(s.response_ids) for s in samples))
     mask = torch.from_numpy(pad_rows([s.loss_mask for s in samples], width, dtype=bool, fill=False))
     rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
@@ -153,7 +156,10 @@ def build_step_tensors(
         # As response_length/clip_ratio counts them: a response at the limit was cut there.
         truncated=lengths >= max_response_tokens if max_response_tokens is not None else None,
         rollout_is_weights=_advantage_is_weights(algorithm, t.old, t.behaviour, mask),
+        teacher_log_probs=None if teacher is None else _tensor(teacher, width),
     )
+    if inputs.teacher_log_probs is not None:
+        metrics["distill/reverse_kl"] = algos.masked_mean(t.behaviour - inputs.teacher_log_probs, mask).item()
     t.advantages, t.returns, *trained = algorithm.advantage(inputs)
     if algorithm.advantage_needs.drops_responses:
         # The responses the advantage leaves out (grpo's std_threshold) leave the loss mask.

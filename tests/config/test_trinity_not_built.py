@@ -18,7 +18,7 @@ _TASKSET = "buffer.explorer_input.tasksets[0].default_workflow_type"
 _REWARD = "buffer.explorer_input.tasksets[0].default_reward_fn_type"
 _EXPERT_STAGES = "a `stages:` list with an sft stage on the expert data followed by a grpo stage"
 _EPISODE = "algorithm_type: grpo with default_workflow_type: env_workflow"
-_TEACHER = "algorithm_type: sft on responses the teacher generated beforehand"
+_TEACHER = "algorithm_type: on_policy_distill with model.teacher_model_path"
 
 
 def _set(config: str, key: str, value: str) -> str:
@@ -43,8 +43,6 @@ def _set(config: str, key: str, value: str) -> str:
     (_ALGORITHM, "mix_chord", "algorithm", "weighted mu against the GRPO loss on the rollouts, mu rising to mu_peak "
      "and decaying to mu_valley", _EXPERT_STAGES + ", which learns the expert data once, before RL, instead of "
      "alongside the rollouts in every step, with no mu schedule"),
-    (_ALGORITHM, "on_policy_distill", "algorithm", "the advantage is the teacher's log-probability minus the "
-     "student's", _TEACHER),
     (_ALGORITHM, "jsd", "algorithm", "the advantage is minus the Jensen-Shannon divergence", _TEACHER),
     ("algorithm.advantage_fn", "clipv", "advantage function", "(Clip_V)", "advantage_fn: clipb"),
     ("algorithm.advantage_fn", "step_wise_grpo", "advantage function", "(step-wise GRPO)", _EPISODE),
@@ -133,3 +131,12 @@ def test_trinity_workflows_that_need_what_rfthpc_does_not_ship_say_so(tmp_path: 
                                                                        why: str) -> None:
     msg = _error(write(tmp_path, _set(base, _TASKSET, name)))
     assert f"refused features:\n  - {_TASKSET}: {name!r} " in msg and why in msg and "known:" not in msg, msg
+
+
+def test_on_policy_distill_needs_a_teacher_with_the_policys_tokenizer(tmp_path: Path, base: str) -> None:  # noqa: F811
+    distill = _set(base, _ALGORITHM, "on_policy_distill")
+    assert ("model.teacher_model_path: missing; algorithm.advantage_fn 'on_policy_distill' scores the samples with "
+            "a teacher model") in _error(write(tmp_path, distill))
+    stray = base.replace("model:\n", "model:\n  teacher_model_path: /models/teacher\n", 1)
+    assert "model.teacher_model_path: '/models/teacher' is read only by an advantage that scores with a teacher" \
+        in _error(write(tmp_path, stray))

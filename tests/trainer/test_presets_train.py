@@ -10,6 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from rfthpc.algorithms import ADVANTAGE_FNS
 from rfthpc.algorithms.presets import ALGORITHM_PRESETS, DATASET_ALGORITHMS, needs_greedy_baseline
 from rfthpc.rundir.metrics import read_metrics
 from rfthpc.store import ChunkWriter
@@ -24,9 +25,12 @@ RL_PRESETS = sorted(set(ALGORITHM_PRESETS) - set(DATASET_ALGORITHMS))
 def test_each_preset_runs_two_trainer_steps(tmp_path: Path, tiny_model: Path, algorithm_type: str) -> None:
     # The preset's functions and arguments as a user gets them; two mini-batches per step, so
     # losses that compare with the recomputed policy of the step's start see a ratio other than 1.
+    # A teacher where the preset distils one (on_policy_distill): the model itself, scoring random samples.
+    teacher = ADVANTAGE_FNS.needs(ALGORITHM_PRESETS[algorithm_type]["advantage_fn"]).teacher
     cfg = rl_config(tiny_model, **{"algorithm.algorithm_type": algorithm_type, "algorithm.kl_loss_fn": None,
                                    "algorithm.repeat_times": 4, "buffer.total_steps": 2,
-                                   "trainer.ppo_mini_batch_size": 1, "trainer.save_hf_checkpoint": "never"})
+                                   "trainer.ppo_mini_batch_size": 1, "trainer.save_hf_checkpoint": "never",
+                                   "model.teacher_model_path": str(tiny_model) if teacher else None})
     run = make_run(tmp_path / "run", cfg)
     rng = np.random.default_rng(0)
     groups = [random_group(rng, f"t{i}", 4, 384) for i in range(4)]

@@ -1,0 +1,46 @@
+"""`model.teacher_model_path` checked before a run: set exactly when the advantage reads a teacher, a
+model directory, and tokenizing as the policy does (the teacher scores the student's token ids as they
+are, so one vocabulary is required; the sizes may differ)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+_VOCAB_FILES = ("vocab.json", "merges.txt", "tokenizer.model")
+"""A tokenizer's vocabulary where it has no tokenizer.json (BPE and SentencePiece files)."""
+
+
+def teacher_problems(teacher: str | None, model: str, needs_teacher: bool, advantage_fn: str | None,
+                     check_paths: bool) -> list[str]:
+    """What is wrong with the teacher: missing where `advantage_fn` reads one, given where nothing reads
+    it, or (with `check_paths`) a directory whose tokenizer is not the policy's."""
+    key = "model.teacher_model_path"
+    if needs_teacher and not teacher:
+        return [f"{key}: missing; algorithm.advantage_fn {advantage_fn!r} scores the samples with a teacher model: "
+                "give its local directory (the policy's tokenizer, any size)"]
+    if teacher and not needs_teacher:
+        return [f"{key}: {teacher!r} is read only by an advantage that scores with a teacher (on_policy_distill), "
+                f"and algorithm.advantage_fn is {advantage_fn!r}; remove it, or set algorithm_type: on_policy_distill"]
+    if not teacher or not check_paths:
+        return []
+    path, policy = Path(teacher).expanduser(), Path(model).expanduser()
+    if not (path / "config.json").is_file():
+        return [f"{key}: {teacher!r} holds no config.json; give the local directory of a Hugging Face model"]
+    if policy.is_dir() and _vocabulary(path) != _vocabulary(policy):
+        return [f"{key}: the teacher's tokenizer differs from the policy's ({model}); on-policy distillation scores "
+                "the student's token ids with the teacher, so both need one tokenizer: choose a teacher of the same "
+                "model family"]
+    return []
+
+
+def _vocabulary(model: Path) -> Any:
+    """What decides a directory's token ids: tokenizer.json's model and added tokens, else its vocabulary
+    files' bytes (None: neither, so nothing to compare)."""
+    spec = model / "tokenizer.json"
+    if spec.is_file():
+        data = json.loads(spec.read_text())
+        return {"model": data.get("model"), "added_tokens": data.get("added_tokens")}
+    files = {name: (model / name).read_bytes() for name in _VOCAB_FILES if (model / name).is_file()}
+    return files or None
