@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from rfthpc.algorithms.presets import needs_greedy_baseline, trains_on_dataset
+from rfthpc.algorithms.registry import ADVANTAGE_FNS
 from rfthpc.algorithms.replay import ReplayPolicy
 from rfthpc.algorithms.rollout_settings import RolloutCorrection
 from rfthpc.algorithms.shaping import GroupFilter, OverlongPenalty, group_filter, overlong_penalty
@@ -280,6 +281,10 @@ def trainer_settings(stages: list[Stage], check_paths: bool = True) -> TrainerSe
                 "once for the run: set it for the whole run, not per stage"
             )
     m, t, fs = first.model, first.trainer, first.filesystem
+    if m.teacher_model_path and not any(ADVANTAGE_FNS.needs(s.config.algorithm.advantage_fn).teacher
+                                        for s in trained if s.config.algorithm.advantage_fn):
+        raise ConfigError(f"model.teacher_model_path: {m.teacher_model_path!r} is read only by an advantage that scores "
+                          "with a teacher, and no stage has one; remove it, or set algorithm_type: on_policy_distill")
     return TrainerSettings(
         model_path=Path(_required(m.model_path, "model.model_path")).expanduser(),
         critic_model_path=Path(_required(m.critic_model_path, "model.critic_model_path")).expanduser(),

@@ -14,16 +14,14 @@ _VOCAB_FILES = ("vocab.json", "merges.txt", "tokenizer.model")
 
 def teacher_problems(teacher: str | None, model: str, needs_teacher: bool, advantage_fn: str | None,
                      check_paths: bool) -> list[str]:
-    """What is wrong with the teacher: missing where `advantage_fn` reads one, given where nothing reads
-    it, or (with `check_paths`) a directory whose tokenizer is not the policy's."""
+    """What is wrong with the teacher of one stage: missing where `advantage_fn` reads one, or (with
+    `check_paths`) a directory whose tokenizer is not the policy's. (A teacher no stage reads is refused
+    for the whole run, `trainer_settings`.)"""
     key = "model.teacher_model_path"
     if needs_teacher and not teacher:
         return [f"{key}: missing; algorithm.advantage_fn {advantage_fn!r} scores the samples with a teacher model: "
                 "give its local directory (the policy's tokenizer, any size)"]
-    if teacher and not needs_teacher:
-        return [f"{key}: {teacher!r} is read only by an advantage that scores with a teacher (on_policy_distill), "
-                f"and algorithm.advantage_fn is {advantage_fn!r}; remove it, or set algorithm_type: on_policy_distill"]
-    if not teacher or not check_paths:
+    if not teacher or not needs_teacher or not check_paths:
         return []
     path, policy = Path(teacher).expanduser(), Path(model).expanduser()
     if not (path / "config.json").is_file():

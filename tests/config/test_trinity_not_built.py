@@ -138,5 +138,5 @@ def test_on_policy_distill_needs_a_teacher_with_the_policys_tokenizer(tmp_path: 
     assert ("model.teacher_model_path: missing; algorithm.advantage_fn 'on_policy_distill' scores the samples with "
             "a teacher model") in _error(write(tmp_path, distill))
     stray = base.replace("model:\n", "model:\n  teacher_model_path: /models/teacher\n", 1)
-    assert "model.teacher_model_path: '/models/teacher' is read only by an advantage that scores with a teacher" \
-        in _error(write(tmp_path, stray))
+    assert ("model.teacher_model_path: '/models/teacher' is read only by an advantage that scores with a teacher, "
+            "and no stage has one") in _error(write(tmp_path, stray))
