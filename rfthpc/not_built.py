@@ -53,22 +53,15 @@ _MIX = ("mixes expert SFT data into every RL step: a share of each batch (sample
 _CHORD = ("mixes expert SFT data into every RL step (CHORD): the SFT loss on a share of each batch is weighted mu "
           "against the GRPO loss on the rollouts, mu rising to mu_peak and decaying to mu_valley on a schedule "
           "(and, with enable_phi_function, each expert token weighted by p(1-p))")
-_DISTILL_INSTEAD = ("algorithm_type: on_policy_distill with model.teacher_model_path (the trainer scores each "
-                    "sampled token with the teacher; the advantage is the per-token reverse KL, not the JSD)")
 _TEACHER_IN_TRAINER = ("algorithm_type: on_policy_distill with model.teacher_model_path and the taskset's own "
                        "workflow (math_workflow for a reward beside it): the trainer scores each sampled token with "
                        "the teacher, so no workflow asks a teacher served as an auxiliary model")
-_JSD = ("distils a teacher on the student's own samples: a teacher model (an auxiliary model) scores each sampled "
-        "token, and the advantage is minus the Jensen-Shannon divergence between teacher and student at that "
-        "token (lambda_coef weighting the two sides)")
-
 NOT_BUILT: dict[str, dict[str, NotBuilt]] = {
     ALGORITHM: {
         "multi_step_grpo": NotBuilt(_STEP_WISE, _EPISODE_GRPO),
         "gigpo": NotBuilt(_GIGPO, _EPISODE_GRPO + ", without the step-level term"),
         "mix": NotBuilt(_MIX, _TWO_STAGES),
         "mix_chord": NotBuilt(_CHORD, _TWO_STAGES + ", with no mu schedule"),
-        "jsd": NotBuilt(_JSD, _DISTILL_INSTEAD),
     },
     ADVANTAGE: {
         "step_wise_grpo": NotBuilt(_STEP_WISE, _EPISODE_GRPO),
@@ -80,7 +73,6 @@ NOT_BUILT: dict[str, dict[str, NotBuilt]] = {
             "advantage_fn: clipb (Clip_V's sibling from the same paper), which leaves out the negative-advantage "
             "tokens whose entropy signal p(H + log p) lies more than mu standard deviations below the batch's "
             "mean, with no cap on how many"),
-        "jsd": NotBuilt(_JSD, _DISTILL_INSTEAD),
     },
     POLICY_LOSS: {
         "mix": NotBuilt(_MIX, _TWO_STAGES),
@@ -138,8 +130,9 @@ NOT_BUILT: dict[str, dict[str, NotBuilt]] = {
             "samples the student's responses and asks a teacher (an auxiliary model) for its log-probability "
             "of each of their tokens, for the on_policy_distill and jsd algorithms", _TEACHER_IN_TRAINER),
         "on_policy_distill_math_workflow": NotBuilt(
-            "is on_policy_distill_workflow with a math reward recorded beside the teacher's log-probabilities",
-            _TEACHER_IN_TRAINER),
+            "is on_policy_distill_workflow with a math reward recorded beside the teacher's log-probabilities (read "
+            "as math_boxed_workflow with the teacher in the trainer where explorer.auxiliary_models[0] names the "
+            "teacher)", _TEACHER_IN_TRAINER),
     },
 }
 """Per kind, each Trinity-RFT name rfthpc has not built yet (docs/migration.md, "Trinity-RFT's example configs")."""

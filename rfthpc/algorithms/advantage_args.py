@@ -43,3 +43,14 @@ def raft_args(*, top_k: int, min_reward: float | None, **_: Any) -> None:
         raise ConfigError(f"{_KEY}.top_k must be a whole number >= 1 (the responses kept per task), got {top_k!r}.")
     if min_reward is not None and (isinstance(min_reward, bool) or not isinstance(min_reward, (int, float))):
         raise ConfigError(f"{_KEY}.min_reward must be a number or null, got {min_reward!r}.")
+
+
+def jsd_args(*, lambda_coef: float, kl_coef: float, temperature: float, chunk_size: int | None, **_: Any) -> None:
+    """jsd: a mixture weight in [0, 1]; a positive temperature; a positive chunk size or none."""
+    if not 0 <= lambda_coef <= 1:
+        raise ConfigError(f"{_KEY}.lambda_coef must lie in [0, 1] (the teacher's weight in the mixture), "
+                          f"got {lambda_coef}.")
+    if not temperature > 0:
+        raise ConfigError(f"{_KEY}.temperature must be > 0 (it divides the log-probabilities), got {temperature}.")
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
+        raise ConfigError(f"{_KEY}.chunk_size must be a whole number >= 1 or null, got {chunk_size!r}.")

@@ -143,10 +143,13 @@ ALGORITHM_PRESETS: dict[str, dict[str, Any]] = {
     # keeps them). Trinity-RFT's raft sets no group size; ranking needs several responses per task.
     "raft": _preset(advantage_fn="raft", policy_loss_fn="sft", repeat_times=4, kl_loss_fn="none",
                     entropy_loss_fn="none"),
-    # On-policy distillation (Trinity-RFT's on_policy_distill): the teacher's per-token log-ratio to the
-    # student as the advantage, the unclipped importance-sampling loss; no group comparison.
-    "on_policy_distill": _preset(advantage_fn="on_policy_distill", policy_loss_fn="importance_sampling",
-                                 repeat_times=1, kl_loss_fn="none", entropy_loss_fn="none"),
+    # On-policy distillation as Trinity-RFT's presets: the teacher's per-token log-ratio to the student
+    # (on_policy_distill) or its Jensen-Shannon estimate (jsd) as the advantage, PPO's clipped loss
+    # (Trinity's alternative without clipping: policy_loss_fn importance_sampling), eight samples per task.
+    "on_policy_distill": _preset(advantage_fn="on_policy_distill", policy_loss_fn="ppo", repeat_times=8,
+                                 kl_loss_fn="none", entropy_loss_fn="none"),
+    "jsd": _preset(advantage_fn="jsd", policy_loss_fn="ppo", repeat_times=8, kl_loss_fn="none",
+                   entropy_loss_fn="none", advantage_fn_args={"kl_coef": 1.0, "lambda_coef": 0.5}),
     "sft": _preset(
         advantage_fn=None,
         policy_loss_fn="sft",

@@ -104,8 +104,8 @@ class AlgorithmConfig:
     its saved configs carry, is read as this: rfthpc's SFT warm-up is a `stages:` entry)."""
     advantage_fn: Optional[str] = None
     """Advantage estimator (grpo, rloo, opmd, asymre, rec, opo, gpg, grpo_passk, gdpo, lite_ppo, remax,
-    reinforce, reinforceplusplus, reinforce_plus_plus_baseline, optimal_token_baseline, clipb, ppo/gae;
-    docs/configuration.md) or `module:function`."""
+    reinforce, reinforceplusplus, reinforce_plus_plus_baseline, optimal_token_baseline, clipb, raft,
+    on_policy_distill, jsd, ppo/gae; docs/algorithms.md) or `module:function`."""
     advantage_fn_args: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the advantage function (e.g. gamma, lam, std_normalize)."""
     policy_loss_fn: Optional[str] = None

@@ -207,6 +207,7 @@ def config_from_dict(raw: dict[str, Any], source: str, problems: Problems | None
     trinity.apply_trinity_modes(raw, problems)
     trinity.apply_sync_style_names(raw, problems)
     trinity.apply_trinity_value_names(raw, problems)
+    trinity.apply_trinity_teacher(raw, problems)
     verl.apply_verl_trainer_config(raw, problems)
     cfg = build(Config, raw, "", problems)
     merge_taskset(cfg, problems)

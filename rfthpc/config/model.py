@@ -17,7 +17,7 @@ class ModelConfig:
     critic_model_path: str = ""
     """Critic model directory for PPO; defaults to `model_path`."""
     teacher_model_path: Optional[str] = None
-    """The teacher of on-policy distillation (`algorithm_type: on_policy_distill`): a model with the policy's
+    """The teacher of on-policy distillation (`algorithm_type: on_policy_distill` or `jsd`): a model with the policy's
     tokenizer, of any size, loaded frozen in the trainer, which scores each sampled token with it."""
     max_model_len: Optional[int] = None
     """Prompt + response token limit; defaults to `max_prompt_tokens + max_response_tokens`."""

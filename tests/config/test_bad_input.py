@@ -361,10 +361,16 @@ def test_one_chat_template_for_every_role(tmp_path: Path, base: str) -> None:
 def test_derivation_leaves_nothing_for_the_roles_to_fill(tmp_path: Path, base: str) -> None:
     """Every value a role reads is set once, here (the roles have no defaults of their own)."""
     from rfthpc.algorithms.presets import ALGORITHM_PRESETS, DATASET_ALGORITHMS
+    from rfthpc.algorithms.registry import ADVANTAGE_FNS
 
+    model = base.split("model_path: ", 1)[1].split("\n", 1)[0]
     for name in sorted(set(ALGORITHM_PRESETS) - {*DATASET_ALGORITHMS, "ppo"}):
         text = base.replace("algorithm_type: grpo", f"algorithm_type: {name}").replace(
             "  max_response_tokens: 32\n", "  max_response_tokens: 32\n  dtype: float32\n")
+        if ADVANTAGE_FNS.needs(ALGORITHM_PRESETS[name]["advantage_fn"]).teacher:
+            # the distillation presets: the policy's own directory as the teacher (its tokenizer)
+            (Path(model) / "config.json").write_text("{}")
+            text = text.replace("  dtype: float32\n", f"  dtype: float32\n  teacher_model_path: {model}\n", 1)
         cfg = load_config(write(tmp_path, text)).config
         alg, ts = cfg.algorithm, cfg.buffer.explorer_input.tasksets[0]
         assert None not in (alg.loss_agg_mode, alg.kl_loss_fn, alg.kl_penalty_fn, alg.entropy_loss_fn), name

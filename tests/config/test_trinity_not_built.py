@@ -43,7 +43,6 @@ def _set(config: str, key: str, value: str) -> str:
     (_ALGORITHM, "mix_chord", "algorithm", "weighted mu against the GRPO loss on the rollouts, mu rising to mu_peak "
      "and decaying to mu_valley", _EXPERT_STAGES + ", which learns the expert data once, before RL, instead of "
      "alongside the rollouts in every step, with no mu schedule"),
-    (_ALGORITHM, "jsd", "algorithm", "the advantage is minus the Jensen-Shannon divergence", _TEACHER),
     ("algorithm.advantage_fn", "clipv", "advantage function", "(Clip_V)", "advantage_fn: clipb"),
     ("algorithm.advantage_fn", "step_wise_grpo", "advantage function", "(step-wise GRPO)", _EPISODE),
     ("algorithm.policy_loss_fn", "mix_chord", "policy loss", "(CHORD)", _EXPERT_STAGES),
