@@ -6,6 +6,7 @@ import itertools
 import re
 from pathlib import Path
 
+from rfthpc.algorithms import reference as algorithms_reference
 from rfthpc.config.reference import render
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -15,6 +16,20 @@ def test_config_reference_is_current() -> None:
     assert (ROOT / "docs" / "config.md").read_text() == render(), (
         "docs/config.md is stale: run `python -m rfthpc.config.reference > docs/config.md`"
     )
+
+
+def test_algorithms_reference_is_current() -> None:
+    assert (ROOT / "docs" / "algorithms.md").read_text() == algorithms_reference.render(), (
+        "docs/algorithms.md is stale: run `python -m rfthpc.algorithms.reference > docs/algorithms.md`"
+    )
+
+
+def test_every_algorithm_type_and_function_is_described() -> None:
+    text = algorithms_reference.render()
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    # every preset and every built-in function has a row, and every function row says what it computes
+    assert len(rows) >= 30 and all(line.split(" | ")[1].strip() for line in rows), rows
+    assert "| `jsd` | `jsd` | `ppo` |" in text
 
 
 def test_every_config_field_has_a_docstring() -> None:

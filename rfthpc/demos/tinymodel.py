@@ -77,7 +77,7 @@ SIZES: dict[str, ModelShape] = {
     # ~30M parameters: where vLLM's CPU engine overtakes transformers' generate (rollout benchmark).
     "bench30m": ModelShape(512, 10, 8, 2, 1536, 2048),
     "demo": ModelShape(128, 2, 4, 2, 384, 512),  # ~0.46M: the CPU demo (learns one-step sums in minutes)
-    # ~0.28M parameters with the demo's tokenizer: the student the distillation demo distils the demo model into.
+    # ~0.26M parameters with the demo's tokenizer: the student the distillation demo distils the demo model into.
     "student": ModelShape(96, 2, 3, 1, 288, 512),
     # ~103M parameters: Qwen2-shaped (12 layers, hidden 768, GQA), for the weight hand-off benchmark.
     "bench100m": ModelShape(768, 12, 12, 2, 3072, 2048),

@@ -2,7 +2,8 @@
 
 Charts (written to `<run dir>/monitor/plots/`, each alone and all together in `overview.png`):
 - `reward.png`: mean reward of each trainer batch per global step (and the SFT loss of warm-up
-  stages), with the stage boundaries marked;
+  stages, and the per-token reverse KL to the teacher of distillation stages), with the stage
+  boundaries marked;
 - `eval.png`: greedy eval accuracy (multi-turn episodes: success rate) per policy version, per eval taskset;
 - `episodes.png`: multi-turn runs (`env_workflow`): success rate and policy turns per episode of
   the explorers' training episodes, per explorer step;
@@ -25,6 +26,7 @@ from rfthpc.rundir.paths import RunDir
 
 REWARD_KEY = "critic/score/mean"
 SFT_LOSS_KEY = "actor/sft_loss"
+REVERSE_KL_KEY = "distill/reverse_kl"
 STAGE_KEY = "training/stage_index"
 SMOOTH_STEPS = 10
 EVAL_METRICS = ("/accuracy", "/success_rate")
@@ -71,6 +73,7 @@ def collect(run: RunDir) -> dict[str, Any]:
                  for p in sorted(run.monitor.glob("explorer_*.jsonl"))}
     data: dict[str, Any] = {
         "reward": _series(trainer, REWARD_KEY), "sft_loss": _series(trainer, SFT_LOSS_KEY),
+        "reverse_kl": _series(trainer, REVERSE_KL_KEY),
         "stage_starts": _stage_starts(trainer), "eval": {}, "episodes": {}, "throughput": {}, "staleness": {}, "timeline": {},
     }
     t0 = min([r["time"] for recs in [trainer, *explorers.values()] for r in recs[:1] if "time" in r], default=0.0)
@@ -111,20 +114,28 @@ def _mark_stages(ax: Any, data: dict[str, Any]) -> None:
 
 
 def draw_reward(ax: Any, data: dict[str, Any]) -> None:
-    """Batch reward per trainer step; SFT loss on a second axis; stage boundaries dashed."""
+    """Batch reward per trainer step; SFT loss and the reverse KL to a teacher on a second axis; stage
+    boundaries dashed."""
     xs, ys = data["reward"]
     lx, ly = data["sft_loss"]
-    if not xs and not lx:
+    kx, ky = data["reverse_kl"]
+    if not xs and not lx and not kx:
         _no_data(ax)
     if xs:
         ax.plot(xs, ys, color="tab:blue", alpha=0.35, linewidth=1, label="batch reward (RFT)")
         ax.plot(xs, rolling_mean(ys, SMOOTH_STEPS), color="tab:blue", linewidth=2,
                 label=f"mean of the last {SMOOTH_STEPS} steps")
         ax.legend(loc="upper left", fontsize=8)
-    if lx:
+    if lx or kx:
         loss_ax = ax.twinx()
-        loss_ax.plot(lx, ly, color="tab:orange", label="SFT loss")
-        loss_ax.set_ylabel("SFT loss")
+        if lx:
+            loss_ax.plot(lx, ly, color="tab:orange", label="SFT loss")
+        if kx:
+            loss_ax.plot(kx, ky, color="tab:red", alpha=0.35, linewidth=1,
+                         label="reverse KL to the teacher (per token)")
+            loss_ax.plot(kx, rolling_mean(ky, SMOOTH_STEPS), color="tab:red", linewidth=2,
+                         label=f"reverse KL, mean of the last {SMOOTH_STEPS} steps")
+        loss_ax.set_ylabel(" / ".join(n for n, series in (("SFT loss", lx), ("reverse KL", kx)) if series))
         loss_ax.legend(loc="upper right", fontsize=8)
     _mark_stages(ax, data)
     ax.set(title="Training", xlabel="trainer step", ylabel="mean reward")

@@ -11,7 +11,7 @@ from tests.config.conftest import CONFIGS
 
 SHIPPED = ["grpo.yaml", "async/explorer.yaml", "async/trainer.yaml", "async/explorer_new.yaml", "tiny-cpu.yaml",
            "tiny-cpu-lora.yaml", "frozenlake-cpu.yaml",
-           "examples/verl-gspo.yaml", "examples/trinity-sapo.yaml", "examples/trinity-raft.yaml"]
+           "distill-cpu.yaml", "examples/verl-gspo.yaml", "examples/trinity-sapo.yaml", "examples/trinity-raft.yaml"]
 
 
 def test_the_list_covers_every_shipped_config() -> None:
@@ -22,8 +22,10 @@ def test_the_list_covers_every_shipped_config() -> None:
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_config_validates(name: str, local_paths: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     demo = local_paths / "demo"
-    for d in ("model", "gsm8k"):
+    # The distillation demo's student and teacher (tools/demo_distill.sh) beside the demo's own.
+    for d in ("model", "gsm8k", "student", "teacher"):
         (demo / d).mkdir(parents=True)
+    (demo / "teacher" / "config.json").write_text("{}")
     (demo / "sft.jsonl").write_text("")
     # The agentic demo's (`rfthpc make-demo --task frozenlake`): tasks are environment seeds.
     (demo / "frozenlake" / "model").mkdir(parents=True)
@@ -32,6 +34,7 @@ def test_shipped_config_validates(name: str, local_paths: Path, monkeypatch: pyt
         (demo / "frozenlake" / f"{split}.jsonl").write_text('{"prompt": "frozen_lake size 4 seed 1", "env_args": '
                                                             '{"size": 4, "seed": 1, "is_slippery": false}}\n')
     monkeypatch.setenv("RFTHPC_DEMO_DIR", str(demo))
+    monkeypatch.setenv("RFTHPC_TEACHER_MODEL", str(demo / "teacher"))
     loaded = load_config(CONFIGS / name)
     assert loaded.config.project and loaded.config.name
     for stage in loaded.stages:
