@@ -46,13 +46,6 @@ _GIGPO = ("adds to each step's episode-level GRPO advantage a step-level one, no
 _EPISODE_GRPO = ("algorithm_type: grpo with default_workflow_type: env_workflow (docs/agents.md), which trains a "
                  "whole episode as one multi-turn experience (the environment's turns masked out of the loss) "
                  "with the episode's group-normalised reward")
-_TWO_STAGES = ("a `stages:` list with an sft stage on the expert data followed by a grpo stage, which learns the "
-               "expert data once, before RL, instead of alongside the rollouts in every step")
-_MIX = ("mixes expert SFT data into every RL step: a share of each batch (sample_strategy_args.expert_data_ratio) "
-        "is expert data trained with the SFT loss, weighted mu against the GRPO loss on the rollouts")
-_CHORD = ("mixes expert SFT data into every RL step (CHORD): the SFT loss on a share of each batch is weighted mu "
-          "against the GRPO loss on the rollouts, mu rising to mu_peak and decaying to mu_valley on a schedule "
-          "(and, with enable_phi_function, each expert token weighted by p(1-p))")
 _TEACHER_IN_TRAINER = ("algorithm_type: on_policy_distill with model.teacher_model_path and the taskset's own "
                        "workflow (math_workflow for a reward beside it): the trainer scores each sampled token with "
                        "the teacher, so no workflow asks a teacher served as an auxiliary model")
@@ -60,8 +53,6 @@ NOT_BUILT: dict[str, dict[str, NotBuilt]] = {
     ALGORITHM: {
         "multi_step_grpo": NotBuilt(_STEP_WISE, _EPISODE_GRPO),
         "gigpo": NotBuilt(_GIGPO, _EPISODE_GRPO + ", without the step-level term"),
-        "mix": NotBuilt(_MIX, _TWO_STAGES),
-        "mix_chord": NotBuilt(_CHORD, _TWO_STAGES + ", with no mu schedule"),
     },
     ADVANTAGE: {
         "step_wise_grpo": NotBuilt(_STEP_WISE, _EPISODE_GRPO),
@@ -75,23 +66,12 @@ NOT_BUILT: dict[str, dict[str, NotBuilt]] = {
             "mean, with no cap on how many"),
     },
     POLICY_LOSS: {
-        "mix": NotBuilt(_MIX, _TWO_STAGES),
-        "mix_chord": NotBuilt(_CHORD, _TWO_STAGES + ", with no mu schedule"),
-        "sft_is": NotBuilt("is CHORD's SFT loss on expert data weighted by the token's probability p (used inside "
-                           "mix_chord)", _TWO_STAGES + " (its sft stage takes policy_loss_fn: sft, unweighted)"),
-        "sft_phi": NotBuilt("is CHORD's SFT loss on expert data weighted by p(1-p) per token (used inside "
-                            "mix_chord)", _TWO_STAGES + " (its sft stage takes policy_loss_fn: sft, unweighted)"),
-    },
-    ENTROPY_LOSS: {
-        "mix": NotBuilt("is the entropy bonus of the mix algorithms, measured on the rollouts only (not on the "
-                        "expert data mixed into the step)",
-                        "entropy_loss_fn: default, the entropy bonus on every trained token (a run's batches hold "
-                        "no expert data to leave out)"),
-    },
-    SAMPLE_STRATEGY: {
-        "mix": NotBuilt("draws a share of each training batch (sample_strategy_args.expert_data_ratio) from an "
-                        "expert SFT dataset and the rest from the rollouts (for mix and mix_chord)",
-                        _TWO_STAGES + "; remove sample_strategy (rfthpc's is default: experience in commit order)"),
+        "sft_is": NotBuilt("is CHORD's SFT loss weighted by the token's probability p, as an SFT stage's loss",
+                           "policy_loss_fn: sft (unweighted) for an sft stage; CHORD's p(1 - p) weighting of expert "
+                           "rows beside the rollouts is mix_chord's enable_phi_function"),
+        "sft_phi": NotBuilt("is CHORD's SFT loss weighted by p(1-p) per token, as an SFT stage's loss",
+                            "policy_loss_fn: sft (unweighted) for an sft stage; the same weighting of expert rows "
+                            "beside the rollouts is mix_chord's enable_phi_function"),
     },
     WORKFLOW: {
         **dict.fromkeys(
@@ -146,7 +126,8 @@ _PLUGIN_BASES = {ALGORITHM: "AlgorithmType", ADVANTAGE: "AdvantageFn", POLICY_LO
 _PORT = {
     ALGORITHM: "choose the closest built-in algorithm_type and name your own functions in advantage_fn / "
                "policy_loss_fn as 'module:function'",
-    SAMPLE_STRATEGY: "remove it: rfthpc's one sample strategy is default (experience in commit order)",
+    SAMPLE_STRATEGY: "remove it: rfthpc's sample strategies are default (experience in commit order) and mix "
+                     "(expert rows beside the rollouts)",
     WORKFLOW: "port it to an rfthpc workflow function and name that as 'module:function' (docs/agents.md)",
 }
 """How to carry a plugin of each kind over; other kinds: as an rfthpc function of that kind."""

@@ -79,6 +79,10 @@ class Needs:
     """KL: its loss weights each token by the policy's ratio to the old policy of the policy loss (Trinity-RFT's
     corrected_k3): `kl_loss` passes those log-probabilities as `old_log_prob=`; as a reward penalty, and
     wherever there are none, the estimator is computed without them."""
+    expert_data: bool = False
+    """Policy loss: the step also trains on expert rows of an SFT dataset read beside the experience
+    (`algorithm.sample_strategy: mix`, Trinity-RFT's mix and mix_chord): the function is the loss of the
+    rollouts, and the trainer adds the expert rows' SFT loss weighted by mu (`rfthpc.algorithms.mixing`)."""
     checked_by: str | None = None
     """Any kind: "module:function" of a plain-Python function (no torch) that raises ConfigError for a bad
     value of the function's keyword arguments. The function calls it with its arguments, and validation

@@ -25,13 +25,15 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     return -(p * torch.where(p > 0, log_p, torch.zeros_like(log_p))).sum(dim=-1)
 
 
-@declare("entropy_loss", "default", "basic")
+@declare("entropy_loss", "default", "basic", "mix")
 def entropy_bonus(
     entropy: torch.Tensor, response_mask: torch.Tensor, *, entropy_coef: float = 0.0, loss_agg_mode: str = "token-mean"
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Entropy bonus: the term -entropy_coef * agg(H) to add to the loss.
 
-    A positive coefficient rewards entropy. Metric `actor/entropy` = agg(H).
+    A positive coefficient rewards entropy. Metric `actor/entropy` = agg(H). `mix` (Trinity-RFT's entropy term
+    of the mix algorithms, on the rollouts only) is this: the trainer adds it to the rollouts' loss, never to a
+    mix stage's expert rows.
     """
     mean_entropy = aggregate_loss(entropy, response_mask, loss_agg_mode)
     return -entropy_coef * mean_entropy, {"actor/entropy": mean_entropy.detach().item()}

@@ -150,6 +150,11 @@ ALGORITHM_PRESETS: dict[str, dict[str, Any]] = {
                                  kl_loss_fn="none", entropy_loss_fn="none"),
     "jsd": _preset(advantage_fn="jsd", policy_loss_fn="ppo", repeat_times=8, kl_loss_fn="none",
                    entropy_loss_fn="none", advantage_fn_args={"kl_coef": 1.0, "lambda_coef": 0.5}),
+    # SFT+RL mixing as Trinity-RFT's presets: each step's batch also holds expert rows of an SFT dataset (the mix
+    # sample strategy, which the policy loss selects), trained with the SFT loss weighted mu (mix_chord: on a
+    # schedule, phi-weighted tokens) beside GRPO's loss on the rollouts; the entropy term on the rollouts only.
+    "mix": _preset(advantage_fn="grpo", policy_loss_fn="mix", repeat_times=8, entropy_loss_fn="mix"),
+    "mix_chord": _preset(advantage_fn="grpo", policy_loss_fn="mix_chord", repeat_times=8, entropy_loss_fn="mix"),
     "sft": _preset(
         advantage_fn=None,
         policy_loss_fn="sft",

@@ -96,12 +96,18 @@ class AlgorithmConfig:
     algorithm_type: str = "ppo"
     """Preset that fills unset functions: ppo, grpo, grpo_verl, dr_grpo, dapo, gspo, gmpo, sapo, lite_ppo,
     rloo, remax, reinforceplusplus, reinforce_plus_plus_baseline, opmd, asymre, sppo, rec, cispo, tis, m2po,
-    topr, kimi15, decoupled_ppo, sft, dpo (trainer only, on a preference dataset)."""
+    topr, kimi15, decoupled_ppo, raft, on_policy_distill, jsd, mix, mix_chord (RL with expert SFT rows), sft,
+    dpo (trainer only, on a preference dataset); docs/algorithms.md."""
     repeat_times: Optional[int] = None
     """Responses sampled per task (GRPO group size; veRL's `actor_rollout_ref.rollout.n`); defaults to the preset's."""
-    sample_strategy: Literal["default"] = "default"
-    """How the trainer samples experience: in commit order from the store (Trinity-RFT's `warmup`, which
-    its saved configs carry, is read as this: rfthpc's SFT warm-up is a `stages:` entry)."""
+    sample_strategy: Optional[Literal["default", "mix"]] = None
+    """How the trainer samples experience: `default`, in commit order from the store (Trinity-RFT's `warmup`,
+    which its saved configs carry, is read as this: rfthpc's SFT warm-up is a `stages:` entry); `mix`, each
+    step's batch also holds expert rows of an SFT dataset (`buffer.trainer_input.auxiliary_buffers`) for a
+    policy loss that trains them (mix, mix_chord). Defaults to `mix` for such a loss, else `default`."""
+    sample_strategy_args: dict[str, Any] = field(default_factory=dict)
+    """Arguments of the `mix` strategy: `expert_data_ratio` (0.5: the share of `buffer.train_batch_size` that is
+    expert rows, ceil'd), `sft_dataset_name` (`sft_dataset`: the auxiliary buffer read)."""
     advantage_fn: Optional[str] = None
     """Advantage estimator (grpo, rloo, opmd, asymre, rec, opo, gpg, grpo_passk, gdpo, lite_ppo, remax,
     reinforce, reinforceplusplus, reinforce_plus_plus_baseline, optimal_token_baseline, clipb, raft,
@@ -110,8 +116,8 @@ class AlgorithmConfig:
     """Keyword arguments of the advantage function (e.g. gamma, lam, std_normalize)."""
     policy_loss_fn: Optional[str] = None
     """Policy loss (ppo, pg/vanilla/gpg, gspo, geo_mean/gmpo, sapo, clip_cov, kl_cov, dppo_tv, dppo_kl, dro,
-    cispo, tis, topr, kimi15, opmd, sppo, rec, m2po, decoupled_ppo, bypass_mode, sft, dpo; docs/configuration.md) or
-    `module:function`."""
+    cispo, tis, topr, kimi15, opmd, sppo, rec, m2po, decoupled_ppo, bypass_mode, importance_sampling, mix, mix_chord,
+    sft, dpo; docs/algorithms.md) or `module:function`."""
     policy_loss_fn_args: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the policy loss (e.g. clip_range, clip_ratio_c)."""
     kl_penalty_fn: Optional[str] = None

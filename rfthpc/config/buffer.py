@@ -201,6 +201,9 @@ class TrainerInputConfig:
 
     experience_buffer: ExperienceBufferConfig = field(default_factory=ExperienceBufferConfig)
     """The experience buffer (or SFT dataset)."""
+    auxiliary_buffers: dict[str, ExperienceBufferConfig] = field(default_factory=dict)
+    """Datasets read beside the experience, by name: a mix stage's expert SFT data
+    (`algorithm.sample_strategy: mix`, under `sample_strategy_args.sft_dataset_name`, default `sft_dataset`)."""
 
 
 @dataclass

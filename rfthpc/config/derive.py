@@ -9,12 +9,13 @@ from typing import Any
 
 from rfthpc.algorithms.registry import SCALED_MODES
 from rfthpc.config.buffer import TasksetConfig
+from rfthpc.config.expert import rollout_groups_per_step
 from rfthpc.config.explorer import InferenceModelConfig
 from rfthpc.config.schema import STAGE_SECTIONS, Config, explores, trains
 from rfthpc.config.synchronizer import default_max_staleness
 from rfthpc.config.typed import build, to_dict
 from rfthpc.dialects import trinity, verl
-from rfthpc.errors import ALGORITHM, PATHS, REFUSED, Problems
+from rfthpc.errors import ALGORITHM, PATHS, REFUSED, ConfigError, Problems
 from rfthpc.not_built import ALGORITHM as NOT_BUILT_ALGORITHM
 from rfthpc.not_built import not_built
 
@@ -65,6 +66,19 @@ def _apply_preset(cfg: Config, problems: Problems) -> None:
         alg.repeat_times = 1
     elif alg.repeat_times is None:
         alg.repeat_times = preset.get("repeat_times", 1)
+    if alg.sample_strategy is None:
+        alg.sample_strategy = "mix" if _trains_expert_rows(alg.policy_loss_fn) else "default"
+
+
+def _trains_expert_rows(policy_loss_fn: str | None) -> bool:
+    """The policy loss trains expert rows beside the rollouts (mix, mix_chord); False for an unknown name (reported
+    by validation)."""
+    from rfthpc.algorithms.registry import POLICY_LOSS_FNS
+
+    try:
+        return bool(policy_loss_fn) and POLICY_LOSS_FNS.needs(policy_loss_fn).expert_data
+    except ConfigError:
+        return False
 
 
 def _finish_taskset(cfg: Config, ts: TasksetConfig, index: int, is_eval: bool) -> None:
@@ -252,8 +266,7 @@ def finalize(cfg: Config, source: str = "config", problems: Problems | None = No
         t.max_token_len_per_gpu = 2 * cfg.model.max_model_len
     # The groups of one trainer step: a trainer-only config sets train_batch_size and not batch_size.
     # (repeat_times < 1 is reported by validation, which runs on the derived config.)
-    groups_per_step = b.train_batch_size // max(1, cfg.algorithm.repeat_times)
-    t.ppo_mini_batch_size = _fill(t.ppo_mini_batch_size, max(1, groups_per_step))
+    t.ppo_mini_batch_size = _fill(t.ppo_mini_batch_size, rollout_groups_per_step(cfg))
     cfg.monitor.monitor_type = list(dict.fromkeys(cfg.monitor.monitor_type))
     _derive_slurm(cfg)
     if own:

@@ -208,6 +208,8 @@ def config_from_dict(raw: dict[str, Any], source: str, problems: Problems | None
     trinity.apply_sync_style_names(raw, problems)
     trinity.apply_trinity_value_names(raw, problems)
     trinity.apply_trinity_teacher(raw, problems)
+    trinity.apply_trinity_expert_data(raw, problems)
+    trinity.apply_trinity_explore_batch_size(raw, problems)
     verl.apply_verl_trainer_config(raw, problems)
     cfg = build(Config, raw, "", problems)
     merge_taskset(cfg, problems)

@@ -17,6 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
+from rfthpc.algorithms.mix_settings import expert_rows
 from rfthpc.algorithms.presets import needs_greedy_baseline, trains_on_dataset
 from rfthpc.algorithms.registry import ADVANTAGE_FNS
 from rfthpc.algorithms.replay import ReplayPolicy
@@ -25,6 +26,7 @@ from rfthpc.algorithms.shaping import GroupFilter, OverlongPenalty, group_filter
 from rfthpc.config.algorithm import AlgorithmConfig, OptimizerConfig
 from rfthpc.config.buffer import ExperienceBufferConfig, TasksetConfig
 from rfthpc.config.derive import Stage
+from rfthpc.config.expert import mix_args, rollout_groups_per_step
 from rfthpc.config.explorer import InferenceModelConfig
 from rfthpc.config.lora import LoRAConfig, LoRASettings
 from rfthpc.config.monitor import MonitorConfig
@@ -170,6 +172,10 @@ class TrainerStageSettings:
     """The `TaskClaims` names of the stage's tasksets, as its explorers name them."""
     replay: ReplayPolicy | None = None
     """How the store is read with experience replay; None: each group once, in commit order."""
+    expert_data: ExperienceBufferConfig | None = None
+    """A mix stage's expert SFT dataset (`algorithm.sample_strategy: mix`); None: no expert rows."""
+    expert_rows: int = 0
+    """Expert rows per step of a mix stage, beside `groups_per_step` groups of rollouts."""
 
 
 @dataclass(frozen=True)
@@ -231,7 +237,7 @@ def _trainer_stage(stage: Stage, claim_sets: tuple[str, ...]) -> TrainerStageSet
         name=stage.name, trains=trains(cfg.mode), algorithm=algorithm,
         chat_template=m.custom_chat_template, enable_thinking=m.enable_thinking, max_prompt_tokens=m.max_prompt_tokens,
         max_response_tokens=m.max_response_tokens, sampling_temperature=_sampling_temperature(cfg),
-        train_batch_size=train_batch, groups_per_step=max(1, train_batch // algorithm.repeat_times),
+        train_batch_size=train_batch, groups_per_step=rollout_groups_per_step(cfg),
         total_steps=b.total_steps, total_epochs=b.total_epochs,
         ppo_mini_batch_size=int(_required(t.ppo_mini_batch_size, "trainer.ppo_mini_batch_size")),
         ppo_epochs=t.ppo_epochs, ppo_micro_batch_size_per_gpu=t.ppo_micro_batch_size_per_gpu,
@@ -244,8 +250,17 @@ def _trainer_stage(stage: Stage, claim_sets: tuple[str, ...]) -> TrainerStageSet
         max_staleness=int(_required(cfg.synchronizer.max_staleness, "synchronizer.max_staleness")),
         keep_published=cfg.synchronizer.keep_published, read_timeout_s=eb.max_read_timeout,
         chunk_delay_s=eb.max_chunk_delay, sft_data=copy.deepcopy(eb), claim_sets=claim_sets,
-        replay=replay_policy(cfg),
+        replay=replay_policy(cfg), **_expert(cfg, train_batch),
     )
+
+
+def _expert(cfg: Config, train_batch: int) -> dict[str, Any]:
+    """A mix stage's `expert_data` and `expert_rows` (none for any other stage)."""
+    if cfg.algorithm.sample_strategy != "mix":
+        return {}
+    args = mix_args(cfg)
+    return {"expert_data": copy.deepcopy(cfg.buffer.trainer_input.auxiliary_buffers[args["sft_dataset_name"]]),
+            "expert_rows": expert_rows(train_batch, args["expert_data_ratio"])}
 
 
 def replay_policy(cfg: Config) -> ReplayPolicy | None:

@@ -19,6 +19,7 @@ from rfthpc.config.derive import (
     server_gpus,
     trainer_gpus_per_node,
 )
+from rfthpc.config.expert import expert_problems
 from rfthpc.config.lora import lora_problems
 from rfthpc.config.monitor import sink_problems
 from rfthpc.config.schema import Config, explores, trains
@@ -442,6 +443,11 @@ def _check_inputs(cfg: Config, problems: Problems, check_paths: bool) -> None:
         problems.add(f"buffer.trainer_input.experience_buffer.path: an {cfg.algorithm.algorithm_type} stage trains "
                      "on this dataset; give its local path", PATHS)
     _component("rollout_args")(cfg, problems)
+    from rfthpc import algorithms as algos
+
+    for message in expert_problems(cfg, _needs(algos.POLICY_LOSS_FNS, cfg.algorithm.policy_loss_fn).expert_data,
+                                   check_paths):
+        problems.add(message, PATHS if "path" in message.split(":", 1)[0] else INVALID)
     for message in teacher_problems(cfg.model.teacher_model_path, cfg.model.model_path,
                                     _advantage_needs(cfg.algorithm.advantage_fn).teacher, cfg.algorithm.advantage_fn,
                                     check_paths):

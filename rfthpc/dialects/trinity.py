@@ -130,6 +130,8 @@ _STORAGE_KEYS: dict[str, Answer] = {
     "max_retry_interval": Ignored(NO_SQL),
     **{k: Ignored(SET_BY_TRINITY + "; rfthpc derives what it needs") for k in (
         "schema_type", "is_eval", "batch_size", "tokenizer_path", "total_steps")},
+    "algorithm_type": Ignored("Trinity-RFT's older way to name a dataset's schema (sft for an SFT dataset); rfthpc "
+                              "reads a dataset's rows by the stage that reads it and its format"),
     "mm_data_kwargs": Refused(MULTIMODAL, off),
     "format.image_key": Refused(MULTIMODAL, off),
     "format.video_key": Refused(MULTIMODAL, off),
@@ -163,9 +165,6 @@ TRINITY_KEYS: dict[str, Answer] = {
     "model.lora_configs.is_dummy": Ignored(SET_BY_TRINITY),
     **{f"model.{k}": Ignored("how vLLM serves many adapters; rfthpc's explorers serve the one adapter being trained")
        for k in ("fully_sharded_loras", "max_cpu_loras")},
-    "algorithm.sample_strategy_args": Refused(
-        "arguments of Trinity-RFT's experience sample strategies; rfthpc trains on experience in commit order within "
-        "the staleness bound (synchronizer.max_staleness): remove it", off),
     "algorithm.use_token_level_loss": Refused(
         "an older Trinity-RFT switch of the SFT loss: set algorithm.loss_agg_mode (token-mean for true, "
         "seq-mean-token-mean for false)", one_of(True),
@@ -175,14 +174,10 @@ TRINITY_KEYS: dict[str, Answer] = {
     "buffer.max_retry_times": Ignored(NO_SQL),
     "buffer.max_retry_interval": Ignored(NO_SQL),
     "buffer.trainer_input.sft_warmup_dataset": Refused(
-        "use `stages:` with an sft_warmup stage (Trinity-RFT's current form)", off),
+        "use `stages:` with an sft_warmup stage (Trinity-RFT's current form); a mix stage's expert data is read from "
+        "it (as buffer.trainer_input.auxiliary_buffers.sft_dataset)", off),
     "buffer.trainer_input.sft_warmup_steps": Refused(
         "use `stages:` with an sft_warmup stage (Trinity-RFT's current form)", off),
-    "buffer.trainer_input.auxiliary_buffers": Refused(
-        "Trinity-RFT's expert data mixed into the RL steps (the mix and mix_chord algorithms); rfthpc trains each "
-        "stage on one experience buffer and has not built this mixing: the closest is a `stages:` list with an sft "
-        "stage on that dataset followed by the RL stage, which learns it once, before RL, instead of in every "
-        "step", off),
     **{_TASKSET + k: v for k, v in _STORAGE_KEYS.items()},
     _TASKSET + "index": Refused("Trinity-RFT's resume position in the taskset; rfthpc resumes task claims from the "
                                 "run directory: remove it (to skip tasks, drop them from the dataset)", off),
@@ -258,6 +253,7 @@ def trinity_key(path: str) -> str:
     """The key under which TRINITY_KEYS holds the config key at `path`."""
     path = re.sub(r"^stages\[\d+\]\.", "", path)
     path = re.sub(r"^buffer\.explorer_input\.(eval_)?tasksets\[\d+\]", "buffer.explorer_input.taskset", path)
+    path = re.sub(r"^buffer\.trainer_input\.auxiliary_buffers\.[^.]+", "buffer.trainer_input.experience_buffer", path)
     return re.sub(r"^explorer\.auxiliary_models\[\d+\]", "explorer.rollout_model", path)
 
 
@@ -662,6 +658,72 @@ def apply_trinity_value_names(raw: dict[str, Any], problems: Problems) -> None:
         if refusal is not None:
             del alg["sample_strategy"]  # reported here, not again as a bad choice
             problems.add(f"{key}.sample_strategy: {refusal}", REFUSED)
+
+
+MIX_LOSSES = ("mix", "mix_chord")
+"""Trinity-RFT's policy losses (and algorithm types) that train expert rows beside the rollouts."""
+MIX_BOOKKEEPING = ("use_dynamic_bsz", "ppo_mini_batch_size", "ppo_micro_batch_size_per_gpu", "ngpus_trainer",
+                   "train_batch_size_usual", "train_batch_size_expert", "read_batch_size_usual",
+                   "read_batch_size_expert", "repeat_times")
+"""Arguments of Trinity's mix losses that size its per-GPU weighting of the two terms (and, in its examples, the
+group size again); rfthpc weighs each term exactly over its mini-batch, so it needs none of them."""
+
+
+def _mixes(alg: Any) -> bool:
+    """The algorithm section trains expert rows beside the rollouts (Trinity's mix or mix_chord)."""
+    return isinstance(alg, dict) and (alg.get("algorithm_type") in MIX_LOSSES or alg.get("policy_loss_fn") in MIX_LOSSES
+                                      or alg.get("sample_strategy") == "mix")
+
+
+def apply_trinity_explore_batch_size(raw: dict[str, Any], problems: Problems) -> None:
+    """Read Trinity-RFT's older `buffer.explore_batch_size` (tasks per explorer step, beside `batch_size`, then the
+    trainer's tasks per step) as rfthpc's keys: `buffer.batch_size` (the explorers') and, unless set,
+    `buffer.train_batch_size` = the old batch_size x algorithm.repeat_times (the preset's when unset), each recorded
+    for `config show`."""
+    buffer = raw.get("buffer")
+    if not isinstance(buffer, dict) or "explore_batch_size" not in buffer:
+        return
+    from rfthpc.algorithms.presets import ALGORITHM_PRESETS
+
+    explore = buffer.pop("explore_batch_size")
+    alg = raw.get("algorithm") if isinstance(raw.get("algorithm"), dict) else {}
+    repeat = alg.get("repeat_times") or ALGORITHM_PRESETS.get(alg.get("algorithm_type", "ppo"), {}).get("repeat_times")
+    trainer_tasks = buffer.get("batch_size")
+    if buffer.get("train_batch_size") is None and isinstance(trainer_tasks, int) and isinstance(repeat, int):
+        buffer["train_batch_size"] = trainer_tasks * repeat
+        problems.map("buffer.train_batch_size", buffer["train_batch_size"], "buffer.batch_size", "Trinity-RFT")
+    buffer["batch_size"] = explore
+    problems.map("buffer.batch_size", explore, "buffer.explore_batch_size", "Trinity-RFT")
+
+
+def apply_trinity_expert_data(raw: dict[str, Any], problems: Problems) -> None:
+    """Read a Trinity-RFT mix config (algorithm_type mix or mix_chord) as rfthpc's: its expert dataset given as
+    `buffer.trainer_input.sft_warmup_dataset` (its older examples' form) becomes the auxiliary buffer the mix
+    strategy reads (`sample_strategy_args.sft_dataset_name`, default `sft_dataset`), and the loss arguments that
+    only size Trinity's per-GPU weighting (MIX_BOOKKEEPING) are dropped, with a note. Each change is recorded for
+    `config show`."""
+    alg = raw.get("algorithm")
+    if not _mixes(alg):
+        return
+    args = alg.get("policy_loss_fn_args")
+    if isinstance(args, dict):
+        dropped = [k for k in MIX_BOOKKEEPING if k in args]
+        for k in dropped:
+            del args[k]
+        if dropped:
+            problems.notes.append(f"algorithm.policy_loss_fn_args: {', '.join(dropped)} size Trinity-RFT's per-GPU "
+                                  "weighting of the rollouts' and the expert rows' terms; rfthpc averages each term "
+                                  "over its own rows of the mini-batch, so they are not used")
+    trainer_input = (raw.get("buffer") or {}).get("trainer_input") if isinstance(raw.get("buffer"), dict) else None
+    if not isinstance(trainer_input, dict) or not isinstance(trainer_input.get("sft_warmup_dataset"), dict):
+        return
+    strategy_args = alg.get("sample_strategy_args") if isinstance(alg.get("sample_strategy_args"), dict) else {}
+    name = strategy_args.get("sft_dataset_name", "sft_dataset")
+    buffers = trainer_input.setdefault("auxiliary_buffers", {})
+    if isinstance(buffers, dict) and name not in buffers:
+        buffers[name] = trainer_input.pop("sft_warmup_dataset")
+        problems.map(f"buffer.trainer_input.auxiliary_buffers.{name}", buffers[name].get("path"),
+                     "buffer.trainer_input.sft_warmup_dataset", "Trinity-RFT")
 
 
 DISTILL_WORKFLOWS = {"on_policy_distill_math_workflow": "math_boxed_workflow"}

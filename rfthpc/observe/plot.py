@@ -2,8 +2,8 @@
 
 Charts (written to `<run dir>/monitor/plots/`, each alone and all together in `overview.png`):
 - `reward.png`: mean reward of each trainer batch per global step (and the SFT loss of warm-up
-  stages, and the per-token reverse KL to the teacher of distillation stages), with the stage
-  boundaries marked;
+  stages or of a mix stage's expert rows, and the per-token reverse KL to the teacher of distillation
+  stages), with the stage boundaries marked;
 - `eval.png`: greedy eval accuracy (multi-turn episodes: success rate) per policy version, per eval taskset;
 - `episodes.png`: multi-turn runs (`env_workflow`): success rate and policy turns per episode of
   the explorers' training episodes, per explorer step;
@@ -26,6 +26,8 @@ from rfthpc.rundir.paths import RunDir
 
 REWARD_KEY = "critic/score/mean"
 SFT_LOSS_KEY = "actor/sft_loss"
+EXPERT_LOSS_KEY = "expert/sft_loss"
+"""A mix stage's SFT loss on its expert rows (`rfthpc.algorithms.mixing`), charted as the SFT loss."""
 REVERSE_KL_KEY = "distill/reverse_kl"
 STAGE_KEY = "training/stage_index"
 SMOOTH_STEPS = 10
@@ -55,6 +57,15 @@ def _series(records: list[dict[str, Any]], key: str, x: str = "step") -> tuple[l
     return xs, ys
 
 
+Series = tuple[list[float], list[float]]
+
+
+def _merged(a: Series, b: Series) -> Series:
+    """Two series of disjoint steps as one, in step order."""
+    points = sorted(zip(a[0] + b[0], a[1] + b[1], strict=True))
+    return [x for x, _ in points], [y for _, y in points]
+
+
 def _stage_starts(trainer: list[dict[str, Any]]) -> list[int]:
     """Global steps after which a new stage began (the last step of the stage before)."""
     starts, last = [], None
@@ -72,7 +83,8 @@ def collect(run: RunDir) -> dict[str, Any]:
     explorers = {p.stem.removeprefix("explorer_"): read_metrics(p)
                  for p in sorted(run.monitor.glob("explorer_*.jsonl"))}
     data: dict[str, Any] = {
-        "reward": _series(trainer, REWARD_KEY), "sft_loss": _series(trainer, SFT_LOSS_KEY),
+        "reward": _series(trainer, REWARD_KEY),
+        "sft_loss": _merged(_series(trainer, SFT_LOSS_KEY), _series(trainer, EXPERT_LOSS_KEY)),
         "reverse_kl": _series(trainer, REVERSE_KL_KEY),
         "stage_starts": _stage_starts(trainer), "eval": {}, "episodes": {}, "throughput": {}, "staleness": {}, "timeline": {},
     }

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from rfthpc.config import load_resolved
@@ -66,7 +67,7 @@ from rfthpc.trainer.samples import Sample
 from rfthpc.trainer.sequence_parallel import sequence_group
 from rfthpc.trainer.sft_data import PreferenceData, SFTData, load_tokenizer
 from rfthpc.trainer.stages import Position, next_trainable, resume_position
-from rfthpc.trainer.update import MicroLoss, ShardedUpdater, UpdateResult
+from rfthpc.trainer.update import LossPart, ShardedUpdater, UpdateResult
 from rfthpc.weights import asking, chain, published
 from rfthpc.weights.publisher import Publication, Publisher
 
@@ -303,14 +304,15 @@ class Trainer:
         n = stage.train_batch_size
         sft = None
         total = stage.total_steps
-        if alg.is_sft:
+        if alg.is_sft or stage.expert_data is not None:
+            # The stage's dataset: an sft or dpo stage's, or a mix stage's expert rows.
             rows: int | str | None = None
             if self.env.is_main:
                 try:
                     tokenizer = load_tokenizer(self.settings.model_path, stage.chat_template)
                     data_class = PreferenceData if alg.is_preference else SFTData
-                    sft = data_class(stage.sft_data, tokenizer, self._max_length(stage),
-                                     enable_thinking=stage.enable_thinking)
+                    data = stage.sft_data if alg.is_sft else stage.expert_data
+                    sft = data_class(data, tokenizer, self._max_length(stage), enable_thinking=stage.enable_thinking)
                     rows = len(sft)
                 except UserError as e:
                     rows = str(e)
@@ -319,13 +321,13 @@ class Trainer:
             rows = self.env.broadcast_object(rows)
             if isinstance(rows, str):
                 raise UserError(rows)
-            if total is None:
+            if total is None and alg.is_sft:
                 total = max(1, rows * stage.total_epochs // n)
         updater = ShardedUpdater(self.policy, optimizer, self.env, planner, alg.weight, stage.grad_clip,
                                  lambda model, mb: token_logprobs(model, mb)[0], alg.averaged)
         st = _StageState(stage, alg, total, updater, LRSchedule.from_settings(stage.algorithm.optimizer, total))
         st.sft = sft
-        if sft is not None:
+        if sft is not None and alg.is_sft:
             st.source = _SFTSource(sft, n)
         if st.is_rl and self.env.is_main:
             self.reader.max_staleness = stage.max_staleness
@@ -410,6 +412,8 @@ class Trainer:
             def poll_store() -> Poll:
                 poll = st.source.poll(pos.step)
                 poll.groups = []  # every rank needs the samples only
+                if poll.status == "batch" and st.is_rl and st.sft is not None:
+                    poll.samples += _expert_rows(st.sft.take(st.stage.expert_rows), st.stage.sampling_temperature)
                 return poll
 
             poll = self.env.on_main(poll_store)
@@ -420,12 +424,12 @@ class Trainer:
                 # ones whose experience it waits for.
                 self._serve_requests(st, pos)
 
-    def _updates(self, pos: Position, updater: ShardedUpdater, role: str, batches: list[list[int]],
-                 samples: list[Sample], mask: torch.Tensor, loss: MicroLoss, results: list[UpdateResult]) -> bool:
-        """Run `updater` over the mini-batches `batches` in order, appending to `results` with the grad
-        norm as `<role>/grad_norm`; False (step abandoned) at the first NaN/inf."""
-        for idx in batches:
-            res = updater.update(samples, idx, mask, loss)
+    def _updates(self, pos: Position, updater: ShardedUpdater, role: str, batches: list[list[LossPart]],
+                 samples: list[Sample], mask: torch.Tensor, results: list[UpdateResult]) -> bool:
+        """Run `updater` over the mini-batches `batches` (each its loss parts) in order, appending to `results`
+        with the grad norm as `<role>/grad_norm`; False (step abandoned) at the first NaN/inf."""
+        for parts in batches:
+            res = updater.update_parts(samples, parts, mask)
             if not res.finite:
                 self._abandon(pos, "policy" if role == "actor" else role, res, kept=len(results))
                 return False
@@ -436,6 +440,10 @@ class Trainer:
         """Train on one batch; return its metrics, or None if it was abandoned (NaN/inf)."""
         start = time.perf_counter()
         alg, stage = st.algorithm, st.stage
+        # A mix stage's expert rows follow the rollouts (`_fetch`): they take no part in the advantages, the
+        # reference, the teacher or the rollout correction, only in their own SFT term.
+        experts = [s for s in samples if s.expert]
+        samples = samples[:len(samples) - len(experts)]
         planner = st.actor.planner
         ref = old = values = None
         if st.reference is not None:
@@ -479,8 +487,9 @@ class Trainer:
         batches = minis * epochs  # every epoch runs the same mini-batches in the same order
         if st.critic is not None:
             set_lr(st.critic.optimizer, st.critic_schedule(k))
-            if not self._updates(pos, st.critic, "critic", batches, samples, tensors.mask,
-                                 functools.partial(_critic_loss, alg, tensors), results):
+            critic_loss = functools.partial(_critic_loss, alg, tensors)
+            if not self._updates(pos, st.critic, "critic", [[LossPart(idx, critic_loss)] for idx in batches],
+                                 samples, tensors.mask, results):
                 return None
             metrics["critic/lr"] = st.critic_schedule(k)
         if st.critic is None or k >= stage.critic_warmup:
@@ -488,14 +497,21 @@ class Trainer:
             # warm-up steps do not use up the actor's learning-rate warm-up.
             lr = st.schedule(k - (stage.critic_warmup if st.critic is not None else 0))
             set_lr(st.actor.optimizer, lr)
-            if not self._updates(pos, st.actor, "actor", batches, actor_samples, actor_mask,
-                                 functools.partial(_actor_loss, alg, tensors), results):
+            actor_loss = functools.partial(_actor_loss, alg, tensors)
+            actor_batches = [[LossPart(idx, actor_loss)] for idx in batches]
+            if experts and alg.expert is not None:
+                mu = alg.expert.mu(pos.step)
+                actor_batches = _with_experts(actor_batches, len(minis), len(actor_samples), len(experts), alg, mu)
+                actor_mask = _mask_with_rows(actor_mask, experts)
+                actor_samples = actor_samples + experts
+                metrics.update({"mix/mu": mu, "mix/expert_rows": float(len(experts))})
+            if not self._updates(pos, st.actor, "actor", actor_batches, actor_samples, actor_mask, results):
                 return None
             metrics["actor/lr"] = lr
         elapsed = time.perf_counter() - start
         self.nan_consecutive = 0
         metrics.update(_mean_metrics(results))
-        tokens = sum(s.length for s in samples)
+        tokens = sum(s.length for s in samples + experts)
         staleness = [pos.step - s.policy_version for s in samples]
         metrics.update({
             "perf/time_per_step": elapsed,
@@ -657,6 +673,37 @@ def _rejected(samples: list[Sample], keep: torch.Tensor) -> list[Sample]:
     loss's denominators (and the weighting of micro-batches, update.py) count only the tokens kept."""
     kept = keep.numpy()
     return [dataclasses.replace(s, loss_mask=s.loss_mask & kept[i, :len(s.loss_mask)]) for i, s in enumerate(samples)]
+
+
+def _with_experts(batches: list[list[LossPart]], n_minis: int, first: int, n_experts: int, alg: Algorithm,
+                  mu: float) -> list[list[LossPart]]:
+    """A mix step's updates: each mini-batch's rollouts weighted 1 - mu, beside an even share of the expert rows
+    (samples `first` .. `first + n_experts - 1`) weighted mu, the same share in every epoch."""
+    shares = np.array_split(np.arange(first, first + n_experts), n_minis)
+    expert_loss = functools.partial(_expert_loss, alg)
+    return [[dataclasses.replace(parts[0], scale=1.0 - mu),
+             LossPart(shares[j % n_minis].tolist(), expert_loss, scale=mu, weight=alg.expert_weight)]
+            for j, parts in enumerate(batches)]
+
+
+def _mask_with_rows(mask: torch.Tensor, samples: list[Sample]) -> torch.Tensor:
+    """`mask` (B, R) with the loss masks of `samples` appended as rows, both padded to the wider."""
+    width = max(mask.shape[1], *(len(s.loss_mask) for s in samples))
+    out = torch.zeros(mask.shape[0] + len(samples), width, dtype=mask.dtype)
+    out[:mask.shape[0], :mask.shape[1]] = mask
+    for i, s in enumerate(samples):
+        out[mask.shape[0] + i, :len(s.loss_mask)] = torch.as_tensor(s.loss_mask, dtype=mask.dtype)
+    return out
+
+
+def _expert_rows(samples: list[Sample], temperature: float) -> list[Sample]:
+    """A mix stage's expert rows: marked, and scored at the rollouts' temperature (as Trinity-RFT's actor scores
+    its whole batch)."""
+    return [dataclasses.replace(s, expert=True, temperature=temperature) for s in samples]
+
+
+def _expert_loss(alg: Algorithm, model: torch.nn.Module, mb, idx: list[int]):
+    return alg.expert_loss(token_logprobs(model, mb)[0], mb.response_mask)
 
 
 def _actor_loss(alg: Algorithm, t: StepTensors, model: torch.nn.Module, mb, idx: list[int]):

@@ -35,6 +35,8 @@ from rfthpc.algorithms import rollout_correction as rollout_fns
 from rfthpc.algorithms.advantages import AdvantageFn
 from rfthpc.algorithms.aggregation import token_weights
 from rfthpc.algorithms.declare import Needs
+from rfthpc.algorithms.mix_settings import ExpertMix
+from rfthpc.algorithms.mixing import expert_loss, expert_weight
 from rfthpc.algorithms.registry import SCALED_MODES, check_loss_agg_mode, loss_scale_problem
 from rfthpc.algorithms.rollout_settings import RolloutCorrection
 from rfthpc.config.settings import AlgorithmSettings
@@ -63,6 +65,8 @@ class Algorithm:
     """`algorithm.rollout_correction`."""
     policy_needs: Needs = field(default_factory=Needs)
     """What the policy loss declared it needs."""
+    expert: ExpertMix | None = None
+    """A mix stage's expert term (a policy loss declared expert_data); None: the batch is rollouts only."""
 
     @property
     def is_sft(self) -> bool:
@@ -153,6 +157,9 @@ class Algorithm:
                 f"algorithm.advantage_fn: missing for policy loss {alg.policy_loss_fn!r}; name one (e.g. grpo) "
                 "or use algorithm_type sft or dpo"
             )
+        if out.policy_needs.expert_data:
+            out.expert = ExpertMix.of(alg.policy_loss_fn, {**algos.POLICY_LOSS_FNS.defaults(alg.policy_loss_fn),
+                                                           **alg.policy_loss_fn_args})
         out.kl_loss_fn = alg.kl_loss_fn
         out.kl_penalty_fn = alg.kl_penalty_fn
         for name in (out.kl_loss_fn, out.kl_penalty_fn):
@@ -219,6 +226,16 @@ class Algorithm:
                 loss = loss + term
                 metrics.update(kl_metrics)
         return loss, metrics
+
+    def expert_loss(self, log_prob: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """A mix stage's expert term on one micro-batch of expert rows (`rfthpc.algorithms.mixing.expert_loss`)."""
+        assert self.expert is not None, "only a mix stage has expert rows"
+        return expert_loss(self.expert, log_prob, mask)
+
+    def expert_weight(self, mask: torch.Tensor) -> float:
+        """The units the expert term averages over in a micro-batch (`rfthpc.algorithms.mixing.expert_weight`)."""
+        assert self.expert is not None, "only a mix stage has expert rows"
+        return expert_weight(self.expert, mask)
 
     def loss_scale(self) -> AbstractContextManager[None]:
         """Within it, the -norm modes divide by the constant L, whatever a micro-batch's

@@ -48,6 +48,8 @@ class Sample:
     preference: int = 0
     """DPO: +1 for the chosen response of its preference pair (the pair is its `group`), -1 for the
     rejected one; 0 outside preference pairs."""
+    expert: bool = False
+    """An expert row of a mix stage (an SFT dataset's, trained with the SFT term), not a rollout."""
 
     @property
     def length(self) -> int:

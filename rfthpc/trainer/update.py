@@ -42,6 +42,19 @@ MicroLoss = Callable[[nn.Module, MicroBatch, list[int]], tuple[torch.Tensor, dic
 
 
 @dataclass
+class LossPart:
+    """Samples of a mini-batch whose loss is aggregated on its own, within one optimizer update (a mix step's
+    rollouts and expert rows)."""
+
+    indices: list[int]
+    micro_loss: MicroLoss
+    scale: float = 1.0
+    """The part's factor in the update's loss (a mix step's 1 - mu and mu)."""
+    weight: Callable[[torch.Tensor], float] | None = None
+    """Counts the units the part's loss averages over in a mask; None: the updater's (the algorithm's)."""
+
+
+@dataclass
 class UpdateResult:
     """What one optimizer update did."""
 
@@ -93,8 +106,12 @@ class ShardedUpdater:
     def update(self, samples: list[Sample], indices: list[int], mask: torch.Tensor,
                micro_loss: MicroLoss) -> UpdateResult:
         """One optimizer step on the samples `indices` (`mask`: the batch's (B, R) loss mask)."""
-        total = self.weight(mask[indices])
-        plan = self.planner(samples, indices)
+        return self.update_parts(samples, [LossPart(indices, micro_loss)], mask)
+
+    def update_parts(self, samples: list[Sample], parts: list[LossPart], mask: torch.Tensor) -> UpdateResult:
+        """One optimizer step on the sum of `parts`' losses, each aggregated over its own samples (its micro-batches
+        weighted by its own count: `LossPart.weight`, else the updater's) and scaled by its `scale`; `mask`: the
+        batch's (B, R) loss mask."""
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = defaultdict(float)
         finite = True
@@ -104,21 +121,30 @@ class ShardedUpdater:
         accumulate = self.env.world_size == 1 and isinstance(self.model, FSDPModule)
         # Each rank of a sequence-parallel group computes the same metrics.
         share = 1.0 if self.env.sequence is None else 1.0 / self.env.sequence.size
-        for k, mb in enumerate(plan.micro_batches(samples, self.env.dp_rank, self.env.device, self.env.sequence)):
-            if accumulate:
-                last = k == plan.n_micro - 1
-                self.model.set_requires_gradient_sync(last)
-                self.model.set_reshard_after_backward(last)
-            if mb.is_padding:
-                # This rank has no sample here, but FSDP2's collectives need its forward and backward.
-                (self.forward(self.model, mb).sum() * 0.0).backward()
-                continue
-            loss, metrics = micro_loss(self.model, mb, mb.indices)
-            w = self.weight(mb.response_mask) / total if total > 0 else 0.0
-            finite = finite and bool(torch.isfinite(loss).item())
-            (loss * ((w if self.averaged else 1.0) * self.env.world_size)).backward()
-            for name, value in metrics.items():
-                sums[name] += value * w * share
+        plans = [(part, self.planner(samples, part.indices)) for part in parts if part.indices]
+        totals = [(part.weight or self.weight)(mask[part.indices]) for part, _ in plans]
+        n_micro = sum(plan.n_micro for _, plan in plans)
+        k = 0
+        for (part, plan), total in zip(plans, totals, strict=True):
+            weight = part.weight or self.weight
+            averaged = self.averaged if part.weight is None else True
+            for mb in plan.micro_batches(samples, self.env.dp_rank, self.env.device, self.env.sequence):
+                if accumulate:
+                    last = k == n_micro - 1
+                    self.model.set_requires_gradient_sync(last)
+                    self.model.set_reshard_after_backward(last)
+                k += 1
+                if mb.is_padding:
+                    # This rank has no sample here, but FSDP2's collectives need its forward and backward.
+                    (self.forward(self.model, mb).sum() * 0.0).backward()
+                    continue
+                loss, metrics = part.micro_loss(self.model, mb, mb.indices)
+                w = weight(mb.response_mask) / total if total > 0 else 0.0
+                finite = finite and bool(torch.isfinite(loss).item())
+                (loss * ((w if averaged else 1.0) * part.scale * self.env.world_size)).backward()
+                for name, value in metrics.items():
+                    sums[name] += value * w * share
+        total = sum(totals)
         finite = not self.env.any(not finite)
         norm = grad_norm_and_clip(self.model, self.grad_clip)
         finite = finite and math.isfinite(norm)
@@ -127,8 +153,7 @@ class ShardedUpdater:
             # A rank whose micro-batches were all padding (fewer samples than ranks) has no metrics,
             # yet every rank must reduce the same list.
             names = sorted(set().union(*self.env.all_gather_objects(names)))
-        totals = self.env.sum([sums[n] for n in names])
-        metrics = dict(zip(names, totals))
+        metrics = dict(zip(names, self.env.sum([sums[n] for n in names]), strict=True))
         if not finite or total <= 0:
             # Nothing to learn from (no unmasked token) or a NaN/inf: do not step, drop the gradients.
             self.optimizer.zero_grad(set_to_none=True)

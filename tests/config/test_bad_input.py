@@ -361,12 +361,17 @@ def test_one_chat_template_for_every_role(tmp_path: Path, base: str) -> None:
 def test_derivation_leaves_nothing_for_the_roles_to_fill(tmp_path: Path, base: str) -> None:
     """Every value a role reads is set once, here (the roles have no defaults of their own)."""
     from rfthpc.algorithms.presets import ALGORITHM_PRESETS, DATASET_ALGORITHMS
-    from rfthpc.algorithms.registry import ADVANTAGE_FNS
+    from rfthpc.algorithms.registry import ADVANTAGE_FNS, POLICY_LOSS_FNS
 
     model = base.split("model_path: ", 1)[1].split("\n", 1)[0]
     for name in sorted(set(ALGORITHM_PRESETS) - {*DATASET_ALGORITHMS, "ppo"}):
         text = base.replace("algorithm_type: grpo", f"algorithm_type: {name}").replace(
             "  max_response_tokens: 32\n", "  max_response_tokens: 32\n  dtype: float32\n")
+        if POLICY_LOSS_FNS.needs(ALGORITHM_PRESETS[name]["policy_loss_fn"]).expert_data:
+            # the mixing presets: the taskset's rows as the expert data
+            data = base.split("      path: ", 1)[1].split("\n", 1)[0]
+            text = text.replace("buffer:\n", f"buffer:\n  trainer_input:\n    auxiliary_buffers:\n      sft_dataset: "
+                                f"{{path: {data}, format: {{prompt_key: question, response_key: answer}}}}\n", 1)
         if ADVANTAGE_FNS.needs(ALGORITHM_PRESETS[name]["advantage_fn"]).teacher:
             # the distillation presets: the policy's own directory as the teacher (its tokenizer)
             (Path(model) / "config.json").write_text("{}")

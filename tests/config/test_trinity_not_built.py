@@ -16,7 +16,6 @@ from tests.config.test_bad_input import _error, base  # noqa: F401  (fixture)
 _ALGORITHM = "algorithm.algorithm_type"
 _TASKSET = "buffer.explorer_input.tasksets[0].default_workflow_type"
 _REWARD = "buffer.explorer_input.tasksets[0].default_reward_fn_type"
-_EXPERT_STAGES = "a `stages:` list with an sft stage on the expert data followed by a grpo stage"
 _EPISODE = "algorithm_type: grpo with default_workflow_type: env_workflow"
 _TEACHER = "algorithm_type: on_policy_distill with model.teacher_model_path"
 
@@ -39,19 +38,10 @@ def _set(config: str, key: str, value: str) -> str:
      "of its own", _EPISODE),
     (_ALGORITHM, "gigpo", "algorithm", "a step-level one, normalised over the steps of the group's episodes that "
      "start from the same state (GiGPO", _EPISODE),
-    (_ALGORITHM, "mix", "algorithm", "mixes expert SFT data into every RL step", _EXPERT_STAGES),
-    (_ALGORITHM, "mix_chord", "algorithm", "weighted mu against the GRPO loss on the rollouts, mu rising to mu_peak "
-     "and decaying to mu_valley", _EXPERT_STAGES + ", which learns the expert data once, before RL, instead of "
-     "alongside the rollouts in every step, with no mu schedule"),
     ("algorithm.advantage_fn", "clipv", "advantage function", "(Clip_V)", "advantage_fn: clipb"),
     ("algorithm.advantage_fn", "step_wise_grpo", "advantage function", "(step-wise GRPO)", _EPISODE),
-    ("algorithm.policy_loss_fn", "mix_chord", "policy loss", "(CHORD)", _EXPERT_STAGES),
-    ("algorithm.policy_loss_fn", "sft_phi", "policy loss", "CHORD's SFT loss on expert data weighted by p(1-p)",
-     _EXPERT_STAGES),
-    ("algorithm.entropy_loss_fn", "mix", "entropy loss", "measured on the rollouts only",
-     "entropy_loss_fn: default"),
-    ("algorithm.sample_strategy", "mix", "sample strategy", "from an expert SFT dataset and the rest from the "
-     "rollouts", _EXPERT_STAGES),
+    ("algorithm.policy_loss_fn", "sft_phi", "policy loss", "CHORD's SFT loss weighted by p(1-p) per token, as an SFT "
+     "stage's loss", "policy_loss_fn: sft (unweighted) for an sft stage"),
     (_TASKSET, "on_policy_distill_workflow", "workflow", "asks a teacher (an auxiliary model) for its "
      "log-probability", _TEACHER),
     (_TASKSET, "agentscope_reactv2_math_workflow", "workflow", "runs an AgentScope ReAct agent",
@@ -91,9 +81,9 @@ def test_a_trinity_plugin_class_named_by_its_module_path_is_refused_with_how_to_
 
 
 def test_a_name_not_built_is_refused_where_a_registry_is_asked_outside_validation() -> None:
-    with pytest.raises(ConfigError, match=r"^algorithm.policy_loss_fn: 'mix_chord' is a Trinity-RFT policy loss "
-                                          r"that rfthpc has not built yet: it mixes expert SFT data"):
-        POLICY_LOSS_FNS.get("mix_chord")
+    with pytest.raises(ConfigError, match=r"^algorithm.policy_loss_fn: 'sft_phi' is a Trinity-RFT policy loss "
+                                          r"that rfthpc has not built yet: it is CHORD's SFT loss"):
+        POLICY_LOSS_FNS.get("sft_phi")
 
 
 def test_the_alternative_named_for_clipv_loads(tmp_path: Path, base: str) -> None:  # noqa: F811
@@ -108,13 +98,10 @@ def test_trinitys_raft_loads_as_the_sft_loss_on_each_groups_best(tmp_path: Path,
     assert "algorithm.advantage_fn_args.top_k must be a whole number >= 1" in _error(write(tmp_path, bad))
 
 
-def test_trinity_auxiliary_buffers_name_the_sft_stage_and_what_differs(tmp_path: Path, base: str) -> None:  # noqa: F811
+def test_auxiliary_buffers_without_a_mix_are_refused_naming_the_mix(tmp_path: Path, base: str) -> None:  # noqa: F811
     text = base + "  trainer_input:\n    auxiliary_buffers:\n      sft: {path: /data/expert}\n"
-    msg = _error(write(tmp_path, text))
-    assert ("Trinity-RFT's expert data mixed into the RL steps (the mix and mix_chord algorithms); rfthpc trains each "
-            "stage on one experience buffer and has not built this mixing: the closest is a `stages:` list with an "
-            "sft stage on that dataset followed by the RL stage, which learns it once, before RL, instead of in "
-            "every step") in msg, msg
+    assert ("buffer.trainer_input.auxiliary_buffers: ['sft'] are read only by algorithm.sample_strategy mix (with "
+            "policy loss mix or mix_chord, or algorithm_type mix or mix_chord)") in _error(write(tmp_path, text))
 
 
 @pytest.mark.parametrize(("name", "why"), [

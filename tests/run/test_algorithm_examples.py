@@ -21,6 +21,9 @@ def _short(example: Path, out: Path, steps: int) -> Path:
     raw = yaml.safe_load(example.read_text())
     raw["buffer"].update(total_steps=steps, batch_size=4)
     raw["algorithm"]["repeat_times"] = 4
+    if "train_batch_size" in raw["buffer"]:
+        # A mix example's batch: the 16 rollouts and a fifth more expert rows (its expert_data_ratio 0.2).
+        raw["buffer"]["train_batch_size"] = 20
     raw["explorer"]["rollout_model"]["engine_type"] = "transformers"
     raw["explorer"]["runner_per_model"] = 4
     raw["monitor"] = {"monitor_type": []}
@@ -45,6 +48,7 @@ def test_the_verl_example_is_read_as_gspo_with_rollout_correction(monkeypatch: p
     ("verl-gspo.yaml", "rollout_corr/rollout_is_mean"),
     ("trinity-sapo.yaml", "actor/sapo_gate_mean"),
     ("trinity-raft.yaml", ("actor/sft_loss", "critic/dropped_responses")),
+    ("trinity-chord.yaml", ("expert/sft_loss", "mix/mu", "actor/pg_loss")),
 ])
 def test_each_example_trains(example: str, signature: str | tuple[str, ...], demo_dir: Path, tmp_path: Path) -> None:
     steps = 3
