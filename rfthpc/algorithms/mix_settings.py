@@ -23,14 +23,33 @@ def chord_mu(step: int, warmup: int, decay: int, peak: float, valley: float) -> 
     return valley + (peak - valley) * 0.5 * (1 + math.cos(math.pi * (step - warmup) / decay))
 
 
-def mix_args(*, mu: float, **_: Any) -> None:
-    """mix: a weight in [0, 1]."""
+EXPERT_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+"""How the expert term may be averaged (`sft_loss_agg_mode`): the modes that average over tokens or rows, so
+that the term is a mean over the mini-batch's expert rows however they are split into micro-batches."""
+
+
+def expert_agg_mode(sft_loss_agg_mode: str | None, use_token_level_loss_in_sft: bool) -> str:
+    """The expert term's aggregation: `sft_loss_agg_mode` (Trinity-RFT's newer argument) if given, else Trinity's
+    older switch: a mean over tokens (true) or over rows of each row's token mean (false)."""
+    if sft_loss_agg_mode is not None:
+        if sft_loss_agg_mode not in EXPERT_AGG_MODES:
+            raise ConfigError(f"{_KEY}.sft_loss_agg_mode: {sft_loss_agg_mode!r} is not one of "
+                              f"{', '.join(EXPERT_AGG_MODES)} (the expert term is a mean over the step's expert rows)")
+        return sft_loss_agg_mode
+    return "token-mean" if use_token_level_loss_in_sft else "seq-mean-token-mean"
+
+
+def mix_args(*, mu: float, sft_loss_agg_mode: str | None, use_token_level_loss_in_sft: bool, **_: Any) -> None:
+    """mix: a weight in [0, 1]; a known aggregation of the expert term."""
     if not 0 <= mu <= 1:
         raise ConfigError(f"{_KEY}.mu must lie in [0, 1] (the expert term's weight), got {mu}.")
+    expert_agg_mode(sft_loss_agg_mode, use_token_level_loss_in_sft)
 
 
-def mix_chord_args(*, mu_warmup_steps: int, mu_decay_steps: int, mu_peak: float, mu_valley: float, **_: Any) -> None:
-    """mix_chord: weights in [0, 1], schedule lengths >= 0."""
+def mix_chord_args(*, mu_warmup_steps: int, mu_decay_steps: int, mu_peak: float, mu_valley: float,
+                   sft_loss_agg_mode: str | None, use_token_level_loss_in_sft: bool, **_: Any) -> None:
+    """mix_chord: weights in [0, 1], schedule lengths >= 0; a known aggregation of the expert term."""
+    expert_agg_mode(sft_loss_agg_mode, use_token_level_loss_in_sft)
     for name, value in (("mu_peak", mu_peak), ("mu_valley", mu_valley)):
         if not 0 <= value <= 1:
             raise ConfigError(f"{_KEY}.{name} must lie in [0, 1] (the expert term's weight), got {value}.")
@@ -49,18 +68,18 @@ class ExpertMix:
     mu_valley: float
     phi: bool
     """Each expert token weighted by p (1 - p) (CHORD's `enable_phi_function`)."""
-    token_level: bool
-    """A mean over the expert tokens (else over the expert rows of each row's token mean)."""
+    agg_mode: str
+    """How the expert term is averaged (EXPERT_AGG_MODES): over the expert tokens, or over the expert rows."""
 
     @classmethod
     def of(cls, policy_loss: str, args: dict[str, Any]) -> ExpertMix:
         """The expert term of policy loss `policy_loss` ("mix": a fixed `mu`; "mix_chord": a schedule), from its
         arguments `args` with the function's defaults filled in (`AlgorithmRegistry.defaults`)."""
-        token_level = bool(args["use_token_level_loss_in_sft"])
+        agg_mode = expert_agg_mode(args["sft_loss_agg_mode"], args["use_token_level_loss_in_sft"])
         if policy_loss == "mix":
-            return cls(0, 0, float(args["mu"]), float(args["mu"]), False, token_level)
+            return cls(0, 0, float(args["mu"]), float(args["mu"]), False, agg_mode)
         return cls(int(args["mu_warmup_steps"]), int(args["mu_decay_steps"]), float(args["mu_peak"]),
-                   float(args["mu_valley"]), bool(args["enable_phi_function"]), token_level)
+                   float(args["mu_valley"]), bool(args["enable_phi_function"]), agg_mode)
 
     def mu(self, steps_before: int) -> float:
         """The expert term's weight at a step with `steps_before` trainer steps before it."""

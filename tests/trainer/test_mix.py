@@ -31,12 +31,12 @@ def test_chords_mu_warms_up_then_decays_on_a_cosine() -> None:
 def test_the_expert_term_is_the_sft_loss_optionally_phi_weighted() -> None:
     log_prob = torch.log(torch.tensor([[0.5, 0.25, 0.9], [0.1, 0.8, 0.3]]))
     mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
-    plain = ExpertMix(0, 0, 0.1, 0.1, phi=False, token_level=True)
+    plain = ExpertMix(0, 0, 0.1, 0.1, phi=False, agg_mode="token-mean")
     loss, metrics = expert_loss(plain, log_prob, mask)
     nll = -log_prob
     assert loss.item() == pytest.approx((nll[0, :2].sum() + nll[1].sum()).item() / 5)
     assert metrics == {"expert/sft_loss": pytest.approx(loss.item())}
-    phi = ExpertMix(0, 0, 0.1, 0.1, phi=True, token_level=False)
+    phi = ExpertMix(0, 0, 0.1, 0.1, phi=True, agg_mode="seq-mean-token-mean")
     loss, metrics = expert_loss(phi, log_prob, mask)
     p = log_prob.exp()
     weighted = nll * p * (1 - p)
