@@ -208,6 +208,37 @@ def write_new_file(path: Path, data: bytes, durable: bool = True) -> None:
         raise
 
 
+def link_once(tmp: Path, name: Path) -> bool:
+    """Link the complete file `tmp` onto `name`; False if the name is taken. A name made this way is
+    never replaced, so no reader on another node can hold a stale copy of it. On NFS the reply of a
+    link that was done can be lost: the temporary file's link count then says whether it was."""
+    try:
+        os.link(tmp, name)
+        return True
+    except FileExistsError:
+        return False
+    except OSError:
+        if os.stat(tmp).st_nlink == 2:
+            return True
+        raise
+
+
+def write_once(path: Path, data: bytes) -> bool:
+    """Create `path` holding `data` unless it exists: of processes racing to create it (on any node)
+    exactly one does, and every reader sees either no file or the whole of the winner's. True if
+    this call created it."""
+    path = Path(path)
+    tmp = temporary_name(path)
+    write_new_file(tmp, data)
+    try:
+        created = link_once(tmp, path)
+        if created:
+            fsync_dir(path.parent)
+        return created
+    finally:
+        _discard(tmp)
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Publish `text` at `path` atomically."""
     write_bytes_atomic(path, text.encode())

@@ -31,7 +31,7 @@ import re
 import threading
 from pathlib import Path
 
-from rfthpc.sharedfs.fileops import is_temporary, temporary_name, write_new_file
+from rfthpc.sharedfs.fileops import is_temporary, link_once, temporary_name, write_new_file
 
 NAME_WIDTH = 12
 _NAME = re.compile(r"^\d{%d}$" % NAME_WIDTH)
@@ -140,7 +140,7 @@ class Journal:
             write_new_file(tmp, data)
             try:
                 n = expect if expect is not None else self.newest() + 1
-                while not _link(tmp, self.entry(n)):
+                while not link_once(tmp, self.entry(n)):
                     if expect is not None:
                         with self._lock:
                             self._seen = 0  # what this process saw is out of date: list next time
@@ -181,17 +181,3 @@ def _numbers(path: Path) -> list[int]:
     except FileNotFoundError:
         return []
     return [int(n) for n in names if _NAME.match(n) and not is_temporary(n)]
-
-
-def _link(tmp: Path, name: Path) -> bool:
-    """Link `tmp` onto `name`; False if the name is taken. On NFS the reply of a link that was done
-    can be lost: the temporary file's link count then says whether it was."""
-    try:
-        os.link(tmp, name)
-        return True
-    except FileExistsError:
-        return False
-    except OSError:
-        if os.stat(tmp).st_nlink == 2:
-            return True
-        raise

@@ -20,15 +20,17 @@ in commit order; `commit_ns` is the wall clock at the rename that committed the 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from rfthpc.errors import UserError
 from rfthpc.rundir.paths import CONFIG_FILE, RunDir
-from rfthpc.sharedfs.fileops import is_temporary, make_dirs, read_json, write_json_atomic, write_text_atomic
+from rfthpc.sharedfs.fileops import is_temporary, make_dirs, read_json, write_once, write_text_atomic
 from rfthpc.sharedfs.handoff import Doorbell
 
 STORE_MARKER = "STORE.json"
@@ -36,6 +38,9 @@ STORE_FORMAT = "rfthpc-experience-store"
 STORE_VERSION = 1
 QUARANTINE_DIR = "_quarantine"
 RINGS_DIR = "_rings"
+# How long a marker that reads as half-made is read again (GlusterFS: a file's new content shows ~1 s
+# late on another client that listed it while it was being written; shared-fs.md).
+_MARKER_WAIT_S = 3.0
 
 _CHUNK_RE = re.compile(
     r"^c(?P<rank>\d+)-(?P<token>[0-9a-f]{16})-(?P<seq>\d+)-(?P<commit_ns>\d+)-(?P<n>\d+)\.h5$"
@@ -118,8 +123,10 @@ def open_store(run_dir: Path, create: bool = False) -> Path:
             raise _not_a_store(run.root, f"it has neither {CONFIG_FILE} nor experiences/")
         if not existing:
             make_dirs(store)
-            write_json_atomic(marker, {"format": STORE_FORMAT, "version": STORE_VERSION})
-        info = _read_marker(run.root, marker)
+            # Linked into place, never replaced: roles starting together on several nodes each try,
+            # and a marker renamed over another's could read as missing (ESTALE) on the loser's node.
+            write_once(marker, json.dumps({"format": STORE_FORMAT, "version": STORE_VERSION}).encode())
+        info = _read_marker(run.root, marker, missing_is_late=True)
         if info is None:
             raise _not_a_store(run.root, f"{store} holds {existing[:3]} but no {STORE_MARKER}")
     if info is None:
@@ -134,11 +141,21 @@ def open_store(run_dir: Path, create: bool = False) -> Path:
     return store
 
 
-def _read_marker(run_root: Path, marker: Path) -> object:
-    try:
-        return read_json(marker)
-    except ValueError:
-        raise _not_a_store(run_root, f"{marker} is not valid JSON") from None
+def _read_marker(run_root: Path, marker: Path, missing_is_late: bool = False) -> object:
+    """The marker's content, None if it is missing. A marker is made once and never replaced, so one
+    that reads as invalid JSON (or, with `missing_is_late`, as missing) was made a moment ago on
+    another node and this node's client still holds its old state: it is read again for a while."""
+    deadline = time.monotonic() + _MARKER_WAIT_S
+    while True:
+        try:
+            info = read_json(marker)
+        except ValueError:
+            if time.monotonic() >= deadline:
+                raise _not_a_store(run_root, f"{marker} is not valid JSON") from None
+        else:
+            if info is not None or not missing_is_late or time.monotonic() >= deadline:
+                return info
+        time.sleep(0.05)
 
 
 def experience_doorbell(store: Path) -> Doorbell:

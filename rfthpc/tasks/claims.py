@@ -44,7 +44,6 @@ clock skew between nodes must stay well below `lease_s`.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -62,7 +61,7 @@ import numpy as np
 from rfthpc.errors import ConfigError, UserError
 from rfthpc.rundir.lost_groups import read_losses
 from rfthpc.rundir.paths import RunDir, check_name
-from rfthpc.sharedfs.fileops import make_dirs, write_bytes_atomic
+from rfthpc.sharedfs.fileops import make_dirs, write_once
 from rfthpc.sharedfs.journal import EntryTaken, Journal, journal_at
 from rfthpc.sharedfs.locks import DEFAULT_LOCK_KIND, LockKind, make_lock
 
@@ -643,11 +642,7 @@ def _shard_count(directory: Path, wanted: int) -> int:
         except ValueError:
             raise ConfigError(f"{record} does not hold a shard count; restore it or use a new taskset name") from None
         count = 1 if (directory / CLAIMS_DIR).exists() else wanted
-        tmp = directory / f".tmp-{SHARDS_FILE}.{socket.gethostname()}.{os.getpid()}.{secrets.token_hex(4)}"
-        write_bytes_atomic(tmp, f"{count}\n".encode())
-        with contextlib.suppress(FileExistsError):
-            os.link(tmp, record)
-        os.unlink(tmp)
+        write_once(record, f"{count}\n".encode())
     return int(record.read_text())
 
 

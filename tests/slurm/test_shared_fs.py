@@ -54,7 +54,8 @@ def test_a_file_written_on_one_node_is_read_whole_on_another(node_clients: dict[
 
 def test_journal_entries_and_doorbells_cross_nodes(node_clients: dict[str, int], shared_dir: Path) -> None:
     """Entries appended on n1 and n3 (a compare-and-swap each) are all read, in order, on n2; a waiter on
-    n2 wakes for a doorbell rung on n1 and reads its note. (How soon is tools/bench_handoff.py's figure:
+    n2 wakes for a doorbell rung on n1 and reads its note (a ring is made under its name before its note is
+    written, so a waiter that finds it at once may read it empty first: readers then list instead). (How soon is tools/bench_handoff.py's figure:
     on a busy machine the programs' scheduling, not the filesystem, sets the delay.)"""
     journal = shared_dir / "journal"
     read = ("from pathlib import Path; import sys\nfrom rfthpc.sharedfs.journal import Journal\n"
@@ -74,7 +75,7 @@ def test_journal_entries_and_doorbells_cross_nodes(node_clients: dict[str, int],
                        "from rfthpc.sharedfs.handoff import Doorbell, Waiter\n"
                        "bell = Doorbell(Path(sys.argv[1]))\n"
                        "Path(sys.argv[2]).write_text('')\n"
-                       "got = Waiter().wait(lambda: bell.notes_after(0)[1] or None, [bell], 120)\n"
+                       "got = Waiter().wait(lambda: [n for n in bell.notes_after(0)[1] if n] or None, [bell], 120)\n"
                        "print(time.time(), got)",
                        str(bell), str(ready)], cwd=REPO),
         stdout=subprocess.PIPE, text=True, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
@@ -95,3 +96,33 @@ def test_journal_entries_and_doorbells_cross_nodes(node_clients: dict[str, int],
     woke_at, got = out.split(maxsplit=1)
     assert got.strip() == "[b'v1']"
     assert float(woke_at) - float(rung.read_text()) < 120
+
+
+def test_roles_starting_together_on_three_nodes_make_one_store(node_clients: dict[str, int],
+                                                               shared_dir: Path) -> None:
+    """Explorers and the trainer create the experience store when they start, often in the same second
+    on different nodes: of the processes racing on each of 30 new run directories, every one opens the
+    store, and its marker is the one all of them read (none is replaced under another node's feet)."""
+    runs = [shared_dir / f"run{i:02d}" for i in range(30)]
+    for run in runs:
+        run.mkdir()
+        (run / "config.yaml").write_text("{}\n")
+    go = shared_dir / "go"
+    opener = ("from pathlib import Path; import sys, time\n"
+              "from rfthpc.store.layout import open_store\n"
+              "go = Path(sys.argv[1])\n"
+              "while not go.exists():\n    time.sleep(0.002)\n"
+              "for run in sys.argv[2:]:\n    open_store(Path(run), create=True)\n"
+              "print('ok')")
+    procs = [subprocess.Popen(on_node(node, [sys.executable, "-c", opener, str(go), *map(str, runs)], cwd=REPO),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+             for node in [*NODES, *NODES]]
+    time.sleep(3)  # every opener imported and polling, whatever the machine's load
+    go.write_text("")
+    for proc in procs:
+        out, err = proc.communicate(timeout=240)
+        assert proc.returncode == 0 and out.strip() == "ok", err
+    for run in runs:
+        assert json.loads((run / "experiences" / "STORE.json").read_text())["format"] == "rfthpc-experience-store"
+        assert [p.name for p in (run / "experiences").iterdir()] == ["STORE.json"]

@@ -38,3 +38,13 @@ def test_a_refused_atomic_write_leaves_the_old_file_and_no_temporary(tmp_path: P
     with pytest.raises(RuntimeError, match="changed meanwhile"):
         fsutil.write_bytes_atomic(path, b"new", before_replace=refuse)
     assert path.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["state.json"]
+
+
+def test_write_once_creates_a_file_once_and_never_replaces_it(tmp_path: Path) -> None:
+    """The first writer's content stays; later writers are told they lost; no temporary file is left."""
+    target = tmp_path / "marker.json"
+    assert fsutil.write_once(target, b"first\n") is True
+    assert fsutil.write_once(target, b"second\n") is False
+    assert target.read_bytes() == b"first\n"
+    assert os.listdir(tmp_path) == ["marker.json"]
+    assert stat.S_IMODE(target.stat().st_mode) == fsutil.file_mode()
