@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from rfthpc.algorithms.advantage_args import opmd_args
-from rfthpc.algorithms.aggregation import masked_sum, masked_whiten
+from rfthpc.algorithms.aggregation import masked_mean, masked_sum, masked_whiten
 from rfthpc.algorithms.declare import declare
 from rfthpc.errors import ConfigError
 
@@ -159,7 +159,8 @@ def _broadcast(per_seq: torch.Tensor, response_mask: torch.Tensor) -> torch.Tens
 @declare("advantage", "grpo", groups=True, drops_responses=True)
 @torch.no_grad()
 def grpo(
-    inputs: AdvantageInputs, *, epsilon: float = 1e-6, std_normalize: bool = True, std_threshold: float | None = None
+    inputs: AdvantageInputs, *, epsilon: float = 1e-6, std_normalize: bool = True, std_threshold: float | None = None,
+    rank_penalty: float | None = None, std_cal_level: str = "group",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Group-normalised outcome advantage (GRPO; Dr.GRPO with std_normalize=False).
 
@@ -172,23 +173,73 @@ def grpo(
     single response, is left out of the step, as Trinity's GRPOGroupedAdvantage removes it from the
     batch (without its duplicate_experiences, which refills the batch with copies of kept groups).
     None (default): every response is trained.
+
+    `std_cal_level: batch` (Trinity's): std_g is replaced by the unbiased standard deviation of every
+    score in the batch (1 for a batch of one); the mean stays the group's.
+
+    `rank_penalty` p (Trinity's, after arXiv 2506.02355): the group's mean and std are taken of the
+    scores R_j (1 - p rank_j / n_g), rank_j in 0..n_g-1 being j's place when the group is sorted by
+    the mean behaviour log-probability of its response tokens (the most likely response is penalised
+    most); as in Trinity, each response's own R_i stays unpenalised in the numerator, and the
+    contrast test reads the penalised scores. Ties keep their batch order (Trinity's sort leaves
+    them unspecified).
     Returns (A, A) broadcast over the response tokens, and the (B,) responses trained.
     """
     if std_threshold is not None and not (isinstance(std_threshold, (int, float)) and math.isfinite(std_threshold)):
         raise ConfigError(f"algorithm.advantage_fn_args.std_threshold must be a number or null for 'grpo', got "
                           f"{std_threshold!r}.")
+    if std_cal_level not in ("group", "batch"):
+        raise ConfigError(f"algorithm.advantage_fn_args.std_cal_level must be 'group' or 'batch' for 'grpo', got "
+                          f"{std_cal_level!r}.")
+    if rank_penalty is not None and not (isinstance(rank_penalty, (int, float)) and math.isfinite(rank_penalty)):
+        raise ConfigError(f"algorithm.advantage_fn_args.rank_penalty must be a number or null for 'grpo', got "
+                          f"{rank_penalty!r}.")
     scores = _scores(inputs)
     inverse, sizes, n_groups = _group_index(_group_ids(inputs, "grpo"))
-    adv = _group_normalise(scores, inverse, sizes, n_groups, epsilon, std_normalize)
+    baseline_scores = scores if rank_penalty is None else _rank_penalised(inputs, scores, inverse, sizes,
+                                                                          n_groups, rank_penalty)
+    adv = _group_normalise(baseline_scores, inverse, sizes, n_groups, epsilon, std_normalize)
+    if rank_penalty is not None or std_cal_level == "batch":
+        centred = scores - _group_mean(baseline_scores, inverse, n_groups)
+        if std_normalize:
+            if std_cal_level == "batch":
+                std = scores.std() if scores.numel() > 1 else torch.ones((), dtype=scores.dtype)
+            else:
+                std = _unbiased_group_std(baseline_scores, inverse, sizes, n_groups)
+            centred = centred / (std + epsilon)
+        adv = torch.where(_has_contrast(baseline_scores, inverse, n_groups), centred, torch.zeros_like(centred))
     trained = torch.ones_like(scores, dtype=torch.bool)
     if std_threshold is not None:
-        centred = scores - _group_mean(scores, inverse, n_groups)
-        std = (_group_mean(centred**2, inverse, n_groups) * sizes / (sizes - 1).clamp(min=1)).sqrt()
+        std = _unbiased_group_std(baseline_scores, inverse, sizes, n_groups)
         # Equal scores have std 0 exactly (float rounding of the mean would leave a trace above 0).
-        std = torch.where(_has_contrast(scores, inverse, n_groups), std, torch.zeros_like(std))
+        std = torch.where(_has_contrast(baseline_scores, inverse, n_groups), std, torch.zeros_like(std))
         trained = (sizes > 1) & (std > std_threshold)
     out = _broadcast(adv, inputs.response_mask)
     return out, out, trained
+
+
+def _unbiased_group_std(scores: torch.Tensor, inverse: torch.Tensor, sizes: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """Per response, the unbiased standard deviation of its group's scores."""
+    centred = scores - _group_mean(scores, inverse, n_groups)
+    return (_group_mean(centred**2, inverse, n_groups) * sizes / (sizes - 1).clamp(min=1)).sqrt()
+
+
+def _rank_penalised(inputs: AdvantageInputs, scores: torch.Tensor, inverse: torch.Tensor, sizes: torch.Tensor,
+                    n_groups: int, penalty: float) -> torch.Tensor:
+    """R_j (1 - penalty rank_j / n_g), rank_j: j's place in its group by mean behaviour log-probability."""
+    if inputs.behaviour_log_probs is None:
+        raise ConfigError("algorithm.advantage_fn_args.rank_penalty ranks responses by their behaviour "
+                          "log-probabilities, which this batch lacks; unset rank_penalty")
+    likelihood = masked_mean(inputs.behaviour_log_probs, inputs.response_mask, dim=-1)
+    # Sort by group, then by likelihood (stable): a response's place within its group is its rank.
+    order = torch.argsort(likelihood, stable=True)
+    order = order[torch.argsort(inverse[order], stable=True)]
+    place = torch.empty_like(order)
+    place[order] = torch.arange(order.numel(), device=order.device)
+    first = torch.zeros(n_groups, dtype=place.dtype, device=place.device).scatter_reduce(
+        0, inverse, place, reduce="amin", include_self=False)
+    rank = (place - first[inverse]).to(scores.dtype)
+    return scores * (1 - rank / sizes.to(scores.dtype) * penalty)
 
 
 @declare("advantage", "rloo", groups=True)

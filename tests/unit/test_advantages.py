@@ -84,6 +84,50 @@ def test_grpo_std_threshold_must_be_a_number():
         ADVANTAGE_FNS.get("grpo")(batch(), std_threshold="low")
 
 
+def test_grpo_rank_penalty_follows_trinity_rft():
+    """Trinity-RFT 0.6.0's test_grpo_correct_bias: rank_penalty 0.2, rewards 0..3 whose responses' mean
+    log-probabilities are 0.1 x reward: the group's mean and std are those of the penalised rewards
+    0, 0.95, 1.80, 2.55, each response's own reward stays whole in the numerator (two tasks, interleaved)."""
+    rewards = torch.tensor([float(i) for i in range(4) for _ in range(2)])
+    group_ids = torch.tensor([j for _ in range(4) for j in range(2)])
+    logprobs = torch.tensor([[0.1 * i] * 5 for i in range(4) for _ in range(2)])
+    inputs = AdvantageInputs(rewards=rewards, response_mask=torch.ones(8, 5), group_ids=group_ids,
+                             behaviour_log_probs=logprobs)
+    adv, _, trained = ADVANTAGE_FNS.get("grpo")(inputs, epsilon=1e-7, rank_penalty=0.2)
+    penalised = torch.tensor([0.0, 0.95, 1.80, 2.55])
+    expected = [(i - penalised.mean().item()) / (penalised.std().item() + 1e-7) for i in range(4) for _ in range(2)]
+    close(adv[:, 0].tolist(), expected, abs=1e-5)
+    assert trained.all()
+
+
+def test_grpo_rank_penalty_ranks_within_each_group_by_likelihood():
+    """The ranks are places within the group by mean log-probability over the response tokens only,
+    not the rewards' order: the least likely response is not penalised, the most likely the most."""
+    inputs = AdvantageInputs(rewards=torch.tensor([1.0, 1.0, 0.0, 2.0]), response_mask=torch.tensor(
+        [[1, 1], [1, 0], [1, 1], [1, 1]]), group_ids=torch.tensor([0, 0, 0, 1]),
+        behaviour_log_probs=torch.tensor([[-0.1, -0.1], [-3.0, 99.0], [-1.0, -1.0], [-2.0, -2.0]]))
+    adv, _, _ = ADVANTAGE_FNS.get("grpo")(inputs, rank_penalty=0.3)
+    # group 0 by likelihood: row 1 (-3, its padding ignored) rank 0, row 2 (-1) rank 1, row 0 (-0.1) rank 2
+    penalised = torch.tensor([1.0 * (1 - 0.3 * 2 / 3), 1.0, 0.0])
+    mean, std = penalised.mean().item(), penalised.std().item()
+    close(adv[:3, 0].tolist(), [(r - mean) / (std + 1e-6) for r in (1.0, 1.0, 0.0)], abs=1e-5)
+    assert adv[3].tolist() == [0.0, 0.0]  # a lone response: no contrast
+
+
+def test_grpo_batch_level_std_follows_trinity_rft():
+    """Trinity-RFT 0.6.0's test_batch_level_std_grpo: the mean is the task's, the std the batch's."""
+    rewards = torch.tensor([1.0, 2.0, 3.0, 11.0, 12.0, 13.0])
+    inputs = AdvantageInputs(rewards=rewards, response_mask=torch.tensor([[1, 1, 1]] * 6),
+                             group_ids=torch.tensor([0, 0, 0, 1, 1, 1]))
+    adv, returns, _ = ADVANTAGE_FNS.get("grpo")(inputs, epsilon=1e-7, std_cal_level="batch")
+    batch_std = rewards.std().item()
+    close(adv[:, 0].tolist(), [(r - m) / (batch_std + 1e-7) for r, m in zip(rewards.tolist(), [2.0] * 3 + [12.0] * 3,
+                                                                           strict=True)], abs=1e-6)
+    assert torch.equal(adv, returns)
+    with pytest.raises(ConfigError, match="std_cal_level must be 'group' or 'batch'"):
+        ADVANTAGE_FNS.get("grpo")(inputs, std_cal_level="task")
+
+
 def test_grpo_without_std_normalisation():
     adv, _, _ = ADVANTAGE_FNS.get("grpo")(batch(), std_normalize=False)
     assert per_sequence(adv) == pytest.approx([0.5, -0.5, -0.5, None, 0.0, 0.0, 0.0])
