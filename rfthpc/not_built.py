@@ -39,24 +39,20 @@ class NotBuilt:
     """The closest working setting in rfthpc, and what differs from the feature."""
 
 
-_STEP_WISE = ("trains each model call of a multi-turn episode as an experience of its own, every call of an "
-              "episode with that episode's group-normalised reward as its advantage (step-wise GRPO)")
 _GIGPO = ("adds to each step's episode-level GRPO advantage a step-level one, normalised over the steps of the "
           "group's episodes that start from the same state (GiGPO, multi-turn agents)")
-_EPISODE_GRPO = ("algorithm_type: grpo with default_workflow_type: env_workflow (docs/agents.md), which trains a "
-                 "whole episode as one multi-turn experience (the environment's turns masked out of the loss) "
-                 "with the episode's group-normalised reward")
+_STEP_WISE_GRPO = ("algorithm_type: multi_step_grpo (advantage_fn: step_wise_grpo) with default_workflow_type: "
+                   "env_workflow and workflow_args.step_wise: true (docs/agents.md): each model call an experience "
+                   "with its episode's group-normalised score, GiGPO without its step-level term")
 _TEACHER_IN_TRAINER = ("algorithm_type: on_policy_distill with model.teacher_model_path and the taskset's own "
                        "workflow (math_workflow for a reward beside it): the trainer scores each sampled token with "
                        "the teacher, so no workflow asks a teacher served as an auxiliary model")
 NOT_BUILT: dict[str, dict[str, NotBuilt]] = {
     ALGORITHM: {
-        "multi_step_grpo": NotBuilt(_STEP_WISE, _EPISODE_GRPO),
-        "gigpo": NotBuilt(_GIGPO, _EPISODE_GRPO + ", without the step-level term"),
+        "gigpo": NotBuilt(_GIGPO, _STEP_WISE_GRPO),
     },
     ADVANTAGE: {
-        "step_wise_grpo": NotBuilt(_STEP_WISE, _EPISODE_GRPO),
-        "gigpo": NotBuilt(_GIGPO, _EPISODE_GRPO + ", without the step-level term"),
+        "gigpo": NotBuilt(_GIGPO, _STEP_WISE_GRPO),
         "clipv": NotBuilt(
             "takes GRPO's advantage and leaves out of the step the negative-advantage tokens whose entropy-change "
             "estimate lies more than mu standard deviations above the batch's, at most max_frac of the tokens "

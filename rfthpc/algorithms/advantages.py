@@ -50,6 +50,11 @@ class AdvantageInputs:
     """(B, T) reward per token, if the rewards are shaped per token (e.g. by a KL penalty)."""
     group_ids: torch.Tensor | None = None
     """(B,) integer id of the task each response answers; needed by grpo, rloo and opmd."""
+    episode_ids: torch.Tensor | None = None
+    """(B,) integer id of the episode each response is a step of (one per response when each is a whole
+    episode); read by step-wise advantages, which compare a group's episodes by their last steps."""
+    steps: torch.Tensor | None = None
+    """(B,) each response's place in its episode's steps (0 for a whole episode)."""
     values: torch.Tensor | None = None
     """(B, T) critic values V(s_t); needed by ppo (GAE)."""
     old_log_probs: torch.Tensor | None = None

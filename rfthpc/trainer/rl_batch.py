@@ -19,7 +19,7 @@ from rfthpc import algorithms as algos
 from rfthpc.algorithms import rollout_correction as rollout_fns
 from rfthpc.trainer.batching import pad_rows
 from rfthpc.trainer.losses import Algorithm
-from rfthpc.trainer.samples import Sample, advantage_groups
+from rfthpc.trainer.samples import Sample, advantage_groups, episode_ids
 
 
 @dataclass
@@ -145,6 +145,8 @@ def build_step_tensors(
         response_mask=mask,
         token_level_rewards=token_rewards,
         group_ids=torch.tensor(advantage_groups(samples), dtype=torch.long),
+        episode_ids=torch.tensor(episode_ids(samples), dtype=torch.long),
+        steps=torch.tensor([s.step for s in samples], dtype=torch.long),
         values=t.values,
         old_log_probs=t.old,
         behaviour_log_probs=t.behaviour,

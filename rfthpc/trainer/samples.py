@@ -14,7 +14,7 @@ import numpy as np
 
 from rfthpc.errors import UserError
 from rfthpc.store import Group
-from rfthpc.store.schema import SUBGROUP
+from rfthpc.store.schema import EPISODE, STEP, SUBGROUP
 
 
 @dataclass
@@ -50,6 +50,10 @@ class Sample:
     rejected one; 0 outside preference pairs."""
     expert: bool = False
     """An expert row of a mix stage (an SFT dataset's, trained with the SFT term), not a rollout."""
+    episode: int | None = None
+    """The episode of its group it is one step of (its experience's `EPISODE`); None: a whole episode."""
+    step: int = 0
+    """Its place in its episode's steps (its experience's `STEP`)."""
 
     @property
     def length(self) -> int:
@@ -126,6 +130,8 @@ def samples_from_groups(
                     token_rewards=None if e.token_rewards is None else np.asarray(e.token_rewards, np.float32),
                     group=g_index,
                     subgroup=e.info.get(SUBGROUP),
+                    episode=None if e.info.get(EPISODE) is None else int(e.info[EPISODE]),
+                    step=int(e.info.get(STEP, 0)),
                     policy_version=int(group.policy_version),
                     temperature=t,
                     reward_components=_components(e.info),
@@ -140,6 +146,14 @@ def advantage_groups(samples: list[Sample]) -> list[int]:
     group's, split by `subgroup`."""
     index: dict[tuple[int, str | None], int] = {}
     return [index.setdefault((s.group, s.subgroup), len(index)) for s in samples]
+
+
+def episode_ids(samples: list[Sample]) -> list[int]:
+    """Per sample, the index of the episode it is a step of within the batch: one per (group, subgroup,
+    episode); a sample that is a whole episode is an episode of its own."""
+    index: dict[tuple, int] = {}
+    return [index.setdefault((s.group, s.subgroup, s.episode) if s.episode is not None else ("whole", i), len(index))
+            for i, s in enumerate(samples)]
 
 
 def _components(info: dict) -> dict[str, float] | None:

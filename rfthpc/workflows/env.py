@@ -40,7 +40,7 @@ from rfthpc.errors import ConfigError, UserError
 from rfthpc.tasks.tasksets import EncodedPrompt, Task
 from rfthpc.workflows.base import RolloutEngine, WorkflowContext, WorkflowResult, needs
 from rfthpc.workflows.chat_turns import ChatTurns
-from rfthpc.workflows.episode import REWARD_TYPES, Episode, RewardType
+from rfthpc.workflows.episode import REWARD_TYPES, Episode, RewardType, episode_steps
 
 SEED_KEY = "seed"
 """The key of `env_args` that is the episodes' seed (passed to `reset`, not to the constructor)."""
@@ -60,6 +60,9 @@ class EnvWorkflowArgs:
     format_penalty: float = 0.0
     reward_type: RewardType = "sum"
     turn_rewards: bool = False
+    step_wise: bool = False
+    """Each policy turn an experience of its own (Trinity-RFT's step-wise workflows, for step-wise
+    advantages such as step_wise_grpo), instead of the whole episode as one multi-turn experience."""
 
     @classmethod
     def of(cls, workflow_args: Mapping[str, Any]) -> EnvWorkflowArgs:
@@ -104,8 +107,12 @@ def arg_problems(workflow_args: Mapping[str, Any], check_env_class: bool = True)
         out.append(f"workflow_args.format_penalty={penalty!r}: use a number >= 0 (subtracted per invalid action)")
     if workflow_args.get("reward_type", "sum") not in REWARD_TYPES:
         out.append(f"workflow_args.reward_type={workflow_args['reward_type']!r}: use one of {', '.join(REWARD_TYPES)}")
-    if not isinstance(workflow_args.get("turn_rewards", False), bool):
-        out.append(f"workflow_args.turn_rewards={workflow_args['turn_rewards']!r}: use true or false")
+    for key in ("turn_rewards", "step_wise"):
+        if not isinstance(workflow_args.get(key, False), bool):
+            out.append(f"workflow_args.{key}={workflow_args[key]!r}: use true or false")
+    if workflow_args.get("turn_rewards") is True and workflow_args.get("step_wise") is True:
+        out.append("workflow_args.turn_rewards: places each turn's reward inside one multi-turn experience, but "
+                   "step_wise makes each turn an experience of its own (with the episode's reward); unset one")
     return out
 
 
@@ -226,4 +233,7 @@ def play_episodes(task: Task, ctx: WorkflowContext, args: EnvWorkflowArgs, env_a
             env.close()
     decode = turns.prompts.tokenizer.decode
     experiences = [ep.experience(args.reward_type, args.turn_rewards, decode(ep.response)) for ep in episodes]
+    if args.step_wise:
+        experiences = [step for e, (whole, ep) in enumerate(zip(experiences, episodes, strict=True))
+                       for step in episode_steps(whole, ep.turns, e, decode)]
     return WorkflowResult(experiences, {"prompt_truncated": truncated_prompt, "env_seed": seed})

@@ -9,10 +9,12 @@ step rewards when it ends (`Episode.experience`).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rfthpc.engines.sampling import Completion
+from rfthpc.store.schema import EPISODE, STEP
 from rfthpc.workflows.base import Experience
 
 RewardType = Literal["sum", "success"]
@@ -23,6 +25,8 @@ REWARD_TYPES: tuple[str, ...] = ("sum", "success")
 class Turn:
     """What one policy turn earned."""
 
+    start: int
+    """Index in the response of the turn's first policy token."""
     end: int
     """Index in the response of the turn's last policy token (where its turn reward goes)."""
     reward: float = 0.0
@@ -72,10 +76,11 @@ class Episode:
     def add_reply(self, completion: Completion, keep: int | None = None) -> None:
         """Append the policy's reply (its first `keep` tokens if given) with its behaviour logprobs."""
         ids, lps = completion.token_ids[:keep], completion.logprobs[:keep]
+        start = len(self.response)
         self.response += ids
         self.logprobs += lps
         self.loss_mask += [1] * len(ids)
-        self.turns.append(Turn(end=len(self.response) - 1))
+        self.turns.append(Turn(start=start, end=len(self.response) - 1))
         self.finish_reason = completion.finish_reason if keep is None else "length"
 
     def add_framing(self, ids: list[int]) -> None:
@@ -133,6 +138,25 @@ class Episode:
             finish_reason=self.finish_reason, reward_components=components, token_level_rewards=token_rewards,
             info=info,
         )
+
+
+def episode_steps(whole: Experience, turns: list[Turn], episode: int,
+                  decode: Callable[[list[int]], str]) -> list[Experience]:
+    """The episode `whole` (its `experience`) as one experience per policy turn, for step-wise training:
+    turn k's prompt is every token the policy was conditioned on (the opening prompt and the episode up to
+    the turn), its response the turn's own tokens, its reward the episode's; marked with `episode` and k
+    (`EPISODE`, `STEP`), with the episode's facts in each step's info. A turn cut to nothing is no step."""
+    steps = []
+    for k, turn in enumerate(t for t in turns if t.end >= t.start):
+        span = slice(turn.start, turn.end + 1)
+        steps.append(Experience(
+            prompt_token_ids=whole.prompt_token_ids + whole.response_token_ids[:turn.start],
+            response_token_ids=whole.response_token_ids[span], logprobs=whole.logprobs[span],
+            loss_mask=whole.loss_mask[span], reward=whole.reward, response_text=decode(whole.response_token_ids[span]),
+            finish_reason=whole.finish_reason if turn is turns[-1] else "stop",
+            reward_components=dict(whole.reward_components), info={**whole.info, EPISODE: episode, STEP: k},
+        ))
+    return steps
 
 
 def _json_safe(info: dict[str, Any]) -> dict[str, Any]:

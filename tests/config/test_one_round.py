@@ -108,7 +108,7 @@ def test_a_refused_key_is_reported_once_under_one_kind(tmp_path: Path, base: str
                         "        feature_keys: [pass_rate]\n        kwargs: {m: 16}\n")
     text = text.replace("default_workflow_type: math_workflow",
                         "default_workflow_type: math_workflow\n    default_reward_fn_type: rm_gallery_reward")
-    text = text.replace("algorithm_type: grpo", "algorithm_type: multi_step_grpo")
+    text = text.replace("algorithm_type: grpo", "algorithm_type: gigpo")
     msg = str(pytest.raises(ConfigError, load_config, write(tmp_path, text)).value)
     for key in ("selector_type", "feature_keys", "kwargs", "rm_gallery_reward"):
         [line] = _lines_naming(msg, key)

@@ -16,7 +16,7 @@ from tests.config.test_bad_input import _error, base  # noqa: F401  (fixture)
 _ALGORITHM = "algorithm.algorithm_type"
 _TASKSET = "buffer.explorer_input.tasksets[0].default_workflow_type"
 _REWARD = "buffer.explorer_input.tasksets[0].default_reward_fn_type"
-_EPISODE = "algorithm_type: grpo with default_workflow_type: env_workflow"
+_STEP_WISE = "algorithm_type: multi_step_grpo (advantage_fn: step_wise_grpo) with default_workflow_type: env_workflow"
 _TEACHER = "algorithm_type: on_policy_distill with model.teacher_model_path"
 
 
@@ -34,12 +34,9 @@ def _set(config: str, key: str, value: str) -> str:
 
 
 @pytest.mark.parametrize(("key", "name", "kind", "feature", "instead"), [
-    (_ALGORITHM, "multi_step_grpo", "algorithm", "trains each model call of a multi-turn episode as an experience "
-     "of its own", _EPISODE),
     (_ALGORITHM, "gigpo", "algorithm", "a step-level one, normalised over the steps of the group's episodes that "
-     "start from the same state (GiGPO", _EPISODE),
+     "start from the same state (GiGPO", _STEP_WISE),
     ("algorithm.advantage_fn", "clipv", "advantage function", "(Clip_V)", "advantage_fn: clipb"),
-    ("algorithm.advantage_fn", "step_wise_grpo", "advantage function", "(step-wise GRPO)", _EPISODE),
     ("algorithm.policy_loss_fn", "sft_phi", "policy loss", "CHORD's SFT loss weighted by p(1-p) per token, as an SFT "
      "stage's loss", "policy_loss_fn: sft (unweighted) for an sft stage"),
     (_TASKSET, "on_policy_distill_workflow", "workflow", "asks a teacher (an auxiliary model) for its "
