@@ -30,6 +30,7 @@ that call and every later one with `EngineFailed`, without touching the engine a
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import time
@@ -89,6 +90,11 @@ class BatchedClient:
     def max_model_len(self) -> int | None:
         """The served engine's context length."""
         return self._batcher.engines[self.engine].max_model_len
+
+    def waiting_elsewhere(self) -> contextlib.AbstractContextManager[int]:
+        """Mark the calling workflow as waiting on calls other threads make for it (an agent behind the
+        policy's endpoint), so no batch is held back for a call of its own."""
+        return self._batcher.elsewhere()
 
     def generate(
         self, prompts_token_ids: Sequence[Sequence[int]], n: int, params: SamplingArgs

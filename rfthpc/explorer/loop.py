@@ -663,6 +663,9 @@ class Explorer:
             "rollout/reward_errors": sum("reward_error" in g.info for _, g in groups),
             "rollout/prompt_truncated": sum(bool(g.info.get("prompt_truncated")) for _, g in groups),
             "rollout/prompt_skipped": sum(o.result is not None and "skipped" in o.result.info for o in outcomes),
+            # Episodes an agent failed (agent_workflow): dropped from their groups.
+            "rollout/failed_episodes": sum(int(o.result.info.get("failed_episodes", 0)) for o in outcomes
+                                           if o.result is not None),
             "rollout/tokens": tokens,
             "rollout/tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
             "rollout/time_s": elapsed,

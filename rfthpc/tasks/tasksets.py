@@ -331,13 +331,17 @@ class PromptBuilder:
         """A single-turn task's prompt: its chat, chat template and reply prefix; None if skipped."""
         return self.encode(self.messages(task, default_system_prompt), task.chat_template, task.reply_prefix)
 
-    def render(self, messages: Sequence[Mapping[str, Any]], chat_template: str | None = None) -> list[int]:
-        """Token ids of `messages` followed by the assistant generation prompt."""
+    def render(self, messages: Sequence[Mapping[str, Any]], chat_template: str | None = None,
+               tools: Sequence[Mapping[str, Any]] | None = None) -> list[int]:
+        """Token ids of `messages` followed by the assistant generation prompt (with `tools`: the tool
+        definitions as the chat template renders them)."""
         if chat_template is None and not getattr(self.tokenizer, "chat_template", None):
             raise UserError(
                 "the policy model's tokenizer has no chat template; set format.chat_template on the taskset"
             )
         switch = {} if self.enable_thinking is None else {"enable_thinking": self.enable_thinking}
+        if tools:
+            switch["tools"] = list(tools)
         return list(
             self.tokenizer.apply_chat_template(
                 list(messages), chat_template=chat_template, add_generation_prompt=True,

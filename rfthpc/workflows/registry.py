@@ -21,6 +21,7 @@ WORKFLOWS: Registry[Workflow] = Registry("workflow", "buffer.explorer_input.defa
     "async_simple_workflow": "rfthpc.workflows.simple:simple_workflow",
     "async_math_workflow": "rfthpc.workflows.math:math_workflow",
     "env_workflow": "rfthpc.workflows.env:env_workflow",
+    "agent_workflow": "rfthpc.workflows.agent:agent_workflow",
     "math_boxed_workflow": "rfthpc.workflows.math:math_boxed_workflow",
     "math_dapo_workflow": "rfthpc.workflows.math:math_dapo_workflow",
     "math_rm_workflow": "rfthpc.workflows.judge:math_rm_workflow",

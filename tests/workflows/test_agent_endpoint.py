@@ -1,0 +1,157 @@
+"""The policy's OpenAI-compatible endpoint and `agent_workflow`: a real HTTP server on loopback, the `openai`
+client as agents use it, the tiny model's engine. Every call is recorded exactly (the trainer's log-probs of a
+multi-call episode equal the engine's within 1e-5), a request without the endpoint's key is refused, and an
+agent that dies, hangs or raises fails its episode only."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import torch
+from openai import OpenAI
+
+from rfthpc.engines import make_engine
+from rfthpc.engines.sampling import SamplingArgs
+from rfthpc.store.schema import EPISODE, STEP
+from rfthpc.tasks.tasksets import PromptBuilder, Task
+from rfthpc.workflows.endpoint import PolicyEndpoint
+from rfthpc.workflows.registry import run_workflow
+from tests.workflows.conftest import ScriptedEngine, context
+from tests.workflows.test_env_workflow_engine import TOL, engine_settings, trainer_logprobs
+
+AGENTS = "tests.workflows.agents"
+
+
+def agent_task(agent: str, repeat: int = 2, **workflow_args) -> Task:
+    return Task(task_id="q/0", taskset="q", index=0, raw={"prompt": "hello there"}, prompt="hello there", truth=None,
+                workflow="agent_workflow", reward_fn=None,
+                workflow_args={"agent": f"{AGENTS}:{agent}", **workflow_args},
+                rollout_args=SamplingArgs(temperature=1.0, max_tokens=16), repeat_times=repeat)
+
+
+def post(url: str, body: dict, key: str | None) -> tuple[int, dict]:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json",
+                                              **({"Authorization": f"Bearer {key}"} if key else {})})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_a_multi_call_episode_is_recorded_exactly_as_the_trainer_scores_it(tiny_model: Path, tokenizer) -> None:
+    engine = make_engine("transformers", engine_settings(tiny_model))
+    endpoint = PolicyEndpoint(engine, PromptBuilder(tokenizer))
+    try:
+        episode, base_url = endpoint.open_episode(SamplingArgs(temperature=1.0, max_tokens=12))
+        client = OpenAI(base_url=base_url, api_key=endpoint.key, max_retries=0)
+        messages = [{"role": "user", "content": "count with me"}]
+        for _ in range(3):
+            text = client.chat.completions.create(model="policy", messages=messages).choices[0].message.content
+            messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "more"}]
+        streamed = "".join(chunk.choices[0].delta.content or "" for chunk in client.chat.completions.create(
+            model="policy", messages=messages, stream=True) if chunk.choices)
+        calls = endpoint.close_episode(episode)
+    finally:
+        endpoint.close()
+        engine.close()
+    assert len(calls) == 4 and calls[-1].text == streamed
+    # Each call's prompt is the conversation as rendered for it: later calls' prompts hold the earlier turns.
+    assert calls[0].prompt_ids == PromptBuilder(tokenizer).render(messages[:1])
+    assert all(len(a.prompt_ids) < len(b.prompt_ids) for a, b in zip(calls, calls[1:]))
+    from rfthpc.workflows.agent import episode_experiences
+
+    experiences = episode_experiences(calls, [1.0] * 4, 0)
+    for exp, lp in zip(experiences, trainer_logprobs(tiny_model, experiences), strict=True):
+        assert float((lp - torch.tensor(exp.logprobs)).abs().max()) <= TOL
+
+
+def test_requests_without_the_key_or_outside_an_episode_are_refused(tokenizer) -> None:
+    endpoint = PolicyEndpoint(ScriptedEngine(tokenizer, lambda ctx: "hi"), PromptBuilder(tokenizer))
+    try:
+        episode, base_url = endpoint.open_episode(SamplingArgs(max_tokens=8))
+        body = {"model": "policy", "messages": [{"role": "user", "content": "x"}]}
+        assert post(f"{base_url}/chat/completions", body, None)[0] == 401
+        assert post(f"{base_url}/chat/completions", body, "not-the-key")[0] == 401
+        status, reply = post(f"{base_url}/chat/completions", body, endpoint.key)
+        assert status == 200 and reply["choices"][0]["message"]["content"] == "hi"
+        assert reply["usage"]["completion_tokens"] == len(tokenizer.encode("hi", add_special_tokens=False)) + 1
+        assert post(f"{base_url}/chat/completions", {"messages": "x"}, endpoint.key)[0] == 400
+        assert len(endpoint.close_episode(episode)) == 1
+        assert post(f"{base_url}/chat/completions", body, endpoint.key)[0] == 404  # the episode ended
+    finally:
+        endpoint.close()
+
+
+def test_tool_calls_are_rendered_and_read_back(tokenizer) -> None:
+    call = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "2+3"}}\n</tool_call>'
+    engine = ScriptedEngine(tokenizer, lambda ctx: call)
+    endpoint = PolicyEndpoint(engine, PromptBuilder(tokenizer))
+    tools = [{"type": "function", "function": {"name": "calculator", "description": "evaluates arithmetic",
+                                               "parameters": {"type": "object", "properties": {
+                                                   "expression": {"type": "string"}}}}}]
+    try:
+        # The tiny model's template ignores tools; Qwen's lists them in a system turn, as this one does.
+        template = ("{%- if tools -%}<|im_start|>system\nTools: {{ tools | tojson }}<|im_end|>\n{%- endif -%}"
+                    + tokenizer.chat_template)
+        episode, base_url = endpoint.open_episode(SamplingArgs(max_tokens=400), chat_template=template)
+        client = OpenAI(base_url=base_url, api_key=endpoint.key, max_retries=0)
+        reply = client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "2+3?"}],
+                                               tools=tools)
+        [made] = reply.choices[0].message.tool_calls
+        assert reply.choices[0].finish_reason == "tool_calls"
+        assert (made.function.name, json.loads(made.function.arguments)) == ("calculator", {"expression": "2+3"})
+        # The tools reached the prompt the policy saw, as the chat template renders them.
+        assert "calculator" in tokenizer.decode(engine.calls[0][0][0])
+        endpoint.close_episode(episode)
+    finally:
+        endpoint.close()
+
+
+def test_each_call_of_each_episode_is_an_experience_with_the_episodes_reward(tokenizer) -> None:
+    engine = ScriptedEngine(tokenizer, lambda ctx: "fine")
+    result = run_workflow(agent_task("chat_twice", repeat=3), context(engine, tokenizer))
+    assert len(result.experiences) == 6 and result.info["failed_episodes"] == 0
+    assert sorted((e.info[EPISODE], e.info[STEP]) for e in result.experiences) == [
+        (e, k) for e in range(3) for k in range(2)]
+    assert all(e.reward == 8.0 and e.loss_mask == [1] * len(e.response_token_ids) for e in result.experiences)
+    per_call = run_workflow(agent_task("per_call_rewards", repeat=1), context(engine, tokenizer))
+    assert [e.reward for e in per_call.experiences] == [0.25, 0.75]
+
+
+def test_an_agent_killed_mid_episode_fails_that_episode_only(tmp_path: Path, tokenizer) -> None:
+    engine = ScriptedEngine(tokenizer, lambda ctx: "ok")
+    task = agent_task("dies_once", repeat=3, isolation="process", agent_args={"marker": str(tmp_path / "died")})
+    result = run_workflow(task, context(engine, tokenizer))
+    assert result.info["failed_episodes"] == 1 and "killed (signal 9)" in result.info["agent_error"]
+    assert len(result.experiences) == 2 and {e.reward for e in result.experiences} == {1.0}
+    assert len(engine.calls) == 3  # the dead episode's call was made, and dropped with its episode
+
+
+@pytest.mark.parametrize(("agent", "isolation", "error"), [
+    ("hangs", "process", "killed (signal 9) or timed out"),
+    ("hangs", "thread", "did not return within timeout_s"),
+    ("raises", "thread", "RuntimeError: the agent's own bug"),
+])
+def test_a_failing_agent_skips_the_task_and_says_why(tokenizer, agent: str, isolation: str, error: str) -> None:
+    engine = ScriptedEngine(tokenizer, lambda ctx: "ok")
+    result = run_workflow(agent_task(agent, repeat=2, isolation=isolation, timeout_s=3), context(engine, tokenizer))
+    assert result.experiences == [] and result.info["failed_episodes"] == 2
+    assert error in result.info["agent_error"] and error in result.info["skipped"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ({"agent": "nomodule"}, "workflow_args.agent='nomodule': name the agent function"),
+    ({"agent": "tests.workflows.agents:nothing"}, "has no callable 'nothing'"),
+    ({"agent": f"{AGENTS}:hangs", "timeout_s": 0}, "workflow_args.timeout_s=0"),
+    ({"agent": f"{AGENTS}:hangs", "isolation": "docker"}, "workflow_args.isolation='docker': use thread or process"),
+])
+def test_bad_workflow_args_are_named(args: dict, message: str) -> None:
+    from rfthpc.workflows.agent import arg_problems
+
+    assert any(message in p for p in arg_problems(args)), arg_problems(args)
