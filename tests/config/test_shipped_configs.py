@@ -12,7 +12,7 @@ from tests.config.conftest import CONFIGS
 SHIPPED = ["grpo.yaml", "async/explorer.yaml", "async/trainer.yaml", "async/explorer_new.yaml", "tiny-cpu.yaml",
            "tiny-cpu-lora.yaml", "frozenlake-cpu.yaml",
            "distill-cpu.yaml", "examples/verl-gspo.yaml", "examples/trinity-sapo.yaml", "examples/trinity-raft.yaml",
-           "examples/trinity-chord.yaml"]
+           "examples/trinity-chord.yaml", "examples/agent-openai.yaml"]
 
 
 def test_the_list_covers_every_shipped_config() -> None:
