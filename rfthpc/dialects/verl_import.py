@@ -152,15 +152,15 @@ def _position_limit(t: Translation) -> None:
     computation of a rotary model whose sequences fit (rfthpc's are at most prompt + response tokens);
     below that, or under a rope scaling that reads it (dynamic, yarn, longrope), it is refused. Other overrides are
     refused by the veRL mapping (verl.py)."""
+    # Read without taking them: the veRL mapping and translate_data still translate these keys.
+    longest = t.leaves.get("data.max_prompt_length", 512) + t.leaves.get(
+        "actor_rollout_ref.rollout.response_length", t.leaves.get("data.max_response_length", 512))
     for section in ("actor_rollout_ref.model", "critic.model"):
         for key in (f"{section}.override_config.model_config.max_position_embeddings",
                     f"{section}.override_config.max_position_embeddings"):
             if not t.has(key):
                 continue
             limit = t.get(key)
-            # Read without taking them: the veRL mapping and translate_data still translate these keys.
-            longest = t.leaves.get("data.max_prompt_length", 512) + t.leaves.get(
-                "actor_rollout_ref.rollout.response_length", t.leaves.get("data.max_response_length", 512))
             rope = _rope_scaling(t.leaves.get(f"{section}.path"))
             if not isinstance(limit, int) or isinstance(limit, bool) or limit < longest:
                 t.refuse(key, f"{scalar(limit)}: shorter than the run's sequences (prompt + response: {longest} "
