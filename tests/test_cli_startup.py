@@ -62,7 +62,7 @@ def test_function_names_and_arguments_are_still_checked_without_torch(tmp_path: 
     (result,), heavy = run_commands(["config", "validate", "--no-path-checks", "--config", str(bad)])
     assert result["code"] == 2
     for problem in (("algorithm.advantage_fn_args: 'std_normalise' not accepted by advantage function 'grpo'; "
-                     "accepted: epsilon, std_normalize, std_threshold."),
+                     "accepted: epsilon, rank_penalty, std_cal_level, std_normalize, std_threshold."),
                     "algorithm.policy_loss_fn: unknown policy loss 'ppo2'",
                     "algorithm.kl_loss_fn: unknown KL estimator 'k9'",
                     "tasksets[0].default_reward_fn_type: unknown reward function 'math_rewrd'"):

@@ -2,7 +2,7 @@
 and the episode, not the step, is what a group compares.
 
 A workflow that trains each call as an experience marks it with its episode and its place in it
-(`rfthpc.store.schema.EPISODE`, `STEP`); the trainer passes them as `AdvantageInputs.episode_ids`
+(`rfthpc.workflows.base.EPISODE`, `STEP`); the trainer passes them as `AdvantageInputs.episode_ids`
 and `steps`. An experience without them is a whole episode, a step-wise advantage then equals its
 episode-level namesake. Conventions as in `advantages`: (advantages, returns) are (B, T), zero
 outside the response mask; a group without contrast (one episode, or all last-step scores equal)

@@ -71,14 +71,6 @@ BASELINE_REWARD = "baseline_reward"
 when the advantage function declares `greedy_baseline` (ReMax). Older stores have no such key."""
 
 
-EPISODE = "episode"
-"""Key of an experience's `info`: the episode (0, 1, ... within its group) the experience is one step of,
-when a workflow trains each model call of a multi-turn episode as an experience of its own (Trinity-RFT's
-run id); step-wise advantages compare episodes, not experiences. Absent: the experience is a whole episode."""
-STEP = "step"
-"""Key of an experience's `info`: its place (0, 1, ...) in its episode's steps (with `EPISODE`)."""
-
-
 SUBGROUP = "subgroup"
 """Key of an experience's `info`: the experiences of one group that name different subgroups (none
 names the group's own) are compared apart by group-relative advantages, e.g. the policy's responses

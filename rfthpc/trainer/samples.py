@@ -14,7 +14,8 @@ import numpy as np
 
 from rfthpc.errors import UserError
 from rfthpc.store import Group
-from rfthpc.store.schema import EPISODE, STEP, SUBGROUP
+from rfthpc.store.schema import SUBGROUP
+from rfthpc.workflows.base import EPISODE, STEP
 
 
 @dataclass

@@ -39,9 +39,8 @@ from typing import Any, Literal
 
 from rfthpc.errors import ConfigError
 from rfthpc.registry import load_user_function
-from rfthpc.store.schema import EPISODE, STEP
 from rfthpc.tasks.tasksets import Task
-from rfthpc.workflows.base import Experience, WorkflowContext, WorkflowResult, needs
+from rfthpc.workflows.base import EPISODE, STEP, Experience, WorkflowContext, WorkflowResult, needs
 from rfthpc.workflows.endpoint import Call, endpoint_for
 
 Isolation = Literal["thread", "process"]

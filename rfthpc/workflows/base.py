@@ -160,6 +160,14 @@ class WorkflowContext:
     """Extra named engines (`explorer.auxiliary_models`, as `AuxiliaryModel`s), e.g. an LLM judge for rewards."""
 
 
+EPISODE = "episode"
+"""Key of an experience's `info`: the episode (0, 1, ... within its group) the experience is one step of,
+when a workflow trains each model call of a multi-turn episode as an experience of its own (Trinity-RFT's
+run id); step-wise advantages compare episodes, not experiences. Absent: the experience is a whole episode."""
+STEP = "step"
+"""Key of an experience's `info`: its place (0, 1, ...) in its episode's steps (with `EPISODE`)."""
+
+
 Workflow = Callable[["Task", WorkflowContext], WorkflowResult]
 
 

@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rfthpc.engines.sampling import Completion
-from rfthpc.store.schema import EPISODE, STEP
-from rfthpc.workflows.base import Experience
+from rfthpc.workflows.base import EPISODE, STEP, Experience
 
 RewardType = Literal["sum", "success"]
 REWARD_TYPES: tuple[str, ...] = ("sum", "success")

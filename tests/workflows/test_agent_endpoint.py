@@ -16,8 +16,8 @@ from openai import OpenAI
 
 from rfthpc.engines import make_engine
 from rfthpc.engines.sampling import SamplingArgs
-from rfthpc.store.schema import EPISODE, STEP
 from rfthpc.tasks.tasksets import PromptBuilder, Task
+from rfthpc.workflows.base import EPISODE, STEP
 from rfthpc.workflows.endpoint import PolicyEndpoint
 from rfthpc.workflows.registry import run_workflow
 from tests.workflows.conftest import ScriptedEngine, context

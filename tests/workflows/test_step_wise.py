@@ -13,7 +13,7 @@ import torch
 
 from rfthpc.engines import make_engine
 from rfthpc.store import ChunkWriter, Group, StoredExperience
-from rfthpc.store.schema import EPISODE, STEP
+from rfthpc.workflows.base import EPISODE, STEP
 from rfthpc.workflows.registry import run_workflow
 from tests.workflows.conftest import ScriptedEngine, context, env_task
 from tests.workflows.test_env_workflow_engine import TOL, Recording, engine_settings, trainer_logprobs
