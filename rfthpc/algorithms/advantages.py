@@ -190,12 +190,7 @@ def grpo(
     them unspecified).
     Returns (A, A) broadcast over the response tokens, and the (B,) responses trained.
     """
-    if std_threshold is not None and not (isinstance(std_threshold, (int, float)) and math.isfinite(std_threshold)):
-        raise ConfigError(f"algorithm.advantage_fn_args.std_threshold must be a number or null for 'grpo', got "
-                          f"{std_threshold!r}.")
-    if std_cal_level not in ("group", "batch"):
-        raise ConfigError(f"algorithm.advantage_fn_args.std_cal_level must be 'group' or 'batch' for 'grpo', got "
-                          f"{std_cal_level!r}.")
+    _check_normalisation("grpo", std_threshold, std_cal_level)
     if rank_penalty is not None and not (isinstance(rank_penalty, (int, float)) and math.isfinite(rank_penalty)):
         raise ConfigError(f"algorithm.advantage_fn_args.rank_penalty must be a number or null for 'grpo', got "
                           f"{rank_penalty!r}.")
@@ -208,19 +203,41 @@ def grpo(
         centred = scores - _group_mean(baseline_scores, inverse, n_groups)
         if std_normalize:
             if std_cal_level == "batch":
-                std = scores.std() if scores.numel() > 1 else torch.ones((), dtype=scores.dtype)
+                std = _batch_std(scores)
             else:
                 std = _unbiased_group_std(baseline_scores, inverse, sizes, n_groups)
             centred = centred / (std + epsilon)
         adv = torch.where(_has_contrast(baseline_scores, inverse, n_groups), centred, torch.zeros_like(centred))
     trained = torch.ones_like(scores, dtype=torch.bool)
     if std_threshold is not None:
-        std = _unbiased_group_std(baseline_scores, inverse, sizes, n_groups)
-        # Equal scores have std 0 exactly (float rounding of the mean would leave a trace above 0).
-        std = torch.where(_has_contrast(baseline_scores, inverse, n_groups), std, torch.zeros_like(std))
-        trained = (sizes > 1) & (std > std_threshold)
+        trained = _above_std_threshold(baseline_scores, inverse, sizes, n_groups, std_threshold)
     out = _broadcast(adv, inputs.response_mask)
     return out, out, trained
+
+
+def _check_normalisation(name: str, std_threshold: float | None, std_cal_level: str) -> None:
+    """ConfigError for a bad `std_threshold` or `std_cal_level` of group-normalising advantage `name`."""
+    if std_threshold is not None and not (isinstance(std_threshold, (int, float)) and math.isfinite(std_threshold)):
+        raise ConfigError(f"algorithm.advantage_fn_args.std_threshold must be a number or null for {name!r}, got "
+                          f"{std_threshold!r}.")
+    if std_cal_level not in ("group", "batch"):
+        raise ConfigError(f"algorithm.advantage_fn_args.std_cal_level must be 'group' or 'batch' for {name!r}, got "
+                          f"{std_cal_level!r}.")
+
+
+def _batch_std(scores: torch.Tensor) -> torch.Tensor:
+    """Trinity-RFT's `std_cal_level: batch` denominator: the unbiased std of every score (1 for one score)."""
+    return scores.std() if scores.numel() > 1 else torch.ones((), dtype=scores.dtype)
+
+
+def _above_std_threshold(scores: torch.Tensor, inverse: torch.Tensor, sizes: torch.Tensor, n_groups: int,
+                         threshold: float) -> torch.Tensor:
+    """Per member, whether its group has more than one member and an unbiased std above `threshold`
+    (Trinity-RFT's std_threshold: the others leave the step)."""
+    std = _unbiased_group_std(scores, inverse, sizes, n_groups)
+    # Equal scores have std 0 exactly (float rounding of the mean would leave a trace above 0).
+    std = torch.where(_has_contrast(scores, inverse, n_groups), std, torch.zeros_like(std))
+    return (sizes > 1) & (std > threshold)
 
 
 def _unbiased_group_std(scores: torch.Tensor, inverse: torch.Tensor, sizes: torch.Tensor, n_groups: int) -> torch.Tensor:

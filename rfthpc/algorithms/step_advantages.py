@@ -11,21 +11,22 @@ gets advantage exactly 0, where Trinity-RFT gives a lone episode its reward over
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from rfthpc.algorithms.advantages import (
     AdvantageInputs,
+    _above_std_threshold,
+    _batch_std,
     _broadcast,
+    _check_normalisation,
     _group_ids,
     _group_index,
     _group_mean,
     _has_contrast,
     _scores,
+    _unbiased_group_std,
 )
 from rfthpc.algorithms.declare import declare
-from rfthpc.errors import ConfigError
 
 
 def _episode_index(inputs: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -57,30 +58,23 @@ def step_wise_grpo(
     leaves the step (every step of its episodes). A group of whole-episode experiences gets grpo's
     advantage. Returns (A, A) broadcast over the response tokens, and the (B,) responses trained.
     """
-    if std_cal_level not in ("group", "batch"):
-        raise ConfigError(f"algorithm.advantage_fn_args.std_cal_level must be 'group' or 'batch' for "
-                          f"'step_wise_grpo', got {std_cal_level!r}.")
-    if std_threshold is not None and not (isinstance(std_threshold, (int, float)) and math.isfinite(std_threshold)):
-        raise ConfigError(f"algorithm.advantage_fn_args.std_threshold must be a number or null for "
-                          f"'step_wise_grpo', got {std_threshold!r}.")
+    _check_normalisation("step_wise_grpo", std_threshold, std_cal_level)
     scores = _scores(inputs)
     groups = _group_ids(inputs, "step_wise_grpo")
     episode, last, lengths = _episode_index(inputs)
     episode_scores, episode_groups = scores[last], groups[last]
     inverse, sizes, n_groups = _group_index(episode_groups)
     centred = episode_scores - _group_mean(episode_scores, inverse, n_groups)
-    group_std = (_group_mean(centred**2, inverse, n_groups) * sizes / (sizes - 1).clamp(min=1)).sqrt()
     contrast = _has_contrast(episode_scores, inverse, n_groups)
     if std_cal_level == "batch":
-        std = episode_scores.std() if episode_scores.numel() > 1 else torch.ones((), dtype=scores.dtype)
+        std = _batch_std(episode_scores)
     else:
-        std = group_std
+        std = _unbiased_group_std(episode_scores, inverse, sizes, n_groups)
     per_episode = torch.where(contrast, centred / (std + epsilon), torch.zeros_like(centred))
     if enable_step_norm:
         per_episode = per_episode / lengths.to(per_episode.dtype)
     trained = torch.ones_like(scores, dtype=torch.bool)
     if std_threshold is not None:
-        kept = (sizes > 1) & torch.where(contrast, group_std, torch.zeros_like(group_std)).gt(std_threshold)
-        trained = kept[episode]
+        trained = _above_std_threshold(episode_scores, inverse, sizes, n_groups, std_threshold)[episode]
     out = _broadcast(per_episode[episode], inputs.response_mask)
     return out, out, trained

@@ -59,8 +59,9 @@ class AgentWorkflowArgs:
 
     @classmethod
     def of(cls, workflow_args: Mapping[str, Any]) -> AgentWorkflowArgs:
-        """Parse `workflow_args`; a ConfigError names every bad key and its fix."""
-        problems = arg_problems(workflow_args)
+        """Parse `workflow_args`; a ConfigError names every bad key and its fix. The agent is imported where
+        it runs (checked at validation and before each task by `arg_problems`)."""
+        problems = arg_problems(workflow_args, import_agent=False)
         if problems:
             raise ConfigError("; ".join(problems))
         return cls(**workflow_args)
@@ -69,14 +70,15 @@ class AgentWorkflowArgs:
 ARG_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(AgentWorkflowArgs))
 
 
-def arg_problems(workflow_args: Mapping[str, Any]) -> list[str]:
-    """What is wrong with `agent_workflow`'s workflow_args, each message naming the key and the fix."""
+def arg_problems(workflow_args: Mapping[str, Any], import_agent: bool = True) -> list[str]:
+    """What is wrong with `agent_workflow`'s workflow_args, each message naming the key and the fix (with
+    `import_agent`, also whether the agent function can be imported)."""
     out = []
     agent = workflow_args.get("agent")
     if not isinstance(agent, str) or ":" not in agent:
         out.append(f"workflow_args.agent={agent!r}: name the agent function as 'package.module:function' or "
                    "'file.py:function'")
-    else:
+    elif import_agent:
         try:
             load_user_function(agent, "workflow_args.agent")
         except ConfigError as e:
