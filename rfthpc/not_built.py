@@ -41,18 +41,18 @@ class NotBuilt:
 
 _GIGPO = ("adds to each step's episode-level GRPO advantage a step-level one, normalised over the steps of the "
           "group's episodes that start from the same state (GiGPO, multi-turn agents)")
-_STEP_WISE_GRPO = ("algorithm_type: multi_step_grpo (advantage_fn: step_wise_grpo) with default_workflow_type: "
-                   "env_workflow and workflow_args.step_wise: true (docs/agents.md): each model call an experience "
-                   "with its episode's group-normalised score, GiGPO without its step-level term")
+_ROLL_GIGPO = ("algorithm_type: multi_step_grpo with advantage_fn: gigpo, which is ROLL's GiGPO (the same two terms, "
+               "its episode term normalised over the task's steps), with default_workflow_type: env_workflow and "
+               "workflow_args.step_wise: true (docs/algorithms.md); Trinity-RFT's own gigpo preset is not reproduced "
+               "(its definition was not available to compare against)")
 _TEACHER_IN_TRAINER = ("algorithm_type: on_policy_distill with model.teacher_model_path and the taskset's own "
                        "workflow (math_workflow for a reward beside it): the trainer scores each sampled token with "
                        "the teacher, so no workflow asks a teacher served as an auxiliary model")
 NOT_BUILT: dict[str, dict[str, NotBuilt]] = {
     ALGORITHM: {
-        "gigpo": NotBuilt(_GIGPO, _STEP_WISE_GRPO),
+        "gigpo": NotBuilt(_GIGPO, _ROLL_GIGPO),
     },
     ADVANTAGE: {
-        "gigpo": NotBuilt(_GIGPO, _STEP_WISE_GRPO),
         "clipv": NotBuilt(
             "takes GRPO's advantage and leaves out of the step the negative-advantage tokens whose entropy-change "
             "estimate lies more than mu standard deviations above the batch's, at most max_frac of the tokens "

@@ -21,10 +21,9 @@ def opmd_args(*, opmd_baseline: str, tau: float, **_: Any) -> None:
         raise ConfigError(f"{_KEY}.tau must be > 0, got {tau}.")
 
 
-def lite_ppo_args(*, norm_mean_type: str | None, norm_std_type: str | None, reward_clip: float | None,
-                  advantage_clip: float | None, difficulty_mask: bool, difficulty_low_threshold: float,
-                  difficulty_high_threshold: float, **_: Any) -> None:
-    """lite_ppo: ROLL's normalisation levels; positive clips; a difficulty band that keeps some groups."""
+def roll_normalisation_args(*, norm_mean_type: str | None, norm_std_type: str | None, reward_clip: float | None,
+                            advantage_clip: float | None, **_: Any) -> None:
+    """ROLL's reward normalisation and clips (lite_ppo, step_reinforce, gigpo): known levels, positive clips."""
     for key, level in (("norm_mean_type", norm_mean_type), ("norm_std_type", norm_std_type)):
         if level not in ("group", "batch", None):
             raise ConfigError(f"{_KEY}.{key}: unknown level {level!r}; use group, batch or null (ROLL's running "
@@ -32,6 +31,14 @@ def lite_ppo_args(*, norm_mean_type: str | None, norm_std_type: str | None, rewa
     for key, bound in (("reward_clip", reward_clip), ("advantage_clip", advantage_clip)):
         if bound is not None and not bound > 0:
             raise ConfigError(f"{_KEY}.{key} must be > 0 (or null: no clip), got {bound!r}.")
+
+
+def lite_ppo_args(*, norm_mean_type: str | None, norm_std_type: str | None, reward_clip: float | None,
+                  advantage_clip: float | None, difficulty_mask: bool, difficulty_low_threshold: float,
+                  difficulty_high_threshold: float, **_: Any) -> None:
+    """lite_ppo: ROLL's normalisation levels; positive clips; a difficulty band that keeps some groups."""
+    roll_normalisation_args(norm_mean_type=norm_mean_type, norm_std_type=norm_std_type, reward_clip=reward_clip,
+                            advantage_clip=advantage_clip)
     if difficulty_mask and not difficulty_low_threshold < difficulty_high_threshold:
         raise ConfigError(f"{_KEY}.difficulty_low_threshold ({difficulty_low_threshold}) must be below "
                           f"difficulty_high_threshold ({difficulty_high_threshold}): no group would be trained.")
@@ -54,3 +61,14 @@ def jsd_args(*, lambda_coef: float, kl_coef: float, temperature: float, chunk_si
         raise ConfigError(f"{_KEY}.temperature must be > 0 (it divides the log-probabilities), got {temperature}.")
     if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
         raise ConfigError(f"{_KEY}.chunk_size must be a whole number >= 1 or null, got {chunk_size!r}.")
+
+
+def step_return_args(*, step_reward_gamma: float, norm_mean_type: str | None, norm_std_type: str | None,
+                     reward_clip: float | None, advantage_clip: float | None, **_: Any) -> None:
+    """step_reinforce, gigpo: a discount in [0, 1]; ROLL's normalisation levels and clips."""
+    roll_normalisation_args(norm_mean_type=norm_mean_type, norm_std_type=norm_std_type, reward_clip=reward_clip,
+                            advantage_clip=advantage_clip)
+    if isinstance(step_reward_gamma, bool) or not isinstance(step_reward_gamma, (int, float)) \
+            or not 0 <= step_reward_gamma <= 1:
+        raise ConfigError(f"{_KEY}.step_reward_gamma must lie in [0, 1] (the discount of later steps' rewards), "
+                          f"got {step_reward_gamma!r}.")

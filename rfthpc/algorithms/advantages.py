@@ -55,6 +55,12 @@ class AdvantageInputs:
     episode); read by step-wise advantages, which compare a group's episodes by their last steps."""
     steps: torch.Tensor | None = None
     """(B,) each response's place in its episode's steps (0 for a whole episode)."""
+    step_rewards: torch.Tensor | None = None
+    """(B,) what each step earned on its own (the environment's reward for that turn); NaN where not said,
+    and then the episode's reward counts as its last step's. Read by step_reinforce and gigpo."""
+    state_ids: torch.Tensor | None = None
+    """(B,) integer id of the environment state each step acted in, equal for equal states of one group
+    (GiGPO's anchor states); one per response when not given."""
     values: torch.Tensor | None = None
     """(B, T) critic values V(s_t); needed by ppo (GAE)."""
     old_log_probs: torch.Tensor | None = None

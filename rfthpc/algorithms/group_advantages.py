@@ -239,6 +239,17 @@ def lite_ppo(
                   difficulty_high_threshold=difficulty_high_threshold)
     scores = _scores(inputs)
     inverse, sizes, n_groups = _group_index(_group_ids(inputs, "lite_ppo"))
+    adv = roll_normalise(scores, (inverse, sizes, n_groups), norm_mean_type, norm_std_type, epsilon)
+    out = roll_pipeline(inputs, adv, reward_clip, whiten_advantages, advantage_clip)
+    return out, out, _roll_loss_mask(inputs, scores, inverse, sizes, n_groups, difficulty_mask,
+                                     (difficulty_low_threshold, difficulty_high_threshold), max_len_mask)
+
+
+def roll_normalise(scores: torch.Tensor, groups: tuple[torch.Tensor, torch.Tensor, int], norm_mean_type: str | None,
+                   norm_std_type: str | None, epsilon: float) -> torch.Tensor:
+    """(B,) `scores` normalised as ROLL's reward normalisation (see `lite_ppo`) within `groups` (each
+    response's group index, the groups' sizes and number, as `_group_index` gives them)."""
+    inverse, sizes, n_groups = groups
     if norm_mean_type == "group":
         mean = _group_mean(scores, inverse, n_groups)
     elif norm_mean_type == "batch":
@@ -254,13 +265,19 @@ def lite_ppo(
         adv = adv / ((centred**2).sum() / max(scores.numel() - 1, 1)).sqrt().add(epsilon)
     if "group" in (norm_mean_type, norm_std_type):
         adv = torch.where(_has_contrast(scores, inverse, n_groups), adv, torch.zeros_like(adv))
+    return adv
+
+
+def roll_pipeline(inputs: AdvantageInputs, adv: torch.Tensor, reward_clip: float | None, whiten_advantages: bool,
+                  advantage_clip: float | None) -> torch.Tensor:
+    """ROLL's advantage pipeline after its normalisation (see `lite_ppo`): the (B,) normalised scores
+    clipped, broadcast over the response tokens, whitened, clipped again, each step off unless set."""
     if reward_clip is not None:
         adv = adv.clamp(-reward_clip, reward_clip)
     out = _whitened(inputs, adv)[0] if whiten_advantages else _broadcast(adv, inputs.response_mask)
     if advantage_clip is not None:
         out = out.clamp(-advantage_clip, advantage_clip)
-    return out, out, _roll_loss_mask(inputs, scores, inverse, sizes, n_groups, difficulty_mask,
-                                     (difficulty_low_threshold, difficulty_high_threshold), max_len_mask)
+    return out
 
 
 def _roll_loss_mask(inputs: AdvantageInputs, scores: torch.Tensor, inverse: torch.Tensor, sizes: torch.Tensor,

@@ -4,15 +4,18 @@ and the episode, not the step, is what a group compares.
 A workflow that trains each call as an experience marks it with its episode and its place in it
 (`rfthpc.workflows.base.EPISODE`, `STEP`); the trainer passes them as `AdvantageInputs.episode_ids`
 and `steps`. An experience without them is a whole episode, a step-wise advantage then equals its
-episode-level namesake. Conventions as in `advantages`: (advantages, returns) are (B, T), zero
-outside the response mask; a group without contrast (one episode, or all last-step scores equal)
-gets advantage exactly 0, where Trinity-RFT gives a lone episode its reward over (1 + epsilon).
+episode-level namesake. ROLL's step-wise estimators (step_reinforce, gigpo) also read what each step
+earned on its own (`STEP_REWARD`) and, gigpo, the state it acted in (`STATE`). Conventions as in
+`advantages`: (advantages, returns) are (B, T), zero outside the response mask; a group without
+contrast (one episode, or all last-step scores equal) gets advantage exactly 0, where Trinity-RFT
+gives a lone episode its reward over (1 + epsilon).
 """
 
 from __future__ import annotations
 
 import torch
 
+from rfthpc.algorithms.advantage_args import step_return_args
 from rfthpc.algorithms.advantages import (
     AdvantageInputs,
     _above_std_threshold,
@@ -27,6 +30,7 @@ from rfthpc.algorithms.advantages import (
     _unbiased_group_std,
 )
 from rfthpc.algorithms.declare import declare
+from rfthpc.algorithms.group_advantages import roll_normalise, roll_pipeline
 
 
 def _episode_index(inputs: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -78,3 +82,90 @@ def step_wise_grpo(
         trained = _above_std_threshold(episode_scores, inverse, sizes, n_groups, std_threshold)[episode]
     out = _broadcast(per_episode[episode], inputs.response_mask)
     return out, out, trained
+
+
+def _step_returns(inputs: AdvantageInputs, gamma: float) -> torch.Tensor:
+    """(B,) each step's discounted return within its episode, as ROLL's `compute_discounted_returns`:
+    G_s = r_s + gamma * G_{s+1} over the episode's steps in order, r_s what step s earned (its
+    `step_rewards`; where not given, the episode's score on its last step and 0 on the others)."""
+    scores = _scores(inputs)
+    episode, last, _ = _episode_index(inputs)
+    b = scores.shape[0]
+    is_last = torch.zeros(b, dtype=torch.bool)
+    is_last[last] = True
+    terminal = torch.where(is_last, scores, torch.zeros_like(scores))
+    earned = terminal if inputs.step_rewards is None else torch.where(
+        torch.isnan(inputs.step_rewards), terminal, inputs.step_rewards.to(scores.dtype))
+    steps = inputs.steps if inputs.steps is not None else torch.zeros(b, dtype=torch.long)
+    returns = torch.zeros_like(scores)
+    # Latest step first: an episode's running return is carried back one step at a time.
+    order = sorted(range(b), key=lambda i: (int(episode[i]), -int(steps[i]), -i))
+    running: dict[int, float] = {}
+    for i in order:
+        e = int(episode[i])
+        running[e] = float(earned[i]) + gamma * running.get(e, 0.0)
+        returns[i] = running[e]
+    return returns
+
+
+@declare("advantage", "step_reinforce", groups=True, checked_by="rfthpc.algorithms.advantage_args:step_return_args")
+@torch.no_grad()
+def step_reinforce(
+    inputs: AdvantageInputs, *, step_reward_gamma: float = 0.95, norm_mean_type: str | None = "group",
+    norm_std_type: str | None = "group", epsilon: float = 1e-6, reward_clip: float | None = None,
+    whiten_advantages: bool = False, advantage_clip: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """ROLL's step_reinforce (its agentic pipeline, roll/pipeline/agentic/utils.py): each step is scored by
+    its discounted return within its episode,
+        G_s = r_s + step_reward_gamma * G_{s+1}
+    (r_s what the step earned on its own, `STEP_REWARD`; a workflow that does not say gives the episode's
+    reward to its last step), and the steps' returns are normalised as ROLL's reward_normalization does,
+    over every step of the task's episodes ("group", ROLL's traj_group_id) or of the batch ("batch"), by
+    `norm_mean_type` / `norm_std_type` (as `lite_ppo`; ROLL's method mean_std is group/group, mean is
+    group/None, identity None/None). ROLL's advantage pipeline follows (reward_clip, whiten_advantages,
+    advantage_clip: as `lite_ppo`). Returns (A, A) broadcast over each step's response tokens.
+    """
+    step_return_args(step_reward_gamma=step_reward_gamma, norm_mean_type=norm_mean_type,
+                     norm_std_type=norm_std_type, reward_clip=reward_clip, advantage_clip=advantage_clip)
+    returns = _step_returns(inputs, step_reward_gamma)
+    groups = _group_index(_group_ids(inputs, "step_reinforce"))
+    adv = roll_normalise(returns, groups, norm_mean_type, norm_std_type, epsilon)
+    out = roll_pipeline(inputs, adv, reward_clip, whiten_advantages, advantage_clip)
+    return out, out
+
+
+@declare("advantage", "gigpo", groups=True, checked_by="rfthpc.algorithms.advantage_args:step_return_args")
+@torch.no_grad()
+def gigpo(
+    inputs: AdvantageInputs, *, step_reward_gamma: float = 0.95, episode_reward_weight: float = 1.0,
+    step_reward_weight: float = 1.0, norm_mean_type: str | None = "group", norm_std_type: str | None = "group",
+    epsilon: float = 1e-6, reward_clip: float | None = None, whiten_advantages: bool = False,
+    advantage_clip: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GiGPO (group-in-group policy optimisation, arXiv 2505.10978) as ROLL's gigpo computes it
+    (roll/pipeline/agentic/utils.py, after verl-agent): two normalised scores per step, weighted and added,
+        A_s = episode_reward_weight * N_task(R_e) + step_reward_weight * N_state(G_s)
+    R_e is the score of the step's episode (its last step's reward), normalised over every step of the
+    task's episodes (as ROLL, a longer episode weighs more) or the batch by `norm_mean_type` /
+    `norm_std_type`; G_s is the step's discounted return (as `step_reinforce`), normalised over the steps
+    of the task's episodes that acted in the same environment state (`STATE`, GiGPO's anchor states) with
+    the same method at that level (a state seen once gets 0 there). A step without a state is a state of
+    its own. ROLL's advantage pipeline follows (as `lite_ppo`). Returns (A, A) broadcast over each step's
+    response tokens.
+    """
+    step_return_args(step_reward_gamma=step_reward_gamma, norm_mean_type=norm_mean_type,
+                     norm_std_type=norm_std_type, reward_clip=reward_clip, advantage_clip=advantage_clip)
+    scores = _scores(inputs)
+    episode, last, _ = _episode_index(inputs)
+    groups = _group_ids(inputs, "gigpo")
+    episode_part = roll_normalise(scores[last][episode], _group_index(groups), norm_mean_type, norm_std_type,
+                                  epsilon)
+    b = scores.shape[0]
+    states = inputs.state_ids if inputs.state_ids is not None else torch.arange(b)
+    # Anchor states are compared within a task's group only.
+    anchors = torch.unique(torch.stack([groups, states.to(groups.dtype)], dim=1), dim=0, return_inverse=True)[1]
+    step_part = roll_normalise(_step_returns(inputs, step_reward_gamma), _group_index(anchors),
+                               "group" if norm_mean_type else None, "group" if norm_std_type else None, epsilon)
+    adv = episode_reward_weight * episode_part + step_reward_weight * step_part
+    out = roll_pipeline(inputs, adv, reward_clip, whiten_advantages, advantage_clip)
+    return out, out

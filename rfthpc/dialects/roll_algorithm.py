@@ -2,7 +2,8 @@
 section, for `roll_import`.
 
 ROLL's reinforce and grpo estimators are rfthpc's `lite_ppo` with ROLL's normalisation levels, reward
-clip, token whitening and advantage clip; its PPO loss is rfthpc's `ppo` with ROLL's dual-clip bound
+clip, token whitening and advantage clip, its step-wise step_reinforce and gigpo the advantages of those names
+with the same pipeline; its PPO loss is rfthpc's `ppo` with ROLL's dual-clip bound
 (1 + 2 * pg_clip, or none); its ActorPGWorker variants are the rfthpc losses of the same names.
 """
 
@@ -17,27 +18,33 @@ NO_DUAL_CLIP = 1.0e9
 
 
 _OTHER_ESTIMATOR = ("the importer translates ROLL's reinforce and grpo (rfthpc's lite_ppo with ROLL's "
-                    "normalisation); for gae write the algorithm section by hand (docs/configuration.md)")
-_ESTIMATORS_MISSING = {
-    "step_reinforce": "ROLL's step-wise agentic training (a reward and an advantage per environment step) is not "
-                      "in rfthpc, which trains an episode as one trajectory with one reward: use reinforce or grpo",
-    "gigpo": "GiGPO (step-level groups of identical environment states) is not in rfthpc: use grpo",
-}
-"""Estimators of features rfthpc does not have, and what the refusal says."""
+                    "normalisation) and its step-wise step_reinforce and gigpo; for gae write the algorithm section "
+                    "by hand (docs/configuration.md)")
+_STEP_ESTIMATORS = ("step_reinforce", "gigpo")
+"""ROLL's step-wise estimators (its agentic pipeline's): rfthpc's advantage functions of the same names."""
 
 
 def translate_algorithm(t: Translation, agentic: bool) -> None:
     """The advantage, the policy loss, KL and entropy terms and the gradient clip."""
     estimator = t.get("adv_estimator", "gae")
     source = "adv_estimator" if t.has("adv_estimator") else ROLL_DEFAULT
-    if estimator not in ("reinforce", "grpo"):
+    step_wise = estimator in _STEP_ESTIMATORS
+    if step_wise and not agentic:
+        t.refuse("adv_estimator", f"{estimator!r}: ROLL's step-wise estimators train the steps of agentic "
+                                  "episodes (custom_envs with StepEnvManager)")
+    elif estimator not in ("reinforce", "grpo", *_STEP_ESTIMATORS):
         # The other settings are still read, so that every other problem comes in the same round.
-        t.refuse("adv_estimator", f"{estimator!r}: {_ESTIMATORS_MISSING.get(estimator, _OTHER_ESTIMATOR)}")
+        t.refuse("adv_estimator", f"{estimator!r}: {_OTHER_ESTIMATOR}")
     t.set("algorithm.algorithm_type", "lite_ppo", source)
-    t.set("algorithm.advantage_fn", "lite_ppo", f"{source}: {estimator} (ROLL's reward normalisation, "
-                                                 "then its advantage pipeline)")
+    if step_wise:
+        t.set("algorithm.advantage_fn", estimator, f"{source} (the steps' discounted returns, ROLL's reward "
+                                                   "normalisation, then its advantage pipeline)")
+    else:
+        t.set("algorithm.advantage_fn", "lite_ppo", f"{source}: {estimator} (ROLL's reward normalisation, "
+                                                     "then its advantage pipeline)")
     mean, std, where = _normalisation(t, agentic, estimator)
     args = "algorithm.advantage_fn_args"
+    _step_settings(t, estimator)
     t.set(f"{args}.norm_mean_type", mean, where)
     t.set(f"{args}.norm_std_type", std, where)
     if t.get("reward_clip") is not None:
@@ -63,8 +70,6 @@ def translate_algorithm(t: Translation, agentic: bool) -> None:
     _loss_masks(t, agentic)
     t.note(["enable_reference", "enable_old_logprobs_recompute", "force_disable_old_logprobs_recompute"],
            "rfthpc decides from the configured losses whether reference and old log-probabilities are computed")
-    for key in ("episode_reward_weight", "step_reward_weight", "step_reward_gamma"):
-        t.note(key, "no effect: used by ROLL's gigpo and step_reinforce only")
     t.note("batch_adjust_mode", "rfthpc's batches are always whole (explorers keep generating until the "
                                 "trainer has its groups), so nothing is copied or deleted")
     t.note("partial_gpu_mode", "ROLL's GPU sharing between roles; rfthpc's roles are separate jobs")
@@ -77,6 +82,19 @@ def translate_algorithm(t: Translation, agentic: bool) -> None:
         else:
             t.get("train_infer_correction")
             t.same.append("train_infer_correction: off")
+
+
+def _step_settings(t: Translation, estimator: str) -> None:
+    """The step returns' discount (step_reinforce, gigpo) and gigpo's weights of its two terms."""
+    args = "algorithm.advantage_fn_args"
+    keys = {"step_reinforce": ("step_reward_gamma",),
+            "gigpo": ("step_reward_gamma", "episode_reward_weight", "step_reward_weight")}.get(estimator, ())
+    defaults = {"step_reward_gamma": 0.95, "episode_reward_weight": 1.0, "step_reward_weight": 1.0}
+    for key in keys:
+        t.set(f"{args}.{key}", t.get(key, defaults[key]), key if t.has(key) else ROLL_DEFAULT)
+    unused = [k for k in defaults if k not in keys]
+    t.note(unused, "no effect: used by ROLL's gigpo" + ("" if "step_reward_gamma" in keys else " and step_reinforce")
+           + " only")
 
 
 def _loss_masks(t: Translation, agentic: bool) -> None:

@@ -37,6 +37,9 @@ _ENVS_MISSING = {
 _TEXT_KEYS = ("action_pattern", "grid_lookup", "grid_vocab", "action_lookup", "map_lookup", "env_instruction",
               "special_token_list")
 _TRAJ_MANAGER = "roll.pipeline.agentic.env_manager.traj_env_manager.TrajEnvManager"
+_STEP_MANAGER = "roll.pipeline.agentic.env_manager.step_env_manager.StepEnvManager"
+STEP_ESTIMATORS = ("step_reinforce", "gigpo")
+"""ROLL's estimators of step samples (StepEnvManager's), rfthpc's step-wise advantages of the same names."""
 _MANAGER_DEFAULTS = {"worker_cls": "roll.pipeline.agentic.environment_worker.EnvironmentWorker",
                      "group_filter_cls": "roll.pipeline.agentic.agentic_pipeline.GroupFilter"}
 
@@ -65,6 +68,7 @@ def translate_envs(t: Translation, tasks_dir: Path, *, groups: int, n: int, engi
                 ts = "buffer.explorer_input.tasksets[0]"
                 _taskset(t, ts, tag, path, env, f"max_steps x rollout_batch_size / group_size = {steps * groups} "
                                                  "seeds, each played once", "train_env_manager.tags")
+                _step_wise(t, tag, ts)
                 concurrent = t.whole("train_env_manager.num_env_groups", 128)
                 t.set("explorer.runner_per_model", -(-concurrent // engines),
                       f"train_env_manager.num_env_groups ({concurrent} groups at once over {engines} engines)")
@@ -195,14 +199,41 @@ def _env(t: Translation, tag: str, max_new_tokens: int | None) -> dict[str, Any]
     if prompt:
         args["system_prompt"] = str(prompt)
         sources["system_prompt"] = f"{key}.agent_system_template"
-    t.same_if(f"{key}.env_manager_cls", _TRAJ_MANAGER, "rfthpc's env_workflow plays whole trajectories, as "
-                                                       "ROLL's TrajEnvManager")
+    manager = t.get(f"{key}.env_manager_cls", _TRAJ_MANAGER)
+    if manager == _TRAJ_MANAGER and t.has(f"{key}.env_manager_cls"):
+        t.same.append(f"{key}.env_manager_cls: TrajEnvManager (env_workflow plays whole trajectories)")
+    elif manager not in (_TRAJ_MANAGER, _STEP_MANAGER):
+        t.refuse(f"{key}.env_manager_cls", f"{manager!r}: the importer knows ROLL's TrajEnvManager and "
+                                           "StepEnvManager")
     t.same_if(f"{key}.agent_runner_cls", None, "the importer knows ROLL's own trajectory runner only")
     t.note([f"{key}.use_thread_lock", f"{key}.max_env_step_concurrent"], "rfthpc steps each episode in its "
                                                                          "explorer; no locks or limits needed")
     if t.has(f"{key}.tool_wrapper"):
         t.refuse(f"{key}.tool_wrapper", "ROLL's tool wrappers are not translated; see toolcall_workflow")
     return {"args": args, "sources": sources}
+
+
+def _step_wise(t: Translation, tag: str, ts: str) -> None:
+    """ROLL's env manager of the trained environment `tag`: whole trajectories (TrajEnvManager) or a sample per
+    step (StepEnvManager, which ROLL's step_reinforce and gigpo need): env_workflow's `step_wise`. Evaluation
+    plays whole episodes either way."""
+    key = f"custom_envs.{tag}.env_manager_cls"
+    manager = t.get(key, _TRAJ_MANAGER)
+    estimator = t.get("adv_estimator", "gae")
+    if manager == _STEP_MANAGER:
+        if estimator not in STEP_ESTIMATORS:
+            t.refuse(key, f"StepEnvManager with adv_estimator {estimator!r}: ROLL then scores each step by its own "
+                          "reward; rfthpc trains steps with gigpo or step_reinforce (or Trinity-RFT's "
+                          "multi_step_grpo): use one of those, or TrajEnvManager")
+            return
+        t.set(f"{ts}.workflow_args.step_wise", True,
+              f"{key}: StepEnvManager (each step a sample with its step score and state; its prompt is the episode "
+              "so far as the chat template renders it, where ROLL renders its agent_template of the last "
+              "history_length steps)")
+    elif manager == _TRAJ_MANAGER:
+        if estimator in STEP_ESTIMATORS:
+            t.refuse("adv_estimator", f"{estimator!r} trains step samples: ROLL needs env_manager_cls "
+                                      f"{_STEP_MANAGER} for it, and so does the import")
 
 
 def _taskset(t: Translation, ts: str, tag: str, path: Path, env: dict[str, Any], why: str, tags: str) -> None:

@@ -19,7 +19,7 @@ from rfthpc import algorithms as algos
 from rfthpc.algorithms import rollout_correction as rollout_fns
 from rfthpc.trainer.batching import pad_rows
 from rfthpc.trainer.losses import Algorithm
-from rfthpc.trainer.samples import Sample, advantage_groups, episode_ids
+from rfthpc.trainer.samples import Sample, advantage_groups, episode_ids, state_ids, step_rewards
 
 
 @dataclass
@@ -147,6 +147,8 @@ def build_step_tensors(
         group_ids=torch.tensor(advantage_groups(samples), dtype=torch.long),
         episode_ids=torch.tensor(episode_ids(samples), dtype=torch.long),
         steps=torch.tensor([s.step for s in samples], dtype=torch.long),
+        step_rewards=torch.tensor(step_rewards(samples), dtype=torch.float32),
+        state_ids=torch.tensor(state_ids(samples), dtype=torch.long),
         values=t.values,
         old_log_probs=t.old,
         behaviour_log_probs=t.behaviour,

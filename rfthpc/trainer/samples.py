@@ -15,7 +15,7 @@ import numpy as np
 from rfthpc.errors import UserError
 from rfthpc.store import Group
 from rfthpc.store.schema import SUBGROUP
-from rfthpc.workflows.base import EPISODE, STEP
+from rfthpc.workflows.base import EPISODE, STATE, STEP, STEP_REWARD
 
 
 @dataclass
@@ -55,6 +55,10 @@ class Sample:
     """The episode of its group it is one step of (its experience's `EPISODE`); None: a whole episode."""
     step: int = 0
     """Its place in its episode's steps (its experience's `STEP`)."""
+    step_reward: float | None = None
+    """What the step itself earned (its experience's `STEP_REWARD`); None: not said."""
+    state: str | None = None
+    """The environment state the step acted in (its experience's `STATE`); None: not said."""
 
     @property
     def length(self) -> int:
@@ -133,6 +137,8 @@ def samples_from_groups(
                     subgroup=e.info.get(SUBGROUP),
                     episode=None if e.info.get(EPISODE) is None else int(e.info[EPISODE]),
                     step=int(e.info.get(STEP, 0)),
+                    step_reward=None if e.info.get(STEP_REWARD) is None else float(e.info[STEP_REWARD]),
+                    state=None if e.info.get(STATE) is None else str(e.info[STATE]),
                     policy_version=int(group.policy_version),
                     temperature=t,
                     reward_components=_components(e.info),
@@ -154,6 +160,20 @@ def episode_ids(samples: list[Sample]) -> list[int]:
     episode); a sample that is a whole episode is an episode of its own."""
     index: dict[tuple, int] = {}
     return [index.setdefault((s.group, s.subgroup, s.episode) if s.episode is not None else ("whole", i), len(index))
+            for i, s in enumerate(samples)]
+
+
+def step_rewards(samples: list[Sample]) -> list[float]:
+    """Per sample, what its step earned; NaN where the workflow did not say (the step-wise advantages
+    then count the episode's reward as its last step's)."""
+    return [math.nan if s.step_reward is None else s.step_reward for s in samples]
+
+
+def state_ids(samples: list[Sample]) -> list[int]:
+    """Per sample, the index of the environment state it acted in, among the batch's (group, subgroup,
+    state); a sample without a state is a state of its own."""
+    index: dict[tuple, int] = {}
+    return [index.setdefault((s.group, s.subgroup, s.state) if s.state is not None else ("own", i), len(index))
             for i, s in enumerate(samples)]
 
 

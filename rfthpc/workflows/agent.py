@@ -40,7 +40,7 @@ from typing import Any, Literal
 from rfthpc.errors import ConfigError
 from rfthpc.registry import load_user_function
 from rfthpc.tasks.tasksets import Task
-from rfthpc.workflows.base import EPISODE, STEP, Experience, WorkflowContext, WorkflowResult, needs
+from rfthpc.workflows.base import EPISODE, STEP, STEP_REWARD, Experience, WorkflowContext, WorkflowResult, needs
 from rfthpc.workflows.endpoint import Call, endpoint_for
 
 Isolation = Literal["thread", "process"]
@@ -179,11 +179,16 @@ def _rewards(returned: Any, calls: list[Call]) -> list[float]:
     return [number(returned)] * len(calls)
 
 
-def episode_experiences(calls: list[Call], rewards: list[float], episode: int) -> list[Experience]:
-    """Each call as an experience: exactly its prompt and reply tokens, marked with `episode` and its step."""
+def episode_experiences(calls: list[Call], returned: Any, episode: int) -> list[Experience]:
+    """Each call as an experience: exactly its prompt and reply tokens, marked with `episode` and its step;
+    rewards given per call are also each step's own (`STEP_REWARD`). ValueError: what the agent returned is
+    no reward for these calls."""
+    rewards = _rewards(returned, calls)
+    per_call = isinstance(returned, (list, tuple))
     return [Experience(prompt_token_ids=c.prompt_ids, response_token_ids=c.response_ids, logprobs=c.logprobs,
                        loss_mask=[1] * len(c.response_ids), reward=r, response_text=c.text,
-                       finish_reason=c.finish_reason, info={EPISODE: episode, STEP: k, "calls": len(calls)})
+                       finish_reason=c.finish_reason,
+                       info={EPISODE: episode, STEP: k, "calls": len(calls), **({STEP_REWARD: r} if per_call else {})})
             for k, (c, r) in enumerate(zip(calls, rewards, strict=True))]
 
 
@@ -206,7 +211,7 @@ def agent_workflow(task: Task, ctx: WorkflowContext) -> WorkflowResult:
         calls = endpoint.close_episode(episode)
         if status == "ok":
             try:
-                experiences += episode_experiences(calls, _rewards(returned, calls), e)
+                experiences += episode_experiences(calls, returned, e)
                 continue
             except ValueError as err:
                 returned = str(err)

@@ -175,6 +175,7 @@ def _play_turn(episodes: list[Episode], envs: list[TextEnv], completions: list[C
                                                                              skip_special_tokens=True)
         observation, reward, terminated, truncated, info = env.step(action)
         ep.record_step(reward, info, args.format_penalty)
+        ep.observation = observation
         if terminated or truncated:
             ep.end(None if terminated else "env")
             continue
@@ -223,7 +224,8 @@ def play_episodes(task: Task, ctx: WorkflowContext, args: EnvWorkflowArgs, env_a
                 return WorkflowResult([], {"skipped": "prompt longer than max_prompt_tokens"})
             truncated_prompt |= prompt.truncated
             limit, limited_by = _token_limit(len(prompt.token_ids), args, ctx.engine.max_model_len)
-            episodes.append(Episode(list(prompt.token_ids), token_limit=limit, limited_by=limited_by))
+            episodes.append(Episode(list(prompt.token_ids), token_limit=limit, limited_by=limited_by,
+                                    observation=observation))
         while running := [i for i, ep in enumerate(episodes) if not ep.done]:
             playing = [episodes[i] for i in running]
             completions = _generate(ctx.engine, [ep.context for ep in playing], _turn_params(params, playing))
@@ -235,5 +237,5 @@ def play_episodes(task: Task, ctx: WorkflowContext, args: EnvWorkflowArgs, env_a
     experiences = [ep.experience(args.reward_type, args.turn_rewards, decode(ep.response)) for ep in episodes]
     if args.step_wise:
         experiences = [step for e, (whole, ep) in enumerate(zip(experiences, episodes, strict=True))
-                       for step in episode_steps(whole, ep.turns, e, decode)]
+                       for step in episode_steps(whole, ep, args.reward_type, e, decode)]
     return WorkflowResult(experiences, {"prompt_truncated": truncated_prompt, "env_seed": seed})

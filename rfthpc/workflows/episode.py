@@ -8,13 +8,14 @@ step rewards when it ends (`Episode.experience`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rfthpc.engines.sampling import Completion
-from rfthpc.workflows.base import EPISODE, STEP, Experience
+from rfthpc.workflows.base import EPISODE, STATE, STEP, STEP_REWARD, Experience
 
 RewardType = Literal["sum", "success"]
 REWARD_TYPES: tuple[str, ...] = ("sum", "success")
@@ -32,6 +33,13 @@ class Turn:
     """The environment's step reward (0 if the turn was cut before it reached the environment)."""
     penalty: float = 0.0
     """Format penalty of an invalid action (≤ 0)."""
+    state: str = ""
+    """Digest of the observation the turn answered (GiGPO's anchor state, `state_digest`)."""
+
+
+def state_digest(observation: str) -> str:
+    """A short stable name of an environment state, from the observation text the policy saw."""
+    return hashlib.blake2b(observation.encode(), digest_size=8).hexdigest()
 
 
 @dataclass
@@ -56,6 +64,8 @@ class Episode:
     `max_context_tokens`, `max_response_tokens`; None if it terminated."""
     finish_reason: str = ""
     env_info: dict[str, Any] = field(default_factory=dict)
+    observation: str = ""
+    """The environment's latest observation: what the next turn answers."""
 
     @property
     def done(self) -> bool:
@@ -79,7 +89,7 @@ class Episode:
         self.response += ids
         self.logprobs += lps
         self.loss_mask += [1] * len(ids)
-        self.turns.append(Turn(start=start, end=len(self.response) - 1))
+        self.turns.append(Turn(start=start, end=len(self.response) - 1, state=state_digest(self.observation)))
         self.finish_reason = completion.finish_reason if keep is None else "length"
 
     def add_framing(self, ids: list[int]) -> None:
@@ -106,6 +116,14 @@ class Episode:
         else:
             self.truncated_by = truncated_by
 
+    def turn_rewards(self, reward_type: RewardType) -> list[float]:
+        """What each turn earned, summing to the episode's reward: its format penalty and, with `sum`, its
+        step reward; with `success` the 1/0 success goes to the last turn."""
+        earned = [t.penalty + (t.reward if reward_type == "sum" else 0.0) for t in self.turns]
+        if reward_type == "success" and earned:
+            earned[-1] += float(bool(self.success))
+        return earned
+
     def experience(self, reward_type: RewardType, turn_rewards: bool, text: str) -> Experience:
         """The episode as one experience: reward = sum of step rewards (`sum`) or 1/0 success
         (`success`), plus the format penalties; with `turn_rewards` also placed per turn on each
@@ -119,10 +137,8 @@ class Episode:
         token_rewards = None
         if turn_rewards:
             token_rewards = [0.0] * len(self.response)
-            for t in self.turns:
-                token_rewards[t.end] += t.penalty + (t.reward if reward_type == "sum" else 0.0)
-            if reward_type == "success" and self.turns:
-                token_rewards[self.turns[-1].end] += components["success"]
+            for t, earned in zip(self.turns, self.turn_rewards(reward_type), strict=True):
+                token_rewards[t.end] += earned
         info: dict[str, Any] = {
             "turns": len(self.turns), "invalid_actions": self.invalid_actions, "terminated": self.terminated,
             "truncated": self.truncated_by is not None, "truncated_by": self.truncated_by, "env_reward": env_reward,
@@ -139,13 +155,16 @@ class Episode:
         )
 
 
-def episode_steps(whole: Experience, turns: list[Turn], episode: int,
+def episode_steps(whole: Experience, played: Episode, reward_type: RewardType, episode: int,
                   decode: Callable[[list[int]], str]) -> list[Experience]:
-    """The episode `whole` (its `experience`) as one experience per policy turn, for step-wise training:
+    """The episode `whole` (`played.experience`) as one experience per policy turn, for step-wise training:
     turn k's prompt is every token the policy was conditioned on (the opening prompt and the episode up to
     the turn), its response the turn's own tokens, its reward the episode's; marked with `episode` and k
-    (`EPISODE`, `STEP`), with the episode's facts in each step's info. A turn cut to nothing is no step."""
+    (`EPISODE`, `STEP`), what the turn earned (`STEP_REWARD`) and the state it answered (`STATE`), with the
+    episode's facts in each step's info. A turn cut to nothing is no step."""
     steps = []
+    turns = played.turns
+    earned = dict(zip(map(id, turns), played.turn_rewards(reward_type), strict=True))
     for k, turn in enumerate(t for t in turns if t.end >= t.start):
         span = slice(turn.start, turn.end + 1)
         steps.append(Experience(
@@ -153,7 +172,8 @@ def episode_steps(whole: Experience, turns: list[Turn], episode: int,
             response_token_ids=whole.response_token_ids[span], logprobs=whole.logprobs[span],
             loss_mask=whole.loss_mask[span], reward=whole.reward, response_text=decode(whole.response_token_ids[span]),
             finish_reason=whole.finish_reason if turn is turns[-1] else "stop",
-            reward_components=dict(whole.reward_components), info={**whole.info, EPISODE: episode, STEP: k},
+            reward_components=dict(whole.reward_components),
+            info={**whole.info, EPISODE: episode, STEP: k, STEP_REWARD: earned[id(turn)], STATE: turn.state},
         ))
     return steps
 

@@ -272,16 +272,50 @@ def test_the_agentic_policy_gradient_worker_maps_its_pg_variant(tmp_path: Path) 
 
 
 def test_features_outside_rfthpc_are_refused_once_each_without_knocking_other_keys_over(tmp_path: Path) -> None:
-    """ROLL's sokoban_native example: step-wise training and its native Sokoban are refused, naming them; its
-    other settings (which import in the FrozenLake example) are read in the same round, not refused."""
+    """ROLL's sokoban_native example: its native Sokoban is refused, naming it; its other settings (which
+    import in the FrozenLake example; step_reinforce with StepEnvManager) are read in the same round."""
     with pytest.raises(ConfigError) as e:
         import_roll(SOKOBAN_NATIVE, tmp_path / "tasks")
     refused = {line.split(":")[0].strip(" -"): line for line in str(e.value).splitlines() if line.startswith("  - ")}
-    assert set(refused) == {"adv_estimator", "custom_envs.SokobanNativeEnv.env_type",
+    assert set(refused) == {"custom_envs.SokobanNativeEnv.env_type",
                             "actor_train.training_args.gradient_accumulation_steps"}
-    assert "step-wise agentic training" in refused["adv_estimator"]
     assert "native-mode Sokoban" in refused["custom_envs.SokobanNativeEnv.env_type"]
     assert "2048 samples" in refused["actor_train.training_args.gradient_accumulation_steps"]  # ROLL's 1 x 128 x 16
+
+
+STEP_MANAGER = "roll.pipeline.agentic.env_manager.step_env_manager.StepEnvManager"
+
+
+@pytest.mark.parametrize("estimator", ["gigpo", "step_reinforce"])
+def test_rolls_step_wise_estimators_train_each_step(tmp_path: Path, estimator: str) -> None:
+    """ROLL's FrozenLake example as its GiGPO page sets it up (env_manager_cls StepEnvManager, which its
+    environments read, and gigpo or step_reinforce): the
+    trained taskset plays step-wise, the advantage of that name gets ROLL's settings, and the result validates."""
+    cfg, text = imported(tmp_path, AGENTIC, f"adv_estimator={estimator}", f"env_manager_cls={STEP_MANAGER}",
+                         "+step_reward_gamma=0.9", "+step_reward_weight=0.5")
+    config = load_config(tmp_path / "imported.yaml", check_paths=False).config
+    alg = cfg["algorithm"]
+    assert alg["advantage_fn"] == estimator
+    expected = {"step_reward_gamma": 0.9} | ({"episode_reward_weight": 1.0, "step_reward_weight": 0.5}
+                                            if estimator == "gigpo" else {})
+    assert {k: alg["advantage_fn_args"][k] for k in alg["advantage_fn_args"] if k in
+            ("step_reward_gamma", "episode_reward_weight", "step_reward_weight")} == expected
+    (train,) = config.buffer.explorer_input.tasksets
+    assert train.workflow_args["step_wise"] is True
+    assert all("step_wise" not in ts.workflow_args for ts in config.buffer.explorer_input.eval_tasksets)
+    assert "StepEnvManager" in text and accounted(text, AGENTIC) == []
+
+
+@pytest.mark.parametrize(("overrides", "key", "message"), [
+    (["adv_estimator=gigpo"], "adv_estimator", "ROLL needs env_manager_cls"),
+    ([f"env_manager_cls={STEP_MANAGER}"], "custom_envs.FrozenLake.env_manager_cls",
+     "StepEnvManager with adv_estimator 'grpo'"),
+])
+def test_step_samples_and_step_estimators_come_together(tmp_path: Path, overrides, key, message) -> None:
+    with pytest.raises(ConfigError) as e:
+        import_roll(AGENTIC, tmp_path / "tasks", overrides=overrides)
+    (line,) = [line for line in str(e.value).splitlines() if line.startswith("  - ")]
+    assert line.startswith(f"  - {key}: ") and message in line
 
 
 def test_a_multimodal_config_is_refused_once_naming_it(tmp_path: Path) -> None:

@@ -16,7 +16,6 @@ from tests.config.test_bad_input import _error, base  # noqa: F401  (fixture)
 _ALGORITHM = "algorithm.algorithm_type"
 _TASKSET = "buffer.explorer_input.tasksets[0].default_workflow_type"
 _REWARD = "buffer.explorer_input.tasksets[0].default_reward_fn_type"
-_STEP_WISE = "algorithm_type: multi_step_grpo (advantage_fn: step_wise_grpo) with default_workflow_type: env_workflow"
 _TEACHER = "algorithm_type: on_policy_distill with model.teacher_model_path"
 
 
@@ -35,7 +34,8 @@ def _set(config: str, key: str, value: str) -> str:
 
 @pytest.mark.parametrize(("key", "name", "kind", "feature", "instead"), [
     (_ALGORITHM, "gigpo", "algorithm", "a step-level one, normalised over the steps of the group's episodes that "
-     "start from the same state (GiGPO", _STEP_WISE),
+     "start from the same state (GiGPO", "algorithm_type: multi_step_grpo with advantage_fn: gigpo, which is "
+     "ROLL's GiGPO"),
     ("algorithm.advantage_fn", "clipv", "advantage function", "(Clip_V)", "advantage_fn: clipb"),
     ("algorithm.policy_loss_fn", "sft_phi", "policy loss", "CHORD's SFT loss weighted by p(1-p) per token, as an SFT "
      "stage's loss", "policy_loss_fn: sft (unweighted) for an sft stage"),

@@ -17,7 +17,7 @@ from openai import OpenAI
 from rfthpc.engines import make_engine
 from rfthpc.engines.sampling import SamplingArgs
 from rfthpc.tasks.tasksets import PromptBuilder, Task
-from rfthpc.workflows.base import EPISODE, STEP
+from rfthpc.workflows.base import EPISODE, STEP, STEP_REWARD
 from rfthpc.workflows.endpoint import PolicyEndpoint
 from rfthpc.workflows.registry import run_workflow
 from tests.workflows.conftest import ScriptedEngine, context
@@ -66,9 +66,12 @@ def test_a_multi_call_episode_is_recorded_exactly_as_the_trainer_scores_it(tiny_
     assert all(len(a.prompt_ids) < len(b.prompt_ids) for a, b in zip(calls, calls[1:]))
     from rfthpc.workflows.agent import episode_experiences
 
-    experiences = episode_experiences(calls, [1.0] * 4, 0)
+    experiences = episode_experiences(calls, [0.0, 0.0, 0.5, 1.0], 0)
     for exp, lp in zip(experiences, trainer_logprobs(tiny_model, experiences), strict=True):
         assert float((lp - torch.tensor(exp.logprobs)).abs().max()) <= TOL
+    # Rewards given per call are each step's own (ROLL's step scores); one reward is the episode's.
+    assert [e.info.get(STEP_REWARD) for e in experiences] == [0.0, 0.0, 0.5, 1.0]
+    assert [STEP_REWARD in e.info for e in episode_experiences(calls, 1.0, 0)] == [False] * 4
 
 
 def test_requests_without_the_key_or_outside_an_episode_are_refused(tokenizer) -> None:

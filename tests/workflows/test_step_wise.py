@@ -13,7 +13,7 @@ import torch
 
 from rfthpc.engines import make_engine
 from rfthpc.store import ChunkWriter, Group, StoredExperience
-from rfthpc.workflows.base import EPISODE, STEP
+from rfthpc.workflows.base import EPISODE, STATE, STEP, STEP_REWARD
 from rfthpc.workflows.registry import run_workflow
 from tests.workflows.conftest import ScriptedEngine, context, env_task
 from tests.workflows.test_env_workflow_engine import TOL, Recording, engine_settings, trainer_logprobs
@@ -36,6 +36,11 @@ def test_each_turn_is_a_step_that_continues_exactly_what_the_policy_saw(tokenize
             assert s.reward == episode.reward and s.info["turns"] == episode.info["turns"]
         # Together the steps hold every policy token of the episode, and nothing else is trained.
         assert sum(len(s.response_token_ids) for s in mine) == sum(episode.loss_mask)
+        # What each step earned adds up to the episode's reward (ROLL's step scores); each names its state.
+        assert sum(s.info[STEP_REWARD] for s in mine) == pytest.approx(episode.reward)
+        assert all(len(s.info[STATE]) == 16 for s in mine)
+    # Every episode of the task starts from the same state (one seed), GiGPO's first anchor.
+    assert len({s.info[STATE] for s in steps if s.info[STEP] == 0}) == 1
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -116,3 +121,14 @@ def test_multi_step_grpo_trains_the_steps_of_stored_groups(tmp_path: Path, tiny_
                 (rewards[e] - rewards.mean()) / (rewards.std() + 1e-6))
             assert tensors.advantages[i, 0].item() == pytest.approx(want, abs=1e-5)
     assert (tensors.advantages.abs() > 0).any(), "some group's episodes differ"
+
+    # What each step earned and the state it acted in come back from the store; ROLL's gigpo reads them.
+    for g in range(len(groups)):
+        for e in {s.episode for s in samples if s.group == g}:
+            mine = [s for s in samples if s.group == g and s.episode == e]
+            assert sum(s.step_reward for s in mine) == pytest.approx(mine[0].reward, abs=1e-6)
+            assert all(s.state is not None for s in mine)
+    gigpo = Algorithm.from_settings(AlgorithmSettings.of(finalize(Config(algorithm=AlgorithmConfig(
+        algorithm_type="multi_step_grpo", advantage_fn="gigpo"))).algorithm))
+    stepwise, _ = build_step_tensors(samples, gigpo)
+    assert torch.isfinite(stepwise.advantages).all() and not torch.equal(stepwise.advantages, tensors.advantages)
