@@ -71,13 +71,12 @@ NOT_BUILT: dict[str, dict[str, NotBuilt]] = {
     },
     WORKFLOW: {
         **dict.fromkeys(
-            ("as_react_workflow", "agentscope_reactv2_math_workflow", "agentscope_reactv2_gsm8k_workflow",
-             "agentscope_v1_react_search_workflow", "agentscope_react_workflow", "agentscope_react_math_workflow"),
-            NotBuilt("runs an AgentScope ReAct agent whose model calls the explorer serves through an "
-                     "OpenAI-compatible endpoint, recording each call for training",
-                     "a 'module:function' workflow that drives the rollout engine itself (docs/agents.md), or "
-                     "env_workflow for a multi-turn environment; rfthpc's explorer serves no OpenAI-compatible "
-                     "endpoint yet")),
+            ("agentscope_reactv2_math_workflow", "agentscope_reactv2_gsm8k_workflow",
+             "agentscopev0_react_math_workflow"),
+            NotBuilt("runs a ReAct agent written for AgentScope 0.x, whose agent and model classes AgentScope 1.x "
+                     "replaced",
+                     "agentscope_react_math_workflow (the same math agent with a Python tool, on AgentScope 1.x) or "
+                     "agentscope_react_workflow (docs/agents.md)")),
         "RAFT_baseline_countdown_workflow": NotBuilt(
             "is the R3L examples' RAFT baseline on Countdown (reach a target number from given numbers with + - * /): "
             "it samples answers with R3L's prompts and scores them for the raft algorithm",
@@ -187,6 +186,10 @@ WORKFLOWS_ELSEWHERE = {
                                  "rfthpc" + _OWN_ENVIRONMENT,
     "intercode_sql_workflow": "runs each SQL query in InterCode's MySQL environment, a Docker container, which "
                               "rfthpc's explorers do not start" + _OWN_ENVIRONMENT,
+    "agentscope_v1_react_search_workflow": "runs an AgentScope ReAct agent that searches the web through an outside "
+                                           "search service, which compute nodes without internet cannot reach; give "
+                                           "your own search tool to an AgentScope agent with agent_workflow "
+                                           "(docs/agents.md)",
 }
 """Trinity-RFT's workflows that need a simulator or service rfthpc does not ship, and why with the
 alternative (a refusal, reported instead of an unknown workflow)."""

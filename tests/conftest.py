@@ -188,3 +188,13 @@ def shared_dir(shared_fs: Path, request: pytest.FixtureRequest) -> Iterator[Path
     path.mkdir(parents=True)
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def agentscope_python() -> str:
+    """An interpreter with AgentScope 1.x (`.venv-agentscope`, made by tools/setup_agentscope.sh on first use:
+    AgentScope 1.0.21 and vLLM cannot share one environment)."""
+    script = Path(__file__).resolve().parents[1] / "tools" / "setup_agentscope.sh"
+    done = _run("bash", str(script), timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip().splitlines()[-1]

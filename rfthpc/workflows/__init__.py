@@ -12,5 +12,8 @@
 | `env`         | multi-turn episodes of a text environment (`env_workflow`)                    |
 | `episode`, `chat_turns` | an episode as a growing token sequence; its chat turns              |
 | `frozen_lake` | Trinity-RFT's FrozenLake workflow                                              |
+| `endpoint`    | the policy behind an OpenAI-compatible HTTP API, recording every call          |
+| `agent`, `agent_runner` | `agent_workflow`: episodes of an agent the user wrote, in threads or processes |
+| `agentscope_react`, `agentscope_agents` | Trinity-RFT's AgentScope 1.x workflows; their ReAct agents    |
 | `checks`      | what `rfthpc config validate` asks of workflows, rewards and their columns     |
 """

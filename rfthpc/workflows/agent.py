@@ -6,6 +6,7 @@
       agent_args: {max_steps: 4}        # keyword arguments of the agent (optional)
       timeout_s: 600                    # an episode still running then fails (optional)
       isolation: thread                 # or process: each episode in a process of its own
+      python: /path/to/venv/bin/python  # run each episode's process with this interpreter (optional)
 
 The agent is a function `agent(base_url, api_key, task, **agent_args)`: it talks to the policy with
 any OpenAI-compatible client (`openai.OpenAI(base_url=base_url, api_key=api_key)`, AgentScope, the
@@ -13,7 +14,10 @@ OpenAI Agents SDK, a plain HTTP call) and returns the episode's reward, or one r
 made. `task` is a dict of the task: `task_id`, `index`, `prompt`, `messages`, `truth`,
 `system_prompt` and `raw` (the whole row). Each of the task's `repeat_times` episodes runs at the
 same time with a base URL of its own (`rfthpc.workflows.endpoint`), in a thread of the explorer, or,
-with `isolation: process`, in a process of its own that a timeout kills.
+with `isolation: process`, in a process of its own (`rfthpc.workflows.agent_runner`) that a timeout kills
+with everything it started. `python` runs those processes with another interpreter: an environment of the
+agent's own packages, which need not agree with vLLM's (AgentScope 1.x pins an older `mcp` than vLLM);
+rfthpc's source is put on its PYTHONPATH, its dependencies are not needed there.
 
 Every call the policy answered is one experience (its prompt as the engine received it, its reply's
 tokens and behaviour log-probabilities, exactly), marked with its episode and its place in it
@@ -27,13 +31,18 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import json
 import logging
 import math
-import multiprocessing
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -56,6 +65,7 @@ class AgentWorkflowArgs:
     agent_args: Mapping[str, Any] = field(default_factory=dict)
     timeout_s: float = 600.0
     isolation: Isolation = "thread"
+    python: str | None = None
 
     @classmethod
     def of(cls, workflow_args: Mapping[str, Any]) -> AgentWorkflowArgs:
@@ -78,11 +88,6 @@ def arg_problems(workflow_args: Mapping[str, Any], import_agent: bool = True) ->
     if not isinstance(agent, str) or ":" not in agent:
         out.append(f"workflow_args.agent={agent!r}: name the agent function as 'package.module:function' or "
                    "'file.py:function'")
-    elif import_agent:
-        try:
-            load_user_function(agent, "workflow_args.agent")
-        except ConfigError as e:
-            out.append(str(e))
     if not isinstance(workflow_args.get("agent_args", {}), Mapping):
         out.append(f"workflow_args.agent_args={workflow_args['agent_args']!r}: give a mapping of the agent's "
                    "keyword arguments")
@@ -91,7 +96,62 @@ def arg_problems(workflow_args: Mapping[str, Any], import_agent: bool = True) ->
         out.append(f"workflow_args.timeout_s={timeout!r}: give the seconds an episode may take (> 0)")
     if workflow_args.get("isolation", "thread") not in ("thread", "process"):
         out.append(f"workflow_args.isolation={workflow_args['isolation']!r}: use thread or process")
+    python = workflow_args.get("python")
+    if python is not None:
+        if not isinstance(python, str) or not python:
+            out.append(f"workflow_args.python={python!r}: give the path of a Python interpreter")
+        elif workflow_args.get("isolation", "process") != "process":
+            out.append("workflow_args.python runs each episode in a process of that interpreter: remove "
+                       f"isolation: {workflow_args['isolation']} (or set it to process)")
+        elif import_agent and isinstance(agent, str) and ":" in agent:
+            out += runner_problems(python, agent)
+    elif import_agent and isinstance(agent, str) and ":" in agent:
+        try:
+            load_user_function(agent, "workflow_args.agent")
+        except ConfigError as e:
+            out.append(str(e))
     return out
+
+
+RFTHPC_SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+"""The directory holding the rfthpc package, put on an agent process's PYTHONPATH."""
+
+
+def runner_command(python: str | None) -> tuple[list[str], dict[str, str]]:
+    """The command and environment of an agent's process (`rfthpc.workflows.agent_runner`)."""
+    path = os.pathsep.join(p for p in (RFTHPC_SOURCE, os.environ.get("PYTHONPATH", "")) if p)
+    return [python or sys.executable, "-m", "rfthpc.workflows.agent_runner"], {**os.environ, "PYTHONPATH": path}
+
+
+@functools.cache
+def runner_problems(python: str, agent: str) -> tuple[str, ...]:
+    """Whether `python` can run agent `agent`: () or what is wrong, naming `workflow_args.python` (asked once
+    per process: every task's check reads the answer)."""
+    command, env = runner_command(python)
+    try:
+        done = subprocess.run([*command, "--check", agent], env=env, capture_output=True, text=True, timeout=120)
+    except FileNotFoundError:
+        return (f"workflow_args.python={python!r}: no such interpreter; give the path of a Python (e.g. "
+                "/path/to/venv/bin/python) on every node",)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return (f"workflow_args.python={python!r} cannot be run: {e}",)
+    answer = _last_answer(done.stdout)
+    if answer is None:
+        return (f"workflow_args.python={python!r} could not import the agent: {done.stderr.strip()[-800:]}",)
+    if answer.get("status") != "ok":
+        return (f"{answer.get('error')} (with workflow_args.python {python})",)
+    return ()
+
+
+def _last_answer(stdout: str) -> dict[str, Any] | None:
+    """The runner's JSON answer, its last line of output; None if there is none."""
+    for line in reversed(stdout.strip().splitlines()):
+        try:
+            found = json.loads(line)
+        except ValueError:
+            continue
+        return found if isinstance(found, dict) else None
+    return None
 
 
 def task_view(task: Task) -> dict[str, Any]:
@@ -105,34 +165,24 @@ def _call_agent(spec: str, base_url: str, key: str, task: dict[str, Any], agent_
     return load_user_function(spec, "workflow_args.agent")(base_url, key, task, **agent_args)
 
 
-def _in_process(spec: str, base_url: str, key: str, task: dict[str, Any], agent_args: dict[str, Any],
-                conn: Any) -> None:
-    """A process's episode: the agent's result, or its error, sent back through `conn`."""
-    try:
-        conn.send(("ok", _call_agent(spec, base_url, key, task, agent_args)))
-    except BaseException as e:
-        conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=5)}"))
-    finally:
-        conn.close()
-
-
 class _Episode:
     """One episode's agent, running in a thread or a process until it returns or its time is up."""
 
     def __init__(self, args: AgentWorkflowArgs, base_url: str, key: str, task: dict[str, Any]) -> None:
         self.result: tuple[str, Any] | None = None
-        if args.isolation == "process":
-            context = multiprocessing.get_context("spawn")
-            self._conn, child = context.Pipe(duplex=False)
-            self._runner: Any = context.Process(target=_in_process, daemon=True, args=(
-                args.agent, base_url, key, task, dict(args.agent_args), child))
-            self._runner.start()
-            child.close()
+        self._process: subprocess.Popen[bytes] | None = None
+        if args.isolation == "process" or args.python is not None:
+            command, env = runner_command(args.python)
+            # A session of its own: a timeout ends the agent and whatever it started (tools, shells).
+            self._process = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                             start_new_session=True)
+            job = json.dumps({"agent": args.agent, "base_url": base_url, "key": key, "task": task,
+                              "agent_args": dict(args.agent_args)}).encode()
+            self._runner = threading.Thread(target=self._talk, args=(job,), daemon=True)
         else:
-            self._conn = None
             self._runner = threading.Thread(target=self._in_thread, daemon=True, args=(
                 args.agent, base_url, key, task, args.agent_args))
-            self._runner.start()
+        self._runner.start()
 
     def _in_thread(self, spec: str, base_url: str, key: str, task: dict[str, Any],
                    agent_args: Mapping[str, Any]) -> None:
@@ -141,24 +191,30 @@ class _Episode:
         except BaseException as e:
             self.result = ("error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=5)}")
 
+    def _talk(self, job: bytes) -> None:
+        assert self._process is not None
+        try:
+            out, _ = self._process.communicate(job)
+        except (OSError, ValueError):
+            return
+        answer = _last_answer(out.decode(errors="replace"))
+        if answer is not None:
+            self.result = ("ok", answer.get("value")) if answer.get("status") == "ok" else (
+                "error", str(answer.get("error")))
+
     def wait(self, deadline: float) -> tuple[str, Any]:
         """("ok", what the agent returned) or ("error", why the episode failed), by `deadline` at the latest."""
-        if self._conn is None:
-            self._runner.join(max(0.0, deadline - time.monotonic()))
+        self._runner.join(max(0.0, deadline - time.monotonic()))
+        if self._process is None:
             if self._runner.is_alive():
                 return "error", "the agent did not return within timeout_s (its thread is left to end on its own)"
             return self.result or ("error", "the agent's thread ended without a result")
-        if self._conn.poll(max(0.0, deadline - time.monotonic())):
-            try:
-                self.result = self._conn.recv()
-            except EOFError:
-                pass
-        self._runner.join(5.0 if self.result is not None else 0.0)
         if self._runner.is_alive():
-            self._runner.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._process.pid, signal.SIGKILL)
             self._runner.join()
         if self.result is None:
-            code = self._runner.exitcode
+            code = self._process.returncode
             return "error", (f"the agent's process ended with exit code {code} and no result" if code is not None
                              and code >= 0 else f"the agent's process was killed (signal {-(code or 0)}) or timed out")
         return self.result
@@ -195,7 +251,14 @@ def episode_experiences(calls: list[Call], returned: Any, episode: int) -> list[
 @needs(args=ARG_NAMES, reward_fn=False, check=arg_problems)
 def agent_workflow(task: Task, ctx: WorkflowContext) -> WorkflowResult:
     """`repeat_times` episodes of the user's agent on the task, at the same time (see the module doc)."""
-    args = AgentWorkflowArgs.of(task.workflow_args)
+    return play_agent(task, ctx, AgentWorkflowArgs.of(task.workflow_args))
+
+
+def play_agent(task: Task, ctx: WorkflowContext, args: AgentWorkflowArgs,
+               score: Callable[[Any], Any] | None = None) -> WorkflowResult:
+    """`repeat_times` episodes of agent `args.agent` on the task, at the same time, each call an experience;
+    `score` turns what an episode's agent returned into its reward (or rewards per call), which the agent
+    returns itself when None. A `score` that raises ValueError fails that episode."""
     endpoint = endpoint_for(ctx.engine, ctx.prompts)
     view = task_view(task)
     opened = [endpoint.open_episode(task.rollout_args, task.chat_template) for _ in range(task.repeat_times)]
@@ -211,7 +274,7 @@ def agent_workflow(task: Task, ctx: WorkflowContext) -> WorkflowResult:
         calls = endpoint.close_episode(episode)
         if status == "ok":
             try:
-                experiences += episode_experiences(calls, returned, e)
+                experiences += episode_experiences(calls, returned if score is None else score(returned), e)
                 continue
             except ValueError as err:
                 returned = str(err)

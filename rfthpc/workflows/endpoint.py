@@ -15,7 +15,11 @@ response's token ids as sampled and their behaviour log-probabilities, so what t
 is exactly what the policy generated (nothing is re-tokenised). Sampling follows the episode's task
 (`rollout_args`: temperature, top_p, top_k), since the trainer scores the tokens at that temperature;
 a request may ask for fewer tokens, never more. `stream: true` is answered as server-sent events
-carrying the whole reply in one chunk (the engine returns completed replies). Tool calls are read
+carrying the whole reply in one chunk (the engine returns completed replies), and with
+`stream_options: {include_usage: true}` a last chunk of the usage. `tool_choice: none` leaves the tools out of
+the prompt and the reply unparsed, as vLLM does; `required` or a named function are read as `auto` (the
+policy's tokens are not constrained: what it sampled is what is trained). A message's content may be text or a
+list of text parts (as AgentScope sends it). Tool calls are read
 from the reply as the chat templates of Qwen2.5/Qwen3 and Hermes render them
 (`<tool_call>{"name": ..., "arguments": ...}</tool_call>`).
 """
@@ -150,8 +154,15 @@ class PolicyEndpoint:
         tools = body.get("tools")
         if tools is not None and not isinstance(tools, list):
             raise RequestError(400, "tools: give a list of tool definitions")
+        choice = body.get("tool_choice", "auto")
+        if choice not in ("auto", "none", "required") and not (isinstance(choice, Mapping)
+                                                               and choice.get("type") == "function"):
+            raise RequestError(400, f"tool_choice={choice!r}: use auto, none, required or a function")
+        if choice == "none":  # as vLLM: the tools are neither shown to the model nor read from its reply
+            tools = None
+        plain = [_plain(m) for m in messages]
         try:
-            prompt_ids = self.prompts.render([_plain(m) for m in messages], record.chat_template, tools=tools)
+            prompt_ids = self.prompts.render(plain, record.chat_template, tools=tools)
         except Exception as e:  # the chat template's own error (a role it does not know, ...)
             raise RequestError(400, f"the chat template cannot render these messages: {e}") from None
         choices = []
@@ -191,8 +202,19 @@ class PolicyEndpoint:
 
 
 def _plain(message: Mapping[str, Any]) -> dict[str, Any]:
-    """A message as chat templates read it: tool calls' arguments as objects, not JSON text."""
+    """A message as chat templates read it: its content as one text (OpenAI's list of content parts, as
+    AgentScope's formatter sends every message, joined; templates concatenate content as a string) and tool
+    calls' arguments as objects, not JSON text."""
     out = dict(message)
+    content = out.get("content")
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if not isinstance(part, Mapping) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise RequestError(400, f"content part {part!r}: the policy reads text parts only "
+                                        "({\"type\": \"text\", \"text\": ...})")
+            texts.append(part["text"])
+        out["content"] = "\n".join(texts)
     calls = out.get("tool_calls")
     if isinstance(calls, list):
         fixed = []
@@ -271,7 +293,8 @@ def _handler(endpoint: PolicyEndpoint) -> type[BaseHTTPRequestHandler]:
                 self._send(e.status, {"error": {"message": str(e), "type": "invalid_request_error", "code": e.status}})
                 return
             if body.get("stream"):
-                self._stream(result)
+                options = body.get("stream_options")
+                self._stream(result, isinstance(options, Mapping) and bool(options.get("include_usage")))
             else:
                 self._send(200, result)
 
@@ -283,9 +306,11 @@ def _handler(endpoint: PolicyEndpoint) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        def _stream(self, result: dict[str, Any]) -> None:
+        def _stream(self, result: dict[str, Any], include_usage: bool) -> None:
             events = []
             chat = result["object"] == "chat.completion"
+            kind = "chat.completion.chunk" if chat else "text_completion"
+            head = {**{k: result[k] for k in ("id", "created", "model")}, "object": kind}
             for choice in result["choices"]:
                 if chat:
                     delta = dict(choice["message"])
@@ -296,10 +321,9 @@ def _handler(endpoint: PolicyEndpoint) -> type[BaseHTTPRequestHandler]:
                 else:
                     piece = {"index": choice["index"], "text": choice["text"], "finish_reason": None}
                     end = {"index": choice["index"], "text": "", "finish_reason": choice["finish_reason"]}
-                kind = "chat.completion.chunk" if chat else "text_completion"
-                for c in (piece, end):
-                    events.append({**{k: result[k] for k in ("id", "created", "model")}, "object": kind,
-                                   "choices": [c]})
+                events += [{**head, "choices": [c]} for c in (piece, end)]
+            if include_usage:  # OpenAI's last chunk when asked: no choices, the request's usage
+                events.append({**head, "choices": [], "usage": result["usage"]})
             data = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")

@@ -12,7 +12,7 @@ from tests.config.conftest import CONFIGS
 SHIPPED = ["grpo.yaml", "async/explorer.yaml", "async/trainer.yaml", "async/explorer_new.yaml", "tiny-cpu.yaml",
            "tiny-cpu-lora.yaml", "frozenlake-cpu.yaml",
            "distill-cpu.yaml", "examples/verl-gspo.yaml", "examples/trinity-sapo.yaml", "examples/trinity-raft.yaml",
-           "examples/trinity-chord.yaml", "examples/agent-openai.yaml"]
+           "examples/trinity-chord.yaml", "examples/agent-openai.yaml", "examples/trinity-agentscope-react.yaml"]
 
 
 def test_the_list_covers_every_shipped_config() -> None:
@@ -21,7 +21,8 @@ def test_the_list_covers_every_shipped_config() -> None:
 
 
 @pytest.mark.parametrize("name", SHIPPED)
-def test_shipped_config_validates(name: str, local_paths: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_shipped_config_validates(name: str, local_paths: Path, monkeypatch: pytest.MonkeyPatch,
+                                  agentscope_python: str) -> None:
     demo = local_paths / "demo"
     # The distillation demo's student and teacher (tools/demo_distill.sh) beside the demo's own.
     for d in ("model", "gsm8k", "student", "teacher"):
@@ -36,6 +37,7 @@ def test_shipped_config_validates(name: str, local_paths: Path, monkeypatch: pyt
                                                             '{"size": 4, "seed": 1, "is_slippery": false}}\n')
     monkeypatch.setenv("RFTHPC_DEMO_DIR", str(demo))
     monkeypatch.setenv("RFTHPC_TEACHER_MODEL", str(demo / "teacher"))
+    monkeypatch.setenv("RFTHPC_AGENTSCOPE_PYTHON", agentscope_python)  # the AgentScope example's interpreter
     loaded = load_config(CONFIGS / name)
     assert loaded.config.project and loaded.config.name
     for stage in loaded.stages:

@@ -41,8 +41,8 @@ def _set(config: str, key: str, value: str) -> str:
      "stage's loss", "policy_loss_fn: sft (unweighted) for an sft stage"),
     (_TASKSET, "on_policy_distill_workflow", "workflow", "asks a teacher (an auxiliary model) for its "
      "log-probability", _TEACHER),
-    (_TASKSET, "agentscope_reactv2_math_workflow", "workflow", "runs an AgentScope ReAct agent",
-     "a 'module:function' workflow that drives the rollout engine itself"),
+    (_TASKSET, "agentscope_reactv2_math_workflow", "workflow", "runs a ReAct agent written for AgentScope 0.x",
+     "agentscope_react_math_workflow (the same math agent with a Python tool, on AgentScope 1.x)"),
     (_TASKSET, "RAFT_baseline_countdown_workflow", "workflow", "RAFT baseline on Countdown",
      "math_workflow with default_reward_fn_type: countdown_reward"),
     (_TASKSET, "RAFT_baseline_dapo_workflow", "workflow", "RAFT baseline on DAPO-Math", "math_dapo_workflow"),

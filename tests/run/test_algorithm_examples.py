@@ -63,3 +63,23 @@ def test_each_example_trains(example: str, signature: str | tuple[str, ...], dem
     assert [r["step"] for r in records] == list(range(1, steps + 1))
     for key in (signature,) if isinstance(signature, str) else signature:
         assert all(key in r for r in records), key
+
+
+def test_the_agentscope_example_trains_five_steps_through_the_endpoint(demo_dir: Path, tmp_path: Path,
+                                                                        agentscope_python: str) -> None:
+    """Trinity-RFT's AgentScope ReAct example, as shipped: a real AgentScope agent (its own interpreter) talks to
+    the policy over loopback HTTP for every episode; each of its calls is a step multi_step_grpo trains."""
+    steps = 5
+    config = _short(EXAMPLES / "trinity-agentscope-react.yaml", tmp_path / "agentscope.yaml", steps)
+    env = {**env_for(demo_dir, tmp_path / "ckpt"), "RFTHPC_AGENTSCOPE_PYTHON": agentscope_python}
+    code, out, err = finish(rfthpc("run", "--config", str(config), env=env), 900)
+    assert code == 0, f"exit {code}\n{out[-2000:]}\n{err[-3000:]}"
+    run = RunDir(tmp_path / "ckpt" / "rfthpc-examples" / "trinity-agentscope-react")
+    records = [json.loads(line) for line in (run.monitor / "trainer.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == list(range(1, steps + 1))
+    assert all(r["response_length/mean"] > 0 for r in records)
+    rollouts = [json.loads(line) for line in (run.monitor / "explorer_explorer_0.jsonl").read_text().splitlines()]
+    batches = [r for r in rollouts if "rollout/groups" in r]
+    assert batches and all(r["rollout/failed_episodes"] == 0 for r in batches), batches
+    # The tiny policy never calls a tool: each episode is the agent's 3 rounds and its closing call.
+    assert all(r["rollout/tokens"] > 0 for r in batches)

@@ -5,7 +5,10 @@ agent that dies, hangs or raises fails its episode only."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -72,6 +75,31 @@ def test_a_multi_call_episode_is_recorded_exactly_as_the_trainer_scores_it(tiny_
     # Rewards given per call are each step's own (ROLL's step scores); one reward is the episode's.
     assert [e.info.get(STEP_REWARD) for e in experiences] == [0.0, 0.0, 0.5, 1.0]
     assert [STEP_REWARD in e.info for e in episode_experiences(calls, 1.0, 0)] == [False] * 4
+
+
+def test_content_parts_read_as_their_text_and_a_stream_ends_with_its_usage_when_asked(tokenizer) -> None:
+    """AgentScope's formatter sends every message's content as a list of text parts; OpenAI clients that ask for
+    `stream_options.include_usage` read the usage from a last chunk without choices."""
+    endpoint = PolicyEndpoint(ScriptedEngine(tokenizer, lambda ctx: "fine"), PromptBuilder(tokenizer))
+    try:
+        episode, base_url = endpoint.open_episode(SamplingArgs(max_tokens=8))
+        client = OpenAI(base_url=base_url, api_key=endpoint.key, max_retries=0)
+        parts = [{"role": "system", "content": [{"type": "text", "text": "be brief"}]},
+                 {"role": "user", "content": [{"type": "text", "text": "how"}, {"type": "text", "text": "are you"}]}]
+        client.chat.completions.create(model="policy", messages=parts)
+        chunks = list(client.chat.completions.create(model="policy", messages=parts, stream=True,
+                                                     stream_options={"include_usage": True}))
+        image = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]
+        status, reply = post(f"{base_url}/chat/completions", {"messages": image}, endpoint.key)
+        calls = endpoint.close_episode(episode)
+    finally:
+        endpoint.close()
+    text = PromptBuilder(tokenizer).render([{"role": "system", "content": "be brief"},
+                                            {"role": "user", "content": "how\nare you"}])
+    assert [c.prompt_ids for c in calls] == [text, text]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "fine"
+    assert chunks[-1].choices == [] and chunks[-1].usage.prompt_tokens == len(text)
+    assert status == 400 and "reads text parts only" in reply["error"]["message"]
 
 
 def test_requests_without_the_key_or_outside_an_episode_are_refused(tokenizer) -> None:
@@ -146,6 +174,35 @@ def test_a_failing_agent_skips_the_task_and_says_why(tokenizer, agent: str, isol
     result = run_workflow(agent_task(agent, repeat=2, isolation=isolation, timeout_s=3), context(engine, tokenizer))
     assert result.experiences == [] and result.info["failed_episodes"] == 2
     assert error in result.info["agent_error"] and error in result.info["skipped"]
+
+
+BASE_PYTHON = getattr(sys, "_base_executable", sys.executable)
+"""The interpreter this virtual environment was made from: without its packages (no openai, no torch)."""
+
+
+def test_an_agent_runs_in_an_interpreter_of_its_own(tokenizer) -> None:
+    """`workflow_args.python`: each episode in a process of that interpreter, rfthpc's source on its path and
+    none of the explorer's packages; what the agent prints does not garble its answer."""
+    engine = ScriptedEngine(tokenizer, lambda ctx: "four")
+    task = agent_task("nothing", repeat=2, python=BASE_PYTHON)
+    task = dataclasses.replace(task, workflow_args={**task.workflow_args,
+                                                    "agent": "tests.workflows.stdlib_agents:reward_of"})
+    result = run_workflow(task, context(engine, tokenizer))
+    assert result.info["failed_episodes"] == 0 and [e.reward for e in result.experiences] == [4.0, 4.0]
+    assert subprocess.run([BASE_PYTHON, "-c", "import openai"], capture_output=True).returncode != 0
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ({"agent": "tests.workflows.stdlib_agents:ask_once", "python": "/no/such/python"}, "no such interpreter"),
+    ({"agent": "tests.workflows.agents:chat_twice", "python": BASE_PYTHON},
+     "cannot import module 'tests.workflows.agents'"),
+    ({"agent": "tests.workflows.stdlib_agents:ask_once", "python": BASE_PYTHON, "isolation": "thread"},
+     "workflow_args.python runs each episode in a process of that interpreter"),
+])
+def test_an_interpreter_that_cannot_run_the_agent_is_named(args: dict, message: str) -> None:
+    from rfthpc.workflows.agent import arg_problems
+
+    assert any(message in p for p in arg_problems(args)), arg_problems(args)
 
 
 @pytest.mark.parametrize(("args", "message"), [
