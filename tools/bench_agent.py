@@ -1,4 +1,5 @@
-"""Benchmark multi-turn episodes (`env_workflow`) against single-turn generation on the same engine.
+"""Benchmark multi-turn episodes (`env_workflow`) against single-turn generation, and an agent playing the same
+episodes through the explorer's OpenAI-compatible endpoint (`agent_workflow`), on the same engine.
 
 usage: python tools/bench_agent.py [--tasks 16] [--repeat 4] [--turns 4] [--tokens-per-turn 16]
                                    [--engine vllm|transformers] [--rounds 2] [--model DIR]
@@ -13,16 +14,22 @@ minimum and maximum response length), so both sides generate the same tokens:
 - single: the same engine's `generate_batch` on the very requests the agent side sent (recorded),
           one call per batch the agent side made: single-turn prompts of the same lengths, the same
           number of generated tokens, without workflows, environments or conversation building.
+- endpoint: the same tasks as `agent_workflow` episodes: an agent written with the `openai` client
+          (`talk_agent`, one thread per episode) plays the same environment turn by turn through
+          the endpoint, every call a chat completion over loopback HTTP, batched with the other
+          episodes' calls by the same request batcher.
 
 Measurements alternate, single first and last (`--rounds` agent runs between `--rounds + 1` single
 runs), so a change of machine load hits both alike; the ratio compares the best run of each side,
 as load from other processes only ever slows a run down. Prints the rates and, last,
-`FIGURES agent_vs_single_turn=… agent_tokens_per_s=…` (the target is >= 0.8).
+`FIGURES agent_vs_single_turn=… agent_tokens_per_s=… endpoint_vs_env_workflow=… endpoint_tokens_per_s=…`
+(the targets: agent_vs_single_turn >= 0.8, endpoint_vs_env_workflow >= 0.8).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import tempfile
 import time
@@ -50,6 +57,35 @@ class Talk:
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+_TLS: list[Any] = []
+"""One TLS context for every episode's HTTP client: an `openai` client that builds its own (loading the CA
+bundle) costs ~20 ms of CPU, as much as an episode's four turns on the tiny model (docs/agents.md)."""
+
+
+def talk_agent(base_url: str, api_key: str, task: dict[str, Any], *, turns: int, tokens: int) -> float:
+    """`Talk` played through the policy's endpoint with the `openai` client, as a user's agent would."""
+    import ssl
+
+    import httpx
+    from openai import OpenAI
+
+    if not _TLS:
+        _TLS.append(ssl.create_default_context())
+    client = OpenAI(base_url=base_url, api_key=api_key, max_retries=0, http_client=httpx.Client(verify=_TLS[0]))
+    env = Talk(turns=turns)
+    observation, _ = env.reset(seed=task["index"])
+    messages = [{"role": "user", "content": observation}]
+    reward = 0.0
+    for _ in range(turns):
+        reply = client.chat.completions.create(model="policy", messages=messages, max_tokens=tokens)
+        text = reply.choices[0].message.content or ""
+        observation, reward, done, _, _ = env.step(text)
+        messages += [{"role": "assistant", "content": text}, {"role": "user", "content": observation}]
+        if done:
+            break
+    return reward
 
 
 class Recorder:
@@ -107,14 +143,19 @@ def main() -> int:
                   rollout_args=SamplingArgs(temperature=1.0, max_tokens=n), repeat_times=args.repeat)
              for i in range(args.tasks)]
 
-    def agent() -> tuple[int, float, list[list[Any]]]:
+    agent_tasks = [dataclasses.replace(t, workflow="agent_workflow", workflow_args={
+        "agent": f"{Path(__file__).resolve()}:talk_agent", "agent_args": {"turns": args.turns, "tokens": n},
+        "isolation": "thread", "timeout_s": 3600}) for t in tasks]
+
+    def agent(played: list[Task] = tasks) -> tuple[int, float, list[list[Any]]]:
         recorder = Recorder(engine)
         batcher = RequestBatcher({"policy": recorder})
         ctx = WorkflowContext(engine=batcher.client("policy"), prompts=prompts)
         began = time.perf_counter()
-        outcomes = run_tasks(tasks, ctx, batcher, RolloutPolicy(concurrency=args.tasks), StopRequest())
+        outcomes = run_tasks(played, ctx, batcher, RolloutPolicy(concurrency=args.tasks), StopRequest())
         seconds = time.perf_counter() - began
-        assert all(o.result is not None for o in outcomes), [o.error for o in outcomes if o.result is None]
+        assert all(o.result is not None and not o.result.info.get("failed_episodes") for o in outcomes), [
+            o.error or o.result.info for o in outcomes]
         return recorder.tokens, seconds, recorder.calls
 
     def single(calls: list[list[Any]]) -> tuple[int, float]:
@@ -125,15 +166,18 @@ def main() -> int:
         return recorder.tokens, time.perf_counter() - began
 
     _, _, calls = agent()  # warm-up, and the requests the single-turn side replays
-    rate = {"agent": 0.0, "single": 0.0}
-    for k in range(2 * args.rounds + 1):
-        side = "single" if k % 2 == 0 else "agent"
-        tokens, seconds = single(calls) if side == "single" else agent()[:2]
+    agent(agent_tasks)  # the endpoint's warm-up: its server starts with the first agent task
+    rate = {"agent": 0.0, "single": 0.0, "endpoint": 0.0}
+    runs = {"single": lambda: single(calls), "agent": lambda: agent()[:2], "endpoint": lambda: agent(agent_tasks)[:2]}
+    for side in ["single", *(s for _ in range(args.rounds) for s in ("agent", "endpoint", "single"))]:
+        tokens, seconds = runs[side]()
         rate[side] = max(rate[side], tokens / seconds)
-        print(f"{side:6s} {tokens:7d} tokens {seconds:7.2f} s {tokens / seconds:9.1f} tokens/s", flush=True)
+        print(f"{side:8s} {tokens:7d} tokens {seconds:7.2f} s {tokens / seconds:9.1f} tokens/s", flush=True)
     print(f"engine {args.engine}, {args.tasks} tasks x {args.repeat} episodes x {args.turns} turns x {n} tokens; "
           f"{len(calls)} engine calls per agent run")
-    print(f"FIGURES agent_vs_single_turn={rate['agent'] / rate['single']:.3f} agent_tokens_per_s={rate['agent']:.1f}")
+    print(f"FIGURES agent_vs_single_turn={rate['agent'] / rate['single']:.3f} agent_tokens_per_s={rate['agent']:.1f} "
+          f"endpoint_vs_env_workflow={rate['endpoint'] / rate['agent']:.3f} "
+          f"endpoint_tokens_per_s={rate['endpoint']:.1f}")
     engine.close()
     return 0
 

@@ -7,6 +7,9 @@ waiting, hands them to the engine as one `generate_batch` call. So a step's task
 together, as one vLLM `generate` with `n = repeat_times` per prompt would be, and multi-turn
 workflows batch their later turns the same way.
 
+Agents behind the policy's endpoint (`agent_workflow`) call from threads of their own: each running
+episode counts as a caller too (`outside`), so their turns are batched as the workflows' are.
+
 A workflow busy elsewhere (e.g. in a slow reward function) must not hold the others up for long:
 the batch also goes once `max_wait_s` passed without news, i.e. since a call came in, a workflow
 started or came back from elsewhere (`elsewhere`), or a batch's results were handed back, each a
@@ -96,6 +99,11 @@ class BatchedClient:
         policy's endpoint), so no batch is held back for a call of its own."""
         return self._batcher.elsewhere()
 
+    def outside_caller(self) -> contextlib.AbstractContextManager[None]:
+        """Count the calling thread as a caller for the block (an agent's episode): batches wait for its
+        calls as for a workflow's (`RequestBatcher.outside`)."""
+        return self._batcher.outside()
+
     def generate(
         self, prompts_token_ids: Sequence[Sequence[int]], n: int, params: SamplingArgs
     ) -> list[list[Completion]]:
@@ -111,9 +119,15 @@ class BatchedClient:
 class RequestBatcher:
     """Collects generate calls from runner threads; `serve` (one thread) runs them in batches."""
 
-    def __init__(self, engines: Mapping[str, PolicyEngine], max_wait_s: float = 0.05) -> None:
+    def __init__(self, engines: Mapping[str, PolicyEngine], max_wait_s: float = 0.05,
+                 outside_wait_s: float = 0.5) -> None:
         self.engines = dict(engines)
         self.max_wait_s = max_wait_s
+        self.outside_wait_s = outside_wait_s
+        """`max_wait_s` while callers outside the runners are live: an agent's next call comes after an HTTP
+        reply is parsed and a request built in its own thread, dozens of them at once on a loaded CPU, so
+        news pauses longer than between workflows' calls; a batch sent early leaves the late calls an engine
+        call of their own, turn after turn."""
         self._cond = threading.Condition()
         self._pending: list[_Call] = []
         self._active: set[int] = set()
@@ -121,6 +135,8 @@ class RequestBatcher:
         self._cancel_all: str | None = None
         self._elsewhere: set[int] = set()
         """Runners waiting on something other than this batcher (a shared auxiliary model's server)."""
+        self._outside = 0
+        """Callers that are not runners but make calls for one (the agents of episodes behind the endpoint)."""
         self._news = time.monotonic()
         """When a call last came in, a workflow started or came back from elsewhere, or a batch's
         results were handed back."""
@@ -165,6 +181,23 @@ class RequestBatcher:
             with self._cond:
                 self._elsewhere.discard(ident)
                 self._news = time.monotonic()
+
+    @contextmanager
+    def outside(self) -> Iterator[None]:
+        """Count the calling thread, for the block, as a caller outside the runners (an agent's episode, whose
+        calls reach the batcher through the policy's endpoint), so a batch waits for its call as for a
+        runner's: ready once every running workflow and every such caller has a call in, or `outside_wait_s`
+        after the last news."""
+        with self._cond:
+            self._outside += 1
+            self._news = time.monotonic()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._outside -= 1
+                self._news = time.monotonic()
+                self._cond.notify_all()
 
     def cancel_reason(self, runner: int) -> str | None:
         """Why calls of `runner` are cancelled (`cancel`); None while they are not."""
@@ -233,9 +266,12 @@ class RequestBatcher:
     def _ready(self) -> bool:
         if not self._pending:
             return False
-        if len(self._pending) >= len(self._active - self._elsewhere):
+        if len(self._pending) >= len(self._active - self._elsewhere) + self._outside:
             return True
-        return time.monotonic() - self._news >= self.max_wait_s
+        return time.monotonic() - self._news >= self._wait_s()
+
+    def _wait_s(self) -> float:
+        return self.outside_wait_s if self._outside else self.max_wait_s
 
     def wake(self) -> None:
         """Wake a `serve` that waits, so that it checks its `until` again."""
@@ -253,7 +289,7 @@ class RequestBatcher:
                     return 0
                 wait = left
                 if self._pending:
-                    wait = min(left, max(0.0, self._news + self.max_wait_s - time.monotonic()))
+                    wait = min(left, max(0.0, self._news + self._wait_s() - time.monotonic()))
                 self._cond.wait(wait)
             calls, self._pending = self._pending, []
         for engine in {c.engine for c in calls}:

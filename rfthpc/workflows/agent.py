@@ -168,8 +168,10 @@ def _call_agent(spec: str, base_url: str, key: str, task: dict[str, Any], agent_
 class _Episode:
     """One episode's agent, running in a thread or a process until it returns or its time is up."""
 
-    def __init__(self, args: AgentWorkflowArgs, base_url: str, key: str, task: dict[str, Any]) -> None:
+    def __init__(self, args: AgentWorkflowArgs, base_url: str, key: str, task: dict[str, Any],
+                 caller: Callable[[], contextlib.AbstractContextManager[Any]]) -> None:
         self.result: tuple[str, Any] | None = None
+        self._caller = caller
         self._process: subprocess.Popen[bytes] | None = None
         if args.isolation == "process" or args.python is not None:
             command, env = runner_command(args.python)
@@ -187,14 +189,16 @@ class _Episode:
     def _in_thread(self, spec: str, base_url: str, key: str, task: dict[str, Any],
                    agent_args: Mapping[str, Any]) -> None:
         try:
-            self.result = ("ok", _call_agent(spec, base_url, key, task, agent_args))
+            with self._caller():
+                self.result = ("ok", _call_agent(spec, base_url, key, task, agent_args))
         except BaseException as e:
             self.result = ("error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=5)}")
 
     def _talk(self, job: bytes) -> None:
         assert self._process is not None
         try:
-            out, _ = self._process.communicate(job)
+            with self._caller():
+                out, _ = self._process.communicate(job)
         except (OSError, ValueError):
             return
         answer = _last_answer(out.decode(errors="replace"))
@@ -263,7 +267,9 @@ def play_agent(task: Task, ctx: WorkflowContext, args: AgentWorkflowArgs,
     view = task_view(task)
     opened = [endpoint.open_episode(task.rollout_args, task.chat_template) for _ in range(task.repeat_times)]
     deadline = time.monotonic() + args.timeout_s
-    runs = [_Episode(args, base_url, endpoint.key, view) for _, base_url in opened]
+    # Each episode's agent calls the engine through the endpoint: the batcher waits for its calls too.
+    caller = getattr(ctx.engine, "outside_caller", contextlib.nullcontext)
+    runs = [_Episode(args, base_url, endpoint.key, view, caller) for _, base_url in opened]
     # The explorer's engine batches its workflows' calls: this one's come from the endpoint's threads.
     outside = getattr(ctx.engine, "waiting_elsewhere", contextlib.nullcontext)
     with outside():

@@ -186,3 +186,34 @@ def test_a_workflow_busy_elsewhere_holds_the_others_up_for_max_wait_only() -> No
     hold.set()
     serve_until_done(batcher, threads)
     assert [len(call) for call in engine.calls] == [2, 1]
+
+
+def test_an_agents_calls_through_the_endpoint_wait_for_the_other_episodes() -> None:
+    """A runner waiting on agents (`elsewhere`) holds no batch back, but each running episode (`outside`)
+    is waited for as a runner is: three episodes' staggered calls are one engine call, although the gaps
+    between them pass `max_wait_s`; once the episodes end, a lone call goes at once."""
+    engine = RecordingEngine()
+    batcher = RequestBatcher({"policy": engine}, max_wait_s=0.05, outside_wait_s=30.0)
+    started = threading.Barrier(4)
+
+    def episode(delay: float) -> None:
+        with batcher.outside():
+            started.wait()
+            threading.Event().wait(delay)
+            batcher.client("policy").generate([[int(delay * 10)]], 1, SamplingArgs())
+
+    def workflow() -> None:
+        with batcher.runner(), batcher.elsewhere():
+            threads = [threading.Thread(target=episode, args=(d,), daemon=True) for d in (0.0, 0.3, 0.6)]
+            for t in threads:
+                t.start()
+            started.wait()
+            for t in threads:
+                t.join()
+        with batcher.runner():
+            batcher.client("policy").generate([[9]], 1, SamplingArgs())
+
+    runner = threading.Thread(target=workflow, daemon=True)
+    runner.start()
+    serve_until_done(batcher, [runner])
+    assert [len(call) for call in engine.calls] == [3, 1]
