@@ -61,6 +61,7 @@ from rfthpc.explorer.stage_end import StageEnd, Stopped
 from rfthpc.explorer.staleness import expected_train_step, required_version, staleness, taskset_offsets
 from rfthpc.explorer.sync import WeightSync
 from rfthpc.observe.monitor import Monitor
+from rfthpc.rundir.endpoints import publish_endpoint, withdraw_endpoint
 from rfthpc.rundir.explorer_meta import Progress
 from rfthpc.rundir.paths import RunDir, check_layout
 from rfthpc.rundir.phases import PhaseLog
@@ -180,6 +181,8 @@ class Explorer:
                                        else None, poll_s=settings.weights_poll_interval)
         self.phases: PhaseLog | None = None
         """Start-up and shutdown phases (rfthpc.rundir.phases), from `run`."""
+        self.endpoint_file: Path | None = None
+        """Where this process published its policy endpoint (`rfthpc.rundir.endpoints`), once agents use it."""
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
@@ -248,8 +251,14 @@ class Explorer:
             prompts=prompts,
             auxiliary={aux.name: setup.auxiliary_model(settings, aux, self._auxiliary_engine(aux))
                        for aux in settings.auxiliary_models},
+            endpoint_started=self._publish_endpoint,
         )
         self.progress.update(state="started", version=version)
+
+    def _publish_endpoint(self, url: str) -> None:
+        self.endpoint_file = publish_endpoint(self.rundir.root, self.name, self.rank, url)
+        log.info("explorer %s rank %d: serving the policy to agents at %s (%s)", self.name, self.rank, url,
+                 self.endpoint_file)
 
     def _auxiliary_engine(self, aux: InferenceModelSettings) -> RolloutEngine:
         """How workflows reach auxiliary model `aux`: its engine in this process, through the batcher, or,
@@ -273,6 +282,8 @@ class Explorer:
             log.exception("could not commit the last groups; their tasks will be redone by another explorer")
         self.follower.close()
         self.sync.withdraw()
+        if self.endpoint_file is not None:
+            withdraw_endpoint(self.endpoint_file)
         if self.monitor is not None:
             self.monitor.close()
         for engine in self.engines.values():

@@ -11,6 +11,7 @@ each record has one writer; one another node waits on is a journal, each version
 | `trainer_meta`  | `trainer_meta/`: the trainer's reports (step, stage, state), a journal       | trainer (rank 0)  |
 | `explorer_meta` | `explorer_meta/<name>/<rank>.json`: each explorer process's progress          | each explorer     |
 | `servers`       | `servers/<model>/<engine>/`: where a shared auxiliary model is served          | each server task  |
+| `endpoints`     | `endpoints/`: where each explorer process serves its policy to agents         | each explorer     |
 | `lost_groups`   | `experiences/_reader/losses.json`: groups the trainer lost, per claim set      | trainer's reader  |
 | `metrics`       | `monitor/<role>.jsonl`: each role's metric records                             | each role         |
 

@@ -11,6 +11,7 @@ Layout (see docs/run-directory.md):
     latest_checkpointed_iteration.txt
     trainer_meta/<n>, explorer_meta/<name>/<rank>.json
     servers/<model>/<engine>/<n>       addresses of shared auxiliary model servers (a journal per engine)
+    endpoints/<explorer>_<rank>_...    where each explorer process serves its policy to agents
     log/, monitor/
 
 Roles never import each other's internals; they all use these names.
@@ -107,6 +108,11 @@ class RunDir:
     def explorer_meta(self, name: str, rank: int) -> Path:
         """Progress record of one explorer process (array `name`, task `rank`)."""
         return self.explorer_meta_root / name / f"{rank}.json"
+
+    @property
+    def endpoints(self) -> Path:
+        """Where each explorer process serves its policy to agents: `<explorer>_<rank>_<host>_<pid>.json`."""
+        return self.root / "endpoints"
 
     @property
     def servers(self) -> Path:

@@ -263,7 +263,7 @@ def play_agent(task: Task, ctx: WorkflowContext, args: AgentWorkflowArgs,
     """`repeat_times` episodes of agent `args.agent` on the task, at the same time, each call an experience;
     `score` turns what an episode's agent returned into its reward (or rewards per call), which the agent
     returns itself when None. A `score` that raises ValueError fails that episode."""
-    endpoint = endpoint_for(ctx.engine, ctx.prompts)
+    endpoint = endpoint_for(ctx.engine, ctx.prompts, ctx.endpoint_started)
     view = task_view(task)
     opened = [endpoint.open_episode(task.rollout_args, task.chat_template) for _ in range(task.repeat_times)]
     deadline = time.monotonic() + args.timeout_s

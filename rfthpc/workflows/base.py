@@ -158,6 +158,9 @@ class WorkflowContext:
     """Chat template, tokenizer and prompt-length policy of the policy model."""
     auxiliary: Mapping[str, RolloutEngine] = field(default_factory=dict)
     """Extra named engines (`explorer.auxiliary_models`, as `AuxiliaryModel`s), e.g. an LLM judge for rewards."""
+    endpoint_started: Callable[[str], None] | None = None
+    """Called with its URL when the policy's OpenAI-compatible endpoint starts in this process (the explorer
+    publishes it in the run directory, `rfthpc.rundir.endpoints`)."""
 
 
 EPISODE = "episode"

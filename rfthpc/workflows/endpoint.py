@@ -34,7 +34,7 @@ import secrets
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -97,12 +97,17 @@ class PolicyEndpoint:
         self._thread = threading.Thread(target=self._server.serve_forever, name="policy-endpoint", daemon=True)
         self._thread.start()
 
+    @property
+    def url(self) -> str:
+        """Where it serves: `http://<host>:<port>`."""
+        return f"http://{self.host}:{self.port}"
+
     def open_episode(self, params: SamplingArgs, chat_template: str | None = None) -> tuple[str, str]:
         """Start recording an episode sampled with `params`: (its id, its base URL)."""
         episode = uuid.uuid4().hex
         with self._lock:
             self._episodes[episode] = _Episode(params, chat_template)
-        return episode, f"http://{self.host}:{self.port}/episodes/{episode}/v1"
+        return episode, f"{self.url}/episodes/{episode}/v1"
 
     def close_episode(self, episode: str) -> list[Call]:
         """Stop serving an episode (later requests get 404) and return its calls in the order they ended."""
@@ -346,11 +351,14 @@ _endpoints: dict[int, PolicyEndpoint] = {}
 _endpoints_lock = threading.Lock()
 
 
-def endpoint_for(engine: RolloutEngine, prompts: PromptBuilder) -> PolicyEndpoint:
+def endpoint_for(engine: RolloutEngine, prompts: PromptBuilder,
+                 started: Callable[[str], None] | None = None) -> PolicyEndpoint:
     """The endpoint serving `engine` in this process, started on first use (one per engine, shared by the
-    episodes of every task the process runs)."""
+    episodes of every task the process runs); `started` is told its URL when it starts."""
     with _endpoints_lock:
         found = _endpoints.get(id(engine))
         if found is None or found.engine is not engine:
             found = _endpoints[id(engine)] = PolicyEndpoint(engine, prompts)
+            if started is not None:
+                started(found.url)
         return found

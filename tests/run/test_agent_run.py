@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from rfthpc.rundir.endpoints import read_endpoints
 from rfthpc.rundir.paths import RunDir
 from rfthpc.rundir.trainer_meta import read_trainer_meta
 from tests.run.conftest import env_for, finish, rfthpc, rl_only, store_counts
@@ -32,6 +33,8 @@ def test_an_agent_behind_the_endpoint_trains_with_multi_step_grpo(demo_dir: Path
     run = RunDir(tmp_path / "ckpt" / "rfthpc-demo" / "agent")
     meta = read_trainer_meta(run)
     assert meta.done and meta.step == steps
+    # The explorer published where it served the policy, and withdrew it when it ended.
+    assert run.endpoints.is_dir() and read_endpoints(run.root) == []
     counts = store_counts(run.root)
     assert counts["consumed"] == counts["committed"] == steps * 4, counts
     trainer = [json.loads(line) for line in (run.monitor / "trainer.jsonl").read_text().splitlines()]

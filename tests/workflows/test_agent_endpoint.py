@@ -102,6 +102,29 @@ def test_content_parts_read_as_their_text_and_a_stream_ends_with_its_usage_when_
     assert status == 400 and "reads text parts only" in reply["error"]["message"]
 
 
+def test_the_endpoint_is_announced_once_and_published_in_the_run_directory(tmp_path: Path, tokenizer) -> None:
+    """The explorer is told the endpoint's URL when it starts (not again for later tasks) and publishes it under
+    `endpoints/`, a file per process naming its node and pid, removed when the process ends."""
+    import dataclasses as dc
+    import os
+    import re
+
+    from rfthpc.rundir.endpoints import publish_endpoint, read_endpoints, withdraw_endpoint
+
+    announced: list[str] = []
+    engine = ScriptedEngine(tokenizer, lambda ctx: "ok")
+    ctx = dc.replace(context(engine, tokenizer), endpoint_started=announced.append)
+    for _ in range(2):
+        assert run_workflow(agent_task("chat_twice", repeat=1), ctx).info["failed_episodes"] == 0
+    (url,) = announced
+    assert re.fullmatch(r"http://127\.0\.0\.1:\d+", url)
+    path = publish_endpoint(tmp_path, "explorer", 3, url)
+    (record,) = read_endpoints(tmp_path)
+    assert (record["url"], record["explorer"], record["rank"], record["pid"]) == (url, "explorer", 3, os.getpid())
+    withdraw_endpoint(path)
+    assert read_endpoints(tmp_path) == []
+
+
 def test_requests_without_the_key_or_outside_an_episode_are_refused(tokenizer) -> None:
     endpoint = PolicyEndpoint(ScriptedEngine(tokenizer, lambda ctx: "hi"), PromptBuilder(tokenizer))
     try:
