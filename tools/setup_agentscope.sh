@@ -12,11 +12,10 @@ cd "$(dirname "$0")/.."
 dir="${1:-.venv-agentscope}"
 py="${PYTHON:-python3}"
 stamp="$dir/.rfthpc-agentscope"
-want="agentscope==1.0.21 mcp>=1.13,<2 openai>=1.40,<3.25 greenlet tqdm"
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+pins=("agentscope==1.0.21" "mcp>=1.13,<2" "openai>=1.40,<3.25" greenlet tqdm)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "${pins[*]}" ]; then
   [ -x "$dir/bin/python" ] || "$py" -m venv "$dir"
-  "$dir/bin/python" -m pip install --disable-pip-version-check -q "agentscope==1.0.21" "mcp>=1.13,<2" \
-    "openai>=1.40,<3.25" greenlet tqdm 2> >(grep -v "^WARNING: Location" >&2)
-  echo "$want" > "$stamp"
+  "$dir/bin/python" -m pip install --disable-pip-version-check -q "${pins[@]}" 2> >(grep -v "^WARNING: Location" >&2)
+  echo "${pins[*]}" > "$stamp"
 fi
 echo "$(cd "$dir" && pwd)/bin/python"

@@ -91,9 +91,7 @@ def arg_problems(workflow_args: Mapping[str, Any], import_agent: bool = True) ->
     if not isinstance(workflow_args.get("agent_args", {}), Mapping):
         out.append(f"workflow_args.agent_args={workflow_args['agent_args']!r}: give a mapping of the agent's "
                    "keyword arguments")
-    timeout = workflow_args.get("timeout_s", 600.0)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        out.append(f"workflow_args.timeout_s={timeout!r}: give the seconds an episode may take (> 0)")
+    out += timeout_problems(workflow_args)
     if workflow_args.get("isolation", "thread") not in ("thread", "process"):
         out.append(f"workflow_args.isolation={workflow_args['isolation']!r}: use thread or process")
     python = workflow_args.get("python")
@@ -111,6 +109,14 @@ def arg_problems(workflow_args: Mapping[str, Any], import_agent: bool = True) ->
         except ConfigError as e:
             out.append(str(e))
     return out
+
+
+def timeout_problems(workflow_args: Mapping[str, Any]) -> list[str]:
+    """Whether `workflow_args.timeout_s` is a time an episode may take: [] or what is wrong."""
+    timeout = workflow_args.get("timeout_s", 600.0)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        return [f"workflow_args.timeout_s={timeout!r}: give the seconds an episode may take (> 0)"]
+    return []
 
 
 RFTHPC_SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

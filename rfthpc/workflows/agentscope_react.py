@@ -37,7 +37,7 @@ from typing import Any
 
 from rfthpc.rewards.math_reward import boxed_accuracy_reward
 from rfthpc.tasks.tasksets import Task
-from rfthpc.workflows.agent import AgentWorkflowArgs, play_agent, runner_problems
+from rfthpc.workflows.agent import AgentWorkflowArgs, play_agent, runner_problems, timeout_problems
 from rfthpc.workflows.base import WorkflowContext, WorkflowResult, needs
 
 AGENT = "rfthpc.workflows.agentscope_agents:react"
@@ -58,9 +58,7 @@ def _problems(workflow_args: Mapping[str, Any]) -> list[str]:
     iters = workflow_args.get("max_iters", 10)
     if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
         out.append(f"workflow_args.max_iters={iters!r}: give the agent's reasoning-acting rounds (an integer >= 1)")
-    timeout = workflow_args.get("timeout_s", 600.0)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        out.append(f"workflow_args.timeout_s={timeout!r}: give the seconds an episode may take (> 0)")
+    out += timeout_problems(workflow_args)
     prompt = workflow_args.get("system_prompt")
     if prompt is not None and not isinstance(prompt, str):
         out.append(f"workflow_args.system_prompt={prompt!r}: give the agent's system prompt as text")

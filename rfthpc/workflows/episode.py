@@ -164,8 +164,8 @@ def episode_steps(whole: Experience, played: Episode, reward_type: RewardType, e
     episode's facts in each step's info. A turn cut to nothing is no step."""
     steps = []
     turns = played.turns
-    earned = dict(zip(map(id, turns), played.turn_rewards(reward_type), strict=True))
-    for k, turn in enumerate(t for t in turns if t.end >= t.start):
+    played_turns = [(t, r) for t, r in zip(turns, played.turn_rewards(reward_type), strict=True) if t.end >= t.start]
+    for k, (turn, earned) in enumerate(played_turns):
         span = slice(turn.start, turn.end + 1)
         steps.append(Experience(
             prompt_token_ids=whole.prompt_token_ids + whole.response_token_ids[:turn.start],
@@ -173,7 +173,7 @@ def episode_steps(whole: Experience, played: Episode, reward_type: RewardType, e
             loss_mask=whole.loss_mask[span], reward=whole.reward, response_text=decode(whole.response_token_ids[span]),
             finish_reason=whole.finish_reason if turn is turns[-1] else "stop",
             reward_components=dict(whole.reward_components),
-            info={**whole.info, EPISODE: episode, STEP: k, STEP_REWARD: earned[id(turn)], STATE: turn.state},
+            info={**whole.info, EPISODE: episode, STEP: k, STEP_REWARD: earned, STATE: turn.state},
         ))
     return steps
 
