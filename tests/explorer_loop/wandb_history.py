@@ -31,6 +31,8 @@ def _records(data: bytes) -> Iterator[bytes]:
         if kind == 0:
             pos += left
             continue
+        if pos + CHUNK_HEADER + length > len(data):
+            return  # a chunk wandb is still writing
         parts += data[pos + CHUNK_HEADER : pos + CHUNK_HEADER + length]
         pos += CHUNK_HEADER + length
         if kind in (FULL, LAST):
@@ -42,19 +44,23 @@ def history(run_dir: Path, timeout_s: float = 120.0) -> list[dict[str, Any]]:
     """Every history row of the one offline run under `run_dir` (wandb's `dir`), in order.
 
     `wandb.finish()` can return before wandb's service has written the run's records (seen: a file
-    still holding only its header, complete two seconds later), so this waits, up to `timeout_s`,
-    for the run's closing `exit` record.
+    still holding only its header, complete two seconds later; a record read half-written), so this
+    reads again, up to `timeout_s`, until the file parses and holds the run's closing `exit` record.
     """
+    from google.protobuf.message import DecodeError
     from wandb.proto import wandb_internal_pb2
 
     deadline = time.monotonic() + timeout_s
     while True:
         (path,) = Path(run_dir).glob("wandb/offline-run-*/run-*.wandb")
         records = []
-        for raw in _records(path.read_bytes()):
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(raw)
-            records.append(record)
+        try:
+            for raw in _records(path.read_bytes()):
+                record = wandb_internal_pb2.Record()
+                record.ParseFromString(raw)
+                records.append(record)
+        except DecodeError:
+            records = []  # read while wandb was writing it
         if any(r.WhichOneof("record_type") == "exit" for r in records):
             break
         assert time.monotonic() < deadline, f"{path} got no exit record within {timeout_s:.0f} s"
