@@ -45,9 +45,10 @@ _ROLL_GIGPO = ("algorithm_type: multi_step_grpo with advantage_fn: gigpo, which 
                "its episode term normalised over the task's steps), with default_workflow_type: env_workflow and "
                "workflow_args.step_wise: true (docs/algorithms.md); Trinity-RFT's own gigpo preset is not reproduced "
                "(its definition was not available to compare against)")
-_TEACHER_IN_TRAINER = ("algorithm_type: on_policy_distill with model.teacher_model_path and the taskset's own "
-                       "workflow (math_workflow for a reward beside it): the trainer scores each sampled token with "
-                       "the teacher, so no workflow asks a teacher served as an auxiliary model")
+_TEACHER_IN_TRAINER = ("algorithm_type: on_policy_distill with the taskset's own workflow (math_workflow for a reward "
+                       "beside it) and the teacher as explorer.teacher_model (an auxiliary model the explorer has "
+                       "score each sample) or model.teacher_model_path (loaded in the trainer): the explorer or the "
+                       "trainer scores each sampled token, not the workflow")
 NOT_BUILT: dict[str, dict[str, NotBuilt]] = {
     ALGORITHM: {
         "gigpo": NotBuilt(_GIGPO, _ROLL_GIGPO),
@@ -106,7 +107,7 @@ NOT_BUILT: dict[str, dict[str, NotBuilt]] = {
             "of each of their tokens, for the on_policy_distill and jsd algorithms", _TEACHER_IN_TRAINER),
         "on_policy_distill_math_workflow": NotBuilt(
             "is on_policy_distill_workflow with a math reward recorded beside the teacher's log-probabilities (read "
-            "as math_boxed_workflow with the teacher in the trainer where explorer.auxiliary_models[0] names the "
+            "as math_boxed_workflow with explorer.teacher_model where explorer.auxiliary_models[0] names the "
             "teacher)", _TEACHER_IN_TRAINER),
     },
 }

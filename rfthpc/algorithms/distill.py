@@ -5,7 +5,8 @@ Trinity-RFT's `on_policy_distill` (after Tinker's): with the per-token reverse K
 log pi_student - log pi_teacher, A_t = -kl_coef (log pi_student - log pi_teacher); trained with the
 `importance_sampling` loss, minimising it minimises the reverse KL of the student to the teacher on the
 student's own samples. Trinity-RFT's `jsd` replaces the reverse KL by a Jensen-Shannon divergence estimated
-on the sampled token. The teacher is `model.teacher_model_path`, loaded frozen in the trainer.
+on the sampled token. The teacher's scores come from the explorer's teacher (`explorer.teacher_model`, stored
+with each sample) or from `model.teacher_model_path`, loaded frozen in the trainer.
 """
 
 from __future__ import annotations
@@ -59,8 +60,8 @@ def _scores(inputs: AdvantageInputs, name: str) -> tuple[torch.Tensor, torch.Ten
     """(the teacher's log-probabilities of the sampled tokens, the student's sampling ones)."""
     if inputs.teacher_log_probs is None or inputs.behaviour_log_probs is None:
         raise ConfigError(f"algorithm.advantage_fn: {name!r} needs the teacher's log-probabilities of the sampled "
-                          "tokens and the student's; set model.teacher_model_path (the trainer scores the batch "
-                          "with it)")
+                          "tokens and the student's; set explorer.teacher_model (an auxiliary model scores each "
+                          "sample) or model.teacher_model_path (the trainer scores the batch with it)")
     return inputs.teacher_log_probs, inputs.behaviour_log_probs
 
 

@@ -101,6 +101,12 @@ class ExplorerConfig:
     """The policy's rollout engine."""
     auxiliary_models: list[InferenceModelConfig] = field(default_factory=list)
     """Extra engines a workflow may call (reward models, LLM judges)."""
+    teacher_model: Optional[str] = None
+    """On-policy distillation (`algorithm_type: on_policy_distill` or `jsd`) with the teacher served beside the
+    explorers, as Trinity-RFT serves it: the `name` of the auxiliary model that scores each training sample as
+    it is made (the log-probability of each response token, at temperature 1, stored with the sample), on the
+    explorer's GPUs or, with `placement: shared`, on GPUs of its own; the trainer then loads no teacher. The
+    other way is `model.teacher_model_path`: the teacher loaded frozen in the trainer (a small one)."""
     eval_interval: int = 100
     """Evaluate the eval tasksets every this many policy versions."""
     eval_on_startup: bool = True

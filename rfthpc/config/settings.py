@@ -416,6 +416,8 @@ class ExplorerSettings:
 
     rollout_model: InferenceModelSettings
     auxiliary_models: tuple[InferenceModelSettings, ...]
+    teacher_model: str | None
+    """`explorer.teacher_model`: the auxiliary model that scores each training sample for distillation (None: none)."""
     min_response_tokens: int
     enable_prompt_truncation: bool
     runner_per_model: int
@@ -469,6 +471,33 @@ def _auxiliary_models(cfg: Config) -> tuple[InferenceModelSettings, ...]:
     return tuple(out.values())
 
 
+def _teacher_model(explored: list[Stage]) -> str | None:
+    """`explorer.teacher_model` of the stages that explore: one auxiliary model's name, read by an advantage
+    that scores with a teacher (ConfigError otherwise)."""
+    first = explored[0].config
+    name = first.explorer.teacher_model
+    for stage in explored[1:]:
+        if stage.config.explorer.teacher_model != name:
+            raise ConfigError(f"stage {stage.name!r}: explorer.teacher_model differs from stage "
+                              f"{explored[0].name!r}'s; the explorers start the teacher's engines once: set it for "
+                              "the whole run")
+    if name is None:
+        return None
+    names = [aux.name for aux in first.explorer.auxiliary_models]
+    if name not in names:
+        raise ConfigError(f"explorer.teacher_model: {name!r} is not the name of an auxiliary model "
+                          f"(explorer.auxiliary_models: {', '.join(map(repr, names)) or 'none'}); add the teacher "
+                          "there and name it")
+    if not any(ADVANTAGE_FNS.needs(s.config.algorithm.advantage_fn).teacher
+               for s in explored if s.config.algorithm.advantage_fn):
+        raise ConfigError(f"explorer.teacher_model: {name!r} is read only by an advantage that scores with a teacher, "
+                          "and no stage has one; remove it, or set algorithm_type: on_policy_distill")
+    if first.model.teacher_model_path:
+        raise ConfigError("explorer.teacher_model and model.teacher_model_path: the teacher is either served beside "
+                          "the explorers or loaded in the trainer; keep one")
+    return name
+
+
 def claim_batches(configured: int, array_size: int) -> int:
     """`explorer.claim_batches` resolved: 0 is 1 for arrays of up to 8 explorers, one more per 8, at most 8."""
     return configured or min(8, max(1, math.ceil(array_size / 8)))
@@ -519,7 +548,8 @@ def explorer_settings(stages: list[Stage], check_paths: bool = True) -> Explorer
                               max_prompt_tokens=first.model.max_prompt_tokens,
                               max_response_tokens=first.model.max_response_tokens,
                               lora=lora_settings(first.model.lora, check_paths)),
-        auxiliary_models=_auxiliary_models(first), min_response_tokens=first.model.min_response_tokens,
+        auxiliary_models=_auxiliary_models(first), teacher_model=_teacher_model(explored),
+        min_response_tokens=first.model.min_response_tokens,
         enable_prompt_truncation=first.model.enable_prompt_truncation, runner_per_model=ex.runner_per_model,
         max_repeat_times_per_runner=ex.max_repeat_times_per_runner, env_vars=_frozen(ex.env_vars),
         max_timeout=ex.max_timeout, max_retry_times=ex.max_retry_times, max_retry_interval=ex.max_retry_interval,

@@ -1,6 +1,6 @@
-"""`model.teacher_model_path` checked before a run: set exactly when the advantage reads a teacher, a
-model directory, and tokenizing as the policy does (the teacher scores the student's token ids as they
-are, so one vocabulary is required; the sizes may differ)."""
+"""The distillation teacher (`model.teacher_model_path`, or `explorer.teacher_model`) checked before a run:
+set exactly when the advantage reads a teacher, a model directory, and tokenizing as the policy does (the
+teacher scores the student's token ids as they are, so one vocabulary is required; the sizes may differ)."""
 
 from __future__ import annotations
 
@@ -13,20 +13,26 @@ _VOCAB_FILES = ("vocab.json", "merges.txt", "tokenizer.model")
 
 
 def teacher_problems(teacher: str | None, model: str, needs_teacher: bool, advantage_fn: str | None,
-                     check_paths: bool) -> list[str]:
+                     check_paths: bool, served: tuple[str, str | None] | None = None) -> list[str]:
     """What is wrong with the teacher of one stage: missing where `advantage_fn` reads one, or (with
-    `check_paths`) a directory whose tokenizer is not the policy's. (A teacher no stage reads is refused
-    for the whole run, `trainer_settings`.)"""
-    key = "model.teacher_model_path"
-    if needs_teacher and not teacher:
-        return [f"{key}: missing; algorithm.advantage_fn {advantage_fn!r} scores the samples with a teacher model: "
-                "give its local directory (the policy's tokenizer, any size)"]
-    if not teacher or not needs_teacher or not check_paths:
+    `check_paths`) a directory whose tokenizer is not the policy's. The teacher is `teacher`
+    (`model.teacher_model_path`, loaded in the trainer) or `served`: (`explorer.teacher_model`, that
+    auxiliary model's `model_path`, None where no auxiliary model has that name). (A teacher no stage reads,
+    or both, are refused for the whole run: `trainer_settings`, `explorer_settings`.)"""
+    if needs_teacher and not teacher and served is None:
+        return [f"model.teacher_model_path: missing; algorithm.advantage_fn {advantage_fn!r} scores the samples with "
+                "a teacher model: give its local directory (the policy's tokenizer, any size) to load it in the "
+                "trainer, or serve it beside the explorers as an auxiliary model named by explorer.teacher_model"]
+    if not needs_teacher or not check_paths:
         return []
-    path, policy = Path(teacher).expanduser(), Path(model).expanduser()
-    if not (path / "config.json").is_file():
-        return [f"{key}: {teacher!r} holds no config.json; give the local directory of a Hugging Face model"]
-    if policy.is_dir() and _vocabulary(path) != _vocabulary(policy):
+    key, path = ("model.teacher_model_path", teacher) if teacher else \
+        (f"explorer.auxiliary_models[{served[0]!r}].model_path" if served else "", served[1] if served else None)
+    if not path:
+        return []
+    where, policy = Path(path).expanduser(), Path(model).expanduser()
+    if not (where / "config.json").is_file():
+        return [f"{key}: {path!r} holds no config.json; give the local directory of a Hugging Face model"]
+    if policy.is_dir() and _vocabulary(where) != _vocabulary(policy):
         return [f"{key}: the teacher's tokenizer differs from the policy's ({model}); on-policy distillation scores "
                 "the student's token ids with the teacher, so both need one tokenizer: choose a teacher of the same "
                 "model family"]

@@ -448,9 +448,11 @@ def _check_inputs(cfg: Config, problems: Problems, check_paths: bool) -> None:
     for message in expert_problems(cfg, _needs(algos.POLICY_LOSS_FNS, cfg.algorithm.policy_loss_fn).expert_data,
                                    check_paths):
         problems.add(message, PATHS if "path" in message.split(":", 1)[0] else INVALID)
+    served = cfg.explorer.teacher_model
+    by_name = {aux.name: aux.model_path for aux in cfg.explorer.auxiliary_models}
     for message in teacher_problems(cfg.model.teacher_model_path, cfg.model.model_path,
                                     _advantage_needs(cfg.algorithm.advantage_fn).teacher, cfg.algorithm.advantage_fn,
-                                    check_paths):
+                                    check_paths, None if served is None else (served, by_name.get(served))):
         problems.add(message, PATHS)
     if not check_paths:
         return

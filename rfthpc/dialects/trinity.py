@@ -12,7 +12,7 @@
   error naming the reason and the fix, when the config is validated (`unsupported_values`);
 - values rfthpc accepts but reads differently (e.g. `sync_method: nccl`): a note on stderr (`value_notes`);
 - on-policy distillation's teacher, an auxiliary model asked by Trinity's distillation workflows, read as
-  the trainer's `model.teacher_model_path` (`apply_trinity_teacher`).
+  rfthpc's `explorer.teacher_model` (`apply_trinity_teacher`).
 """
 
 from __future__ import annotations
@@ -727,8 +727,8 @@ def apply_trinity_expert_data(raw: dict[str, Any], problems: Problems) -> None:
 
 
 DISTILL_WORKFLOWS = {"on_policy_distill_math_workflow": "math_boxed_workflow"}
-"""Trinity-RFT's on-policy distillation workflows that rfthpc reads as its own workflow plus a teacher in the
-trainer, and that workflow. `on_policy_distill_math_workflow` asks for a `\\boxed{}` answer and rewards its
+"""Trinity-RFT's on-policy distillation workflows that rfthpc reads as its own workflow plus the teacher
+scoring each sample (`explorer.teacher_model`), and that workflow. `on_policy_distill_math_workflow` asks for a `\\boxed{}` answer and rewards its
 accuracy, as `math_boxed_workflow` does (rfthpc's asks in the system prompt, Trinity's after the question;
 the reward is recorded, not trained on). Its plain sibling records no reward at all: `rfthpc.not_built`."""
 
@@ -750,28 +750,33 @@ def _workflow_sections(raw: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 def apply_trinity_teacher(raw: dict[str, Any], problems: Problems) -> None:
     """Read a Trinity-RFT distillation config (workflow `on_policy_distill_math_workflow`, whose teacher is
     `explorer.auxiliary_models[0]`, served by its own engines and asked for each sampled token's
-    log-probability) as rfthpc's: that model becomes `model.teacher_model_path`, loaded frozen in the trainer,
-    which scores the batch itself, so it leaves `auxiliary_models` (no engines start for it); the workflow
-    becomes DISTILL_WORKFLOWS' one. Each change is recorded for `config show`. Left as it is (and refused by
-    name as a workflow not built) where the config has no auxiliary model to take."""
+    log-probability) as rfthpc's: that model stays an auxiliary model, served as Trinity serves it, and
+    becomes `explorer.teacher_model` (the explorer has it score each training sample); the workflow becomes
+    DISTILL_WORKFLOWS' one. A config that sets `model.teacher_model_path` itself keeps that teacher, loaded
+    in the trainer, and the auxiliary model leaves (no engines start for it). Each change is recorded for
+    `config show`. Left as it is (and refused by name as a workflow not built) where the config has no
+    auxiliary model to take."""
     named = [(key, section) for key, section in _workflow_sections(raw)
              if section.get("default_workflow_type") in DISTILL_WORKFLOWS]
     explorer = raw.get("explorer") if isinstance(raw.get("explorer"), dict) else {}
     auxiliary = explorer.get("auxiliary_models")
     if not named or not isinstance(auxiliary, list) or not auxiliary or not isinstance(auxiliary[0], dict):
         return
-    teacher = auxiliary[0].get("model_path")
-    if not isinstance(teacher, str):
+    teacher = auxiliary[0]
+    if not isinstance(teacher.get("model_path"), str):
         return
     for key, section in named:
         workflow = DISTILL_WORKFLOWS[section["default_workflow_type"]]
         problems.map(f"{key}.default_workflow_type", workflow, f"{key}.default_workflow_type", "Trinity-RFT")
         section["default_workflow_type"] = workflow
-    del auxiliary[0]
-    if not auxiliary:
-        del explorer["auxiliary_models"]
-    set_mapped(raw, "model.teacher_model_path", teacher, "explorer.auxiliary_models[0].model_path", "Trinity-RFT",
-               problems)
+    model = raw.get("model") if isinstance(raw.get("model"), dict) else {}
+    if model.get("teacher_model_path") and not explorer.get("teacher_model"):
+        del auxiliary[0]
+        if not auxiliary:
+            del explorer["auxiliary_models"]
+        return
+    name = teacher.get("name") or "auxiliary_0"
+    set_mapped(raw, "explorer.teacher_model", name, "explorer.auxiliary_models[0]", "Trinity-RFT", problems)
 
 
 _EXPLORER_DRIVEN_NOTE = (

@@ -12,6 +12,7 @@ at the first adapter; each later one is copied into it).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 from collections.abc import Sequence
@@ -72,7 +73,7 @@ class TransformersEngine:
             do_sample=sample,
             **sampling,
             max_new_tokens=max_new_tokens,
-            min_new_tokens=self.settings.min_response_tokens,
+            min_new_tokens=min(self.settings.min_response_tokens, max_new_tokens),
             num_return_sequences=n,
             eos_token_id=self.eos_ids,
             pad_token_id=self.pad_id,
@@ -155,7 +156,20 @@ class TransformersEngine:
                 out = self._generate_same_params([requests[i].prompt_token_ids for i in batch], n, params)
                 for i, completions in zip(batch, out, strict=True):
                     results[i] = completions
+        for i, r in enumerate(requests):
+            if r.params.prompt_logprobs:
+                scored = self._prompt_logprobs(r.prompt_token_ids)
+                results[i] = [dataclasses.replace(c, prompt_logprobs=scored) for c in results[i]]
         return results
+
+    def _prompt_logprobs(self, prompt: Sequence[int]) -> list[float]:
+        """Log-probability of each prompt token after the first, by the plain logits (as vLLM's prompt logprobs)."""
+        import torch
+
+        ids = torch.tensor([list(prompt)], dtype=torch.long, device=self.device)
+        with torch.no_grad():
+            logits = self.model(input_ids=ids).logits[0, :-1].float()
+        return torch.log_softmax(logits, dim=-1).gather(1, ids[0, 1:, None])[:, 0].cpu().tolist()
 
     def generate(
         self, prompts_token_ids: Sequence[Sequence[int]], n: int, params: SamplingArgs

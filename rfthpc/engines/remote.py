@@ -103,8 +103,9 @@ def _top(position: dict[str, float] | None, k: int) -> dict[int, float]:
     return {t: float(lp) for t, lp in ranked if lp > NO_LOGPROB}
 
 
-def completion_of(choice: dict[str, Any], k: int) -> Completion:
-    """One `choices` entry of a `/v1/completions` answer as a `Completion` (`k` top alternatives)."""
+def completion_of(choice: dict[str, Any], k: int, prompt: Sequence[int] | None = None) -> Completion:
+    """One `choices` entry of a `/v1/completions` answer as a `Completion` (`k` top alternatives; the
+    scores of `prompt`, the choice's prompt, where it was asked for them)."""
     tokens = choice.get("token_ids")
     if tokens is None:
         raise ValueError("the answer holds no token ids (`return_token_ids` needs vLLM 0.10.2 or newer)")
@@ -114,7 +115,23 @@ def completion_of(choice: dict[str, Any], k: int) -> Completion:
         raise ValueError(f"the answer has {len(tokens)} tokens but {len(logprobs)} logprobs")
     top = [_top(position, k) for position in lp.get("top_logprobs") or []] if k else None
     return Completion([int(t) for t in tokens], logprobs, choice.get("text") or "",
-                      choice.get("finish_reason") or "length", top)
+                      choice.get("finish_reason") or "length", top, _prompt_scores(choice, prompt))
+
+
+def _prompt_scores(choice: dict[str, Any], prompt: Sequence[int] | None) -> list[float] | None:
+    """The prompt's scores in an answer asked for `prompt_logprobs` (vLLM's extension: per prompt token a
+    map from token id to its log-probability, None for the first), or None where `prompt` was not scored."""
+    if prompt is None:
+        return None
+    positions = choice.get("prompt_logprobs")
+    if not isinstance(positions, list) or len(positions) != len(prompt):
+        raise ValueError(f"the answer scores {len(positions) if isinstance(positions, list) else 'none'} of the "
+                         f"prompt's {len(prompt)} tokens (prompt_logprobs needs a vLLM server)")
+    return [float(_logprob(position[str(t)])) for position, t in zip(positions[1:], prompt[1:], strict=True)]
+
+
+def _logprob(entry: Any) -> float:
+    return float(entry["logprob"] if isinstance(entry, dict) else entry)
 
 
 def completions_body(served_model: str, prompts: Sequence[Sequence[int]], n: int, params: SamplingArgs,
@@ -132,13 +149,15 @@ def completions_body(served_model: str, prompts: Sequence[Sequence[int]], n: int
         "temperature": 0.0 if greedy else params.temperature,
         "top_p": params.top_p,
         "top_k": params.top_k if params.top_k > 0 else -1,
-        "min_tokens": min_tokens,
+        "min_tokens": min(min_tokens, params.max_tokens),
         "logprobs": params.logprobs,
         "return_token_ids": True,
         "return_tokens_as_token_ids": True,
     }
     if params.seed is not None:
         body["seed"] = params.seed
+    if params.prompt_logprobs:
+        body["prompt_logprobs"] = 0
     return body, n // copies
 
 
@@ -262,7 +281,8 @@ class RemoteEngine:
             raise ServerUnavailable(f"auxiliary model {self.name!r}: the server answered {len(choices)} samples "
                                     f"where {expected} were asked for")
         try:
-            flat = [completion_of(c, params.logprobs) for c in choices]
+            scored = [body["prompt"][k // per_prompt] if params.prompt_logprobs else None for k in range(len(choices))]
+            flat = [completion_of(c, params.logprobs, prompt) for c, prompt in zip(choices, scored, strict=True)]
         except (ValueError, TypeError, KeyError) as e:
             raise ServerUnavailable(f"auxiliary model {self.name!r}: unexpected answer from its server: {e}") from e
         return [flat[i * n:(i + 1) * n] for i in range(len(prompts_token_ids))]

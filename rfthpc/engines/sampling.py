@@ -41,6 +41,9 @@ class SamplingArgs:
     """Top alternatives per response token returned in `Completion.top_logprobs` (0: none)."""
     seed: int | None = None
     """Seed of the request's sampling: the same weights and prompt give the same samples (None: not seeded)."""
+    prompt_logprobs: bool = False
+    """Also score the prompt: `Completion.prompt_logprobs` (a teacher scoring sampled tokens). Not a
+    `rollout_args` key: the explorer sets it."""
 
     @classmethod
     def from_config(cls, rollout_args: Any) -> SamplingArgs:
@@ -83,6 +86,10 @@ class Completion:
     top_logprobs: list[dict[int, float]] | None = None
     """With `SamplingArgs.logprobs` k > 0: per token, the k most likely tokens of the distribution it was
     sampled from and their logprobs (same convention as `logprobs`); None otherwise."""
+    prompt_logprobs: list[float] | None = None
+    """With `SamplingArgs.prompt_logprobs`: the log-probability of each prompt token after the first given
+    the tokens before it, under the model's own distribution (log softmax of the plain logits, temperature 1,
+    as vLLM's prompt logprobs); None otherwise."""
 
 
 def rollout_args_problems(cfg: Config, problems: Problems) -> None:

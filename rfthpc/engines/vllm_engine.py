@@ -127,9 +127,11 @@ class VLLMEngine:
             top_p=params.top_p,
             top_k=max(params.top_k, 0),
             max_tokens=params.max_tokens,
-            min_tokens=self.settings.min_response_tokens,
+            # A scoring request generates one token, whatever the policy's minimum.
+            min_tokens=min(self.settings.min_response_tokens, params.max_tokens),
             logprobs=params.logprobs,
             seed=params.seed,
+            prompt_logprobs=0 if params.prompt_logprobs else None,
         )
 
     def generate_batch(self, requests: Sequence[GenerateRequest]) -> list[list[Completion]]:
@@ -171,11 +173,15 @@ class VLLMEngine:
         results: list[list[Completion]] = [[] for _ in requests]
         for i, out in zip(owner, outputs, strict=True):
             k = requests[i].params.logprobs
+            # vLLM scores every prompt token but the first (it has no context), by its raw logits.
+            scored = [float(pos[t].logprob) for pos, t in zip(out.prompt_logprobs[1:], requests[i].prompt_token_ids[1:],
+                                                              strict=True)] \
+                if requests[i].params.prompt_logprobs else None
             for c in out.outputs:
                 tokens = list(c.token_ids)
                 logprobs = [float(pos[t].logprob) for pos, t in zip(c.logprobs, tokens, strict=True)]
                 top = [_top(pos, k) for pos in c.logprobs] if k else None
-                results[i].append(Completion(tokens, logprobs, c.text, c.finish_reason or "length", top))
+                results[i].append(Completion(tokens, logprobs, c.text, c.finish_reason or "length", top, scored))
         return results
 
     def generate(

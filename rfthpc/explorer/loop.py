@@ -182,6 +182,8 @@ class Explorer:
         self.phases: PhaseLog | None = None
         """Start-up and shutdown phases (rfthpc.rundir.phases), from `run`."""
         self.endpoint_file: Path | None = None
+        self.teacher: RolloutEngine | None = None
+        """On-policy distillation's teacher scoring each training sample (`explorer.teacher_model`)."""
         """Where this process published its policy endpoint (`rfthpc.rundir.endpoints`), once agents use it."""
 
     # ---- lifecycle -----------------------------------------------------------------------------
@@ -253,6 +255,8 @@ class Explorer:
                        for aux in settings.auxiliary_models},
             endpoint_started=self._publish_endpoint,
         )
+        if settings.teacher_model is not None:
+            self.teacher = self.ctx.auxiliary[settings.teacher_model].engine
         self.progress.update(state="started", version=version)
 
     def _publish_endpoint(self, url: str) -> None:
@@ -594,6 +598,8 @@ class Explorer:
                 else np.asarray(e.token_level_rewards, dtype=np.float32),
                 info={**e.info, "finish_reason": e.finish_reason, "reward_components": e.reward_components,
                       "response_text": e.response_text},
+                teacher_logprobs=None if e.teacher_logprobs is None
+                else np.asarray(e.teacher_logprobs, dtype=np.float32),
             )
             for e in result.experiences
         ]
@@ -620,7 +626,8 @@ class Explorer:
 
     def _run_tasks(self, tasks: list[Task]) -> list[TaskOutcome]:
         """Run the tasks' workflows in this process's engines, their generate calls batched."""
-        return run_tasks(tasks, self.ctx, self.batcher, _rollout_policy(self.settings), self.stop, tick=self._tick)
+        return run_tasks(tasks, self.ctx, self.batcher, _rollout_policy(self.settings), self.stop, tick=self._tick,
+                         teacher=self.teacher)
 
     def _complete_committed(self) -> None:
         """Complete the claims whose groups the writer has committed (all but the last `buffered`)."""

@@ -22,10 +22,11 @@ from dataclasses import dataclass
 
 from rfthpc.engines.batching import EngineFailed, GenerationCancelled, RequestBatcher
 from rfthpc.errors import UserError
+from rfthpc.explorer.teacher import score_with_teacher
 from rfthpc.rewards.registry import REWARDS
 from rfthpc.signals import StopRequest
 from rfthpc.tasks.tasksets import Task
-from rfthpc.workflows.base import WorkflowContext, WorkflowResult
+from rfthpc.workflows.base import RolloutEngine, WorkflowContext, WorkflowResult
 from rfthpc.workflows.registry import WORKFLOWS, run_workflow
 
 log = logging.getLogger(__name__)
@@ -65,8 +66,9 @@ class RolloutPolicy:
 
 class _Runners:
     def __init__(self, tasks: Sequence[Task], ctx: WorkflowContext, batcher: RequestBatcher,
-                 policy: RolloutPolicy, stop: StopRequest, workers: int) -> None:
+                 policy: RolloutPolicy, stop: StopRequest, workers: int, teacher: RolloutEngine | None) -> None:
         self.ctx = ctx
+        self.teacher = teacher
         self.batcher = batcher
         self.policy = policy
         self.stop = stop
@@ -109,6 +111,8 @@ class _Runners:
                     self.timed_out.discard(ident)
                 try:
                     outcome.result = run_workflow(task, self.ctx)
+                    if self.teacher is not None and not task.is_eval:
+                        score_with_teacher(self.teacher, outcome.result.experiences)
                     error = None
                 except GenerationCancelled as e:
                     timed_out = ident in self.timed_out
@@ -183,8 +187,11 @@ def run_tasks(
     policy: RolloutPolicy,
     stop: StopRequest,
     tick: Callable[[], None] = lambda: None,
+    teacher: RolloutEngine | None = None,
 ) -> list[TaskOutcome]:
-    """Run each task's workflow; return one outcome per task, in task order.
+    """Run each task's workflow; return one outcome per task, in task order. With `teacher` (on-policy
+    distillation's, `rfthpc.explorer.teacher`) each training task's experiences are scored by it as part
+    of the task: a failed scoring fails the attempt as a failed workflow does.
 
     Must be called from the thread that may use the engines (it serves their calls).
     """
@@ -192,7 +199,7 @@ def run_tasks(
         return []
     resolve_functions(tasks)
     n_threads = min(policy.concurrency, len(tasks))
-    runners = _Runners(tasks, ctx, batcher, policy, stop, n_threads)
+    runners = _Runners(tasks, ctx, batcher, policy, stop, n_threads, teacher)
     threads = [threading.Thread(target=runners.worker, name=f"rfthpc-runner-{k}", daemon=True)
                for k in range(n_threads)]
     for t in threads:

@@ -125,7 +125,8 @@ def export_groups(run_dir: Path, out: IO[str]) -> dict[str, int]:
                 "experiences": [{"prompt_ids": _plain(e.prompt_ids), "response_ids": _plain(e.response_ids),
                                  "logprobs": _plain(e.logprobs), "loss_mask": _plain(e.loss_mask),
                                  "reward": float(e.reward), "token_rewards": _plain(e.token_rewards),
-                                 "info": _plain(e.info)} for e in g.experiences],
+                                 "teacher_logprobs": _plain(e.teacher_logprobs), "info": _plain(e.info)}
+                                for e in g.experiences],
             }
             out.write(json.dumps(record) + "\n")
     return dict(counts)

@@ -11,8 +11,10 @@ Variable-length data is concatenated into flat arrays, indexed by two tables:
                      response_len (int64), has_token_rewards (int8)
     experience_info  UTF-8 JSON: a list of E objects
     prompt_tokens    int32: prompts, each stored once per group when its responses share it
-    response_tokens  int32, logprobs float32, loss_mask int8, token_rewards float32 (only when
-                     some experience has them): one value per response token
+    response_tokens  int32, logprobs float32, loss_mask int8, token_rewards float32 and
+                     teacher_logprobs float32 (each only when some experience has them; NaN
+                     teacher log-probabilities: an experience no teacher scored): one value per
+                     response token
 
 Tables are HDF5 compound datasets (numpy structured arrays); strings are JSON in UTF-8 string
 datasets: a handful of datasets per chunk, because each one costs more to create than a group's
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import socket
 import time
@@ -47,6 +50,10 @@ GROUP_TABLE = np.dtype([
     ("policy_version", "<i8"), ("is_eval", "i1"), ("created_at", "<f8"), ("finished_at", "<f8"),
     ("first_experience", "<i8"), ("n_experiences", "<i8"),
 ])
+OPTIONAL = {"token_rewards": 0.0, "teacher_logprobs": math.nan}
+"""The per-token arrays a chunk holds only when some experience of it has them, and the value the others
+get there (an experience's token rewards are then flagged in its row, `has_token_rewards`; a NaN teacher
+log-probability marks one no teacher scored)."""
 EXPERIENCE_TABLE = np.dtype([
     ("reward", "<f8"), ("prompt_start", "<i8"), ("prompt_len", "<i8"), ("response_start", "<i8"),
     ("response_len", "<i8"), ("has_token_rewards", "i1"),
@@ -125,7 +132,8 @@ class ChunkBuilder:
         self.groups_per_chunk = groups_per_chunk
         self._prompts, self._responses = _Flat(np.int32), _Flat(np.int32)
         self._logprobs, self._loss_mask = _Flat(np.float32), _Flat(np.int8)
-        self._token_rewards: _Flat | None = None
+        self._optional: dict[str, _Flat] = {}
+        """The per-token arrays only some chunks have (OPTIONAL), once a group brought them."""
         self.clear()
 
     def clear(self) -> None:
@@ -134,10 +142,10 @@ class ChunkBuilder:
         self._group_text: dict[str, list[str]] = {"task_id": [], "group_id": [], "info": []}
         self._rows: list[tuple[float, int, int, int, int, bool]] = []
         self._exp_info: list[str] = []
-        for flat in (self._prompts, self._responses, self._logprobs, self._loss_mask, self._token_rewards):
-            if flat is not None:
-                flat.size = 0
-        self._has_token_rewards = False
+        for flat in (self._prompts, self._responses, self._logprobs, self._loss_mask, *self._optional.values()):
+            flat.size = 0
+        self._has: set[str] = set()
+        """The OPTIONAL arrays this chunk holds."""
 
     def __len__(self) -> int:
         return len(self._groups)
@@ -172,8 +180,9 @@ class ChunkBuilder:
             check_token_ids(group, exps)
         _cat_into(self._logprobs.reserve(n_response, n_response * to_come), [e.logprobs for e in exps])
         _cat_into(self._loss_mask.reserve(n_response, n_response * to_come), [e.loss_mask for e in exps])
-        if self._has_token_rewards or any(e.token_rewards is not None for e in exps):
-            self._add_token_rewards(exps, n_response * to_come)
+        for name, fill in OPTIONAL.items():
+            if name in self._has or any(getattr(e, name) is not None for e in exps):
+                self._add_optional(name, fill, exps, n_response * to_come)
         r_start = self._responses.size
         for e, ps in zip(exps, p_start):
             n = e.response_ids.shape[0]
@@ -188,18 +197,16 @@ class ChunkBuilder:
                         (self._loss_mask, n_response)):
             flat.commit(n)
 
-    def _add_token_rewards(self, exps: list[CheckedExperience], expected: int) -> None:
-        if self._token_rewards is None:
-            self._token_rewards = _Flat(np.float32)
-        tr = self._token_rewards
-        if not self._has_token_rewards:
-            # The first group with token rewards in this chunk: zeros for the responses before it.
+    def _add_optional(self, name: str, fill: float, exps: list[CheckedExperience], expected: int) -> None:
+        tr = self._optional.setdefault(name, _Flat(np.float32))
+        if name not in self._has:
+            # The first group with these values in this chunk: `fill` for the responses before it.
             tr.size = 0
-            tr.reserve(self._responses.size, self._responses.size + expected)[...] = 0
+            tr.reserve(self._responses.size, self._responses.size + expected)[...] = fill
             tr.commit(self._responses.size)
-            self._has_token_rewards = True
-        parts = [e.token_rewards if e.token_rewards is not None else np.zeros(e.response_ids.shape[0], np.float32)
-                 for e in exps]
+            self._has.add(name)
+        parts = [value if (value := getattr(e, name)) is not None
+                 else np.full(e.response_ids.shape[0], fill, np.float32) for e in exps]
         n = sum(p.shape[0] for p in parts)
         _cat_into(tr.reserve(n, expected), parts)
         tr.commit(n)
@@ -244,8 +251,13 @@ class ChunkBuilder:
             _dataset(f, "response_tokens", self._responses.view())
             _dataset(f, "logprobs", self._logprobs.view())
             _dataset(f, "loss_mask", self._loss_mask.view())
-            if self._has_token_rewards:
-                _dataset(f, "token_rewards", self._token_rewards.view())
+            for name in self._has:
+                _dataset(f, name, self._optional[name].view())
+
+
+def _scored(values: np.ndarray) -> np.ndarray | None:
+    """An experience's teacher log-probabilities, None where no teacher scored it (NaN)."""
+    return None if values.shape[0] and np.isnan(values[0]) else values
 
 
 def _check(cond: bool, reason: str) -> None:
@@ -302,8 +314,8 @@ def read_chunk(path: Path) -> tuple[dict[str, Any], list[Group]]:
             e_info = json.loads(f["experience_info"].asstr()[()])
             prompt, response = f["prompt_tokens"][()], f["response_tokens"][()]
             logprobs, loss_mask = f["logprobs"][()], f["loss_mask"][()]
-            token_rewards = f["token_rewards"][()] if "token_rewards" in f else None
-        groups = _groups(meta, table, text, rows, e_info, prompt, response, logprobs, loss_mask, token_rewards)
+            optional = {name: f[name][()] for name in OPTIONAL if name in f}
+        groups = _groups(meta, table, text, rows, e_info, prompt, response, logprobs, loss_mask, optional)
     except OSError as e:
         if e.errno is not None:
             raise  # the filesystem's error (vanished, EIO, ESTALE, EACCES...), not the file's content
@@ -325,7 +337,7 @@ def _groups(
     response: np.ndarray,
     logprobs: np.ndarray,
     loss_mask: np.ndarray,
-    token_rewards: np.ndarray | None,
+    optional: dict[str, np.ndarray],
 ) -> list[Group]:
     """Check the arrays of a chunk against each other and build its groups (views into the arrays)."""
     n_groups, n_exp = meta["n_groups"], meta["n_experiences"]
@@ -342,7 +354,9 @@ def _groups(
            and bool(np.all(rows["response_start"] + rows["response_len"] <= len(response))),
            "response spans exceed the response token array")
     _check(logprobs.shape == response.shape == loss_mask.shape, "per-token arrays differ in length")
-    _check(token_rewards is None or token_rewards.shape == response.shape, "token_rewards differ in length")
+    for name, values in optional.items():
+        _check(values.shape == response.shape, f"{name} differ in length")
+    token_rewards, teacher = optional.get("token_rewards"), optional.get("teacher_logprobs")
     ps, pl = rows["prompt_start"].tolist(), rows["prompt_len"].tolist()
     rs, rl = rows["response_start"].tolist(), rows["response_len"].tolist()
     reward, has_tr = rows["reward"].tolist(), rows["has_token_rewards"].tolist()
@@ -354,6 +368,7 @@ def _groups(
             loss_mask=loss_mask[rs[i] : rs[i] + rl[i]],
             reward=reward[i],
             token_rewards=token_rewards[rs[i] : rs[i] + rl[i]] if token_rewards is not None and has_tr[i] else None,
+            teacher_logprobs=_scored(teacher[rs[i] : rs[i] + rl[i]]) if teacher is not None else None,
             info=e_info[i],
         )
         for i in range(n_exp)

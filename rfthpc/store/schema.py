@@ -41,6 +41,9 @@ class StoredExperience:
     """float32 [R] or None: optional per-token rewards."""
     info: dict = field(default_factory=dict)
     """JSON-serialisable extra data (e.g. the reward function's components)."""
+    teacher_logprobs: np.ndarray | None = None
+    """float32 [R] or None: a distillation teacher's log-probability of each response token, where the
+    explorer's teacher scored it (`rfthpc.explorer.teacher`)."""
 
 
 @dataclass(frozen=True)
@@ -200,6 +203,7 @@ class CheckedExperience:
     reward: float
     token_rewards: np.ndarray | None
     info_json: str
+    teacher_logprobs: np.ndarray | None = None
 
 
 def check_group(group: Group, check_ids: bool = True) -> tuple[list[CheckedExperience], str]:
@@ -247,6 +251,9 @@ def check_group(group: Group, check_ids: bool = True) -> tuple[list[CheckedExper
                 if e.token_rewards is None
                 else _per_token(group, i, "token_rewards", e.token_rewards, n, _FLOAT32),
                 info_json=_json(group, i, e.info),
+                teacher_logprobs=None
+                if e.teacher_logprobs is None
+                else _per_token(group, i, "teacher_logprobs", e.teacher_logprobs, n, _FLOAT32),
             )
         )
     _check_id_range(group, ids)

@@ -63,7 +63,7 @@ from rfthpc.trainer.lora import AdapterDisabled, adapter_config
 from rfthpc.trainer.losses import Algorithm
 from rfthpc.trainer.optim import LRSchedule, make_optimizer, set_lr
 from rfthpc.trainer.rl_batch import StepTensors, build_step_tensors
-from rfthpc.trainer.samples import Sample
+from rfthpc.trainer.samples import Sample, explorer_teacher_scores
 from rfthpc.trainer.sequence_parallel import sequence_group
 from rfthpc.trainer.sft_data import PreferenceData, SFTData, load_tokenizer
 from rfthpc.trainer.stages import Position, next_trainable, resume_position
@@ -341,8 +341,8 @@ class Trainer:
             )
         if alg.use_reference:
             st.reference = self._reference_model(pos)
-        if alg.advantage_needs.teacher:
-            st.teacher = self._teacher_model(alg)
+        if alg.advantage_needs.teacher and self.settings.teacher_model_path is not None:
+            st.teacher = self._teacher_model()
         if alg.use_critic:
             st.critic, st.critic_schedule = self._critic(stage, alg, planner, total, meta)
         if meta:
@@ -369,13 +369,11 @@ class Trainer:
             ckpt.load_model_weights(source, ref)
         return ref
 
-    def _teacher_model(self, alg: Algorithm) -> torch.nn.Module:
+    def _teacher_model(self) -> torch.nn.Module:
         """The frozen teacher at `model.teacher_model_path`, sharded like the reference model."""
-        path = self.settings.teacher_model_path
-        if path is None:
-            raise UserError(f"algorithm.advantage_fn {alg.advantage_name!r} scores the samples with a teacher model: "
-                            "set model.teacher_model_path")
-        return build_sharded_model(path, self.env, dtype=self.settings.dtype, trainable=False)
+        assert self.settings.teacher_model_path is not None
+        return build_sharded_model(self.settings.teacher_model_path, self.env, dtype=self.settings.dtype,
+                                   trainable=False)
 
     def _critic(self, stage: TrainerStageSettings, alg: Algorithm, planner, total: int | None,
                 meta: CheckpointMeta | None) -> tuple[ShardedUpdater, LRSchedule]:
@@ -451,6 +449,8 @@ class Trainer:
         teacher = None
         if st.teacher is not None:
             teacher = sharded_forward(lambda mb: token_logprobs(st.teacher, mb)[0], samples, self.env, planner)
+        elif alg.advantage_needs.teacher:
+            teacher = explorer_teacher_scores(samples, alg.advantage_name)
         # SFT: one update per step; RL: one per `ppo_mini_batch_size` groups, `ppo_epochs` times.
         minis = [list(range(len(samples)))] if alg.is_sft else mini_batches(samples, stage.ppo_mini_batch_size)
         epochs = 1 if alg.is_sft else stage.ppo_epochs

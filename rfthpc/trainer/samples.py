@@ -59,6 +59,9 @@ class Sample:
     """What the step itself earned (its experience's `STEP_REWARD`); None: not said."""
     state: str | None = None
     """The environment state the step acted in (its experience's `STATE`); None: not said."""
+    teacher_logprobs: np.ndarray | None = None
+    """float32 [R]: the explorer's distillation teacher's log-probability of each response token (None: no
+    teacher scored it there)."""
 
     @property
     def length(self) -> int:
@@ -91,7 +94,8 @@ def check_group(group: Group, vocab_size: int, max_length: int | None) -> None:
 
 def _experience_problem(e, vocab_size: int, max_length: int | None) -> str | None:
     n = len(e.response_ids)
-    for name, arr in (("logprobs", e.logprobs), ("loss_mask", e.loss_mask), ("token_rewards", e.token_rewards)):
+    for name, arr in (("logprobs", e.logprobs), ("loss_mask", e.loss_mask), ("token_rewards", e.token_rewards),
+                      ("teacher_logprobs", e.teacher_logprobs)):
         if arr is not None and len(arr) != n:
             return f"{name} has {len(arr)} entries but the response has {n} tokens (lengths must match)"
     if len(e.prompt_ids) == 0:
@@ -133,6 +137,8 @@ def samples_from_groups(
                     reward=float(e.reward),
                     behaviour_logprobs=np.asarray(e.logprobs, dtype=np.float32),
                     token_rewards=None if e.token_rewards is None else np.asarray(e.token_rewards, np.float32),
+                    teacher_logprobs=None if e.teacher_logprobs is None
+                    else np.asarray(e.teacher_logprobs, np.float32),
                     group=g_index,
                     subgroup=e.info.get(SUBGROUP),
                     episode=None if e.info.get(EPISODE) is None else int(e.info[EPISODE]),
@@ -183,3 +189,17 @@ def _components(info: dict) -> dict[str, float] | None:
     if not isinstance(found, dict) or not found:
         return None
     return {str(k): float(v) for k, v in found.items()}
+
+
+def explorer_teacher_scores(samples: list[Sample], advantage: str) -> list[np.ndarray]:
+    """The distillation teacher's log-probabilities the explorers stored with `samples` (`explorer.teacher_model`);
+    UserError when some have none (made by an explorer without a teacher, while the trainer loads none)."""
+    missing = sum(s.teacher_logprobs is None for s in samples)
+    if missing:
+        raise UserError(
+            f"algorithm.advantage_fn {advantage!r} reads a teacher's log-probability of each sampled token, and "
+            f"{missing} of the batch's {len(samples)} samples have none: the trainer loads no teacher "
+            "(model.teacher_model_path) and the explorers that made them scored none (explorer.teacher_model names "
+            "the auxiliary model that scores them); set one of the two for every explorer of the run"
+        )
+    return [s.teacher_logprobs for s in samples if s.teacher_logprobs is not None]

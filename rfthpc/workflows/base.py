@@ -106,12 +106,16 @@ class Experience:
     reward_components: dict[str, float] = field(default_factory=dict)
     token_level_rewards: list[float] | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    teacher_logprobs: list[float] | None = None
+    """Per response token: the log-probability a distillation teacher gives it (set by the explorer,
+    `rfthpc.explorer.teacher`; workflows leave it None)."""
 
     def __post_init__(self) -> None:
         n = len(self.response_token_ids)
         lengths = {"logprobs": len(self.logprobs), "loss_mask": len(self.loss_mask)}
-        if self.token_level_rewards is not None:
-            lengths["token_level_rewards"] = len(self.token_level_rewards)
+        for name in ("token_level_rewards", "teacher_logprobs"):
+            if getattr(self, name) is not None:
+                lengths[name] = len(getattr(self, name))
         bad = {k: v for k, v in lengths.items() if v != n}
         if bad:
             raise ValueError(f"experience has {n} response tokens but {bad}")

@@ -16,7 +16,7 @@ from tests.config.test_bad_input import _error, base  # noqa: F401  (fixture)
 _ALGORITHM = "algorithm.algorithm_type"
 _TASKSET = "buffer.explorer_input.tasksets[0].default_workflow_type"
 _REWARD = "buffer.explorer_input.tasksets[0].default_reward_fn_type"
-_TEACHER = "algorithm_type: on_policy_distill with model.teacher_model_path"
+_TEACHER = "algorithm_type: on_policy_distill with the taskset's own workflow"
 
 
 def _set(config: str, key: str, value: str) -> str:

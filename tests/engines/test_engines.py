@@ -2,7 +2,8 @@
 same weights (float32, 1e-5), under temperature, top-k and greedy decoding, before and after an
 in-place weight update from a published step directory; so do the top alternatives a request asks
 for (`rollout_args.logprobs`); a seeded request (`rollout_args.seed`) gives the same samples
-whatever it is batched with; a temperature below vLLM's greedy threshold (1e-5) is greedy decoding."""
+whatever it is batched with; a temperature below vLLM's greedy threshold (1e-5) is greedy decoding; as a
+distillation teacher each scores given tokens as that forward pass does."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from rfthpc.engines.base import PromptTooLong, RequestRejected, check_prompt_fit
 from rfthpc.engines.batching import split_samples
 from rfthpc.engines.sampling import SamplingArgs
 from rfthpc.errors import UserError
+from rfthpc.explorer.teacher import score_with_teacher
+from rfthpc.workflows.base import Experience
 from tests.engines.helpers import forward_logprobs, load_hf, publish_changed
 
 TOL = 1e-5
@@ -164,6 +167,22 @@ def check_incomplete_weights_refused(engine, model_dir: Path, run_dir: Path) -> 
         engine.load_weights(step_dir)
 
 
+def check_teacher_scoring(engine, model_dir: Path) -> None:
+    """As a distillation teacher (`rfthpc.explorer.teacher`) the engine gives each response token the
+    log-probability a forward pass of its weights gives it at temperature 1, whatever the response's tokens
+    (sampled by another model, environment text): several experiences scored in one call."""
+    p = prompts(model_dir)
+    responses = [[5, 17, 33, 2, 90, 11], [260, 3], list(range(40, 80))]
+    experiences = [Experience(prompt, response, [0.0] * len(response), [1] * len(response), 0.0)
+                   for prompt, response in zip(p, responses, strict=True)]
+    score_with_teacher(engine, experiences)
+    model = load_hf(model_dir)
+    for e in experiences:
+        assert e.teacher_logprobs is not None and len(e.teacher_logprobs) == len(e.response_token_ids)
+        ref = forward_logprobs(model, e.prompt_token_ids, e.response_token_ids, 1.0, -1)
+        assert float((torch.tensor(e.teacher_logprobs) - ref).abs().max()) <= TOL
+
+
 def check_engine(engine_type: str, model_dir: Path, run_dir: Path) -> None:
     given = settings(model_dir)
     if engine_type == "vllm":  # a config's engine_kwargs reach the engine (vLLM's default max_logprobs: 20)
@@ -177,6 +196,7 @@ def check_engine(engine_type: str, model_dir: Path, run_dir: Path) -> None:
         check_top_logprobs(engine, model_dir)
         check_seeds(engine, model_dir)
         check_near_zero_temperature(engine, model_dir)
+        check_teacher_scoring(engine, model_dir)
         if engine_type == "vllm":
             check_refused_request(engine, model_dir)
             check_split_seeded_request(engine, model_dir)

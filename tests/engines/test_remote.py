@@ -76,6 +76,15 @@ def test_requests_carry_the_sampling_and_answers_become_completions() -> None:
     # The k best of each position; -inf (cut by top-k/top-p) left out, as the in-process engine does.
     assert c.top_logprobs == [{5: -0.1, 4: -2.0}, {7: -0.2}]
     assert completion_of(choice, 0).top_logprobs is None
+    # A scoring request: vLLM's prompt_logprobs, a map per prompt token (none for the first).
+    body, _ = completions_body("m", [[1, 2, 3]], 1, SamplingArgs(max_tokens=1, prompt_logprobs=True), min_tokens=4)
+    assert (body["prompt_logprobs"], body["min_tokens"]) == (0, 1)
+    scored = {**choice, "prompt_logprobs": [None, {"2": {"logprob": -1.5, "rank": 3}},
+                                            {"3": {"logprob": -0.25, "rank": 1}, "8": {"logprob": -0.1, "rank": 0}}]}
+    assert completion_of(scored, 0, [1, 2, 3]).prompt_logprobs == [-1.5, -0.25]
+    assert completion_of(scored, 0).prompt_logprobs is None
+    with pytest.raises(ValueError, match="scores 3 of the prompt's 4 tokens"):
+        completion_of(scored, 0, [1, 2, 3, 4])
     with pytest.raises(ValueError, match="no token ids"):
         completion_of({"text": "x"}, 0)
 

@@ -2,7 +2,8 @@
 `rfthpc.engines.server`) gives workflows what an in-process engine gives: the sampled token ids with
 their logprobs under the distribution they were sampled from (equal to a transformers forward pass
 of the same weights), the top alternatives asked for, seeded samples that repeat, greedy samples
-for n > 1, and a prompt over the context length refused as that request's fault."""
+for n > 1, a prompt over the context length refused as that request's fault, and a teacher's scores of given
+tokens (vLLM's prompt logprobs)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from rfthpc.engines.base import RequestRejected
 from rfthpc.engines.remote import RemoteEngine
 from rfthpc.engines.sampling import SamplingArgs
 from rfthpc.errors import EXIT_PREEMPTED
+from rfthpc.explorer.teacher import score_with_teacher
+from rfthpc.workflows.base import Experience
 from tests.engines.helpers import forward_logprobs, load_hf
 from tests.engines.test_model_server import start_server, wait_address
 
@@ -48,6 +51,13 @@ def test_the_real_server_answers_as_an_in_process_engine(tiny_model: Path, tmp_p
         assert len({tuple(c.token_ids) for c in greedy}) == 1 and len(greedy) == 3
         ref = forward_logprobs(model, prompts[0], greedy[0].token_ids, 0.0)
         assert float((torch.tensor(greedy[0].logprobs) - ref).abs().max()) <= TOL
+        # As a distillation teacher (`explorer.teacher_model` placed shared): given tokens scored at temperature 1.
+        scored = [Experience(prompts[0], [5, 260, 3], [0.0] * 3, [1] * 3, 0.0),
+                  Experience(prompts[1], [9], [0.0], [1], 0.0)]
+        score_with_teacher(engine, scored)
+        for e in scored:
+            ref = forward_logprobs(model, e.prompt_token_ids, e.response_token_ids, 1.0)
+            assert float((torch.tensor(e.teacher_logprobs) - ref).abs().max()) <= TOL
         with pytest.raises(RequestRejected):
             engine.generate([[1] * 300], 1, SamplingArgs(max_tokens=4))
         proc.send_signal(signal.SIGTERM)

@@ -47,7 +47,8 @@ def assert_same_experiences(read: Group, written: Group) -> None:
         np.testing.assert_array_equal(r.logprobs, np.asarray(w.logprobs, np.float32))
         np.testing.assert_array_equal(r.loss_mask, np.asarray(w.loss_mask, np.int8))
         assert r.reward == w.reward and r.info == w.info
-        if w.token_rewards is None:
-            assert r.token_rewards is None
-        else:
-            np.testing.assert_array_equal(r.token_rewards, w.token_rewards)
+        for name in ("token_rewards", "teacher_logprobs"):
+            if getattr(w, name) is None:
+                assert getattr(r, name) is None
+            else:
+                np.testing.assert_array_equal(getattr(r, name), getattr(w, name))

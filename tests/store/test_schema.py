@@ -28,6 +28,7 @@ def _one(**changes: object) -> Group:
         ({"logprobs": np.zeros(3)}, r"task-7.*experience 0: logprobs must have one value per response token \(4\)"),
         ({"loss_mask": np.ones(5)}, r"loss_mask must have one value per response token"),
         ({"token_rewards": np.ones(2)}, r"token_rewards must have one value"),
+        ({"teacher_logprobs": np.ones(3)}, r"teacher_logprobs must have one value"),
         ({"response_ids": np.array([0.5, 1.5])}, r"response_ids must be a 1-D integer array"),
         ({"prompt_ids": np.arange(4).reshape(2, 2)}, r"prompt_ids must be a 1-D integer array"),
         ({"response_ids": np.array([1, -3, 2, 2])}, r"response_ids holds token ids outside"),

@@ -28,7 +28,8 @@ def _assert_same(read: Group, written: Group) -> None:
     assert_same_experiences(read, written)
 
 
-def _group(task: str, lengths: list[int], token_rewards: bool = False, shared_prompt: bool = True) -> Group:
+def _group(task: str, lengths: list[int], token_rewards: bool = False, shared_prompt: bool = True,
+           teacher: bool = False) -> Group:
     """A group whose responses have the given lengths; values derived from the task name."""
     rng = np.random.default_rng(sum(map(ord, task)))
     prompt = rng.integers(0, 1000, 4, dtype=np.int32)
@@ -43,6 +44,7 @@ def _group(task: str, lengths: list[int], token_rewards: bool = False, shared_pr
                 reward=float(i),
                 token_rewards=rng.random(n, dtype=np.float32) if token_rewards else None,
                 info={"i": i},
+                teacher_logprobs=-rng.random(n, dtype=np.float32) if teacher else None,
             )
             for i, n in enumerate(lengths)
         ],
@@ -54,11 +56,12 @@ def _group(task: str, lengths: list[int], token_rewards: bool = False, shared_pr
 
 
 def test_chunks_of_changing_shapes_round_trip_exactly(run_dir: Path) -> None:
-    # Chunk 0: small groups, the second with token rewards; chunk 1: far longer responses than
-    # chunk 0 reserved room for, prompts that differ per response; chunk 2: no token rewards.
+    # Chunk 0: small groups, the second with token rewards and a teacher's log-probabilities; chunk 1: far
+    # longer responses than chunk 0 reserved room for, prompts that differ per response, a teacher's scores in
+    # the first group only; chunk 2: neither.
     groups = [
-        _group("a", [3, 5]), _group("b", [2, 0, 4], token_rewards=True),
-        _group("c", [400, 1]), _group("d", [7, 300], shared_prompt=False),
+        _group("a", [3, 5]), _group("b", [2, 0, 4], token_rewards=True, teacher=True),
+        _group("c", [400, 1], teacher=True), _group("d", [7, 300], shared_prompt=False),
         _group("e", [6]), _group("f", [9, 9]),
     ]
     with ChunkWriter(run_dir, "ex", 0, groups_per_chunk=2, max_chunk_delay_s=60) as w:
@@ -69,6 +72,8 @@ def test_chunks_of_changing_shapes_round_trip_exactly(run_dir: Path) -> None:
     for read, written in zip([g for c in chunks for g in c], groups):
         _assert_same(read, written)
     assert chunks[0][0].experiences[0].token_rewards is None  # has_token_rewards is per experience
+    assert chunks[0][0].experiences[0].teacher_logprobs is None  # so are a teacher's scores (NaN: none)
+    assert chunks[1][1].experiences[1].teacher_logprobs is None
 
 
 def test_the_caller_may_reuse_a_group_once_it_is_added(run_dir: Path) -> None:
