@@ -298,9 +298,10 @@ def cispo(
         l = -sg(clip(rho, 1 - eps_low, 1 + eps_high)) A log pi  * M
     M = 1, or with use_unified_mask M = 0 where (A > 0 and rho > 1 + eps_high) or
     (A < 0 and rho < 1 - eps_low) — the tokens PPO's clip would silence. eps_low / eps_high are ROLL's
-    `cispo_epsilon_low` / `cispo_epsilon_high` (defaults 0.1; Trinity-RFT's cispo loss defaults to 1.0 /
-    0.28 without a mask, which the `cispo` preset sets). Metrics: actor/cispo_{lower,upper,total}_clipfrac and, with the mask,
-    actor/cispo_kept_tokens; pg_clipfrac is the total and pg_clipfrac_lower 0, as veRL reports them.
+    `cispo_epsilon_low` / `cispo_epsilon_high` (defaults 0.1, no mask). Trinity-RFT's cispo loss is this with
+    1.0 / 0.28 and the mask always on (its mask ranges are its clip ranges), which the `cispo` preset sets.
+    Metrics: actor/cispo_{lower,upper,total}_clipfrac and, with the mask, actor/cispo_kept_tokens; pg_clipfrac
+    is the total and pg_clipfrac_lower 0, as veRL reports them.
 
     Without the mask this is veRL's `cispo` on the same inputs. Deliberate differences: mu is the
     behaviour policy (as in ROLL and Trinity-RFT, which train on the explorer's log-probabilities),

@@ -119,8 +119,9 @@ ALGORITHM_PRESETS: dict[str, dict[str, Any]] = {
         advantage_fn="grpo",
         policy_loss_fn="cispo",
         repeat_times=2,
-        # Trinity-RFT's cispo loss defaults (its preset passes none): no mask, only the weight clipped.
-        policy_loss_fn_args={"clip_range_low": 1.0, "clip_range_high": 0.28},
+        # Trinity-RFT's cispo loss (its preset passes no arguments): its defaults, and its mask, which drops
+        # the tokens its clip range cuts in the advantage's direction (with clip_range_low 1.0, only above).
+        policy_loss_fn_args={"clip_range_low": 1.0, "clip_range_high": 0.28, "use_unified_mask": True},
     ),
     "tis": _preset(advantage_fn="grpo", policy_loss_fn="tis", repeat_times=2),
     # M2PO (arXiv:2510.01161) as Trinity-RFT's preset: eight responses per task, neither a reference model

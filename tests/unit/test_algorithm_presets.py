@@ -85,13 +85,6 @@ def test_sppo_compares_with_the_policy_at_the_start_of_the_step():
     assert POLICY_LOSS_FNS.needs("sppo").old_log_prob == "proximal"
 
 
-def test_cispo_preset_uses_trinity_clip_arguments():
-    assert ALGORITHM_PRESETS["cispo"]["policy_loss_fn_args"] == {
-        "clip_range_low": 1.0,
-        "clip_range_high": 0.28,
-    }
-
-
 def test_flags_after_user_overrides():
     assert not needs_reference(kl_penalty_fn="none", kl_loss_fn="none")
     assert needs_reference(kl_penalty_fn="k3", kl_loss_fn="none")

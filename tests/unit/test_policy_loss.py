@@ -191,6 +191,18 @@ def test_cispo_unified_mask_drops_tokens_ppo_would_silence():
     assert metrics["actor/cispo_kept_tokens"] == 0.5
 
 
+def test_cispo_preset_is_trinitys_loss():
+    """Trinity-RFT's cispo: weights clamp(rho, 1 - 1.0, 1 + 0.28), and tokens dropped where rho > 1.28 with
+    A > 0 or rho < 0 with A < 0 (never), averaged over every response token."""
+    from rfthpc.algorithms.presets import ALGORITHM_PRESETS
+
+    args = ALGORITHM_PRESETS["cispo"]["policy_loss_fn_args"]
+    loss, grad, _ = loss_and_grad("cispo", inputs_from_ratios(**CISPO_BATCH), **args)
+    # weights 1.28, 0.5, 1.05, 0.5; token 0 (rho 1.5, A > 0) dropped; token loss w A (log pi = -1)
+    assert loss == pytest.approx((-0.5 + 1.05 + 0.5) / 4)
+    close(grad, [[0.0, 0.5 / 4, -1.05 / 4, -0.5 / 4]])
+
+
 def test_kimi15():
     inputs = PolicyLossInputs(
         log_prob=torch.tensor([[-1.0, -2.0]], dtype=torch.float64, requires_grad=True),
