@@ -4,8 +4,9 @@ One table for every place a config names something from one of Trinity-RFT's reg
 `advantage_fn`, `policy_loss_fn`, `entropy_loss_fn`, `sample_strategy`, a taskset's `default_workflow_type`):
 each lookup asks `not_built` before calling a name unknown, so that a Trinity-RFT config is told, in one line,
 what the feature is and what to use instead. A Trinity-RFT plugin class named by its module path
-(`examples.bots.workflow.Class`, as Trinity's registries accept) is recognised in these registries too, and in
-`kl_loss_fn` / `kl_penalty_fn` and `default_reward_fn_type`.
+(`examples.bots.reward.Class`, as Trinity's registries accept) is recognised in these registries too, and in
+`kl_loss_fn` / `kl_penalty_fn` and `default_reward_fn_type`; a plugin workflow named so runs
+(`rfthpc.workflows.trinity_plugin`).
 
 Workflows and reward functions that need a simulator or service rfthpc does not ship (ALFWorld, OpenJudge, ...)
 are outside rfthpc, not waiting to be built: `WORKFLOWS_ELSEWHERE` and `REWARDS_ELSEWHERE` say why, with the
@@ -115,18 +116,22 @@ NOT_BUILT: dict[str, dict[str, NotBuilt]] = {
 
 
 _PLUGIN_BASES = {ALGORITHM: "AlgorithmType", ADVANTAGE: "AdvantageFn", POLICY_LOSS: "PolicyLossFn",
-                 ENTROPY_LOSS: "EntropyLossFn", KL: "KLFn", SAMPLE_STRATEGY: "SampleStrategy", WORKFLOW: "Workflow",
-                 REWARD: "RewardFn"}
-"""The Trinity-RFT class a plugin of each kind subclasses."""
+                 ENTROPY_LOSS: "EntropyLossFn", KL: "KLFn", SAMPLE_STRATEGY: "SampleStrategy", REWARD: "RewardFn"}
+"""The Trinity-RFT class a plugin of each kind subclasses (plugin workflows run: `rfthpc.workflows.trinity_plugin`)."""
 
 _PORT = {
     ALGORITHM: "choose the closest built-in algorithm_type and name your own functions in advantage_fn / "
                "policy_loss_fn as 'module:function'",
     SAMPLE_STRATEGY: "remove it: rfthpc's sample strategies are default (experience in commit order) and mix "
                      "(expert rows beside the rollouts)",
-    WORKFLOW: "port it to an rfthpc workflow function and name that as 'module:function' (docs/agents.md)",
 }
 """How to carry a plugin of each kind over; other kinds: as an rfthpc function of that kind."""
+
+
+def is_module_path(name: str) -> bool:
+    """Whether `name` is a dotted module path (`pkg.module.Class`, Trinity-RFT's way to name a plugin class)
+    rather than a built-in name, `module:function` or `file.py:function`."""
+    return "." in name and ":" not in name and "/" not in name and not name.endswith(".py")
 
 
 def not_built(kind: str, name: str) -> str | None:
@@ -136,7 +141,7 @@ def not_built(kind: str, name: str) -> str | None:
     if found is not None:
         return (f"{name!r} is a Trinity-RFT {kind} that rfthpc has not built yet: it {found.what}; closest in "
                 f"rfthpc: {found.instead}")
-    if kind in _PLUGIN_BASES and "." in name and ":" not in name and "/" not in name:
+    if kind in _PLUGIN_BASES and is_module_path(name):
         port = _PORT.get(kind, f"write it as an rfthpc {kind} and name that as 'module:function'")
         return (f"{name!r} names a Trinity-RFT plugin class by its module path; rfthpc has not built it and cannot "
                 f"run Trinity-RFT's classes (a subclass of its {_PLUGIN_BASES[kind]}, importing trinity): {port}")

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from rfthpc.errors import ALGORITHM, REFUSED, ConfigError, Problems
-from rfthpc.not_built import not_built
+from rfthpc.not_built import is_module_path, not_built
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -153,14 +153,17 @@ class Registry(Generic[F]):
 
     def __init__(self, kind: str, config_key: str,
                  builtins: Mapping[str, str] | Callable[[], Mapping[str, str]],
-                 user_code: str = "your own function as 'module:function'") -> None:
+                 user_code: str = "your own function as 'module:function'", module_paths: str | None = None) -> None:
         """`kind` names the functions in messages ("advantage function"), `config_key` the config key
         that selects one; `builtins` maps each built-in name (aliases too) to "module:function", or is
         a function returning that map (called once, when the registry is first used); `user_code` says
-        in messages how a user names their own (a registry of classes: "your own class as 'module:Class'")."""
+        in messages how a user names their own (a registry of classes: "your own class as 'module:Class'");
+        `module_paths`, "module:factory", serves a name that is a module path (`pkg.module.Class`, a
+        Trinity-RFT plugin class) with `factory(name)` (None: such a name is refused, `rfthpc.not_built`)."""
         self.kind = kind
         self.config_key = config_key
         self.user_code = user_code
+        self._module_paths = module_paths
         self._source = builtins
         self._table: dict[str, str] | None = None
 
@@ -180,6 +183,9 @@ class Registry(Generic[F]):
         if target is not None:
             module, _, attr = target.partition(":")
             return getattr(importlib.import_module(module), attr)
+        if self._module_paths is not None and is_module_path(name):
+            module, _, attr = self._module_paths.partition(":")
+            return getattr(importlib.import_module(module), attr)(name)
         refusal = not_built(self.kind, name)
         if refusal is not None:
             raise ConfigError(f"{self.config_key}: {refusal}")

@@ -11,7 +11,7 @@
 The agent is a function `agent(base_url, api_key, task, **agent_args)`: it talks to the policy with
 any OpenAI-compatible client (`openai.OpenAI(base_url=base_url, api_key=api_key)`, AgentScope, the
 OpenAI Agents SDK, a plain HTTP call) and returns the episode's reward, or one reward per call it
-made. `task` is a dict of the task: `task_id`, `index`, `prompt`, `messages`, `truth`,
+made (None for a call not to train on). `task` is a dict of the task: `task_id`, `index`, `prompt`, `messages`, `truth`,
 `system_prompt` and `raw` (the whole row). Each of the task's `repeat_times` episodes runs at the
 same time with a base URL of its own (`rfthpc.workflows.endpoint`), in a thread of the explorer, or,
 with `isolation: process`, in a process of its own (`rfthpc.workflows.agent_runner`) that a timeout kills
@@ -130,12 +130,14 @@ def runner_command(python: str | None) -> tuple[list[str], dict[str, str]]:
 
 
 @functools.cache
-def runner_problems(python: str, agent: str) -> tuple[str, ...]:
-    """Whether `python` can run agent `agent`: () or what is wrong, naming `workflow_args.python` (asked once
-    per process: every task's check reads the answer)."""
+def runner_problems(python: str, agent: str, *check_args: str) -> tuple[str, ...]:
+    """Whether `python` can run agent `agent` (with `check_args`: whether `agent`, a check function, passes
+    with them): () or what is wrong, naming `workflow_args.python` (asked once per process: every task's check
+    reads the answer)."""
     command, env = runner_command(python)
     try:
-        done = subprocess.run([*command, "--check", agent], env=env, capture_output=True, text=True, timeout=120)
+        done = subprocess.run([*command, "--check", agent, *check_args], env=env, capture_output=True, text=True,
+                              timeout=120)
     except FileNotFoundError:
         return (f"workflow_args.python={python!r}: no such interpreter; give the path of a Python (e.g. "
                 "/path/to/venv/bin/python) on every node",)
@@ -230,8 +232,9 @@ class _Episode:
         return self.result
 
 
-def _rewards(returned: Any, calls: list[Call]) -> list[float]:
-    """One reward per call from what the agent returned; ValueError says what is wrong with it."""
+def _rewards(returned: Any, calls: list[Call]) -> list[float | None]:
+    """One reward per call from what the agent returned (None: a call not trained on); ValueError says what is
+    wrong with it."""
     def number(value: Any) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ValueError(f"the agent returned {value!r} as a reward; return a finite number")
@@ -240,22 +243,22 @@ def _rewards(returned: Any, calls: list[Call]) -> list[float]:
     if isinstance(returned, (list, tuple)):
         if len(returned) != len(calls):
             raise ValueError(f"the agent returned {len(returned)} rewards for its {len(calls)} calls; return one "
-                             "per call, or one for the episode")
-        return [number(r) for r in returned]
+                             "per call (None for one not to train on), or one for the episode")
+        return [None if r is None else number(r) for r in returned]
     return [number(returned)] * len(calls)
 
 
 def episode_experiences(calls: list[Call], returned: Any, episode: int) -> list[Experience]:
     """Each call as an experience: exactly its prompt and reply tokens, marked with `episode` and its step;
-    rewards given per call are also each step's own (`STEP_REWARD`). ValueError: what the agent returned is
-    no reward for these calls."""
+    rewards given per call are also each step's own (`STEP_REWARD`), and a call given None is left out.
+    ValueError: what the agent returned is no reward for these calls."""
     rewards = _rewards(returned, calls)
     per_call = isinstance(returned, (list, tuple))
     return [Experience(prompt_token_ids=c.prompt_ids, response_token_ids=c.response_ids, logprobs=c.logprobs,
                        loss_mask=[1] * len(c.response_ids), reward=r, response_text=c.text,
                        finish_reason=c.finish_reason,
                        info={EPISODE: episode, STEP: k, "calls": len(calls), **({STEP_REWARD: r} if per_call else {})})
-            for k, (c, r) in enumerate(zip(calls, rewards, strict=True))]
+            for k, (c, r) in enumerate(zip(calls, rewards, strict=True)) if r is not None]
 
 
 @needs(args=ARG_NAMES, reward_fn=False, check=arg_problems)

@@ -6,7 +6,8 @@ and writes one JSON object to its stdin: `agent` ("module:function" or "file.py:
 `key`, `task` and `agent_args`. The runner calls `agent(base_url, key, task, **agent_args)` and writes one
 JSON line to its stdout: {"status": "ok", "value": what the agent returned} or {"status": "error",
 "error": why}. Whatever the agent prints goes to stderr (the explorer's log), so it cannot garble the
-answer. `--check SPEC` only imports the agent (exit 0, or 2 with the reason on stdout), for validation.
+answer. `--check SPEC [ARG...]` only imports the agent (exit 0, or 2 with the reason on stdout), for validation,
+and, given arguments, calls it with them (a check function of the agent's kind).
 
 Nothing here imports more than the standard library and `rfthpc.registry`: the interpreter running it
 need not have rfthpc's dependencies, only rfthpc's source on its PYTHONPATH (the explorer puts it there).
@@ -35,7 +36,9 @@ def main(argv: list[str]) -> int:
     os.dup2(2, 1)  # the agent's prints go to stderr; stdout carries the answer only
     if argv[:1] == ["--check"]:
         try:
-            load_user_function(argv[1], "workflow_args.agent")
+            checked = load_user_function(argv[1], "workflow_args.agent")
+            if argv[2:]:
+                checked(*argv[2:])
         except ConfigError as e:
             _answer(out, "error", error=str(e))
             return 2

@@ -212,6 +212,9 @@ class WorkflowNeeds:
     text_columns: bool = True
     """It reads the rows' prompt and reference answer (`format.prompt_key`, `format.response_key`).
     False: its tasks are made of other columns (an environment's seed and settings), so rows need neither."""
+    open_args: bool = False
+    """It hands every `workflow_args` key it does not read to the user's code (a Trinity-RFT plugin class),
+    so no key is unknown."""
 
     def problems(self, workflow: str, workflow_args: Mapping[str, Any], reward_fn: str | None,
                  has_truth: bool, auxiliary: Sequence[str] | None = None) -> list[str]:
@@ -219,7 +222,8 @@ class WorkflowNeeds:
         `auxiliary`: the names of the auxiliary models there are (None: not checked)."""
         out = [f"workflow_args.{name}: {workflow_args[name]!r}: {why}" for name, why in self.refused.items()
                if workflow_args.get(name)]
-        unknown = sorted(set(workflow_args) - set(self.args) - set(self.ignored) - set(self.refused))
+        unknown = [] if self.open_args else \
+            sorted(set(workflow_args) - set(self.args) - set(self.ignored) - set(self.refused))
         if unknown:
             out.append(f"workflow_args: {', '.join(map(repr, unknown))} not used by workflow {workflow!r}; it "
                        f"takes: {', '.join(self.args) or '(none)'}")

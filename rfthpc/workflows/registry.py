@@ -34,7 +34,7 @@ WORKFLOWS: Registry[Workflow] = Registry("workflow", "buffer.explorer_input.defa
     "toolcall_workflow": "rfthpc.workflows.toolcall:toolcall_workflow",
     "tool_call_workflow": "rfthpc.workflows.toolcall:toolcall_workflow",
     "frozen_lake_workflow": "rfthpc.workflows.frozen_lake:frozen_lake_workflow",
-})
+}, module_paths="rfthpc.workflows.trinity_plugin:plugin_workflow")
 
 
 def reads_text_columns(workflow: str | None, workflow_key: str | None) -> bool:

@@ -60,8 +60,6 @@ def test_a_trinity_name_not_built_yet_says_what_it_is_and_what_comes_closest(
 
 
 @pytest.mark.parametrize(("key", "base_class", "port"), [
-    (_TASKSET, "Workflow", "port it to an rfthpc workflow function and name that as 'module:function' "
-     "(docs/agents.md)"),
     ("algorithm.policy_loss_fn", "PolicyLossFn", "write it as an rfthpc policy loss and name that as "
      "'module:function'"),
     (_ALGORITHM, "AlgorithmType", "choose the closest built-in algorithm_type"),
@@ -75,6 +73,15 @@ def test_a_trinity_plugin_class_named_by_its_module_path_is_refused_with_how_to_
     assert (f"  - {key}: {name!r} names a Trinity-RFT plugin class by its module path; rfthpc has not built it and "
             f"cannot run Trinity-RFT's classes (a subclass of its {base_class}, importing trinity): {port}") in msg
     assert len(msg.splitlines()) == 3, msg
+
+
+def test_a_trinity_plugin_workflow_is_imported_at_validation(tmp_path: Path, base: str) -> None:  # noqa: F811
+    """A plugin workflow runs (rfthpc.workflows.trinity_plugin): validation imports it where it will run, so
+    one that cannot be imported is named before anything starts, and one that can validates."""
+    msg = _error(write(tmp_path, _set(base, _TASKSET, "examples.my_plugin.module.MyClass")))
+    assert "tasksets[0].default_workflow_type: cannot import module 'examples.my_plugin.module'" in msg, msg
+    plugin = _set(base, _TASKSET, "tests.workflows.trinity_plugins.PlusChatWorkflow")
+    assert load_config(write(tmp_path, plugin)).config is not None
 
 
 def test_a_name_not_built_is_refused_where_a_registry_is_asked_outside_validation() -> None:
