@@ -71,3 +71,24 @@ def test_a_plugin_is_imported_at_validation(tmp_path) -> None:
     assert "no such interpreter" in problem
     with pytest.raises(ConfigError, match="unknown workflow 'plus_chat'"):
         WORKFLOWS.get("plus_chat")
+
+
+def test_an_agentscope_plugin_runs_in_its_interpreter(tokenizer, agentscope_python: str) -> None:
+    """The form of Trinity's AgentScope FrozenLake plugin: AgentScope's OpenAIChatModel on the model's async
+    client, in the AgentScope interpreter (`workflow_args.python`); each turn a step, the reward the plugin set."""
+    def policy(context: list[int]) -> str:
+        seen = tokenizer.decode(context)
+        return "9" if "say 9" in seen else "7"  # right at 9, wrong at 8
+
+    engine = ScriptedEngine(tokenizer, policy)
+    task = Task(task_id="count/0", taskset="count", index=0, raw={"start": 9}, prompt=None, truth=None,
+                workflow="tests.workflows.trinity_plugins_agentscope.CountdownWorkflow", reward_fn=None,
+                workflow_args={"python": agentscope_python, "turns": 2, "timeout_s": 240},
+                rollout_args=SamplingArgs(temperature=1.0, max_tokens=8), repeat_times=1)
+    result = run_workflow(task, context(engine, tokenizer))
+    assert result.info["failed_episodes"] == 0, result.info
+    assert [(e.info[STEP], e.reward) for e in result.experiences] == [(0, 0.0), (1, 0.0)]
+    assert "say 8" in tokenizer.decode(result.experiences[1].prompt_token_ids)
+    engine.script = lambda context: "9" if "say 9" in tokenizer.decode(context) else "8"
+    result = run_workflow(task, context(engine, tokenizer))
+    assert [e.reward for e in result.experiences] == [1.0, 1.0]
