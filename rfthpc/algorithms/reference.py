@@ -69,21 +69,37 @@ def _presets_table() -> list[str]:
     return rows
 
 
+def _arguments(target: str) -> str:
+    """The `*_args` a function takes (its keyword-only parameters) with their defaults; rfthpc's own plumbing
+    (`loss_agg_mode`, which the config sets apart) left out."""
+    node = _module_definitions(target.split(":")[0])[target.split(":")[1]]
+    assert isinstance(node, ast.FunctionDef)
+    shown = []
+    for arg, default in zip(node.args.kwonlyargs, node.args.kw_defaults):
+        if arg.arg == "loss_agg_mode":
+            continue
+        shown.append(f"`{arg.arg}`" + ("" if default is None else f" ({ast.unparse(default)})"))
+    return ", ".join(shown)
+
+
 def function_rows(registry: AlgorithmRegistry[Any]) -> list[str]:
-    """One row per built-in function of `registry`: its names (aliases together), what it computes, how it differs."""
+    """One row per built-in function of `registry`: its names (aliases together), what it computes (a policy
+    loss whose "old" log-probabilities are the policy's at the start of the step marked *proximal*), its
+    arguments with their defaults, how it differs from its source."""
     names: dict[str, list[str]] = {}
     for name, target in registry._builtins.items():
         names.setdefault(target, []).append(name)
-    rows = ["| names | what it computes | where rfthpc differs from its source | defined in |",
-            "| --- | --- | --- | --- |"]
+    rows = ["| names | what it computes | arguments (default) | where rfthpc differs from its source | defined in |",
+            "| --- | --- | --- | --- | --- |"]
     for target, aliases in names.items():
         module, fn = target.split(":")
         paragraphs = (ast.get_docstring(_module_definitions(module)[fn]) or "").split("\n\n")
         # A first paragraph ending in a colon introduces its formula, the next paragraph.
         summary = 2 if paragraphs[0].rstrip().endswith(":") else 1
         differs = [p for p in paragraphs[summary:] if _DIFFERS.search(p)]
-        rows.append(f"| {', '.join(f'`{a}`' for a in aliases)} | {_cell(' '.join(paragraphs[:summary]))} | "
-                    f"{_cell(' '.join(differs))} | `{module}` |")
+        proximal = "*proximal*; " if getattr(registry.needs(aliases[0]), "old_log_prob", None) == "proximal" else ""
+        rows.append(f"| {', '.join(f'`{a}`' for a in aliases)} | {proximal}{_cell(' '.join(paragraphs[:summary]))} | "
+                    f"{_cell(_arguments(target))} | {_cell(' '.join(differs))} | `{module}` |")
     return rows
 
 
@@ -97,7 +113,10 @@ def render() -> str:
         "A config picks an `algorithm.algorithm_type`, whose preset fills every `algorithm.*` key left unset;",
         "any of the functions below may be named instead, or the user's own as `module:function`",
         "(docs/configuration.md). Where a name is Trinity-RFT's, veRL's or ROLL's, the function computes what",
-        "theirs computes on the same inputs, except as the last column says.",
+        "theirs computes on the same inputs, except as the column \"where rfthpc differs\" says. A function's",
+        "arguments are set in the config's `<key>_args` (`advantage_fn_args`, `policy_loss_fn_args`, ...); a",
+        "policy loss marked *proximal* compares with the policy at the start of the trainer's step, the others",
+        "with the behaviour policy whose log-probabilities the explorer stored (docs/trainer.md).",
         "",
         "## Algorithm types (`algorithm.algorithm_type`)",
         "",
