@@ -5,6 +5,7 @@ a circle, tests/test_layout.py):
 
 | package      | what                                                                                  |
 | ------------ | ------------------------------------------------------------------------------------- |
+| `compat`     | Trinity-RFT's workflow API as plugin workflows import it (`trinity`), for agent processes |
 | `not_built`  | Trinity-RFT's names rfthpc lacks (not built yet, or outside it), and what comes closest |
 | `errors`, `registry`, `signals` | user errors and config problems; functions by name; stop signals   |
 | `sharedfs`   | files on a shared filesystem: atomic publish, locks, the one way to wait               |

@@ -164,6 +164,8 @@ def test_no_package_holds_more_than_its_share_of_the_lines() -> None:
 def test_no_public_class_name_is_defined_twice() -> None:
     defined: dict[str, list[str]] = defaultdict(list)
     for path in sorted(PACKAGE.rglob("*.py")):
+        if path.relative_to(PACKAGE).parts[0] == "compat":
+            continue  # Trinity-RFT's API under Trinity's names (Task, Experience), for its plugins: by design
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
                 defined[node.name].append(str(path.relative_to(PACKAGE.parent)))
