@@ -9,12 +9,15 @@ materialize`). Micro-batches are padding-free (`trainer.use_remove_padding`, on 
 the same run with a LoRA adapter (`model.lora`): the adapter trains on the frozen base, each
 version is published as the adapter alone and applied by the explorer through peft, and the
 checkpoint converts by merging the adapter into the base. Then, with two GPUs (or on CPU), the run
-with 2 trainer ranks at `trainer.ulysses_sequence_parallel_size: 2`. Every step must succeed; the
-figures come from the runs' metrics.
+with 2 trainer ranks at `trainer.ulysses_sequence_parallel_size: 2`. Then the colocated leg: the
+trainer and a vLLM engine on the one device at once, as `slurm.layout: colocated` shares a GPU (the
+engine at `gpu_memory_utilization` 0.3, validated against the GPU's memory). Every step must succeed;
+the figures come from the runs' metrics.
 
 Last line: `FIGURES device=… dtype=… step_time_s=… train_tokens_per_s=… rollout_tokens_per_s=…
 deltas=… full_snapshots=… weight_stall_s=… convert_s=… lora_step_time_s=… lora_adapters=…
-lora_bytes_per_sync=… [sp2_step_time_s=…]` (the last with two GPUs or on CPU).
+lora_bytes_per_sync=… [sp2_step_time_s=…] colocated_step_time_s=… colocated_rollout_tokens_per_s=…`
+(sp2 with two GPUs or on CPU).
 
 Usage: `bash tools/gpu_check.sh [--wheels DIR]` (or this script with the project importable).
 """
@@ -142,6 +145,22 @@ def _sp_run(work: Path, cfg: dict) -> dict[str, float]:
     return {"sp2_step_time_s": statistics.median(r["perf/time_per_step"] for r in trainer[1:])}
 
 
+def _colocated_run(work: Path, cfg: dict, device: str) -> dict[str, float]:
+    """The trainer and a vLLM engine sharing the device at once (`slurm.layout: colocated`'s memory split: the
+    engine takes 0.3 of the GPU, validated against its memory; on CPU a 1 GiB KV cache)."""
+    import torch
+
+    cfg["explorer"]["rollout_model"] = {"engine_type": "vllm", "engine_num": 1, "dtype": "auto",
+                                        "gpu_memory_utilization": 0.3, "cpu_kvcache_space_gb": 1}
+    if device == "cuda":
+        memory = torch.cuda.get_device_properties(0).total_memory / 1024 ** 3
+        cfg["cluster"] = {"node_num": 1, "gpu_per_node": 1, "gpu_memory_gb": round(memory, 1)}
+        cfg["slurm"] = {"layout": "colocated"}
+    _, trainer, explorer = _run_check(work, cfg)
+    return {"colocated_step_time_s": statistics.median(r["perf/time_per_step"] for r in trainer[1:]),
+            "colocated_rollout_tokens_per_s": statistics.median(r["rollout/tokens_per_s"] for r in explorer)}
+
+
 def main() -> int:
     """Run the check; print the figures."""
     import torch
@@ -164,6 +183,9 @@ def main() -> int:
             sp["name"] = "check-sp2"
             sp["trainer"]["ulysses_sequence_parallel_size"] = 2
             figures.update(_sp_run(work, sp))
+        colocated = config(work / "demo", work / "runs")
+        colocated["name"] = "check-colocated"
+        figures.update(_colocated_run(work, colocated, device))
     print("FIGURES " + " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in figures.items()))
     return 0
 

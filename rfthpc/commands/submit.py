@@ -36,6 +36,9 @@ def print_submission(result: SubmitResult, command: str) -> None:
             what = f"heterogeneous job: trainer ({nodes}) + {r.array_size} explorers {r.explorer!r}"
             # srun names the explorer tasks' logs after their component's job id (the leader's + 1).
             log = f"{r.log_dir}/{r.job_id}_0_log.out, explorers {r.log_dir}/{int(r.job_id) + 1}_*_log.out"
+        elif r.role == "colocated":
+            what = f"colocated job: trainer + {r.array_size} explorers {r.explorer!r} on one node's GPUs"
+            log = f"{r.log_dir}/{r.job_id}_<task>_log.out (task 0 the trainer, task k + 1 explorer k)"
         else:
             what = f"trainer, {r.trainer_nodes} node{'s' if r.trainer_nodes != 1 else ''}"
             log = f"{r.log_dir}/{r.job_id}_0_log.out"

@@ -9,6 +9,7 @@ from typing import Any
 
 from rfthpc.algorithms.registry import SCALED_MODES
 from rfthpc.config.buffer import TasksetConfig
+from rfthpc.config.colocation import colocated
 from rfthpc.config.expert import rollout_groups_per_step
 from rfthpc.config.explorer import InferenceModelConfig
 from rfthpc.config.schema import STAGE_SECTIONS, Config, explores, trains
@@ -193,9 +194,12 @@ def explorer_gpus(cfg: Config) -> int:
 
 
 def trainer_gpus_per_node(cfg: Config) -> int:
-    """GPUs per trainer node: what the cluster has left after the explorers (Trinity-RFT's rule)."""
+    """GPUs per trainer node: what the cluster has left after the explorers (Trinity-RFT's rule); with
+    `slurm.layout: colocated`, every GPU of the node, which the explorers share."""
     if not trains(cfg.mode):
         return 0
+    if colocated(cfg):
+        return cfg.cluster.gpu_per_node
     total = cfg.cluster.node_num * cfg.cluster.gpu_per_node
     left = total - explorer_gpus(cfg)
     nodes = max(1, cfg.slurm.trainer.nodes)
@@ -206,7 +210,7 @@ def idle_gpus_note(cfg: Config) -> str | None:
     """A note when the finalized `cfg` leaves some of the cluster's GPUs to nobody: Trinity-RFT gives the
     trainer every GPU the explorers leave, but here the trainer's node count is `slurm.trainer.nodes`."""
     c, t = cfg.cluster, cfg.slurm.trainer
-    if c.gpu_per_node <= 0 or cfg.mode != "both" or t.gpus_per_node is None:
+    if c.gpu_per_node <= 0 or cfg.mode != "both" or t.gpus_per_node is None or colocated(cfg):
         return None
     total, explorers = c.node_num * c.gpu_per_node, explorer_gpus(cfg)
     left = total - explorers

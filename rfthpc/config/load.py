@@ -16,6 +16,7 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from rfthpc.config.colocation import colocation_note
 from rfthpc.config.derive import Stage, deep_merge, idle_gpus_note, merge_taskset, resolve_stages
 from rfthpc.config.schema import Config
 from rfthpc.config.settings import UnresolvedError, explorer_settings, trainer_settings
@@ -294,6 +295,7 @@ def _load(path: Path | str, foreign: tuple[dict[str, Any], list[str]] | None, ov
     problems.raise_if_any()
     notes += problems.notes + problems.ignored_notes()
     notes += [note for note in {idle_gpus_note(stage.config): None for stage in stages} if note]
+    notes += [note for note in {colocation_note(stage.config): None for stage in stages} if note]
     return LoadedConfig(cfg, stages[-1].config, stages, notes, str(path), problems.mapped)
 
 

@@ -62,3 +62,6 @@ class ClusterConfig:
     """Nodes of the run (veRL's `trainer.nnodes`)."""
     gpu_per_node: int = 8
     """GPUs per node (veRL's `trainer.n_gpus_per_node`); 0 on CPU-only machines."""
+    gpu_memory_gb: Optional[float] = None
+    """Memory of one GPU in GiB (e.g. 80): with `slurm.layout: colocated`, what the trainer and the rollout
+    engine must share; validation checks that both fit (None: not checked)."""

@@ -46,8 +46,9 @@ class SlurmConfig:
 
     executor: Literal["slurm", "local"] = "slurm"
     """slurm: `rfthpc submit` queues jobs; local: it runs the roles as local processes like `rfthpc run`."""
-    layout: Literal["separate", "hetjob"] = "separate"
-    """separate: a trainer job and an explorer array; hetjob: one heterogeneous job holding both."""
+    layout: Literal["separate", "hetjob", "colocated"] = "separate"
+    """separate: a trainer job and an explorer array; hetjob: one heterogeneous job holding both; colocated: one
+    job on one node whose GPUs the trainer and the explorers share (docs/slurm.md, "One node, few GPUs")."""
     python: Optional[str] = None
     """Python on the compute nodes; defaults to the submitting interpreter."""
     setup: list[str] = field(default_factory=list)

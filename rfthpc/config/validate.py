@@ -12,6 +12,7 @@ from typing import Any
 from rfthpc.algorithms.declare import Needs
 from rfthpc.algorithms.presets import trains_on_dataset
 from rfthpc.algorithms.registry import AlgorithmRegistry, check_loss_agg_mode, loss_scale_problem
+from rfthpc.config.colocation import colocated, colocation_problems
 from rfthpc.config.derive import (
     explorer_gpus,
     explorer_task_gpus,
@@ -364,6 +365,10 @@ def _check_sizes(cfg: Config, problems: Problems) -> None:
 
 def _check_gpus(cfg: Config, problems: Problems) -> None:
     c = cfg.cluster
+    if colocated(cfg):
+        for message in colocation_problems(cfg, explorer_task_gpus(cfg), server_gpus(cfg)):
+            problems.add(message, GPUS)
+        return
     if c.gpu_per_node <= 0:
         return
     total = c.node_num * c.gpu_per_node

@@ -284,17 +284,16 @@ def _monitor(t: Translation) -> None:
 
 
 def _resources(t: Translation, tp: int) -> None:
-    """veRL's hybrid engine time-shares every GPU between rollouts and training; rfthpc's explorers and
-    trainer are separate jobs, so the same GPUs are split between them, half to each."""
+    """veRL's hybrid engine time-shares every GPU between rollouts and training. One node of one or two GPUs
+    becomes rfthpc's colocated layout (trainer and explorers in one job on the same GPUs, `_colocated`);
+    more GPUs are split between the explorers and the trainer, separate jobs, half to each."""
     nodes = t.whole("trainer.nnodes", 1)
     per_node = t.whole("trainer.n_gpus_per_node", 8)
     t.set("cluster.node_num", nodes, "trainer.nnodes")
     t.set("cluster.gpu_per_node", per_node, "trainer.n_gpus_per_node")
     total = nodes * per_node
-    if total < 2:
-        t.refuse("trainer.n_gpus_per_node", f"{per_node} (x {nodes} nodes): veRL time-shares this GPU between "
-                                            "rollouts and training, rfthpc runs them as separate jobs: give at "
-                                            "least 2 GPUs (an engine's and the trainer's)")
+    if nodes == 1 and per_node <= COLOCATED_MOST_GPUS:
+        _colocated(t, tp, per_node)
         return
     if tp > per_node:
         t.refuse(_ROLLOUT_TP, f"{tp}: an engine of {tp} GPUs spans nodes of {per_node}; rfthpc's rollout engines run "
@@ -321,7 +320,28 @@ def _resources(t: Translation, tp: int) -> None:
     t.notes.append(f"trainer.nnodes, n_gpus_per_node: veRL's hybrid engine time-shares all {total} GPUs between "
                    f"rollouts and training; rfthpc's explorers and trainer are separate Slurm jobs, so the explorers "
                    f"get {engines * tp} ({engines} engines of {tp}) and the trainer {trainer}: change "
-                   "explorer.rollout_model.engine_num to move GPUs between them")
+                   "explorer.rollout_model.engine_num to move GPUs between them, or, on one node, set slurm.layout: "
+                   "colocated to share them as veRL does")
+
+
+COLOCATED_MOST_GPUS = 2
+"""A veRL run on one node of at most this many GPUs is imported colocated: split into separate jobs, its
+trainer or its engines would get too few of them."""
+
+
+def _colocated(t: Translation, tp: int, per_node: int) -> None:
+    """The run on one node's GPUs, shared by the trainer and the explorers as veRL's hybrid engine shares them."""
+    if tp > per_node:
+        t.refuse(_ROLLOUT_TP, f"{tp}: an engine of {tp} GPUs does not fit on the node's {per_node}; use at most "
+                              f"{per_node}")
+        return
+    t.set("slurm.layout", "colocated", f"trainer.n_gpus_per_node: {per_node} on one node")
+    t.set("explorer.rollout_model.engine_num", per_node // tp, f"the node's {per_node} GPUs, in engines of {tp}")
+    t.notes.append(f"trainer.nnodes, n_gpus_per_node: veRL's hybrid engine time-shares the node's {per_node} GPU(s) "
+                   "between rollouts and training; rfthpc runs the trainer and the explorers colocated, one job on "
+                   "the same GPUs (slurm.layout: colocated), both in memory at once: the rollout engine takes "
+                   "explorer.rollout_model.gpu_memory_utilization of each GPU and the trainer the rest (set "
+                   "cluster.gpu_memory_gb to have validation check that they fit)")
 
 
 def _header(t: Translation, composed: Composed, launch: Launch | None, command: str) -> list[str]:

@@ -24,10 +24,11 @@ def select_jobs(records: list[JobRecord], role: CancelRole, name: str | None) ->
     if role == "trainer":
         return [r for r in records if r.runs_trainer()]
     chosen = [r for r in records if r.role == "explorer" and (name is None or r.explorer == name)]
-    het = [r for r in records if r.role == "hetjob" and (name is None or r.explorer == name)]
+    het = [r for r in records if r.role in ("hetjob", "colocated") and (name is None or r.explorer == name)]
     if het and not chosen:
         raise UserError(
-            f"the explorers {'named ' + repr(name) + ' ' if name else ''}run inside heterogeneous job "
+            f"the explorers {'named ' + repr(name) + ' ' if name else ''}run inside "
+            f"{'heterogeneous' if het[0].role == 'hetjob' else 'colocated'} job "
             f"{het[0].job_id} together with the trainer and cannot be cancelled alone; cancel the whole run "
             "(`rfthpc cancel RUN_DIR`), or add separate explorers with `rfthpc add-explorers`"
         )

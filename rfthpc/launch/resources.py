@@ -240,6 +240,18 @@ def hetjob_trainer_parameters(cfg: Config, code_dir: Path | None) -> dict[str, A
     return params
 
 
+def colocated_parameters(cfg: Config, code_dir: Path | None, array_size: int) -> dict[str, Any]:
+    """Parameters of a colocated job: one node, the trainer's task and `array_size` explorer tasks on it,
+    sharing the node's GPUs (the job's, `slurm.trainer.gpus_per_node`, which every task of the step sees; each
+    explorer keeps a group of them, `RoleJob.child_env`). Time, CPUs per task and memory are the trainer's."""
+    params = executor_parameters(cfg, "trainer", code_dir)
+    params["job_name"] = f"{cfg.name}.colocated"
+    params["setup"] = setup_lines(cfg, ("trainer", "explorer"), code_dir)
+    params["nodes"] = 1
+    params["ntasks_per_node"] = 1 + array_size
+    return params
+
+
 def _per_cpu(mem: str, cpus: int | None, key: str) -> str:
     return f"{math.ceil(parse_mem_mb(mem, key) / max(1, cpus or 1))}M"
 

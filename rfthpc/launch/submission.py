@@ -5,6 +5,8 @@ Layouts (`slurm.layout`):
   they can start in any order and be requeued independently.
 - `hetjob`: one heterogeneous job, trainer in component 0 and the explorers as the tasks of
   component 1, co-scheduled in one allocation.
+- `colocated`: one job on one node, the trainer (task 0) on all its GPUs and each explorer (task k + 1)
+  on a group of the same GPUs; explorer arrays added later run as usual on GPUs of their own.
 A `mode: train` / `mode: explore` config (one half of an asynchronous pair) submits its one role.
 Every auxiliary model with `placement: shared` gets a server job array of its own (one task per
 engine), submitted with the explorers in either layout (before them: it takes longest to start).
@@ -19,11 +21,12 @@ from pathlib import Path
 
 from submitit.core.utils import FailedJobError
 
-from rfthpc.config.derive import shared_models
+from rfthpc.config.derive import explorer_task_gpus, shared_models
 from rfthpc.config.schema import Config, explores, trains
 from rfthpc.launch.executors import RunExecutor
 from rfthpc.launch.hetjob import HetjobExecutor
 from rfthpc.launch.resources import (
+    colocated_parameters,
     config_keys,
     executor_parameters,
     hetjob_explorer_parameters,
@@ -133,12 +136,29 @@ def hetjob_plan(cfg: Config, run_dir: RunDir, code_dir: Path | None) -> JobPlan:
                    trainer_nodes=nodes)
 
 
+def colocated_plan(cfg: Config, run_dir: RunDir, code_dir: Path | None) -> JobPlan:
+    """Trainer (task 0) and explorers (tasks 1..) in one job on one node, sharing its GPUs."""
+    python = python_of(cfg)
+    name = cfg.explorer.name
+    size = cfg.slurm.explorer.array_size
+    assert size is not None, "filled by the config's derivation (rfthpc.config.derive)"
+    executor = RunExecutor(run_dir.log, max_num_timeout=cfg.slurm.max_requeues, python=python)
+    executor.update_parameters(**colocated_parameters(cfg, code_dir, size))
+    job = RoleJob(str(run_dir.root), "colocated", python, cfg.slurm.max_requeues, explorer=name,
+                  trainer_nodes=1, nproc_per_node=nproc_per_node(cfg),
+                  explorer_gpus=explorer_task_gpus(cfg) if cfg.cluster.gpu_per_node > 0 else 0)
+    return JobPlan("colocated", executor, [job], "colocated.sbatch", config_keys(cfg, "trainer"), explorer=name,
+                   array_size=size, trainer_nodes=1)
+
+
 def plan_jobs(cfg: Config, stage_modes: Sequence[str], run_dir: RunDir, code_dir: Path | None) -> list[JobPlan]:
     """The submissions a run needs, from its stages' modes and `slurm.layout`."""
     trainer, explorers = roles_of(stage_modes)
     servers = server_plans(cfg, run_dir, code_dir) if explorers else []
     if trainer and explorers and cfg.slurm.layout == "hetjob":
         return [*servers, hetjob_plan(cfg, run_dir, code_dir)]
+    if trainer and explorers and cfg.slurm.layout == "colocated":
+        return [*servers, colocated_plan(cfg, run_dir, code_dir)]
     plans = []
     if trainer:
         plans.append(trainer_plan(cfg, run_dir, code_dir))

@@ -94,7 +94,7 @@ def _refuse_live_duplicates(run: RunDir, plans: list[JobPlan]) -> None:
     """Refuse to queue a second trainer, a second array of an explorer name, or a second server of an
     auxiliary model, while the first is live."""
     records = read_jobs(run)
-    wanted_trainer = any(p.kind in ("trainer", "hetjob") for p in plans)
+    wanted_trainer = any(p.kind in ("trainer", "hetjob", "colocated") for p in plans)
     wanted_names = {p.explorer for p in plans if p.explorer and p.kind != "server"}
     wanted_servers = {p.server for p in plans if p.server}
     clashing = [r for r in records if (wanted_trainer and r.runs_trainer()) or set(r.explorer_names()) & wanted_names

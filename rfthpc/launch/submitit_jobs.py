@@ -41,7 +41,9 @@ from rfthpc.launch.torchrun import rendezvous_from_slurm, torchrun_argv, torchru
 from rfthpc.rundir.paths import RunDir
 from rfthpc.sharedfs.fileops import make_dirs
 
-JobKind = Literal["trainer", "explorer", "hetjob", "server"]
+JobKind = Literal["trainer", "explorer", "hetjob", "colocated", "server"]
+ONE_JOB: tuple[JobKind, ...] = ("hetjob", "colocated")
+"""The kinds whose one job runs the trainer and explorers (a task's role follows from its SLURM_PROCID)."""
 
 
 class RoleFailed(RuntimeError):
@@ -86,6 +88,8 @@ class RoleJob(Checkpointable):
     """Trainer nodes (= the first tasks of a hetjob)."""
     nproc_per_node: int = 1
     """Trainer ranks per node."""
+    explorer_gpus: int = 0
+    """A colocated job: the GPUs of each explorer, a group of the node's (0: none, CPU)."""
 
     def task_role(self, env: Mapping[str, str]) -> tuple[str, int]:
         """("trainer", node index), ("explorer", explorer rank) or ("server", engine index) of this Slurm task."""
@@ -114,14 +118,22 @@ class RoleJob(Checkpointable):
         return torchrun_argv(self.python, rdzv, self.nproc_per_node, args)
 
     def child_env(self, env: Mapping[str, str]) -> dict[str, str]:
-        """The role's environment: this task's, with the task count of its own role.
+        """The role's environment: this task's, with the task count of its own role and, in a colocated
+        job, an explorer's own group of the node's GPUs.
 
-        In a heterogeneous job the step spans trainer and explorers, so SLURM_NTASKS counts both;
-        the trainer reads it (without torchrun) as its world size, so it must see its own tasks only.
+        In a heterogeneous or colocated job the step spans trainer and explorers, so SLURM_NTASKS counts
+        both; the trainer reads it (without torchrun) as its world size, so it must see its own tasks only.
+        Every task of a colocated job sees all the node's GPUs: the trainer uses them all, explorer k the
+        k-th group of `explorer_gpus`.
         """
         out = dict(env)
-        if self.kind == "hetjob" and self.task_role(env)[0] == "trainer":
+        role, index = self.task_role(env)
+        if self.kind in ONE_JOB and role == "trainer":
             out["SLURM_NTASKS"] = str(self.trainer_nodes)
+        visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
+        if self.kind == "colocated" and role == "explorer" and self.explorer_gpus and visible:
+            group = visible[index * self.explorer_gpus:(index + 1) * self.explorer_gpus]
+            out["CUDA_VISIBLE_DEVICES"] = ",".join(group or visible[:self.explorer_gpus])
         return out
 
     def __call__(self) -> str:
@@ -141,7 +153,9 @@ class RoleJob(Checkpointable):
         signal.signal(signal.SIGUSR2, on_warning)
         previous_term = signal.signal(signal.SIGTERM, lambda signum, frame: terminated.append(signum))
         code_dir = Path(rfthpc.__file__).resolve().parent.parent
-        _log(f"{role} {index} (restart {env.get('SLURM_RESTART_COUNT', '0')}, code {code_dir}): {shlex.join(argv)}")
+        gpus = f", GPUs {env['CUDA_VISIBLE_DEVICES']}" if env.get("CUDA_VISIBLE_DEVICES") else ""
+        _log(f"{role} {index} (restart {env.get('SLURM_RESTART_COUNT', '0')}, code {code_dir}{gpus}): "
+             f"{shlex.join(argv)}")
         if uses_torchrun:
             env = torchrun_env(env)
         # preexec_fn is safe here: this wrapper process runs no threads.
@@ -151,7 +165,7 @@ class RoleJob(Checkpointable):
         finally:
             signal.signal(signal.SIGTERM, previous_term)
         _log(f"{role} {index} exited with code {code}")
-        if self.kind == "hetjob" and role == "explorer":
+        if self.kind in ONE_JOB and role == "explorer":
             self._mark_stopped(env)
         if code == 0:
             return f"{role} {index} done"
@@ -209,7 +223,7 @@ class RoleJob(Checkpointable):
         job = env.get("SLURM_JOB_ID")
         if env.get("SLURM_ARRAY_JOB_ID"):
             job = f"{env['SLURM_ARRAY_JOB_ID']}_{env.get('SLURM_ARRAY_TASK_ID')}"
-        if self.kind == "hetjob":
+        if self.kind in ONE_JOB:
             self._wait_for_explorers(env, step_tasks)
         _log(f"requeueing job {job} (restart {restarts + 1} of at most {self.max_requeues})")
         handler: Callable[[int, FrameType | None], None] = submitit_handler  # type: ignore[assignment]

@@ -88,13 +88,13 @@ def _newest_task(jobs: Sequence[dict[str, Any]], runs: Callable[[JobRecord], boo
 def explorer_task(jobs: Sequence[dict[str, Any]], name: str, rank: int) -> TaskState | None:
     """The Slurm state of the array task (or hetjob component) that runs explorer `name`'s `rank`."""
     return _newest_task(jobs, lambda r: name in r.explorer_names(),
-                        lambda r: f"{r.job_id}_{rank}" if r.role == "explorer" else f"{r.job_id}+1")
+                        lambda r: {"explorer": f"{r.job_id}_{rank}", "hetjob": f"{r.job_id}+1"}.get(r.role, r.job_id))
 
 
 def trainer_task(jobs: Sequence[dict[str, Any]]) -> TaskState | None:
     """The Slurm state of the newest job that runs the trainer (a hetjob's component 0)."""
     return _newest_task(jobs, JobRecord.runs_trainer,
-                        lambda r: r.job_id if r.role == "trainer" else f"{r.job_id}+0")
+                        lambda r: f"{r.job_id}+0" if r.role == "hetjob" else r.job_id)
 
 
 def _ended(task: TaskState | None, host: str, pid: int) -> str | None:
@@ -219,7 +219,7 @@ def format_status(d: dict[str, Any]) -> str:
         elif r.role == "server":
             who = f"auxiliary model {r.server}"
         else:
-            who = "trainer + " + str(r.explorer) if r.role == "hetjob" else "trainer"
+            who = "trainer + " + str(r.explorer) if r.role in ("hetjob", "colocated") else "trainer"
         tasks = job["tasks"] or [TaskState(r.job_id, "UNKNOWN" if d["slurm_error"] else "NOT FOUND")]
         for t in tasks:
             rows.append([r.role, who, t.job_id, t.state, t.elapsed, t.nodes, t.reason])

@@ -16,7 +16,7 @@ from rfthpc.rundir.paths import RunDir
 from rfthpc.sharedfs.fileops import append_line
 from rfthpc.sharedfs.locks import DEFAULT_LOCK_KIND, LockKind, make_lock
 
-JobRole = Literal["trainer", "explorer", "hetjob", "server"]
+JobRole = Literal["trainer", "explorer", "hetjob", "colocated", "server"]
 
 
 @dataclass
@@ -25,8 +25,9 @@ class JobRecord:
     array of a shared auxiliary model."""
 
     role: JobRole
-    """trainer, explorer (an array), hetjob (trainer + explorers in one allocation) or server (an array, one
-    task per engine of a shared auxiliary model)."""
+    """trainer, explorer (an array), hetjob (trainer + explorers in one allocation), colocated (trainer +
+    explorers in one job on one node, sharing its GPUs) or server (an array, one task per engine of a shared
+    auxiliary model)."""
     job_id: str
     """Slurm job id (of the array, or of the heterogeneous job's leader)."""
     explorer: str | None = None
@@ -48,11 +49,11 @@ class JobRecord:
 
     def explorer_names(self) -> list[str]:
         """Explorer names this job runs (none for a trainer job)."""
-        return [self.explorer] if self.explorer and self.role in ("explorer", "hetjob") else []
+        return [self.explorer] if self.explorer and self.role in ("explorer", "hetjob", "colocated") else []
 
     def runs_trainer(self) -> bool:
-        """True for the trainer job and a hetjob."""
-        return self.role in ("trainer", "hetjob")
+        """True for the trainer job, a hetjob and a colocated job."""
+        return self.role in ("trainer", "hetjob", "colocated")
 
 
 def record_job(run_dir: RunDir, record: JobRecord, lock_kind: LockKind = DEFAULT_LOCK_KIND) -> None:

@@ -176,15 +176,30 @@ def test_the_users_reward_function_and_a_critic(tmp_path: Path) -> None:
         import_verl(CONFIG, ["actor_rollout_ref.rollout.name=vllm", f"custom_reward_function.path={reward}"])
 
 
-def test_too_few_gpus_to_split_and_a_launch_script_as_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                                               ) -> None:
-    with pytest.raises(ConfigError, match=r"trainer.n_gpus_per_node: 1 \(x 1 nodes\): veRL time-shares this GPU"):
-        import_verl(CONFIG, ["trainer.n_gpus_per_node=1"], script=SCRIPT, environ=ENV)
-    # Engines of all the GPUs (tensor parallel 2 of 2) are halved: one engine of 1, and the trainer's GPU.
-    two = import_verl(CONFIG, ["trainer.n_gpus_per_node=2"], script=SCRIPT, environ=ENV)
-    rollout = two.config["explorer"]["rollout_model"]
-    assert (rollout["tensor_parallel_size"], rollout["engine_num"]) == (1, 1)
-    assert any("tensor_model_parallel_size: 2: an engine of 2 GPUs would leave none" in n for n in two.notes)
+def test_one_or_two_gpus_are_colocated_and_a_launch_script_as_the_file(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """On one node of one or two GPUs, veRL's time-shared GPUs become rfthpc's colocated layout: the trainer
+    and an engine of all the GPUs (tensor parallel 2 of 2) in one job; the result validates. Two GPUs with LoRA
+    and the engine at 0.6 of each GPU: the settings of veRL's
+    examples/grpo_trainer/run_qwen2_5-3b_gsm8k_grpo_lora.sh."""
+    lora = ["actor_rollout_ref.model.lora_rank=64", "actor_rollout_ref.model.lora_alpha=32",
+            "actor_rollout_ref.rollout.gpu_memory_utilization=0.6"]
+    for gpus, tp, extra in ((1, 1, []), (2, 2, lora)):
+        result = import_verl(CONFIG, [f"trainer.n_gpus_per_node={gpus}",
+                                      f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp}", *extra],
+                             script=SCRIPT, environ=ENV)
+        rollout = result.config["explorer"]["rollout_model"]
+        assert (result.config["slurm"]["layout"], rollout["tensor_parallel_size"], rollout["engine_num"]) == \
+            ("colocated", tp, 1)
+        assert any("rfthpc runs the trainer and the explorers colocated" in n for n in result.notes)
+        out = tmp_path / f"colocated{gpus}.yaml"
+        out.write_text(result.text)
+        cfg = load_config(out, check_paths=False).config
+        assert (cfg.slurm.layout, cfg.slurm.trainer.gpus_per_node, cfg.slurm.explorer.gpus_per_node) == \
+            ("colocated", gpus, tp)
+        if extra:
+            assert cfg.model.lora is not None and cfg.model.lora.lora_rank == 64
+            assert cfg.explorer.rollout_model.gpu_memory_utilization == 0.6
     with pytest.raises(ConfigError, match=r"veRL, which is not installed in this Python; give it: rfthpc config "
                                           r"import --from verl PATH/TO/verl/trainer/config/ppo_trainer.yaml --script"):
         import_verl(SCRIPT, environ=ENV)

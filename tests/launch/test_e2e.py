@@ -303,6 +303,36 @@ def test_hetjob_layout_with_added_explorers(slurm_cluster: None, demo_data: Path
     assert (run / "explorers" / "explorer_new" / "config.yaml").is_file()
 
 
+def test_colocated_layout_with_added_explorers(slurm_cluster: None, demo_data: Path, runs: Path,
+                                               tmp_path: Path) -> None:
+    """`slurm.layout: colocated` runs trainer + explorer as two tasks of one job on one node, sharing its (fake)
+    GPU; the run ends, every task trained once; `add-explorers` joins mid-run with a GPU of its own."""
+    cfg = write_yaml(tmp_path / "run.yaml", tiny_config(
+        demo_data, runs, "colocated", buffer={"total_steps": 12}, synchronizer=PACED,
+        cluster={"node_num": 2, "gpu_per_node": 1},
+        explorer={"rollout_model": {"engine_num": 1}},
+        slurm={"layout": "colocated", "trainer": {"time": "00:20:00", "cpus_per_task": 1, "mem": "5G"}}))
+    run = submit(cfg)
+    (job_id,) = job_ids(run)
+    assert "#SBATCH --ntasks-per-node=2" in (run / "slurm" / "colocated.sbatch").read_text()
+    wait_running(job_id)
+    added = rfthpc("add-explorers", "--run-dir", str(run), "--name", "explorer_new", "--array-size", "1")
+    assert added.returncode == 0, added.stderr
+    new_id = job_ids(run)[-1]
+    meta = wait_done(run, job_id)
+    assert wait_terminal(job_id, 120) == {job_id: "COMPLETED"}, log_tails(run)
+    assert wait_terminal(new_id, 120) == {f"{new_id}_0": "COMPLETED"}, log_tails(run)
+    taken = consumption(run)
+    check_exactly_once(taken, expected_consumed=4 * meta["step"])
+    assert {g.explorer for g in taken.covered} == {"explorer", "explorer_new"}
+    # Both tasks of the one job ran with the job's one GPU: the trainer's task 0, the explorer's task 1.
+    logs = {p.name: p.read_text() for p in (run / "log").glob(f"{job_id}_*_log.out")}
+    assert "trainer 0 (restart 0, code" in logs[f"{job_id}_0_log.out"] and ", GPUs 0)" in logs[f"{job_id}_0_log.out"]
+    assert "explorer 0 (restart 0, code" in logs[f"{job_id}_1_log.out"] and ", GPUs 0)" in logs[f"{job_id}_1_log.out"]
+    text = rfthpc("status", str(run)).stdout
+    assert "colocated" in text and "trainer + explorer" in text and "explorer_new" in text
+
+
 def _sbatch(*args: str) -> str:
     out = run_cmd("sbatch", "--parsable", *args, env={"RFTHPC_PYTHON": PYTHON})
     assert out.returncode == 0, out.stderr
