@@ -103,6 +103,15 @@ def _not_a_store(run_dir: Path, reason: str) -> UserError:
     )
 
 
+def _names(folder: Path) -> list[str]:
+    """The names in `folder`; none while this client cannot list it: missing, or just made by a role on another
+    node (GlusterFS may find the folder before it can list it)."""
+    try:
+        return os.listdir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
 def open_store(run_dir: Path, create: bool = False) -> Path:
     """Check that `run_dir` holds an experience store and return its directory.
 
@@ -118,7 +127,7 @@ def open_store(run_dir: Path, create: bool = False) -> Path:
     info = _read_marker(run.root, marker)
     if info is None and create:
         # Ignore temporary names: another role may be creating the store right now.
-        existing = [p.name for p in store.iterdir() if not is_temporary(p.name)] if store.is_dir() else []
+        existing = [name for name in _names(store) if not is_temporary(name)]
         if not existing and not store.is_dir() and not run.config.is_file():
             raise _not_a_store(run.root, f"it has neither {CONFIG_FILE} nor experiences/")
         if not existing:
