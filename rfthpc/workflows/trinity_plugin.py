@@ -33,14 +33,13 @@ a time (Trinity's frozen-lake and ReAct plugins do); `workflow_args` keys `pytho
 from __future__ import annotations
 
 import functools
-import os
 import sys
 from collections.abc import Mapping
 from typing import Any
 
 from rfthpc.tasks.tasksets import Task
 from rfthpc.workflows.agent import AgentWorkflowArgs, play_agent, runner_problems, timeout_problems
-from rfthpc.workflows.agentscope_react import PYTHON_VARIABLE
+from rfthpc.workflows.agentscope_react import interpreter as agentscope_interpreter
 from rfthpc.workflows.base import Workflow, WorkflowContext, WorkflowResult, needs
 
 AGENT = "rfthpc.workflows.trinity_plugin_agent:play"
@@ -52,8 +51,9 @@ OWN_ARGS = ("python", "timeout_s")
 
 
 def interpreter(python: str | None) -> str:
-    """The plugin's interpreter: `python`, else $RFTHPC_AGENTSCOPE_PYTHON, else this one."""
-    return python or os.environ.get(PYTHON_VARIABLE) or sys.executable
+    """The plugin's interpreter: `python`, else $RFTHPC_AGENTSCOPE_PYTHON, else this one (the AgentScope
+    workflows' choice, without requiring AgentScope)."""
+    return agentscope_interpreter(python) or sys.executable
 
 
 def plugin_problems(path: str, workflow_args: Mapping[str, Any]) -> list[str]:
