@@ -259,27 +259,38 @@ def topr(
     *,
     positive_weight: float = 1.0,
     negative_weight: float = 1.0,
+    advantage_threshold: float | None = 0.0,
     loss_agg_mode: str = "token-mean",
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Tapered off-policy REINFORCE (TOPR, arXiv:2503.14286; ROLL `topr`).
+    """Tapered off-policy REINFORCE (TOPR, arXiv:2503.14286; Trinity-RFT `topr`, ROLL `topr`).
 
-    Responses with reward R > 0 get an SFT-like update, the others a truncated-IS update:
-        l = -w+ A log pi                          (R > 0)
-        l = -w- sg(clip(rho, 0, 1)) A log pi      (R <= 0)
-    w+ / w- are ROLL's `topr_positive_weight` / `topr_negative_weight`. Metrics: counts of positive
-    and negative samples and the fraction of negative-sample tokens whose ratio was truncated (also
-    reported as pg_clipfrac).
+    Positive samples get an SFT-like update, the others a truncated-IS update:
+        l = -w+ A log pi                          (positive)
+        l = -w- sg(clip(rho, 0, 1)) A log pi      (negative)
+    Which samples are positive: each token whose advantage exceeds `advantage_threshold` (Trinity-RFT's
+    split and default, 0.0; the rewards are not read), or with `advantage_threshold: null` the responses
+    with reward R > 0 (the paper's and ROLL's split, which ROLL imports select). The two agree where the
+    advantage is the reward (the `topr` preset's `reinforce`). w+ / w- are ROLL's `topr_positive_weight` /
+    `topr_negative_weight` (Trinity has none: 1.0). Metrics: counts of positive and negative responses
+    (reward split), the mean taper alpha (1 or clip(rho, 0, 1), Trinity's `avg_alpha`) and the fraction
+    of negative tokens whose ratio was truncated (also reported as pg_clipfrac).
     """
     log_ratio, ratio, adv = _ratio_terms(inputs, "topr")
-    rewards = _need(inputs.rewards, "sequence rewards", "topr")
-    positive = (rewards > 0).unsqueeze(-1).expand_as(adv)
-    weight = torch.where(positive, positive_weight, negative_weight * torch.clamp(ratio, 0.0, 1.0)).detach()
     mask = inputs.response_mask
+    if advantage_threshold is None:
+        rewards = _need(inputs.rewards, "sequence rewards", "topr")
+        positive = (rewards > 0).unsqueeze(-1).expand_as(adv)
+    else:
+        positive = adv > advantage_threshold
+    alpha = torch.where(positive, torch.ones_like(ratio), torch.clamp(ratio, 0.0, 1.0)).detach()
+    weight = torch.where(positive, positive_weight, negative_weight * alpha)
     loss = aggregate_loss(-weight * adv * inputs.log_prob, mask, loss_agg_mode)
     truncated = ~positive & (ratio > 1.0)
     metrics = _metrics(loss, log_ratio, mask, truncated)
-    metrics["actor/topr_positive_samples"] = float((rewards > 0).sum().item())
-    metrics["actor/topr_negative_samples"] = float((rewards <= 0).sum().item())
+    if advantage_threshold is None:
+        metrics["actor/topr_positive_samples"] = float((rewards > 0).sum().item())
+        metrics["actor/topr_negative_samples"] = float((rewards <= 0).sum().item())
+    metrics["actor/topr_avg_alpha"] = masked_mean(alpha, mask).item()
     metrics["actor/topr_negative_total_clipfrac"] = metrics["actor/pg_clipfrac"]
     return loss, metrics
 

@@ -1,9 +1,10 @@
 """Defaults per `algorithm.algorithm_type`, following Trinity-RFT's algorithm classes.
 
 The config loader fills every `algorithm.*` field the user left unset from the preset of the chosen
-algorithm_type; `*_args` a preset gives are merged under the user's. Whether a critic, a reference
-model or groups are needed follows from the functions finally named (`needs_critic`,
-`needs_reference`, `needs_groups`), after the user's overrides.
+algorithm_type; `*_args` a preset gives are merged under the user's (its policy-loss arguments only
+while the policy loss is the preset's own). Whether a critic, a reference model or groups are needed
+follows from the functions finally named (`needs_critic`, `needs_reference`, `needs_groups`), after
+the user's overrides.
 
 Differences from Trinity-RFT: `tis` and `kimi15` are ROLL's off-policy variants made into algorithm
 types here (Trinity has no such type); `kimi15` takes the group-mean baseline advantage of the

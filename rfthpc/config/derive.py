@@ -54,6 +54,8 @@ def _apply_preset(cfg: Config, problems: Problems) -> None:
     for name in ("advantage_fn_args", "policy_loss_fn_args", "kl_penalty_fn_args", "kl_loss_fn_args",
                  "entropy_loss_fn_args"):
         defaults = preset.get(name) or {}
+        if name == "policy_loss_fn_args" and alg.policy_loss_fn != preset.get("policy_loss_fn"):
+            defaults = {}  # a preset's loss arguments are its own loss's, not those of a loss chosen instead
         setattr(alg, name, {**defaults, **getattr(alg, name)})
     for name in ("filter_groups", "overlong_buffer"):
         # Sections of options (DAPO's): each key the user left unset takes the preset's value.

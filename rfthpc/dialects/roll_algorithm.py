@@ -199,6 +199,7 @@ def _policy_loss(t: Translation, agentic: bool) -> None:
         for ours, theirs in (("positive_weight", "topr_positive_weight"), ("negative_weight", "topr_negative_weight")):
             t.set(f"{args}.{ours}", t.get(f"actor_train.{theirs}", 1.0), f"actor_train.{theirs}"
                   if t.has(f"actor_train.{theirs}") else ROLL_DEFAULT)
+        t.set(f"{args}.advantage_threshold", None, "ROLL's topr splits responses by reward > 0, not by advantage")
     else:
         t.note(["actor_train.topr_positive_weight", "actor_train.topr_negative_weight"], "no effect without topr")
     defaults = {"tis": {"lower_bound": 0.0, "upper_bound": 1.0}, "cispo": {"clip_range_low": 0.1,

@@ -41,6 +41,14 @@ def test_a_user_value_wins_over_the_preset_key_by_key(tmp_path: Path, base: str)
     assert stage.overlong == OverlongPenalty(32, 8, 0.5)
 
 
+def test_a_preset_loss_arguments_stay_with_its_loss(tmp_path: Path, base: str) -> None:  # noqa: F811
+    text = base.replace("algorithm_type: grpo", "algorithm_type: dapo")
+    cfg, _ = _explorer_stage(tmp_path, text, ["--algorithm.policy_loss_fn", "cispo"])
+    assert cfg.algorithm.policy_loss_fn == "cispo" and cfg.algorithm.policy_loss_fn_args == {}
+    cfg, _ = _explorer_stage(tmp_path, text, ["--algorithm.policy_loss_fn", "ppo"])
+    assert cfg.algorithm.policy_loss_fn_args == {"clip_range_low": 0.2, "clip_range_high": 0.28}
+
+
 def test_each_option_works_with_any_algorithm(tmp_path: Path, base: str) -> None:  # noqa: F811
     _, stage = _explorer_stage(tmp_path, base)
     assert stage.filter_groups is None and stage.overlong is None

@@ -267,7 +267,7 @@ def test_the_agentic_policy_gradient_worker_maps_its_pg_variant(tmp_path: Path) 
     result = import_roll(PG_VARIANT, tmp_path / "tasks")
     alg = result.config["algorithm"]
     assert alg["policy_loss_fn"] == "topr"
-    assert alg["policy_loss_fn_args"] == {"positive_weight": 1.0, "negative_weight": 1.0}
+    assert alg["policy_loss_fn_args"] == {"positive_weight": 1.0, "negative_weight": 1.0, "advantage_threshold": None}
     assert "agentic_actor_pg_worker.ActorWorker, actor_train.pg_variant: topr" in result.text
 
 

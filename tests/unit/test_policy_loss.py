@@ -145,7 +145,7 @@ TOPR_BATCH = dict(
 
 
 def test_topr():
-    loss, grad, metrics = loss_and_grad("topr", inputs_from_ratios(**TOPR_BATCH))
+    loss, grad, metrics = loss_and_grad("topr", inputs_from_ratios(**TOPR_BATCH), advantage_threshold=None)
     # positive: -A log pi = 0.5, 0.5 (no ratio); negative: -clip(rho,0,1) A log pi = -1.0, -0.5
     assert loss == pytest.approx((0.5 + 0.5 - 1.0 - 0.5) / 4)
     close(grad, [[-0.5 / 4, -0.5 / 4], [0.5 / 4, 0.25 / 4]])
@@ -159,10 +159,41 @@ def test_topr_weights():
     assert loss == pytest.approx((3 * (0.5 + 0.5) + 2 * (-1.0 - 0.5)) / 4)
 
 
-def test_topr_needs_rewards():
+def test_topr_split_by_reward_needs_rewards():
     batch = dict(TOPR_BATCH, rewards=None)
     with pytest.raises(ConfigError, match="'topr' needs sequence rewards"):
-        POLICY_LOSS_FNS.get("topr")(inputs_from_ratios(**batch))
+        POLICY_LOSS_FNS.get("topr")(inputs_from_ratios(**batch), advantage_threshold=None)
+
+
+# Advantages that disagree with the rewards' sign, so the two splits differ.
+TOPR_MIXED = dict(TOPR_BATCH, advantages=[[0.5, -0.5], [0.3, -0.2]], rewards=[1.0, 0.0])
+
+
+def trinity_topr(log_prob, ratios, advantages, mask, threshold):
+    """Trinity-RFT 0.6.0's topr loss written out: alpha = clip(rho, 0, 1) where A <= threshold, else 1;
+    the masked mean of -sg(alpha) A log pi over every response token."""
+    lp, rho, adv, m = (torch.tensor(x, dtype=torch.float64) for x in (log_prob, ratios, advantages, mask))
+    alpha = torch.where(adv <= threshold, rho.clamp(0.0, 1.0), torch.ones_like(rho))
+    return float((-alpha * adv * lp * m).sum() / m.sum())
+
+
+@pytest.mark.parametrize("threshold", [0.0, 0.25, -0.3])
+def test_topr_matches_trinity_split_by_advantage(threshold):
+    batch = dict(TOPR_MIXED, rewards=None)  # Trinity's loss reads no rewards
+    loss, _, metrics = loss_and_grad("topr", inputs_from_ratios(**batch), advantage_threshold=threshold)
+    expected = trinity_topr(batch["log_prob"], batch["ratios"], batch["advantages"], batch["mask"], threshold)
+    assert loss == pytest.approx(expected, rel=1e-6)
+    assert "actor/topr_avg_alpha" in metrics and "actor/topr_positive_samples" not in metrics
+
+
+def test_topr_splits_differ_where_advantage_and_reward_disagree():
+    by_advantage, _, _ = loss_and_grad("topr", inputs_from_ratios(**TOPR_MIXED))
+    by_reward, _, metrics = loss_and_grad("topr", inputs_from_ratios(**TOPR_MIXED), advantage_threshold=None)
+    # reward split: row 0 whole (-A log pi), row 1 tapered by clip(rho, 0, 1) = 1.0, 0.5
+    assert by_reward == pytest.approx((0.5 - 0.5 + 0.6 - 0.5 * 0.4) / 4)
+    # advantage split: tokens with A <= 0 tapered: row 0 token 1 (rho 0.5), row 1 token 1 (rho 0.5)
+    assert by_advantage == pytest.approx((0.5 - 0.25 + 0.6 - 0.5 * 0.4) / 4)
+    assert metrics["actor/topr_positive_samples"] == 1.0
 
 
 CISPO_BATCH = dict(
