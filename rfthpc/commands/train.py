@@ -16,7 +16,7 @@ def _run(args: argparse.Namespace, overrides: list[str]) -> int:
     rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))
     logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING,
                         format=f"%(asctime)s [rank {rank}] %(levelname)s %(name)s: %(message)s")
-    exit_process(run_trainer(Path(args.run_dir)))
+    exit_process(run_trainer(Path(args.run_dir), args.node_local_weights))
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,4 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "from its newest checkpoint. Several processes: launch under torchrun or srun.",
     )
     p.add_argument("--run-dir", required=True, help="the run directory (holds config.yaml)")
+    p.add_argument("--node-local-weights", action="store_true",
+                   help="explorers run on this node (a colocated job, `rfthpc run`): also leave each published "
+                        "version in node-local memory (filesystem.staging_dir) for them to load")
     p.set_defaults(handler=_run)

@@ -195,6 +195,8 @@ class TrainerSettings:
     weight_deltas: Literal["auto", "on", "off"]
     full_snapshot_interval: int
     weight_stripe_count: int
+    staging_dir: str
+    """`filesystem.staging_dir`: where node-local copies of published versions go (rfthpc.weights.node_local)."""
     project: str
     name: str
     monitor: MonitorConfig
@@ -309,7 +311,7 @@ def trainer_settings(stages: list[Stage], check_paths: bool = True) -> TrainerSe
         poll_interval_s=fs.poll_interval_s, keep_consumed_chunks=fs.keep_consumed_chunks,
         weight_deltas=first.synchronizer.weight_deltas,
         full_snapshot_interval=first.synchronizer.full_snapshot_interval, weight_stripe_count=fs.weight_stripe_count,
-        project=first.project, name=first.name, monitor=copy.deepcopy(first.monitor),
+        staging_dir=fs.staging_dir, project=first.project, name=first.name, monitor=copy.deepcopy(first.monitor),
         stages=tuple(_trainer_stage(s, c) for s, c in zip(stages, stage_claim_sets(stages), strict=True)),
         lora=lora_settings(m.lora, check_paths), sequence_parallel_size=t.ulysses_sequence_parallel_size,
         teacher_model_path=Path(m.teacher_model_path).expanduser() if m.teacher_model_path else None,

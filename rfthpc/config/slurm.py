@@ -96,5 +96,6 @@ class FilesystemConfig:
     `lfs` nothing is done). -1 stripes over every target."""
     staging_dir: str = ""
     """Node-local directory where explorers stage the next policy version before loading it (one
-    model copy per explorer process, two while the next is prefetched); empty: /dev/shm (memory)
-    where it exists, else the temporary directory."""
+    model copy per explorer process, two while the next is prefetched), and where a trainer sharing
+    its node with explorers (`slurm.layout: colocated`, `rfthpc run`) leaves its newest two versions
+    for them; empty: /dev/shm (memory) where it exists, else the temporary directory."""

@@ -82,6 +82,7 @@ class WeightSync:
         w = self.follower.stats
         return {"rollout/weight_load_s": w.load_s, "rollout/weight_stall_s": w.stall_s,
                 "rollout/weight_read_mb": w.bytes_read / 1e6, "rollout/weight_from_full": float(w.from_full),
+                "rollout/weight_from_node_local": float(w.from_node_local),
                 "rollout/weight_checksum_failures": float(w.checksum_failures)}
 
     def take_asked_s(self) -> float:

@@ -146,12 +146,14 @@ def plan_roles(stages: list[Stage], run: RunDir, trainer_procs: int = 1, explore
         roles.append(Role(f"server_{model}_{engine}", argv, run.log / f"server_{model}_{engine}.log", base_env,
                           service=True))
     if train:
+        # Explorers of this command run on this machine: they load the trainer's versions from node-local memory.
+        train_args = ["train", "--run-dir", str(run.root), *(["--node-local-weights"] if count else [])]
         if trainer_procs > 1:
             argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={trainer_procs}",
-                    "-m", "rfthpc", "train", "--run-dir", str(run.root)]
+                    "-m", "rfthpc", *train_args]
             env = {**base_env, SHUTDOWN_TIMEOUT_VAR: torchrun_env(os.environ)[SHUTDOWN_TIMEOUT_VAR]}
         else:
-            argv, env = [*_python(), "train", "--run-dir", str(run.root)], base_env
+            argv, env = [*_python(), *train_args], base_env
         roles.append(Role("trainer", argv, run.log / "trainer.log", env))
     name = cfg.explorer.name
     for rank in range(count):

@@ -111,7 +111,9 @@ class RoleJob(Checkpointable):
         if role == "explorer":
             return [self.python, "-m", "rfthpc", "explore", "--run-dir", self.run_dir,
                     "--name", str(self.explorer), "--rank", str(index)]
-        args = ["rfthpc", "train", "--run-dir", self.run_dir]
+        # A colocated job's explorers share the trainer's node: they load its versions from node-local memory.
+        args = ["rfthpc", "train", "--run-dir", self.run_dir, *(["--node-local-weights"] if self.kind == "colocated"
+                                                                 else [])]
         if self.trainer_nodes * self.nproc_per_node == 1:
             return [self.python, "-m", *args]
         rdzv = rendezvous_from_slurm(env, hetjob=self.kind == "hetjob")

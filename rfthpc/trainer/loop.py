@@ -68,7 +68,7 @@ from rfthpc.trainer.sequence_parallel import sequence_group
 from rfthpc.trainer.sft_data import PreferenceData, SFTData, load_tokenizer
 from rfthpc.trainer.stages import Position, next_trainable, resume_position
 from rfthpc.trainer.update import LossPart, ShardedUpdater, UpdateResult
-from rfthpc.weights import asking, chain, published
+from rfthpc.weights import asking, chain, node_local, published
 from rfthpc.weights.publisher import Publication, Publisher
 
 log = logging.getLogger(__name__)
@@ -114,8 +114,12 @@ class _StageState:
 class Trainer:
     """Runs the trainer role over the stages of the run in `run_dir` (every rank creates one)."""
 
-    def __init__(self, run_dir: Path, env: DistEnv, phases: PhaseLog | None = None) -> None:
+    def __init__(self, run_dir: Path, env: DistEnv, phases: PhaseLog | None = None,
+                 node_local_weights: bool = False) -> None:
+        """`node_local_weights`: explorers share this node; leave each published version in node-local
+        memory for them too (rfthpc.weights.node_local)."""
         self.rundir = RunDir(run_dir)
+        self.node_local_weights = node_local_weights
         self.env = env
         self.phases = phases or PhaseLog(run_dir, "trainer", enabled=False)
         """Start-up and shutdown phases (rfthpc.rundir.phases), reported by rank 0."""
@@ -156,6 +160,8 @@ class Trainer:
             return code
         finally:
             self._report_end(code)
+            if self.publisher is not None:
+                self.publisher.close()
             self.stop.restore()
             if self.monitor is not None:
                 self.monitor.close()
@@ -548,9 +554,11 @@ class Trainer:
         start = time.perf_counter()
         run = self.settings
         if self.env.is_main and self.publisher is None:
+            local = (node_local.node_local_dir(node_local.staging_root(run.staging_dir), self.rundir.root)
+                     if self.node_local_weights else None)
             self.publisher = Publisher(self.rundir.root, run.model_path, compute_dtype(run.dtype, self.env.device),
                                        run.weight_deltas, run.full_snapshot_interval, run.weight_stripe_count,
-                                       self._adapter_config())
+                                       self._adapter_config(), local)
         self.publication = publish_model(self.policy, self.env, self.rundir.root, step, self.publisher,
                                          adapter=run.lora is not None)
         self.phases.mark("first_weights")
@@ -746,15 +754,16 @@ def _mean_metrics(results: list[UpdateResult]) -> dict[str, float]:
     return {k: sum(v) / len(v) for k, v in sums.items()}
 
 
-def run_trainer(run_dir: Path) -> int:
-    """The trainer process: join the process group, train, leave; return the exit code."""
+def run_trainer(run_dir: Path, node_local_weights: bool = False) -> int:
+    """The trainer process: join the process group, train, leave; return the exit code
+    (`node_local_weights`: see `Trainer`)."""
     imported = time.time()
     env = init_distributed()
     phases = PhaseLog(run_dir, "trainer", enabled=env.is_main)
     phases.mark("imports", imported)
     code: int | None = None
     try:
-        code = Trainer(run_dir, env, phases).run()
+        code = Trainer(run_dir, env, phases, node_local_weights).run()
         return code
     finally:
         env.close(synchronised=code is not None)

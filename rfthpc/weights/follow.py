@@ -17,15 +17,18 @@ next delta applies to, and the next); each process has its own directory, remove
 A delta whose checksums do not match is logged, counted and never used again; the version is then
 rebuilt from the newest full snapshot (and an explorer whose chain has no such snapshot keeps its
 version until the trainer publishes the next full snapshot).
+
+On the trainer's own node (`slurm.layout: colocated`, `rfthpc run`) the trainer leaves a copy of each
+version in node-local memory (`rfthpc.weights.node_local`); the prefetcher then hard-links that file
+into staging, reading nothing from the shared filesystem.
 """
 
 from __future__ import annotations
 
-import hashlib
+import errno
 import logging
 import os
 import shutil
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -36,7 +39,7 @@ from rfthpc.config.lora import ADAPTER_CONFIG
 from rfthpc.rundir.paths import RunDir
 from rfthpc.sharedfs.handoff import Doorbell, Waiter, WaitPolicy
 from rfthpc.weights import chain as weight_chain
-from rfthpc.weights import published, safetensors_read
+from rfthpc.weights import node_local, published, safetensors_read
 from rfthpc.weights.delta import DeltaCorrupt
 
 if TYPE_CHECKING:
@@ -46,12 +49,6 @@ log = logging.getLogger(__name__)
 
 STAGED_FILE = "model.safetensors"
 _STAGED_BELL = "staged"
-
-
-def default_staging_root() -> Path:
-    """Node-local memory where there is some (/dev/shm), else the temporary directory."""
-    shm = Path("/dev/shm")
-    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
 
 
 @dataclass
@@ -66,7 +63,11 @@ class WeightStats:
     """Bytes of the run directory read to rebuild it (a full snapshot's or deltas')."""
     from_full: bool = False
     """It was rebuilt from a full snapshot (a start, a requeue or a fallback)."""
+    from_node_local: bool = False
+    """It was the trainer's node-local copy (nothing read from the run directory)."""
     loads: int = 0
+    node_local_loads: int = 0
+    """Versions taken from the trainer's node-local copies, over the explorer's life."""
     checksum_failures: int = 0
     """Deltas (or full snapshots) that did not match their checksums, over the explorer's life."""
     history: list[tuple[int, float, float, int]] = field(default_factory=list)
@@ -81,6 +82,7 @@ class _Staged:
     load_s: float
     bytes_read: int
     from_full: bool
+    from_node_local: bool = False
 
 
 class WeightFollower:
@@ -95,8 +97,10 @@ class WeightFollower:
         self.engine: PolicyEngine | None = None
         self.version = 0
         self.stats = WeightStats()
-        key = hashlib.sha1(str(run.root.resolve()).encode()).hexdigest()[:12]
-        self.staging = (staging_root or default_staging_root()) / f"rfthpc-{key}" / f"{explorer}-{rank}"
+        root = staging_root or node_local.default_staging_root()
+        self.staging = root / f"rfthpc-{node_local.run_key(run.root)}" / f"{explorer}-{rank}"
+        self.node_local = node_local.node_local_dir(root, run.root)
+        """Where a trainer on this node leaves its copies of the versions it publishes."""
         self._top: _Staged | None = None
         """The newest staged version (the engine's, or newer and ready to load)."""
         self._lock = threading.Lock()
@@ -179,10 +183,14 @@ class WeightFollower:
             stall = time.perf_counter() - start
         s = self.stats
         s.load_s, s.stall_s, s.bytes_read, s.from_full = top.load_s, stall, top.bytes_read, top.from_full
+        s.from_node_local = top.from_node_local
         s.loads += 1
+        s.node_local_loads += top.from_node_local
         s.history.append((top.version, top.load_s, stall, top.bytes_read))
+        source = ", from a full snapshot" if top.from_full else ", the trainer's node-local copy" \
+            if top.from_node_local else ""
         log.info("loaded policy version %d in %.3f s (prefetched in %.2f s, %.1f MB read%s)", top.version, stall,
-                 top.load_s, top.bytes_read / 1e6, ", from a full snapshot" if top.from_full else "")
+                 top.load_s, top.bytes_read / 1e6, source)
         self.version = top.version
         return True
 
@@ -198,6 +206,9 @@ class WeightFollower:
             if self._top is not None:
                 safetensors_read.forget(self._top.path)
         shutil.rmtree(self.staging, ignore_errors=True)
+        newest = node_local.copies(self.node_local)
+        if newest and newest[0] <= self.version:
+            node_local.clear(self.node_local)  # the trainer's last copy, loaded: nothing newer will come
 
     # ---- the prefetcher ----------------------------------------------------------------------------
 
@@ -224,6 +235,10 @@ class WeightFollower:
         """Rebuild `target` (or the newest version its files allow) into staging; True if a newer
         version was staged. Runs on the prefetch thread, or where the caller chose (`attach`)."""
         top = self._top
+        if target > (top.version if top is not None else self.version):
+            linked = self._link_node_local(target)
+            if linked is not None:
+                return self._hold(linked)
         held = top.version if top is not None else None
         chain = weight_chain.newest_rebuildable(self.run.root, target, held, frozenset(self._bad))
         if (chain is None or chain.target < target) and self._incomplete != target:
@@ -250,6 +265,10 @@ class WeightFollower:
                 self._top = None  # the next rebuild starts from a full snapshot
             self._remove_unused()
             return False
+        return self._hold(staged)
+
+    def _hold(self, staged: _Staged) -> bool:
+        """Make `staged` the newest staged version, ready for `update`; True."""
         # In-process engines then load it without a page fault per page (rfthpc.weights.safetensors_read).
         safetensors_read.premap(staged.path)
         with self._lock:
@@ -258,6 +277,31 @@ class WeightFollower:
         Doorbell(self.staging / _STAGED_BELL).ring()
         self.write_lease(staged.version, staged.version)
         return True
+
+    def _link_node_local(self, version: int) -> _Staged | None:
+        """Stage the trainer's node-local copy of `version` by a hard link (a copy where links fail); None
+        if this node has none (another node's trainer, a LoRA run, or the copy already dropped)."""
+        start = time.perf_counter()
+        found = node_local.read_copy(self.node_local, version)
+        if found is None:
+            return None
+        source, crcs = found
+        out = self.staging / f"v{version}"
+        tmp = self.staging / f".tmp-v{version}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        try:
+            try:
+                os.link(source, tmp / STAGED_FILE)
+            except OSError as e:
+                if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
+                    raise
+                shutil.copyfile(source, tmp / STAGED_FILE)  # a filesystem without links here: copy from memory
+            os.rename(tmp, out)
+        except FileNotFoundError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            return None  # dropped by the trainer meanwhile: the run directory has it
+        return _Staged(version, out, crcs, time.perf_counter() - start, 0, False, from_node_local=True)
 
     def _stage(self, chain: weight_chain.Chain, top: _Staged | None) -> _Staged:
         """Rebuild `chain`'s target into `staging/v<N>` (one safetensors file, with its adapter_config.json

@@ -14,6 +14,9 @@ materialize`.
 
 A LoRA run publishes its adapter (PEFT layout, `published.write_adapter_dir`) whole at every version:
 at a few megabytes a delta would save nothing worth a chain to rebuild.
+
+Where explorers share the trainer's node, each version is also copied into node-local memory in the
+same pass (`rfthpc.weights.node_local`).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from rfthpc.weights import published
+from rfthpc.weights import node_local, published
 from rfthpc.weights.delta import DeltaWriter, version_checksum
 
 if TYPE_CHECKING:
@@ -60,9 +63,10 @@ class Publisher:
     """Publishes successive versions of one model (trainer rank 0)."""
 
     def __init__(self, run_dir: Path, config_dir: Path, dtype: torch.dtype, delta: DeltaMode = "auto",
-                 full_every: int = 10, stripe_count: int = 0, adapter_config: Mapping[str, object] | None = None
-                 ) -> None:
-        """`adapter_config`: versions are LoRA adapters with this adapter_config.json (always whole)."""
+                 full_every: int = 10, stripe_count: int = 0, adapter_config: Mapping[str, object] | None = None,
+                 node_local_root: Path | None = None) -> None:
+        """`adapter_config`: versions are LoRA adapters with this adapter_config.json (always whole).
+        `node_local_root`: also copy each version there (`node_local.node_local_dir`; not for adapters)."""
         if full_every < 1:
             raise ValueError(f"full_every={full_every}: use 1 (every version full) or more")
         self.run_dir = Path(run_dir)
@@ -77,6 +81,9 @@ class Publisher:
         self._version: int | None = None
         self._since_full = 0
         self._staged: Path | None = None
+        self.node_local_root = node_local_root if adapter_config is None else None
+        if self.node_local_root is not None:
+            node_local.clear(self.node_local_root)  # copies of an earlier trainer process of this run
 
     def publish(self, version: int, stream: published.TensorStream) -> Publication | None:
         """Publish `stream` as `version` and point `latest` at it; None (and the stream not read) if
@@ -98,8 +105,14 @@ class Publisher:
             delta = DeltaWriter(tmp, final, version, self._version, version_checksum(self._crcs))
         new_bits: dict[str, torch.Tensor] = {}
         new_crcs: dict[str, int] = {}
+        owned = published.TensorStream([dataclasses.replace(e, dtype=self.dtype) for e in stream.entries],
+                                       self._owned(stream))
+        local = (node_local.NodeLocalCopy(self.node_local_root, version, owned.entries)
+                 if self.node_local_root is not None else None)
 
         def keep(name: str, tensor: torch.Tensor, crc: int) -> None:
+            if local is not None:
+                local.add(name, tensor, crc)
             if delta is not None:
                 assert base is not None
                 # The writer holds the base tensor until its frame is written; dropping it here keeps
@@ -111,8 +124,6 @@ class Publisher:
 
         try:
             full_bytes = 0
-            owned = published.TensorStream([dataclasses.replace(e, dtype=self.dtype) for e in stream.entries],
-                                         self._owned(stream))
             if full:
                 if self.adapter_config is None and self._staged is None:
                     self._staged = published.staged_config(self.run_dir, self.config_dir,
@@ -127,9 +138,13 @@ class Publisher:
                 for name, tensor in owned.tensors:
                     keep(name, tensor, tensor_crc(tensor))
             delta_bytes = delta.commit() if delta is not None else 0
+            if local is not None:
+                local.commit()  # before `latest` names the version: explorers woken by it find the copy
         except BaseException:
             if delta is not None:
                 delta.abort()
+            if local is not None:
+                local.abort()
             self._forget()
             raise
         published.point_latest(self.run_dir, version)
@@ -138,6 +153,11 @@ class Publisher:
         self._version = version
         self._since_full = 0 if full else self._since_full + 1
         return Publication(version, full_bytes, delta_bytes, time.perf_counter() - start)
+
+    def close(self) -> None:
+        """Keep only the newest node-local copy (the trainer ends; explorers on its node may still load it)."""
+        if self.node_local_root is not None:
+            node_local.prune(self.node_local_root, 1)
 
     def _owned(self, stream: published.TensorStream) -> Iterator[tuple[str, torch.Tensor]]:
         """The stream's tensors in the published dtype; copies where a cast would alias the source (a

@@ -115,7 +115,8 @@ def shard_file_names(n: int, stem: str = "model") -> list[str]:
     return [f"{stem}-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
 
 
-def _header(entries: list[TensorEntry]) -> bytes:
+def safetensors_header(entries: list[TensorEntry]) -> bytes:
+    """The header of a safetensors file holding `entries` in order (its length prefix included)."""
     header: dict[str, object] = {"__metadata__": {"format": "pt"}}
     offset = 0
     for e in entries:
@@ -131,7 +132,8 @@ def _header(entries: list[TensorEntry]) -> bytes:
     return struct.pack("<Q", len(raw)) + raw
 
 
-def _tensor_bytes(tensor: torch.Tensor) -> memoryview:
+def tensor_bytes(tensor: torch.Tensor) -> memoryview:
+    """The tensor's bytes as stored in a safetensors file (row-major, its own dtype)."""
     # A uint8 view shares memory with the tensor, so writing it copies nothing (bf16 included).
     return memoryview(tensor.contiguous().reshape(-1).view(torch.uint8).numpy())
 
@@ -233,7 +235,7 @@ def _write_pieces(writer: _OverlappedWriter, e: TensorEntry, name: str, pieces: 
             raise RuntimeError(
                 f"tensor stream out of order: got {name} {tuple(piece.shape)}, expected {e.name} {e.shape}"
             )
-        writer.write(_tensor_bytes(piece.to(e.dtype)), None if written is None else functools.partial(written, piece))
+        writer.write(tensor_bytes(piece.to(e.dtype)), None if written is None else functools.partial(written, piece))
         rows += piece.shape[0] if e.shape else 1
     if rows != (e.shape[0] if e.shape else 1):
         raise RuntimeError(f"tensor stream gave {rows} rows of {name}, expected {e.shape}")
@@ -263,7 +265,7 @@ def write_shards(
     stream = iter(tensors)
     for shard, fname in zip(shards, names):
         with open(out_dir / fname, "wb") as f:
-            f.write(_header(shard))
+            f.write(safetensors_header(shard))
             writer = _OverlappedWriter(f)
             try:
                 for e in shard:

@@ -329,6 +329,9 @@ def test_colocated_layout_with_added_explorers(slurm_cluster: None, demo_data: P
     logs = {p.name: p.read_text() for p in (run / "log").glob(f"{job_id}_*_log.out")}
     assert "trainer 0 (restart 0, code" in logs[f"{job_id}_0_log.out"] and ", GPUs 0)" in logs[f"{job_id}_0_log.out"]
     assert "explorer 0 (restart 0, code" in logs[f"{job_id}_1_log.out"] and ", GPUs 0)" in logs[f"{job_id}_1_log.out"]
+    # The colocated explorer takes the trainer's versions from node-local memory.
+    assert "--node-local-weights" in logs[f"{job_id}_0_log.out"]
+    assert "the trainer's node-local copy" in logs[f"{job_id}_1_log.out"], logs[f"{job_id}_1_log.out"][-3000:]
     text = rfthpc("status", str(run)).stdout
     assert "colocated" in text and "trainer + explorer" in text and "explorer_new" in text
 

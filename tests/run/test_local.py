@@ -331,6 +331,8 @@ def test_each_sync_style_runs_to_the_end(style: str, demo_dir: Path, tmp_path: P
     run = RunDir(tmp_path / "ckpt" / "rfthpc-demo" / style)
     _assert_consumed_once(run, steps)
     _assert_phases_reported(run, out)
+    # The explorer shares the trainer's machine: it takes the trainer's node-local copies of the versions.
+    assert "the trainer's node-local copy" in (run.log / "explorer_0.log").read_text()
     published = [int(v) for v in re.findall(r"published policy version (\d+)", (run.log / "trainer.log").read_text())]
     answers = run.weights / weight_requests.REQUESTS / weight_requests.ANSWERS
     if style == "trainer_driven":
