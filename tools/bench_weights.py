@@ -11,7 +11,10 @@ bf16 twice, side by side and in alternating order:
 - run B: a full snapshot every version (`weight_deltas: off`), what explorers read before;
 - run C: LoRA (`model.lora`, rank `--lora-rank` on every linear layer), trained alongside on the same
   batches: the adapter alone, in PEFT's layout, is what a LoRA run publishes (and explorers read) at
-  every version.
+  every version;
+- run D: run A's publication with the node-local copy of a trainer that shares its node with explorers
+  (`slurm.layout: colocated`, `rfthpc run`; `rfthpc.weights.node_local`), followed by an explorer that
+  links that copy instead of rebuilding the version from the run directory.
 
 Explorers follow run A with the real `WeightFollower` (background prefetch into node-local staging,
 then an in-place load between batches) for two engines: transformers (in this process) and the
@@ -31,6 +34,9 @@ Figures (the last line):
 - lora_bytes_per_sync: bytes of run C's publication per version (its adapter_model.safetensors),
   next to full_bytes_per_sync and delta_bytes_per_sync (run B's snapshot, run A's mean delta);
 - lora_bytes_vs_full: lora_bytes_per_sync / full_bytes_per_sync;
+- node_local_prefetch_vs_run_dir: median prefetch seconds of run D's explorer (the copy linked) / run A's
+  transformers explorer (the version rebuilt from the run directory's deltas and snapshots);
+- node_local_publish_s_vs_run_dir: run D's total publish seconds (the copy written in the same pass) / run A's;
 - bitexact: 1 if every staged version equals, bit for bit, the bf16 weights the trainer published
   (and `rfthpc weights materialize` of the last version does too).
 
@@ -141,12 +147,12 @@ def same_bits(path: Path, truth: dict) -> bool:
 class Follower:
     """An engine following run A through a real WeightFollower, and its cold loads from run B."""
 
-    def __init__(self, name: str, engine, run_a) -> None:
+    def __init__(self, name: str, engine, run_a, staging_root: Path | None = None) -> None:
         from rfthpc.weights.follow import WeightFollower
 
         self.name, self.engine = name, engine
         # Staging where explorers stage by default (/dev/shm: memory).
-        self.follower = WeightFollower(run_a, name, 0, poll_s=0.05)
+        self.follower = WeightFollower(run_a, name, 0, staging_root=staging_root, poll_s=0.05)
         self.follower.attach(engine, 0)
         self.stall: list[float] = []
         self.prefetch: list[float] = []
@@ -239,6 +245,7 @@ def run(args: Args, work: Path) -> int:
     from rfthpc.engines.hf_engine import TransformersEngine
     from rfthpc.rundir.paths import RunDir
     from rfthpc.weights import chain as weight_chain
+    from rfthpc.weights import node_local
     from rfthpc.weights import published as weights
     from rfthpc.weights.publisher import Publisher
 
@@ -252,9 +259,14 @@ def run(args: Args, work: Path) -> int:
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     interval = SynchronizerConfig().full_snapshot_interval
     run_a, run_b, run_c = RunDir(work / "a").create(), RunDir(work / "b").create(), RunDir(work / "c").create()
+    run_d = RunDir(work / "d").create()
+    shm = node_local.default_staging_root()
     lora_run = LoRARun(model_dir, run_c.root, args.lora_rank, args.lora_lr)
     pub_a = Publisher(run_a.root, model_dir, torch.bfloat16, "auto", full_every=interval)
     pub_b = Publisher(run_b.root, model_dir, torch.bfloat16, "off")
+    pub_d = Publisher(run_d.root, model_dir, torch.bfloat16, "auto", full_every=interval,
+                      node_local_root=node_local.node_local_dir(shm, run_d.root))
+    local = Follower("hf-node-local", TransformersEngine(EngineSettings(model_path=str(model_dir))), run_d, shm)
     followers = [Follower("hf", TransformersEngine(EngineSettings(model_path=str(model_dir))), run_a)]
     if args.vllm:
         from rfthpc.engines.vllm_engine import VLLMEngine
@@ -263,6 +275,7 @@ def run(args: Args, work: Path) -> int:
                                          cpu_kvcache_space_gb=1))
         followers.append(Follower("vllm", vllm, run_a))
     batches = demo_batches(tokenizer, args.batch)
+    secs_d: list[float] = []
     secs_a, secs_b, full_sizes, delta_sizes, iv_sizes, written_a, written_b = [], [], [], [], [], 0, 0
     exact = True
     prev = None
@@ -275,7 +288,8 @@ def run(args: Args, work: Path) -> int:
             optimizer.zero_grad(set_to_none=True)
             state = model.state_dict()
             truth = {k: t.to(torch.bfloat16) for k, t in state.items()}
-            order = [(pub_a, secs_a), (pub_b, secs_b)] if v % 2 else [(pub_b, secs_b), (pub_a, secs_a)]
+            order = [(pub_a, secs_a), (pub_b, secs_b), (pub_d, secs_d)]
+            order = order if v % 2 else order[::-1]
             pubs = {}
             for pub, secs in order:
                 start = time.perf_counter()
@@ -292,21 +306,26 @@ def run(args: Args, work: Path) -> int:
             for f in followers:
                 exact &= f.sync(v, truth)
                 f.cold_load(weights.step_dir(run_b.root, v))
+            exact &= local.sync(v, truth)
             print(f"version {v}: loss {loss.item():.3f}; publish delta-mode {secs_a[-1]:.2f} s "
                   f"({'full+' if a.full_bytes else ''}delta {a.delta_bytes / 1e6:.1f} MB), full-mode {secs_b[-1]:.2f} s "
                   f"({b.full_bytes / 1e6:.0f} MB), LoRA {lora_run.sizes[-1] / 1e6:.2f} MB; " + "; ".join(
                       f"{f.name}: prefetch {f.prefetch[-1]:.2f} s, stall {f.stall[-1]:.3f} s, cold load "
-                      f"{f.cold[-1]:.3f} s" for f in followers), flush=True)
+                      f"{f.cold[-1]:.3f} s" for f in followers) + f"; node-local: publish {secs_d[-1]:.2f} s, prefetch "
+                  f"{local.prefetch[-1]:.3f} s, stall {local.stall[-1]:.3f} s", flush=True)
             prev = truth
             weight_chain.collect_published(run_a.root, keep=3, lease_s=300)
             weight_chain.collect_published(run_b.root, keep=3, lease_s=300)
             weight_chain.collect_published(run_c.root, keep=3, lease_s=300)
+            weight_chain.collect_published(run_d.root, keep=3, lease_s=300)
         out = work / "materialized"
         weight_chain.materialize(run_a.root, args.versions, out)
         exact &= same_bits(out, prev)
     finally:
-        for f in followers:
+        for f in (*followers, local):
             f.close()
+        pub_d.close()
+        node_local.clear(node_local.node_local_dir(shm, run_d.root))
     full = statistics.mean(full_sizes)
     d = statistics.mean(delta_sizes)
     adapter = statistics.mean(lora_run.sizes)
@@ -332,6 +351,13 @@ def run(args: Args, work: Path) -> int:
         "lora_bytes_per_sync": int(adapter),
         "lora_bytes_vs_full": adapter / full,
     }
+    assert local.follower.stats.node_local_loads == args.versions, "run D's explorer did not link every version"
+    run_dir_prefetch = statistics.median(followers[0].prefetch)
+    figures["node_local_prefetch_vs_run_dir"] = statistics.median(local.prefetch) / run_dir_prefetch
+    figures["node_local_publish_s_vs_run_dir"] = sum(secs_d) / sum(secs_a)
+    print(f"node-local: prefetch median {statistics.median(local.prefetch):.3f} s (run directory "
+          f"{run_dir_prefetch:.3f} s), publish {sum(secs_d):.1f} s (without the copy "
+          f"{sum(secs_a):.1f} s)")
     if "vllm" in stall:
         figures["explorer_stall_vs_cold_load_vllm"] = stall["vllm"]
     figures["bitexact"] = int(exact)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -90,3 +91,8 @@ def store_counts(run_dir: Path) -> dict[str, Any]:
 
     info = inspect_store(run_dir)
     return {**info["counts"], "tasksets": info["tasksets"]}
+
+
+def monitor_records(run_dir: Path, role: str = "trainer") -> list[dict[str, Any]]:
+    """The metric records a role wrote to `monitor/<role>.jsonl` (`explorer_explorer_0` for the first explorer)."""
+    return [json.loads(line) for line in (Path(run_dir) / "monitor" / f"{role}.jsonl").read_text().splitlines()]

@@ -4,7 +4,6 @@ and `multi_step_grpo` trains every recorded call: the run ends with each group c
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ import pytest
 from rfthpc.rundir.endpoints import read_endpoints
 from rfthpc.rundir.paths import RunDir
 from rfthpc.rundir.trainer_meta import read_trainer_meta
-from tests.run.conftest import env_for, finish, rfthpc, rl_only, store_counts
+from tests.run.conftest import env_for, finish, monitor_records, rfthpc, rl_only, store_counts
 
 pytestmark = pytest.mark.slow
 
@@ -37,10 +36,10 @@ def test_an_agent_behind_the_endpoint_trains_with_multi_step_grpo(demo_dir: Path
     assert run.endpoints.is_dir() and read_endpoints(run.root) == []
     counts = store_counts(run.root)
     assert counts["consumed"] == counts["committed"] == steps * 4, counts
-    trainer = [json.loads(line) for line in (run.monitor / "trainer.jsonl").read_text().splitlines()]
+    trainer = monitor_records(run.root)
     assert [r["step"] for r in trainer] == list(range(1, steps + 1))
     assert all(r["response_length/mean"] > 0 for r in trainer)
-    rollouts = [json.loads(line) for line in (run.monitor / "explorer_explorer_0.jsonl").read_text().splitlines()]
+    rollouts = monitor_records(run.root, "explorer_explorer_0")
     batches = [r for r in rollouts if "rollout/groups" in r]
     # Every episode made its two calls, each an experience: 4 episodes x 2 calls per group.
     assert batches and all(r["rollout/failed_episodes"] == 0 for r in batches), batches

@@ -4,7 +4,6 @@ explorer and trainer, on the demo's tiny model."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ import yaml
 
 from rfthpc.config import load_config
 from rfthpc.rundir.paths import RunDir
-from tests.run.conftest import ROOT, env_for, finish, rfthpc
+from tests.run.conftest import ROOT, env_for, finish, monitor_records, rfthpc
 
 EXAMPLES = ROOT / "configs" / "examples"
 
@@ -59,7 +58,7 @@ def test_each_example_trains(example: str, signature: str | tuple[str, ...], dem
     assert code == 0, f"exit {code}\n{out[-2000:]}\n{err[-3000:]}"
     raw = yaml.safe_load(config.read_text())
     run = RunDir(tmp_path / "ckpt" / raw["project"] / raw["name"])
-    records = [json.loads(line) for line in (run.monitor / "trainer.jsonl").read_text().splitlines()]
+    records = monitor_records(run.root)
     assert [r["step"] for r in records] == list(range(1, steps + 1))
     for key in (signature,) if isinstance(signature, str) else signature:
         assert all(key in r for r in records), key
@@ -75,10 +74,10 @@ def test_the_agentscope_example_trains_five_steps_through_the_endpoint(demo_dir:
     code, out, err = finish(rfthpc("run", "--config", str(config), env=env), 900)
     assert code == 0, f"exit {code}\n{out[-2000:]}\n{err[-3000:]}"
     run = RunDir(tmp_path / "ckpt" / "rfthpc-examples" / "trinity-agentscope-react")
-    records = [json.loads(line) for line in (run.monitor / "trainer.jsonl").read_text().splitlines()]
+    records = monitor_records(run.root)
     assert [r["step"] for r in records] == list(range(1, steps + 1))
     assert all(r["response_length/mean"] > 0 for r in records)
-    rollouts = [json.loads(line) for line in (run.monitor / "explorer_explorer_0.jsonl").read_text().splitlines()]
+    rollouts = monitor_records(run.root, "explorer_explorer_0")
     batches = [r for r in rollouts if "rollout/groups" in r]
     assert batches and all(r["rollout/failed_episodes"] == 0 for r in batches), batches
     # The tiny policy never calls a tool: each episode is the agent's 3 rounds and its closing call.

@@ -19,7 +19,7 @@ import pytest
 from rfthpc.rundir.paths import RunDir
 from rfthpc.rundir.trainer_meta import read_trainer_meta
 from rfthpc.weights.published import read_latest
-from tests.run.conftest import env_for, finish, rfthpc, rl_only, store_counts
+from tests.run.conftest import env_for, finish, monitor_records, rfthpc, rl_only, store_counts
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -52,7 +52,7 @@ def _assert_consumed_once(run: RunDir, steps: int) -> None:
     assert counts["committed"] == counts["consumed"], counts  # nothing pending, dropped or quarantined
     (claims,) = counts["tasksets"].values()
     assert claims["completed"] == steps * BATCH and claims["outstanding"] == 0, claims
-    trainer = [json.loads(line) for line in (run.monitor / "trainer.jsonl").read_text().splitlines()]
+    trainer = monitor_records(run.root)
     assert [r["step"] for r in trainer] == list(range(1, steps + 1))
     assert trainer[-1]["store/consumed"] == steps * BATCH
 
@@ -77,7 +77,7 @@ def test_async_pair_explores_an_environment_taskset(demo_dir: Path, tmp_path: Pa
                     "workflow_args": {"env": "frozen_lake", "env_args": {"size": 3, "max_steps": 2},
                                       "max_turns": 3, "max_tokens_per_turn": 8}},
         "default_workflow_type": "env_workflow"}}, model={"max_prompt_tokens": 160, "max_response_tokens": 400})
-    rollouts = [json.loads(line) for line in (run.monitor / "explorer_explorer_0.jsonl").read_text().splitlines()]
+    rollouts = monitor_records(run.root, "explorer_explorer_0")
     grouped = [r for r in rollouts if "rollout/groups" in r]
     assert grouped and all("rollout/turns_mean" in r and "rollout/success_rate" in r for r in grouped)
 

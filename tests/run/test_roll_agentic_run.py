@@ -13,7 +13,7 @@ import yaml
 
 from rfthpc.dialects.roll_import import import_roll
 from rfthpc.rundir.paths import RunDir
-from tests.run.conftest import env_for, finish, rfthpc
+from tests.run.conftest import env_for, finish, monitor_records, rfthpc
 
 pytestmark = pytest.mark.slow
 
@@ -57,8 +57,8 @@ def test_rolls_frozen_lake_example_trains_step_wise_after_import(tmp_path: Path,
     code, out, err = finish(rfthpc("run", "--config", str(config), env=env_for(demo_dir, tmp_path / "ckpt")), 600)
     assert code == 0, f"exit {code}\n{out[-2000:]}\n{err[-3000:]}"
     run = RunDir(tmp_path / "ckpt" / cfg["project"] / cfg["name"])
-    records = [json.loads(line) for line in (run.monitor / "trainer.jsonl").read_text().splitlines()]
+    records = monitor_records(run.root)
     assert [r["step"] for r in records] == list(range(1, steps + 1))
     assert all(r["response_length/mean"] > 0 for r in records)
-    explorer = [json.loads(line) for line in (run.monitor / "explorer_explorer_0.jsonl").read_text().splitlines()]
+    explorer = monitor_records(run.root, "explorer_explorer_0")
     assert any(r.get("rollout/turns_mean", 0) > 1 for r in explorer)
