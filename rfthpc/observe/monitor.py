@@ -12,6 +12,10 @@ record whose step is below the run's current one, so such records are not logged
 each becomes a row of its own (wandb's step then counts rows and never goes back) with its step as
 the value of `axis`, and its metrics are charted against `axis` (`define_metric`). The jsonl
 records keep each series' step.
+
+wandb runs on a thread of its own: `wandb.init` takes a second or two of imports and set-up even
+offline, which would hold back a role's first step or batch; the thread starts the run and then logs
+the records in order, and `close` waits until every record is written and the run is finished.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ import json
 import logging
 import math
 import os
+import queue
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -86,18 +92,14 @@ class Monitor:
         self.role = role
         self.path = make_dirs(run_dir.monitor) / f"{role}.jsonl"
         self.console = "console" in config.monitor_type
-        self._wandb = None
-        self._declared: set[str] = set()
-        """Axes, and metrics charted against one, already declared to wandb."""
+        self._wandb: _WandbRun | None = None
         self._tensorboard = None
         if primary and "tensorboard" in config.monitor_type:
             self._tensorboard = _summary_writer(make_dirs(run_dir.monitor / "tensorboard" / role))
         if primary and "wandb" in config.monitor_type and config.wandb_mode != "disabled":
             quiet_wandb_env()
-            import wandb
-
             wandb_dir = make_dirs(run_dir.monitor / "wandb")
-            self._wandb = wandb.init(
+            self._wandb = _WandbRun(self.path, dict(
                 project=project,
                 name=f"{name}_{role}",
                 group=name,
@@ -107,7 +109,7 @@ class Monitor:
                 resume="allow",
                 id=f"{name}_{role}".replace("/", "_"),
                 **config.monitor_args,
-            )
+            ))
 
     def log(self, metrics: dict[str, Any], step: int, axis: str | None = None) -> None:
         """Record `metrics` at `step` in every sink.
@@ -123,18 +125,13 @@ class Monitor:
             print(f"[{self.role}] step {step} {body}", file=sys.stderr, flush=True)
         if self._tensorboard is not None:
             self._log_tensorboard(metrics, step, record["time"])
-        if self._wandb is None:
-            return
-        data = {k: v for k, v in record.items() if k != "time" and not isinstance(v, str)}
-        try:
-            if axis is None:
-                self._wandb.log(data, step=step)
-                return
-            data[axis] = data.pop("step")
-            self._declare_axis(data, axis)
-            self._wandb.log(data)
-        except Exception as e:  # noqa: BLE001 — a sink that fails is a warning, never the role's end
-            self._drop_wandb("log", e)
+        if self._wandb is not None:
+            self._wandb.log({k: v for k, v in record.items() if k != "time" and not isinstance(v, str)}, axis)
+
+    def wandb_started(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for the wandb run (started on its own thread); True once it runs,
+        False without one (not configured, or it could not start)."""
+        return self._wandb is not None and self._wandb.started(timeout)
 
     def _log_tensorboard(self, metrics: dict[str, Any], step: int, walltime: float) -> None:
         """Each number of `metrics` as a scalar at `step` (its series' own step: TensorBoard keeps a step
@@ -150,16 +147,6 @@ class Monitor:
             log.warning("tensorboard stopped working (%s: %s); metrics go on to %s", type(e).__name__, e, self.path)
             self._tensorboard = None
 
-    def _declare_axis(self, data: dict[str, Any], axis: str) -> None:
-        """Tell wandb to chart the metrics of `data` against `axis` (once per metric)."""
-        assert self._wandb is not None
-        if axis not in self._declared:
-            self._wandb.define_metric(axis)
-            self._declared.add(axis)
-        for key in data.keys() - self._declared:
-            self._wandb.define_metric(key, step_metric=axis)
-            self._declared.add(key)
-
     def close(self) -> None:
         """Close the TensorBoard writer and finish the wandb run (the jsonl file needs no closing); a sink
         that cannot finish is a warning."""
@@ -169,15 +156,77 @@ class Monitor:
             except Exception as e:  # noqa: BLE001 — a sink that fails is a warning, never the role's end
                 log.warning("tensorboard could not close its event file (%s: %s)", type(e).__name__, e)
             self._tensorboard = None
-        if self._wandb is None:
-            return
-        try:
+        if self._wandb is not None:
             self._wandb.finish()
-        except Exception as e:  # noqa: BLE001 — a sink that fails is a warning, never the role's end
-            self._drop_wandb("finish", e)
-        self._wandb = None
+            self._wandb = None
 
-    def _drop_wandb(self, what: str, error: Exception) -> None:
+
+class _WandbRun:
+    """A wandb run started and fed by a thread of its own (see the module doc); records are logged in order."""
+
+    def __init__(self, jsonl: Path, init_args: dict[str, Any]) -> None:
+        self._jsonl = jsonl
+        self._queue: queue.SimpleQueue[tuple[dict[str, Any], str | None] | None] = queue.SimpleQueue()
+        self._run: Any = None
+        self._tried = threading.Event()
+        """Set once `wandb.init` returned or failed."""
+        self._declared: set[str] = set()
+        """Axes, and metrics charted against one, already declared to wandb."""
+        self._thread = threading.Thread(target=self._work, args=(init_args,), name="rfthpc-wandb", daemon=True)
+        self._thread.start()
+
+    def log(self, data: dict[str, Any], axis: str | None) -> None:
+        """Queue a record (`data` holds its `step`; `axis`: see `Monitor.log`)."""
+        self._queue.put((data, axis))
+
+    def started(self, timeout: float) -> bool:
+        """True once the run is started (waiting up to `timeout` seconds for `wandb.init`)."""
+        return self._tried.wait(timeout) and self._run is not None
+
+    def finish(self) -> None:
+        """Log what is queued, finish the run, and return when that is done."""
+        self._queue.put(None)
+        self._thread.join()
+
+    def _work(self, init_args: dict[str, Any]) -> None:
+        try:
+            import wandb
+
+            self._run = wandb.init(**init_args)
+        except Exception as e:  # noqa: BLE001 — a sink that fails is a warning, never the role's end
+            self._drop("init", e)
+        finally:
+            self._tried.set()
+        while (item := self._queue.get()) is not None:
+            if self._run is not None:
+                self._log(*item)
+        if self._run is not None:
+            try:
+                self._run.finish()
+            except Exception as e:  # noqa: BLE001 — a sink that fails is a warning, never the role's end
+                self._drop("finish", e)
+
+    def _log(self, data: dict[str, Any], axis: str | None) -> None:
+        try:
+            if axis is None:
+                self._run.log(data, step=data["step"])
+                return
+            data[axis] = data.pop("step")
+            self._declare_axis(data, axis)
+            self._run.log(data)
+        except Exception as e:  # noqa: BLE001 — a sink that fails is a warning, never the role's end
+            self._drop("log", e)
+
+    def _declare_axis(self, data: dict[str, Any], axis: str) -> None:
+        """Tell wandb to chart the metrics of `data` against `axis` (once per metric)."""
+        if axis not in self._declared:
+            self._run.define_metric(axis)
+            self._declared.add(axis)
+        for key in data.keys() - self._declared:
+            self._run.define_metric(key, step_metric=axis)
+            self._declared.add(key)
+
+    def _drop(self, what: str, error: Exception) -> None:
         """Stop using wandb after `what` failed, with one warning.
 
         Slurm signals every process of a step, so on scancel or preemption wandb's service process
@@ -186,13 +235,16 @@ class Monitor:
         and the jsonl file already holds every record. Tearing wandb down here also marks its
         connection closed, so its exit hook does not print a traceback at interpreter exit.
         """
-        log.warning("wandb stopped working (%s: %s: %s), probably because its service process got the "
-                    "job's stop signal; metrics go on to %s", what, type(error).__name__, error, self.path)
-        self._wandb = None
-        import wandb
-
+        if what == "init":
+            log.warning("wandb could not start (%s: %s); metrics go on to %s", type(error).__name__, error, self._jsonl)
+        else:
+            log.warning("wandb stopped working (%s: %s: %s), probably because its service process got the "
+                        "job's stop signal; metrics go on to %s", what, type(error).__name__, error, self._jsonl)
+        self._run = None
         # Teardown talks to the same dead service; its failure is the one already reported.
         with contextlib.suppress(Exception):
+            import wandb
+
             wandb.teardown()
 
 

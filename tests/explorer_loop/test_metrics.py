@@ -88,6 +88,7 @@ stop = StopRequest().install()
 monitor = Monitor(RunDir(sys.argv[1]), "trainer", MonitorConfig(monitor_type=["wandb"], wandb_mode="offline"),
                   "p", "n")
 monitor.log({"loss": 1.0}, step=1)
+assert monitor.wandb_started(120), "wandb did not start"  # on the monitor's own thread
 children = subprocess.run(["pgrep", "-P", str(os.getpid())], capture_output=True, text=True).stdout.split()
 assert children, "wandb started no service process"
 for pid in [*map(int, children), os.getpid()]:
