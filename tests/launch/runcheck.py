@@ -46,9 +46,13 @@ def trainer_steps(run_dir: Path) -> list[int]:
 
 
 def log_tails(run_dir: Path, lines: int = 30) -> str:
-    """The last lines of every log of a run (for failure messages)."""
+    """The last lines of every log of a run, and its last traceback where that ends earlier (torchrun's summary
+    follows a rank's traceback), for failure messages."""
     out = []
     for path in sorted((Path(run_dir) / "log").glob("*.out")):
         text = path.read_text(errors="replace").splitlines()
+        starts = [i for i, line in enumerate(text) if "Traceback (most recent call last)" in line]
+        if starts and starts[-1] < len(text) - lines:
+            out.append(f"--- {path.name}, its last traceback\n" + "\n".join(text[starts[-1]:starts[-1] + 40]))
         out.append(f"--- {path.name}\n" + "\n".join(text[-lines:]))
     return "\n".join(out)
