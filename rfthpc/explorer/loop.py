@@ -58,7 +58,7 @@ from rfthpc.explorer.heartbeat import Heartbeat
 from rfthpc.explorer.judged import judge_metrics
 from rfthpc.explorer.rollout import RolloutPolicy, TaskOutcome, run_tasks
 from rfthpc.explorer.stage_end import StageEnd, Stopped
-from rfthpc.explorer.staleness import expected_train_step, required_version, staleness, taskset_offsets
+from rfthpc.explorer.staleness import expected_train_step, required_version, servable, staleness, taskset_offsets
 from rfthpc.explorer.sync import WeightSync
 from rfthpc.observe.monitor import Monitor
 from rfthpc.rundir.endpoints import publish_endpoint, withdraw_endpoint
@@ -478,7 +478,12 @@ class Explorer:
         wait_s = self.sync.take_asked_s()
         if stage.sync_style == "fixed":
             self.sync.follow()
-        if self.follower.version < need:
+        now = servable(steps, stage.max_staleness, self.follower.version)
+        if 0 < len(now) < len(claims):
+            # Tasks of an earlier trainer step beside later ones (see `servable`): the earlier go now with the
+            # policy held, the later back to the pool (on leaving), to wait for their version in a later batch.
+            claims, steps = [claims[i] for i in now], [steps[i] for i in now]
+        elif self.follower.version < need:
             self._flush()
             began = time.monotonic()
             status = self.sync.wait_for_version(need, stage)

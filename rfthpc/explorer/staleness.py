@@ -33,6 +33,15 @@ def required_version(expected_step: int, max_staleness: int) -> int:
     return max(0, expected_step - 1 - max_staleness)
 
 
+def servable(expected_steps: Sequence[int], max_staleness: int, held: int) -> list[int]:
+    """Indices of a batch's tasks whose groups the policy version `held` may serve, in order.
+
+    A batch can span two trainer steps: a restarted explorer gets its predecessor's returned tasks of
+    one step back beside fresh ones of the next. The earlier step's groups may be all the trainer
+    waits for before it publishes the version the later ones need, so they must not wait with them."""
+    return [i for i, step in enumerate(expected_steps) if required_version(step, max_staleness) <= held]
+
+
 def staleness(expected_step: int, version: int) -> int:
     """Predicted staleness of a group of `version` read at `expected_step`: (t - 1) - v."""
     return expected_step - 1 - version

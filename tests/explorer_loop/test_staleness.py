@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rfthpc.explorer.eval import eval_due
-from rfthpc.explorer.staleness import expected_train_step, required_version, staleness, taskset_offsets
+from rfthpc.explorer.staleness import expected_train_step, required_version, servable, staleness, taskset_offsets
 
 
 def test_expected_step_counts_batches_from_the_stage_start() -> None:
@@ -27,6 +27,15 @@ def test_lock_step_waits_for_the_previous_step_weights() -> None:
     assert required_version(1, 3) == 0
     assert staleness(5, 3) == 1
     assert staleness(61, 60) == 0
+
+
+def test_a_batch_spanning_two_steps_serves_the_earlier_one_with_the_policy_held() -> None:
+    # A restarted explorer's batch: its predecessor's three returned tasks of step 6, a fresh one of step 7.
+    # Holding version 5 in lock step, the step-6 tasks go now (step 7 needs version 6, which the trainer
+    # publishes only after training on the step-6 groups).
+    assert servable([6, 6, 6, 7], 0, held=5) == [0, 1, 2]
+    assert servable([6, 6, 6, 7], 1, held=5) == [0, 1, 2, 3]
+    assert servable([7, 7, 7, 7], 0, held=5) == []
 
 
 def test_taskset_offsets_follow_the_task_budget() -> None:
