@@ -74,7 +74,7 @@ from rfthpc.store import ChunkWriter, Group
 from rfthpc.store.schema import BASELINE_REWARD, StoredExperience, TaskRef
 from rfthpc.tasks.claims import Claim, ClaimSet
 from rfthpc.tasks.tasksets import Task
-from rfthpc.weights import published
+from rfthpc.weights import node_local, published
 from rfthpc.weights.follow import WeightFollower
 from rfthpc.workflows.base import RolloutEngine, WorkflowContext
 
@@ -177,8 +177,8 @@ class Explorer:
         """Groups kept (dynamic sampling) towards this explorer's share of the next trainer batch."""
         self._batches_since_share = 0
         """Batches explored since the last share was filled (`filter_groups.max_num_gen_batches`)."""
-        self.follower = WeightFollower(self.rundir, name, rank, Path(settings.staging_dir) if settings.staging_dir
-                                       else None, poll_s=settings.weights_poll_interval)
+        self.follower = WeightFollower(self.rundir, name, rank, node_local.staging_root(settings.staging_dir),
+                                       poll_s=settings.weights_poll_interval)
         self.phases: PhaseLog | None = None
         """Start-up and shutdown phases (rfthpc.rundir.phases), from `run`."""
         self.endpoint_file: Path | None = None

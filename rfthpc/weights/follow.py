@@ -25,7 +25,6 @@ into staging, reading nothing from the shared filesystem.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import shutil
@@ -291,12 +290,7 @@ class WeightFollower:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         try:
-            try:
-                os.link(source, tmp / STAGED_FILE)
-            except OSError as e:
-                if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
-                    raise
-                shutil.copyfile(source, tmp / STAGED_FILE)  # a filesystem without links here: copy from memory
+            node_local.link_or_copy(source, tmp / STAGED_FILE)
             os.rename(tmp, out)
         except FileNotFoundError:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -26,6 +26,7 @@ megabytes read from the run directory.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -97,6 +98,17 @@ def prune(root: Path, keep: int) -> None:
     """Remove all but the newest `keep` copies."""
     for old in copies(root)[keep:]:
         shutil.rmtree(version_dir(root, old), ignore_errors=True)
+
+
+def link_or_copy(source: Path, dest: Path) -> None:
+    """Hard-link a copy into an explorer's staging (no bytes move); copy it where links fail (another
+    filesystem). FileNotFoundError: the trainer dropped it meanwhile."""
+    try:
+        os.link(source, dest)
+    except OSError as e:
+        if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
+            raise
+        shutil.copyfile(source, dest)
 
 
 def clear(root: Path) -> None:
