@@ -11,12 +11,15 @@ version is published as the adapter alone and applied by the explorer through pe
 checkpoint converts by merging the adapter into the base. Then, with two GPUs (or on CPU), the run
 with 2 trainer ranks at `trainer.ulysses_sequence_parallel_size: 2`. Then the colocated leg: the
 trainer and a vLLM engine on the one device at once, as `slurm.layout: colocated` shares a GPU (the
-engine at `gpu_memory_utilization` 0.3, validated against the GPU's memory). Every step must succeed;
+engine at `gpu_memory_utilization` 0.3, validated against the GPU's memory), and once more time-sharing
+the device (`explorer.rollout_model.enable_sleep_mode`: the engine, now at 0.8 of the GPU, sleeps while the
+trainer steps, the trainer's state goes to CPU memory while the engine generates). Every step must succeed;
 the figures come from the runs' metrics.
 
 Last line: `FIGURES device=… dtype=… step_time_s=… train_tokens_per_s=… rollout_tokens_per_s=…
 deltas=… full_snapshots=… weight_stall_s=… convert_s=… lora_step_time_s=… lora_adapters=…
-lora_bytes_per_sync=… [sp2_step_time_s=…] colocated_step_time_s=… colocated_rollout_tokens_per_s=…`
+lora_bytes_per_sync=… [sp2_step_time_s=…] colocated_step_time_s=… colocated_rollout_tokens_per_s=…
+sleep_step_time_s=… sleep_rollout_tokens_per_s=… sleep_turns=… sleep_turn_wait_s=…`
 (sp2 with two GPUs or on CPU).
 
 Usage: `bash tools/gpu_check.sh [--wheels DIR]` (or this script with the project importable).
@@ -145,20 +148,28 @@ def _sp_run(work: Path, cfg: dict) -> dict[str, float]:
     return {"sp2_step_time_s": statistics.median(r["perf/time_per_step"] for r in trainer[1:])}
 
 
-def _colocated_run(work: Path, cfg: dict, device: str) -> dict[str, float]:
-    """The trainer and a vLLM engine sharing the device at once (`slurm.layout: colocated`'s memory split: the
-    engine takes 0.3 of the GPU, validated against its memory; on CPU a 1 GiB KV cache)."""
+def _colocated_run(work: Path, cfg: dict, device: str, sleep: bool) -> dict[str, float]:
+    """The trainer and a vLLM engine on the one device (`slurm.layout: colocated`). Without `sleep`, both at
+    once: the engine takes 0.3 of the GPU, validated against its memory (on CPU a 1 GiB KV cache). With it,
+    they take turns: the engine takes 0.8 of the GPU, and sleeps while the trainer steps."""
     import torch
 
     cfg["explorer"]["rollout_model"] = {"engine_type": "vllm", "engine_num": 1, "dtype": "auto",
-                                        "gpu_memory_utilization": 0.3, "cpu_kvcache_space_gb": 1}
+                                        "gpu_memory_utilization": 0.8 if sleep else 0.3, "cpu_kvcache_space_gb": 1,
+                                        "enable_sleep_mode": sleep}
     if device == "cuda":
         memory = torch.cuda.get_device_properties(0).total_memory / 1024 ** 3
         cfg["cluster"] = {"node_num": 1, "gpu_per_node": 1, "gpu_memory_gb": round(memory, 1)}
+    if device == "cuda" or sleep:
         cfg["slurm"] = {"layout": "colocated"}
     _, trainer, explorer = _run_check(work, cfg)
-    return {"colocated_step_time_s": statistics.median(r["perf/time_per_step"] for r in trainer[1:]),
-            "colocated_rollout_tokens_per_s": statistics.median(r["rollout/tokens_per_s"] for r in explorer)}
+    prefix = "sleep" if sleep else "colocated"
+    figures = {f"{prefix}_step_time_s": statistics.median(r["perf/time_per_step"] for r in trainer[1:]),
+               f"{prefix}_rollout_tokens_per_s": statistics.median(r["rollout/tokens_per_s"] for r in explorer)}
+    if sleep:
+        figures["sleep_turns"] = explorer[-1]["rollout/gpu_turns"]
+        figures["sleep_turn_wait_s"] = sum(r["timing/gpu_turn_wait_s"] for r in trainer)
+    return figures
 
 
 def main() -> int:
@@ -183,9 +194,10 @@ def main() -> int:
             sp["name"] = "check-sp2"
             sp["trainer"]["ulysses_sequence_parallel_size"] = 2
             figures.update(_sp_run(work, sp))
-        colocated = config(work / "demo", work / "runs")
-        colocated["name"] = "check-colocated"
-        figures.update(_colocated_run(work, colocated, device))
+        for sleep in (False, True):
+            colocated = config(work / "demo", work / "runs")
+            colocated["name"] = "check-sleep" if sleep else "check-colocated"
+            figures.update(_colocated_run(work, colocated, device, sleep))
     print("FIGURES " + " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in figures.items()))
     return 0
 

@@ -52,7 +52,8 @@ def _run(args: argparse.Namespace, overrides: list[str]) -> int:
     # math-verify warns on every call made outside the main thread (workflows run in runner
     # threads, where its SIGALRM timeouts cannot work); once per response drowns the log.
     logging.getLogger("math_verify").setLevel(logging.ERROR)
-    exit_process(Explorer(run.root, name, rank, settings, process_ends=True).run())
+    exit_process(Explorer(run.root, name, rank, settings, process_ends=True,
+                          time_share_gpus=args.time_share_gpus).run())
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -61,6 +62,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--run-dir", required=True, help="the run directory (holds config.yaml)")
     p.add_argument("--name", default=None, help="explorer array name (default: explorer.name of the config)")
     p.add_argument("--rank", type=int, default=None, help="array task index (default: $SLURM_ARRAY_TASK_ID or 0)")
+    p.add_argument("--time-share-gpus", action="store_true",
+                   help="take turns on this process's GPUs with the trainer on them (a colocated job with "
+                        "explorer.rollout_model.enable_sleep_mode): the engines sleep while the trainer steps")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                    help="logging level")
     p.set_defaults(handler=_run)

@@ -16,7 +16,7 @@ def _run(args: argparse.Namespace, overrides: list[str]) -> int:
     rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))
     logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING,
                         format=f"%(asctime)s [rank {rank}] %(levelname)s %(name)s: %(message)s")
-    exit_process(run_trainer(Path(args.run_dir), args.node_local_weights))
+    exit_process(run_trainer(Path(args.run_dir), args.node_local_weights, args.time_share_gpus))
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,4 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--node-local-weights", action="store_true",
                    help="explorers run on this node (a colocated job, `rfthpc run`): also leave each published "
                         "version in node-local memory (filesystem.staging_dir) for them to load")
+    p.add_argument("--time-share-gpus", action="store_true",
+                   help="take turns on this node's GPUs with the explorers on them (a colocated job with "
+                        "explorer.rollout_model.enable_sleep_mode): the trainer's weights and optimizer state "
+                        "go to CPU memory while it waits for experience")
     p.set_defaults(handler=_run)

@@ -8,8 +8,11 @@ The estimate, per GPU, in GiB (`colocation_estimate`, shown by `config show`):
   activations and the CUDA context;
 - the rollout engine: what vLLM claims, `gpu_memory_utilization` x the GPU's memory (its weights, P b / tp,
   must fit in that claim, with its KV cache in the rest).
-A run whose two parts do not fit together is refused naming the figures and the largest
-`gpu_memory_utilization` that would fit. Time-sharing the GPU instead (vLLM's sleep mode) is not built yet.
+Where the two do not fit together but each fits beside what the other keeps while it waits
+(`SLEEPING_GIB`), the GPUs are time-shared (`explorer.rollout_model.enable_sleep_mode`, chosen here when it is
+left unset: `sleep_mode`): the engine sleeps while the trainer steps, the trainer's state moves to CPU memory
+while the engine generates (rfthpc.engines.time_sharing). A run that fits neither way is refused naming the
+figures and the largest `gpu_memory_utilization` that would fit.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from rfthpc.config.schema import Config
 
 WORKSPACE_GIB = 3.0
 """Per GPU, besides the trainer's parameters and optimizer state: activations, CUDA contexts, allocator slack."""
+SLEEPING_GIB = 2.0
+"""Per GPU, what the side that waits its turn still holds: its CUDA context, vLLM's CUDA graphs, allocator slack."""
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "auto": 2}
 _GIB = 1024 ** 3
 
@@ -64,6 +69,12 @@ class Estimate:
         """Both parts fit at once, and the engine's weights fit in its claim."""
         return self.trainer_gib + self.engine_gib <= self.gpu_gib and self.engine_weights_gib < self.engine_gib
 
+    @property
+    def fits_alone(self) -> bool:
+        """Each part fits while the other sleeps (time-sharing the GPUs), and the engine's weights fit in its claim."""
+        return (self.trainer_gib + SLEEPING_GIB <= self.gpu_gib and self.engine_gib + SLEEPING_GIB <= self.gpu_gib
+                and self.engine_weights_gib < self.engine_gib)
+
     def most_utilization(self) -> float:
         """The largest `gpu_memory_utilization` that leaves the trainer its share (may be below what vLLM needs)."""
         return max(0.0, math.floor((self.gpu_gib - self.trainer_gib) / self.gpu_gib * 100) / 100)
@@ -96,13 +107,24 @@ def colocation_estimate(cfg: Config) -> Estimate | None:
                     engine_weights_gib=count * engine_b / rm.tensor_parallel_size / _GIB, parameters=count)
 
 
+def sleep_mode(cfg: Config) -> bool:
+    """Whether the run time-shares its GPUs: `explorer.rollout_model.enable_sleep_mode` as set, else on for a
+    colocated run whose trainer and engine fit one at a time but not together (by the estimate)."""
+    chosen = cfg.explorer.rollout_model.enable_sleep_mode
+    if chosen is not None:
+        return chosen
+    estimate = colocation_estimate(cfg)
+    return estimate is not None and not estimate.fits and estimate.fits_alone
+
+
 def colocation_note(cfg: Config) -> str | None:
     """What `config show` says of a colocated run's memory: the estimate, or that it is not checked."""
     if not colocated(cfg):
         return None
     estimate = colocation_estimate(cfg)
     if estimate is not None:
-        return estimate.describe()
+        shared = "; time-sharing the GPUs (enable_sleep_mode)" if cfg.explorer.rollout_model.enable_sleep_mode else ""
+        return estimate.describe() + shared
     if cfg.cluster.gpu_per_node <= 0:
         return None
     return (f"slurm.layout colocated: the rollout engine takes gpu_memory_utilization "
@@ -126,16 +148,25 @@ def colocation_problems(cfg: Config, explorer_task_gpus: int, server_gpus: int) 
         out.append(f"cluster.node_num: {c.node_num}; the shared auxiliary models' servers need {server_gpus} GPUs on "
                    "nodes of their own besides the colocated one: raise cluster.node_num")
     estimate = colocation_estimate(cfg)
-    if estimate is not None and not estimate.fits:
+    sharing = bool(rm.enable_sleep_mode)
+    if estimate is not None and not (estimate.fits_alone if sharing else estimate.fits):
         if estimate.engine_weights_gib >= estimate.engine_gib:
             out.append(f"explorer.rollout_model.gpu_memory_utilization: {rm.gpu_memory_utilization} x "
                        f"{estimate.gpu_gib:g} GiB = {estimate.engine_gib:.1f} GiB cannot hold the engine's weights "
                        f"({estimate.engine_weights_gib:.1f} GiB) and a KV cache; {estimate.describe()}: raise it, or "
                        "use more GPUs per engine (tensor_parallel_size)")
+        elif sharing:
+            out.append(f"cluster.gpu_memory_gb: {estimate.describe()}: time-sharing the GPUs, each part needs its "
+                       f"share beside the {SLEEPING_GIB:g} GiB the other keeps while it sleeps, and "
+                       f"{max(estimate.trainer_gib, estimate.engine_gib) + SLEEPING_GIB:.1f} GiB do not fit in "
+                       f"{estimate.gpu_gib:g} GiB; train with LoRA (model.lora), use more GPUs (the trainer's share "
+                       "shrinks with each), or lower explorer.rollout_model.gpu_memory_utilization")
         else:
             both = estimate.trainer_gib + estimate.engine_gib
+            alone = (" (they would fit one at a time: leave explorer.rollout_model.enable_sleep_mode unset or set "
+                     "it true to time-share the GPUs)") if estimate.fits_alone else ""
             out.append(f"cluster.gpu_memory_gb: {estimate.describe()}: {both:.1f} GiB do not fit in "
-                       f"{estimate.gpu_gib:g} GiB; lower explorer.rollout_model.gpu_memory_utilization to at most {estimate.most_utilization():.2f} (if the engine's weights "
-                       "and a KV cache fit there), train with LoRA (model.lora), or use more GPUs (the trainer's "
-                       "share shrinks with each); time-sharing the GPUs (vLLM's sleep mode) is not built yet")
+                       f"{estimate.gpu_gib:g} GiB{alone}; lower explorer.rollout_model.gpu_memory_utilization to at "
+                       f"most {estimate.most_utilization():.2f} (if the engine's weights and a KV cache fit there), "
+                       "train with LoRA (model.lora), or use more GPUs (the trainer's share shrinks with each)")
     return out

@@ -9,7 +9,7 @@ from typing import Any
 
 from rfthpc.algorithms.registry import SCALED_MODES
 from rfthpc.config.buffer import TasksetConfig
-from rfthpc.config.colocation import colocated
+from rfthpc.config.colocation import colocated, sleep_mode
 from rfthpc.config.expert import rollout_groups_per_step
 from rfthpc.config.explorer import InferenceModelConfig
 from rfthpc.config.schema import STAGE_SECTIONS, Config, explores, trains
@@ -156,6 +156,8 @@ def _derive_steps(cfg: Config, problems: Problems) -> None:
 
 def _derive_slurm(cfg: Config) -> None:
     rm, s, c = cfg.explorer.rollout_model, cfg.slurm, cfg.cluster
+    if rm.enable_sleep_mode is None:
+        rm.enable_sleep_mode = colocated(cfg) and sleep_mode(cfg)
     s.explorer.array_size = _fill(s.explorer.array_size, rm.engine_num)
     if c.gpu_per_node > 0:
         s.explorer.gpus_per_node = _fill(s.explorer.gpus_per_node, explorer_task_gpus(cfg))

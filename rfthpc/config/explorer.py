@@ -43,6 +43,13 @@ class InferenceModelConfig:
     """Engine dtype; auto: bfloat16 on GPU, float32 on CPU."""
     enforce_eager: bool = False
     """Disable CUDA graphs (always eager on CPU)."""
+    enable_sleep_mode: Optional[bool] = None
+    """Rollout model of a colocated run (`slurm.layout: colocated`): time-share each GPU with the trainer. The
+    explorer's engines sleep (vLLM's sleep mode: weights to CPU memory, KV cache freed) while the trainer
+    steps, and the trainer moves its weights and optimizer state to CPU memory while the explorer generates;
+    the two take turns on each GPU. None: chosen at validation from the memory estimate (on when the
+    trainer and the engine fit one at a time but not together, `cluster.gpu_memory_gb`); false for other
+    layouts. TRL's `vllm_enable_sleep_mode`."""
     enable_prefix_caching: bool = False
     """vLLM prefix caching (cleared after each weight update)."""
     enable_chunked_prefill: bool = False

@@ -365,6 +365,10 @@ def _check_sizes(cfg: Config, problems: Problems) -> None:
 
 def _check_gpus(cfg: Config, problems: Problems) -> None:
     c = cfg.cluster
+    if cfg.explorer.rollout_model.enable_sleep_mode and cfg.slurm.layout != "colocated":
+        problems.add(f"explorer.rollout_model.enable_sleep_mode: true time-shares GPUs with a trainer on the same "
+                     f"ones; set slurm.layout: colocated, or remove it (slurm.layout {cfg.slurm.layout} gives the "
+                     "explorers GPUs of their own)", GPUS)
     if colocated(cfg):
         for message in colocation_problems(cfg, explorer_task_gpus(cfg), server_gpus(cfg)):
             problems.add(message, GPUS)

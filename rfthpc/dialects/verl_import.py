@@ -339,9 +339,11 @@ def _colocated(t: Translation, tp: int, per_node: int) -> None:
     t.set("explorer.rollout_model.engine_num", per_node // tp, f"the node's {per_node} GPUs, in engines of {tp}")
     t.notes.append(f"trainer.nnodes, n_gpus_per_node: veRL's hybrid engine time-shares the node's {per_node} GPU(s) "
                    "between rollouts and training; rfthpc runs the trainer and the explorers colocated, one job on "
-                   "the same GPUs (slurm.layout: colocated), both in memory at once: the rollout engine takes "
-                   "explorer.rollout_model.gpu_memory_utilization of each GPU and the trainer the rest (set "
-                   "cluster.gpu_memory_gb to have validation check that they fit)")
+                   "the same GPUs (slurm.layout: colocated): the rollout engine takes "
+                   "explorer.rollout_model.gpu_memory_utilization of each GPU and the trainer the rest, both in "
+                   "memory at once, or, where they fit only one at a time, taking turns as veRL's do (vLLM's sleep "
+                   "mode, explorer.rollout_model.enable_sleep_mode; set cluster.gpu_memory_gb to have validation "
+                   "check that they fit and choose)")
 
 
 def _header(t: Translation, composed: Composed, launch: Launch | None, command: str) -> list[str]:

@@ -33,6 +33,7 @@ FROM_SETTINGS: dict[str, str] = {
     "tensor_parallel_size": "tensor_parallel_size",
     "gpu_memory_utilization": "gpu_memory_utilization",
     "enforce_eager": "enforce_eager",
+    "enable_sleep_mode": "enable_sleep_mode",
     "enable_prefix_caching": "enable_prefix_caching",
     "enable_chunked_prefill": "enable_chunked_prefill",
     "max_model_len": "max_model_len",

@@ -71,6 +71,9 @@ class EngineSettings:
     (`load_weights` of a PEFT directory); vLLM reserves room for an adapter of this rank."""
     engine_kwargs: Mapping[str, Any] = field(default_factory=dict)
     """Further vLLM engine arguments, passed as given (`explorer.rollout_model.engine_kwargs`)."""
+    enable_sleep_mode: bool = False
+    """The engine sleeps while a colocated trainer uses its GPUs (rfthpc.engines.time_sharing): vLLM's sleep
+    mode on CUDA (the CPU build has none: nothing to release)."""
 
     def __post_init__(self) -> None:
         if not Path(self.model_path).expanduser().is_dir():

@@ -213,6 +213,19 @@ class TransformersEngine:
             raise UserError(f"the adapter in {path} does not fit the rollout model's adapter: missing {missing[:3]}, "
                             f"unexpected {sorted(result.unexpected_keys)[:3]}; one run publishes one adapter shape")
 
+    def sleep(self) -> None:
+        """Free the GPU memory while a colocated trainer steps: the model to CPU memory (on a CPU, nothing)."""
+        if self.settings.enable_sleep_mode and self.device.type == "cuda":
+            import torch
+
+            self.model.to("cpu")
+            torch.cuda.empty_cache()
+
+    def wake_up(self) -> None:
+        """The model back on its GPU after `sleep`."""
+        if self.settings.enable_sleep_mode and self.device.type == "cuda":
+            self.model.to(self.device)
+
     def close(self, process_ending: bool = False) -> None:
         """Drop the model."""
         del self.model

@@ -84,6 +84,8 @@ def llm_kwargs(settings: EngineSettings, on_cpu: bool) -> dict[str, Any]:
     }
     if settings.max_model_len is not None:
         kwargs["max_model_len"] = settings.max_model_len
+    if settings.enable_sleep_mode and not on_cpu:
+        kwargs["enable_sleep_mode"] = True
     if on_cpu:
         kwargs["distributed_executor_backend"] = "uni"
         kwargs["load_format"] = PLAIN_CPU_FORMAT
@@ -227,6 +229,17 @@ class VLLMEngine:
         if previous is not None:
             self.llm.llm_engine.remove_lora(previous.lora_int_id)
         self.llm.reset_prefix_cache()
+
+    def sleep(self) -> None:
+        """Free the GPU memory while a colocated trainer steps (vLLM's sleep level 1: the weights to CPU
+        memory, the KV cache dropped); the CPU build keeps its memory (it has no sleep mode)."""
+        if self.settings.enable_sleep_mode and not self.on_cpu:
+            self.llm.sleep(level=1)
+
+    def wake_up(self) -> None:
+        """Take the GPU memory back after `sleep`."""
+        if self.settings.enable_sleep_mode and not self.on_cpu:
+            self.llm.wake_up()
 
     def close(self, process_ending: bool = False) -> None:
         """Shut the engine down. An engine running in this process (the CPU build's, which

@@ -35,10 +35,12 @@ an engine failed (`EngineFailed`: committed groups stay, the batch's claims are 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -50,6 +52,7 @@ from rfthpc.engines.base import EngineSettings, EngineType, PolicyEngine, is_gre
 from rfthpc.engines.batching import EngineFailed, RequestBatcher
 from rfthpc.engines.gpus import build_engines, process_gpus
 from rfthpc.engines.remote import RemoteClient, RemoteEngine
+from rfthpc.engines.time_sharing import GpuTurns, TimeShare, device_ids, turns_dir
 from rfthpc.errors import EXIT_PREEMPTED, UserError
 from rfthpc.explorer import setup
 from rfthpc.explorer.episodes import episode_metrics
@@ -152,9 +155,12 @@ class Explorer:
         settings: ExplorerSettings,
         engine_factory: EngineFactory = make_engine,
         process_ends: bool = False,
+        time_share_gpus: bool = False,
     ) -> None:
         """`settings`: the run's (`explorer_settings(load_resolved(config).stages)`); `process_ends`: the
-        process ends when `run` returns (`rfthpc explore`), so engines release only what would outlive it."""
+        process ends when `run` returns (`rfthpc explore`), so engines release only what would outlive it;
+        `time_share_gpus`: take turns on this process's GPUs with the trainer colocated with it, the engines
+        asleep between turns (rfthpc.engines.time_sharing)."""
         if rank < 0:
             raise UserError(f"explorer rank {rank}: use an array task index >= 0")
         self.rundir = RunDir(run_dir)
@@ -179,6 +185,10 @@ class Explorer:
         """Batches explored since the last share was filled (`filter_groups.max_num_gen_batches`)."""
         self.follower = WeightFollower(self.rundir, name, rank, node_local.staging_root(settings.staging_dir),
                                        poll_s=settings.weights_poll_interval)
+        self.time_share = TimeShare(
+            GpuTurns(turns_dir(node_local.staging_root(settings.staging_dir), self.rundir.root), device_ids(),
+                     f"explorer {name} rank {rank}"),
+            lambda: self.stop.requested, cancelled=Stopped) if time_share_gpus else None
         self.phases: PhaseLog | None = None
         """Start-up and shutdown phases (rfthpc.rundir.phases), from `run`."""
         self.endpoint_file: Path | None = None
@@ -215,6 +225,8 @@ class Explorer:
                 return self._run_stages(explore)
         except EngineFailed as e:
             return self._failed(e)
+        except Stopped:  # while waiting for its turn on the GPUs to start its engines
+            return self._stopped()
         finally:
             self._shutdown()
             self.phases.mark("exit")
@@ -243,10 +255,19 @@ class Explorer:
         plan = {POLICY_ENGINE: (rm.engine_type, setup.engine_settings(settings, rm, self.rank, base)),
                 **{aux.name: (aux.engine_type, setup.engine_settings(settings, aux, self.rank))
                    for aux in settings.auxiliary_models if not aux.shared}}
-        build_engines(plan, self.engine_factory, process_gpus(), self.engines)
-        if adapter:
-            self.engines[POLICY_ENGINE].load_weights(Path(adapter))
-        self.follower.attach(self.engines[POLICY_ENGINE], version)
+        factory = self.engine_factory
+        if self.time_share is not None:
+            share = self.time_share
+            log.info("explorer %s rank %d: time-sharing GPUs %s with the trainer (engines asleep between turns)",
+                     self.name, self.rank, ",".join(share.turns.devices))
+
+            def factory(kind: EngineType, engine: EngineSettings) -> PolicyEngine:
+                return share.wrap(self.engine_factory(kind, dataclasses.replace(engine, enable_sleep_mode=True)))
+        with self._turn():
+            build_engines(plan, factory, process_gpus(), self.engines)
+            if adapter:
+                self.engines[POLICY_ENGINE].load_weights(Path(adapter))
+            self.follower.attach(self.engines[POLICY_ENGINE], version)
         self.batcher = RequestBatcher(self.engines)
         self.ctx = WorkflowContext(
             engine=self.batcher.client(POLICY_ENGINE, max_n=settings.max_repeat_times_per_runner),
@@ -293,6 +314,8 @@ class Explorer:
         for engine in self.engines.values():
             engine.close(process_ending=self.process_ends)
         self.engines.clear()
+        if self.time_share is not None:
+            self.time_share.turns.release()
         self.stop.restore()
 
     def _run_stages(self, explore: list[ExplorerStageSettings]) -> int:
@@ -630,9 +653,15 @@ class Explorer:
     # ---- bookkeeping ---------------------------------------------------------------------------
 
     def _run_tasks(self, tasks: list[Task]) -> list[TaskOutcome]:
-        """Run the tasks' workflows in this process's engines, their generate calls batched."""
-        return run_tasks(tasks, self.ctx, self.batcher, _rollout_policy(self.settings), self.stop, tick=self._tick,
-                         teacher=self.teacher)
+        """Run the tasks' workflows in this process's engines, their generate calls batched (time-sharing the
+        GPUs: in one turn, given up when they are done, the trainer being about to need them)."""
+        with self._turn():
+            return run_tasks(tasks, self.ctx, self.batcher, _rollout_policy(self.settings), self.stop,
+                             tick=self._tick, teacher=self.teacher)
+
+    def _turn(self) -> AbstractContextManager[None]:
+        """This process's turn on its GPUs for a block (time-sharing them; else nothing to take)."""
+        return self.time_share.turn() if self.time_share is not None else contextlib.nullcontext()
 
     def _complete_committed(self) -> None:
         """Complete the claims whose groups the writer has committed (all but the last `buffered`)."""
@@ -695,6 +724,9 @@ class Explorer:
             "rollout/wait_s": wait_s,
             **self.sync.metrics(),
         }
+        if self.time_share is not None:
+            metrics["rollout/gpu_turns"] = self.time_share.handoffs
+            metrics["rollout/gpu_turn_wait_s"] = self.time_share.waited_s
         if rewards.size:
             metrics.update({
                 "rollout/reward_mean": float(rewards.mean()), "rollout/reward_std": float(rewards.std()),

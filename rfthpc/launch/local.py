@@ -136,6 +136,8 @@ def plan_roles(stages: list[Stage], run: RunDir, trainer_procs: int = 1, explore
     count = (explorers if explorers is not None else cfg.slurm.explorer.array_size) if exploring else 0
     # The engines start once, from the first stage that explores (rfthpc.config.settings.explorer_settings).
     served = [(m.name, k) for m in (shared_models(exploring[0]) if exploring else []) for k in range(m.engine_num)]
+    # The trainer and this command's explorers take turns on the machine's GPUs (a colocated run in sleep mode).
+    time_share = bool(exploring and exploring[0].explorer.rollout_model.enable_sleep_mode)
     cores = available_cores() if cores is None else cores
     threads = str(max(1, cores // max(1, count + len(served) + (trainer_procs if train else 0))))
     base_env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", threads)}
@@ -147,7 +149,8 @@ def plan_roles(stages: list[Stage], run: RunDir, trainer_procs: int = 1, explore
                           service=True))
     if train:
         # Explorers of this command run on this machine: they load the trainer's versions from node-local memory.
-        train_args = ["train", "--run-dir", str(run.root), *(["--node-local-weights"] if count else [])]
+        train_args = ["train", "--run-dir", str(run.root), *(["--node-local-weights"] if count else []),
+                      *(["--time-share-gpus"] if count and time_share else [])]
         if trainer_procs > 1:
             argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={trainer_procs}",
                     "-m", "rfthpc", *train_args]
@@ -157,7 +160,8 @@ def plan_roles(stages: list[Stage], run: RunDir, trainer_procs: int = 1, explore
         roles.append(Role("trainer", argv, run.log / "trainer.log", env))
     name = cfg.explorer.name
     for rank in range(count):
-        argv = [*_python(), "explore", "--run-dir", str(run.root), "--name", name, "--rank", str(rank)]
+        argv = [*_python(), "explore", "--run-dir", str(run.root), "--name", name, "--rank", str(rank),
+                *(["--time-share-gpus"] if train and time_share else [])]
         roles.append(Role(f"{name}_{rank}", argv, run.log / f"{name}_{rank}.log", base_env))
     return roles
 

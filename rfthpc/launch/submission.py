@@ -146,7 +146,8 @@ def colocated_plan(cfg: Config, run_dir: RunDir, code_dir: Path | None) -> JobPl
     executor.update_parameters(**colocated_parameters(cfg, code_dir, size))
     job = RoleJob(str(run_dir.root), "colocated", python, cfg.slurm.max_requeues, explorer=name,
                   trainer_nodes=1, nproc_per_node=nproc_per_node(cfg),
-                  explorer_gpus=explorer_task_gpus(cfg) if cfg.cluster.gpu_per_node > 0 else 0)
+                  explorer_gpus=explorer_task_gpus(cfg) if cfg.cluster.gpu_per_node > 0 else 0,
+                  time_share_gpus=bool(cfg.explorer.rollout_model.enable_sleep_mode))
     return JobPlan("colocated", executor, [job], "colocated.sbatch", config_keys(cfg, "trainer"), explorer=name,
                    array_size=size, trainer_nodes=1)
 

@@ -90,6 +90,8 @@ class RoleJob(Checkpointable):
     """Trainer ranks per node."""
     explorer_gpus: int = 0
     """A colocated job: the GPUs of each explorer, a group of the node's (0: none, CPU)."""
+    time_share_gpus: bool = False
+    """A colocated job in sleep mode (`explorer.rollout_model.enable_sleep_mode`): its roles take turns on the GPUs."""
 
     def task_role(self, env: Mapping[str, str]) -> tuple[str, int]:
         """("trainer", node index), ("explorer", explorer rank) or ("server", engine index) of this Slurm task."""
@@ -108,12 +110,14 @@ class RoleJob(Checkpointable):
         if role == "server":
             return [self.python, "-m", "rfthpc", "serve", "--run-dir", self.run_dir, "--model", str(self.server),
                     "--engine", str(index), *(["--explorer", self.explorer] if self.explorer else [])]
+        # A colocated job's explorers share the trainer's GPUs: in sleep mode the two take turns on them.
+        shares = ["--time-share-gpus"] if self.kind == "colocated" and self.time_share_gpus else []
         if role == "explorer":
             return [self.python, "-m", "rfthpc", "explore", "--run-dir", self.run_dir,
-                    "--name", str(self.explorer), "--rank", str(index)]
+                    "--name", str(self.explorer), "--rank", str(index), *shares]
         # A colocated job's explorers share the trainer's node: they load its versions from node-local memory.
         args = ["rfthpc", "train", "--run-dir", self.run_dir, *(["--node-local-weights"] if self.kind == "colocated"
-                                                                 else [])]
+                                                                 else []), *shares]
         if self.trainer_nodes * self.nproc_per_node == 1:
             return [self.python, "-m", *args]
         rdzv = rendezvous_from_slurm(env, hetjob=self.kind == "hetjob")

@@ -30,6 +30,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ import torch
 
 from rfthpc.config import load_resolved
 from rfthpc.config.settings import TrainerSettings, TrainerStageSettings, trainer_settings
+from rfthpc.engines.time_sharing import GpuTurns, device_ids, turns_dir
 from rfthpc.errors import EXIT_PREEMPTED, UserError
 from rfthpc.rundir.paths import RunDir, check_layout
 from rfthpc.rundir.phases import PhaseLog
@@ -67,6 +69,7 @@ from rfthpc.trainer.samples import Sample, explorer_teacher_scores
 from rfthpc.trainer.sequence_parallel import sequence_group
 from rfthpc.trainer.sft_data import PreferenceData, SFTData, load_tokenizer
 from rfthpc.trainer.stages import Position, next_trainable, resume_position
+from rfthpc.trainer.time_sharing import TrainerTurns
 from rfthpc.trainer.update import LossPart, ShardedUpdater, UpdateResult
 from rfthpc.weights import asking, chain, node_local, published
 from rfthpc.weights.publisher import Publication, Publisher
@@ -115,9 +118,11 @@ class Trainer:
     """Runs the trainer role over the stages of the run in `run_dir` (every rank creates one)."""
 
     def __init__(self, run_dir: Path, env: DistEnv, phases: PhaseLog | None = None,
-                 node_local_weights: bool = False) -> None:
+                 node_local_weights: bool = False, time_share_gpus: bool = False) -> None:
         """`node_local_weights`: explorers share this node; leave each published version in node-local
-        memory for them too (rfthpc.weights.node_local)."""
+        memory for them too (rfthpc.weights.node_local). `time_share_gpus`: take turns on the node's GPUs with
+        those explorers, the trainer's state in CPU memory while it waits for experience
+        (rfthpc.trainer.time_sharing)."""
         self.rundir = RunDir(run_dir)
         self.node_local_weights = node_local_weights
         self.env = env
@@ -148,6 +153,15 @@ class Trainer:
         """The last report written to `trainer_meta/` (rank 0)."""
         self.requests = asking.RequestDesk(self.rundir.root) if env.is_main else None
         """Rank 0's view of the explorers' requests for weights (`sync_style: explorer_driven`)."""
+        self.current: _StageState | None = None
+        """The stage running now."""
+        self.turns: TrainerTurns | None = None
+        if time_share_gpus:
+            directory = turns_dir(node_local.staging_root(self.settings.staging_dir), self.rundir.root)
+            own = GpuTurns(directory, device_ids(), "trainer") if env.is_main else None
+            self.turns = TrainerTurns(own, env, self._holdings, move_models=not self.settings.cpu_offload)
+            log.info("time-sharing GPUs %s with the explorers on them: the trainer's state goes to CPU memory "
+                     "while it waits for experience", ",".join(device_ids()))
 
     # ---- entry ---------------------------------------------------------------------------------
 
@@ -156,7 +170,8 @@ class Trainer:
         self.stop.install()
         code = EXIT_FAILED
         try:
-            code = self._run()
+            with self._turn():
+                code = self._run()
             return code
         finally:
             self._report_end(code)
@@ -221,7 +236,7 @@ class Trainer:
     def _run_stage(self, pos: Position, meta: CheckpointMeta | None) -> tuple[int, Position | None]:
         """Run the stage at `pos` (from checkpoint `meta` if resuming inside it); return the exit
         code and the next position (None: no stage left)."""
-        st = self._setup_stage(self.stages[pos.stage_index], pos, meta)
+        st = self.current = self._setup_stage(self.stages[pos.stage_index], pos, meta)
         log.info("stage %r (%s) from global step %d", st.stage.name, st.algorithm.algorithm_type, pos.step)
         if st.is_rl and pos.step == pos.stage_start_step:
             self._publish(pos.step, st.stage)
@@ -254,6 +269,9 @@ class Trainer:
             # The step's timeline (docs/performance.md): waiting for experience, computing, publishing
             # and checkpointing add up to the time since the previous step's record.
             timeline = {"timing/wait_experience_s": waited, "timing/compute_s": metrics["perf/time_per_step"]}
+            if self.turns is not None:
+                # Part of the wait for experience: the turn on the GPUs after the experience came.
+                timeline["timing/gpu_turn_wait_s"] = self.turns.take_waited()
             began = time.perf_counter()
             publish = self._publish_due(st, pos)
             timeline["timing/publish_s"] = time.perf_counter() - began if publish else 0.0
@@ -409,7 +427,12 @@ class Trainer:
     # ---- one step ------------------------------------------------------------------------------
 
     def _fetch(self, st: _StageState, pos: Position) -> Poll:
-        """The next batch on every rank, polling (collectively) until one arrives or the loop must stop."""
+        """The next batch on every rank, polling (collectively) until one arrives or the loop must stop
+        (time-sharing the GPUs: without them meanwhile, while explorers generate it)."""
+        with self._away() if st.is_rl else nullcontext():
+            return self._poll(st, pos)
+
+    def _poll(self, st: _StageState, pos: Position) -> Poll:
         while True:
             if self.env.any(self.stop.requested):
                 return Poll("stop")
@@ -551,6 +574,10 @@ class Trainer:
 
     def _publish(self, step: int, stage: TrainerStageSettings) -> None:
         """Publish the policy as version `step` (all ranks gather; rank 0 writes a full snapshot or a delta)."""
+        with self._turn():
+            self._publish_now(step, stage)
+
+    def _publish_now(self, step: int, stage: TrainerStageSettings) -> None:
         start = time.perf_counter()
         run = self.settings
         if self.env.is_main and self.publisher is None:
@@ -570,6 +597,25 @@ class Trainer:
                          f"{what} {size / 1e6:.1f} MB" for what, size in (("full", p.full_bytes),
                                                                           ("delta", p.delta_bytes)) if size),
                      f"; removed versions {removed}" if removed else "")
+
+    def _turn(self) -> AbstractContextManager[None]:
+        """Holding the turns on the GPUs for a block (time-sharing them; else nothing to take)."""
+        return self.turns.turn() if self.turns is not None else nullcontext()
+
+    def _away(self) -> AbstractContextManager[None]:
+        """Without the turns on the GPUs for a block (time-sharing them; else nothing to give up)."""
+        return self.turns.away() if self.turns is not None else nullcontext()
+
+    def _holdings(self) -> tuple[list[torch.nn.Module], list[torch.optim.Optimizer]]:
+        """The models and optimizers the trainer keeps on its GPUs now (for time-sharing them)."""
+        st = self.current
+        models = [self.policy]
+        optimizers = []
+        if st is not None:
+            models += [st.reference, st.teacher, *([st.critic.model] if st.critic is not None else [])]
+            optimizers = [st.actor.optimizer, *([st.critic.optimizer] if st.critic is not None else [])]
+        unique = {id(m): m for m in models if isinstance(m, torch.nn.Module)}
+        return list(unique.values()), optimizers
 
     def _publish_due(self, st: _StageState, pos: Position) -> bool:
         """After step `pos.step`: publish now if the style says so (every rank calls it); True if published."""
@@ -754,16 +800,16 @@ def _mean_metrics(results: list[UpdateResult]) -> dict[str, float]:
     return {k: sum(v) / len(v) for k, v in sums.items()}
 
 
-def run_trainer(run_dir: Path, node_local_weights: bool = False) -> int:
+def run_trainer(run_dir: Path, node_local_weights: bool = False, time_share_gpus: bool = False) -> int:
     """The trainer process: join the process group, train, leave; return the exit code
-    (`node_local_weights`: see `Trainer`)."""
+    (`node_local_weights`, `time_share_gpus`: see `Trainer`)."""
     imported = time.time()
     env = init_distributed()
     phases = PhaseLog(run_dir, "trainer", enabled=env.is_main)
     phases.mark("imports", imported)
     code: int | None = None
     try:
-        code = Trainer(run_dir, env, phases, node_local_weights).run()
+        code = Trainer(run_dir, env, phases, node_local_weights, time_share_gpus).run()
         return code
     finally:
         env.close(synchronised=code is not None)

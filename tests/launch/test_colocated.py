@@ -90,3 +90,47 @@ def test_the_memory_estimate_names_its_figures(tmp_path: Path, demo_data: Path) 
                                           r"GPU .* rollout engine 1.6 GiB .* 4.6 GiB do not fit in 4 GiB; lower "
                                           r"explorer.rollout_model.gpu_memory_utilization to at most 0.24"):
         _load(tmp_path, small)
+
+
+def _tiny(demo_data: Path, gpu_gib: float, utilization: float, **rollout: Any) -> dict[str, Any]:
+    return {**COLOCATED, "model": {**COLOCATED["model"], "model_path": str(demo_data / "model"), "dtype": "bfloat16"},
+            "algorithm": {**COLOCATED["algorithm"], "kl_loss_fn": "none"},
+            "cluster": {**COLOCATED["cluster"], "gpu_memory_gb": gpu_gib},
+            "explorer": {"rollout_model": {**COLOCATED["explorer"]["rollout_model"],
+                                           "gpu_memory_utilization": utilization, **rollout}}}
+
+
+def test_gpus_are_time_shared_where_the_two_fit_only_one_at_a_time(tmp_path: Path, demo_data: Path) -> None:
+    """Trainer ~3.0 GiB and engine 3.6 GiB of a 6 GiB GPU: not together, each beside the 2 GiB the sleeping
+    other keeps. Left unset, sleep mode is chosen, `config show` says so, and the colocated job's trainer and
+    explorers are started taking turns on the GPUs; set false, the run is refused saying it would fit so."""
+    loaded = _load(tmp_path, _tiny(demo_data, 6, 0.6))
+    assert loaded.config.explorer.rollout_model.enable_sleep_mode is True
+    assert any(note.endswith("time-sharing the GPUs (enable_sleep_mode)") for note in loaded.notes), loaded.notes
+    [plan] = plan_jobs(loaded.config, ["both"], RUN, None)
+    [job] = plan.callables
+    env = {"SLURM_PROCID": "0", "SLURM_NTASKS": "3", "CUDA_VISIBLE_DEVICES": "0,1,2,3", "SLURM_JOB_ID": "7",
+           "SLURM_JOB_NODELIST": "localhost", "SLURM_JOB_NUM_NODES": "1"}
+    assert "--time-share-gpus" in job.command(env)
+    assert job.command({**env, "SLURM_PROCID": "1"})[-1] == "--time-share-gpus"
+    with pytest.raises(ConfigError, match=r"6.6 GiB do not fit in 6 GiB \(they would fit one at a time: leave "
+                                          r"explorer.rollout_model.enable_sleep_mode unset or set it true"):
+        _load(tmp_path, _tiny(demo_data, 6, 0.6, enable_sleep_mode=False))
+    fits = _load(tmp_path, _tiny(demo_data, 80, 0.4)).config
+    assert fits.explorer.rollout_model.enable_sleep_mode is False  # both fit at once: no turns to take
+    [plan] = plan_jobs(fits, ["both"], RUN, None)
+    assert "--time-share-gpus" not in plan.callables[0].command(env)
+
+
+def test_a_run_that_fits_neither_way_or_sleeps_without_a_colocated_trainer_is_refused(tmp_path: Path,
+                                                                                      demo_data: Path) -> None:
+    with pytest.raises(ConfigError, match=r"cluster.gpu_memory_gb: colocated on GPUs of 4.5 GiB: .* time-sharing the "
+                                          r"GPUs, each part needs its share beside the 2 GiB the other keeps while it "
+                                          r"sleeps, and 5.0 GiB do not fit in 4.5 GiB"):
+        _load(tmp_path, _tiny(demo_data, 4.5, 0.4, enable_sleep_mode=True))
+    separate = {**COLOCATED, "slurm": {**COLOCATED["slurm"], "layout": "separate"},
+                "cluster": {"node_num": 2, "gpu_per_node": 4},
+                "explorer": {"rollout_model": {"engine_num": 2, "enable_sleep_mode": True}}}
+    with pytest.raises(ConfigError, match="enable_sleep_mode: true time-shares GPUs with a trainer on the same ones; "
+                                          "set slurm.layout: colocated"):
+        _load(tmp_path, separate)

@@ -306,11 +306,12 @@ def test_hetjob_layout_with_added_explorers(slurm_cluster: None, demo_data: Path
 def test_colocated_layout_with_added_explorers(slurm_cluster: None, demo_data: Path, runs: Path,
                                                tmp_path: Path) -> None:
     """`slurm.layout: colocated` runs trainer + explorer as two tasks of one job on one node, sharing its (fake)
-    GPU; the run ends, every task trained once; `add-explorers` joins mid-run with a GPU of its own."""
+    GPU and taking turns on it (`enable_sleep_mode`); the run ends, every task trained once; `add-explorers` joins
+    mid-run with a GPU of its own, taking no turns."""
     cfg = write_yaml(tmp_path / "run.yaml", tiny_config(
         demo_data, runs, "colocated", buffer={"total_steps": 12}, synchronizer=PACED,
         cluster={"node_num": 2, "gpu_per_node": 1},
-        explorer={"rollout_model": {"engine_num": 1}},
+        explorer={"rollout_model": {"engine_num": 1, "enable_sleep_mode": True}},
         slurm={"layout": "colocated", "trainer": {"time": "00:20:00", "cpus_per_task": 1, "mem": "5G"}}))
     run = submit(cfg)
     (job_id,) = job_ids(run)
@@ -332,6 +333,11 @@ def test_colocated_layout_with_added_explorers(slurm_cluster: None, demo_data: P
     # The colocated explorer takes the trainer's versions from node-local memory.
     assert "--node-local-weights" in logs[f"{job_id}_0_log.out"]
     assert "the trainer's node-local copy" in logs[f"{job_id}_1_log.out"], logs[f"{job_id}_1_log.out"][-3000:]
+    # The two take turns on the GPU they share; the added explorer has its own.
+    assert "--time-share-gpus" in logs[f"{job_id}_0_log.out"]
+    assert "time-sharing GPUs 0 with the trainer" in logs[f"{job_id}_1_log.out"]
+    added_log = "".join(p.read_text() for p in (run / "log").glob(f"{new_id}_*_log.out"))
+    assert "explorer 0 (restart 0, code" in added_log and "time-sharing" not in added_log
     text = rfthpc("status", str(run)).stdout
     assert "colocated" in text and "trainer + explorer" in text and "explorer_new" in text
 

@@ -343,3 +343,45 @@ def test_each_sync_style_runs_to_the_end(style: str, demo_dir: Path, tmp_path: P
         _, newest = journal_at(answers, keep=weight_requests.ANSWERS_KEPT).latest()
         assert newest is not None and "explorer-0" in json.loads(newest)["answered"]
         assert published[0] == 0 and published[-1] == steps and published == sorted(set(published))
+
+
+@pytest.mark.parametrize("engine", ["transformers", "vllm"])
+def test_a_colocated_run_in_sleep_mode_takes_turns_on_the_machine(engine: str, demo_dir: Path, tmp_path: Path) -> None:
+    """`slurm.layout: colocated` with `enable_sleep_mode`: the trainer and the explorer take turns on the
+    machine's devices. While a third process holds the turn, both roles start but neither builds its model or
+    engine, publishes or steps; once it lets go the run ends with every group trained on once. (On a CPU the
+    engines have no memory to release; vLLM's sleep and wake are GPU-only, tools/gpu_check.py.)"""
+    from rfthpc.engines.time_sharing import GpuTurns, turns_dir
+    from rfthpc.weights.node_local import default_staging_root
+
+    steps = 4
+    config = rl_only(tmp_path / "run.yaml", "turns", steps=steps, slurm={"layout": "colocated"},
+                     explorer={"rollout_model": {"engine_type": engine, "enable_sleep_mode": True}})
+    run = RunDir(tmp_path / "ckpt" / "rfthpc-demo" / "turns")
+    mine = GpuTurns(turns_dir(default_staging_root(), run.root), ["node"], "test")
+    assert mine.acquire() is not None  # before the run starts: nothing else can hold it
+    proc = rfthpc("run", "--config", str(config), env=env_for(demo_dir, tmp_path / "ckpt"))
+    try:
+        def started() -> bool:
+            logs = [run.log / "trainer.log", run.log / "explorer_0.log"]
+            return all(p.is_file() and "time-sharing GPUs node" in p.read_text() for p in logs)
+
+        _wait_for("both roles to start", started, 300, [proc])
+        time.sleep(2)
+        # Neither has had a turn: no model built, nothing published, no engine started, no step.
+        assert read_latest(run.root) is None and _trainer_step(run) == 0
+        explored = run.monitor / "explorer_explorer_0.jsonl"
+        assert not explored.is_file() or not explored.read_text().strip()
+        mine.release()
+        code, out, err = finish(proc, 300)
+    finally:
+        mine.release()
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 0, f"exit {code}\n{out[-2000:]}\n{err[-3000:]}"
+    _assert_consumed_once(run, steps)
+    trainer = monitor_records(run.root)
+    assert all(r["timing/gpu_turn_wait_s"] >= 0 for r in trainer)
+    batches = monitor_records(run.root, "explorer_explorer_0")
+    assert batches[-1]["rollout/gpu_turns"] >= steps + 1  # its engine start, then a turn per batch at least
+    assert trainer[0]["timing/gpu_turn_wait_s"] >= 2  # its start waited for the test's turn
