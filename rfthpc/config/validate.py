@@ -108,6 +108,11 @@ def _check_functions(cfg: Config, problems: Problems) -> None:
     if problem:
         problems.add(problem, ALGORITHM)
     _check_rollout_correction(cfg, problems)
+    if trains_on_dataset(alg.algorithm_type) and alg.advantage_fn:
+        # Else the stage would train as RL, waiting for experience no explorer of a dataset stage makes.
+        problems.add(f"algorithm.advantage_fn: {alg.advantage_fn!r} scores the explorers' experience, but "
+                     f"algorithm_type {alg.algorithm_type!r} trains on a dataset; remove it (in a run of stages, set "
+                     "it in the RL stage's algorithm rather than the run's, which every stage inherits)", ALGORITHM)
     if _advantage_needs(alg.advantage_fn).groups and not trains_on_dataset(alg.algorithm_type):
         # A lone response has nothing to be compared with: its advantage is 0 and only the KL term trains.
         counts = [("algorithm.repeat_times", alg.repeat_times)] if cfg.mode == "train" else [

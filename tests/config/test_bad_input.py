@@ -199,6 +199,27 @@ def test_unknown_advantage_fn_lists_known_ones(tmp_path: Path, base: str) -> Non
     assert "algorithm.advantage_fn" in msg and "'gae2'" in msg and "grpo" in msg
 
 
+def test_an_advantage_on_a_dataset_stage_is_refused(tmp_path: Path, base: str) -> None:
+    """A run's advantage_fn inherited by its SFT warm-up would make it an RL stage waiting for experience."""
+    staged = base.replace("repeat_times: 4", "repeat_times: 4\n  advantage_fn: gigpo") + textwrap.dedent("""
+        stages:
+          - stage_name: warmup
+            mode: train
+            algorithm: {algorithm_type: sft}
+            buffer:
+              train_batch_size: 4
+              trainer_input:
+                experience_buffer: {name: sft, storage_type: file, path: DATA, format: {prompt_key: question,
+                                                                                      response_key: answer}}
+          - stage_name: rl
+        """)
+    data = base.split("\n      path: ", 1)[1].split("\n", 1)[0]  # the taskset's file
+    msg = _error(write(tmp_path, staged.replace("DATA", data)))
+    assert msg.count("\n  - ") == 1, msg  # the one problem
+    assert ("stage 'warmup': algorithm.advantage_fn: 'gigpo' scores the explorers' experience, but algorithm_type "
+            "'sft' trains on a dataset; remove it (in a run of stages, set it in the RL stage's algorithm") in msg, msg
+
+
 def test_unknown_workflow_and_reward_list_known_ones(tmp_path: Path, base: str) -> None:
     text = base.replace("default_workflow_type: math_workflow",
                         "default_workflow_type: maths_workflow\n    default_reward_fn_type: acc")
