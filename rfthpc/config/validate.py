@@ -20,7 +20,7 @@ from rfthpc.config.derive import (
     server_gpus,
     trainer_gpus_per_node,
 )
-from rfthpc.config.expert import expert_problems
+from rfthpc.config.expert import expert_problems, rollout_groups_per_step
 from rfthpc.config.lora import lora_problems
 from rfthpc.config.monitor import sink_problems
 from rfthpc.config.schema import Config, explores, trains
@@ -304,6 +304,17 @@ def _check_sizes(cfg: Config, problems: Problems) -> None:
             f"buffer.train_batch_size: {b.train_batch_size} is not a multiple of algorithm.repeat_times "
             f"({alg.repeat_times}); whole groups are trained together. Use "
             f"{max(1, b.train_batch_size // alg.repeat_times) * alg.repeat_times} or leave it unset"
+        )
+    groups = rollout_groups_per_step(cfg)
+    if cfg.mode == "both" and not trains_on_dataset(alg.algorithm_type) and 1 <= b.batch_size < groups:
+        # The explorers count buffer.batch_size tasks to a trainer step and wait for its policy within
+        # max_staleness, while the trainer waits for more groups than that: neither would move.
+        problems.add(
+            f"buffer.train_batch_size: {b.train_batch_size} responses are {groups} groups of "
+            f"{alg.repeat_times} per trainer step, more than buffer.batch_size ({b.batch_size} tasks), which the "
+            "explorers count to a step and generate within synchronizer.max_staleness of it: the trainer would "
+            f"wait for groups the explorers hold back. Set train_batch_size to {b.batch_size * alg.repeat_times} "
+            f"(batch_size x repeat_times) or leave it unset, or raise batch_size to {groups}"
         )
     if sync.sync_interval < 1:
         problems.add(f"synchronizer.sync_interval: {sync.sync_interval} must be >= 1 "

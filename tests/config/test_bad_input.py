@@ -174,6 +174,15 @@ def test_train_batch_size_not_a_multiple_of_repeat_times(tmp_path: Path, base: s
     assert "buffer.train_batch_size: 18 is not a multiple of algorithm.repeat_times (4)" in msg
 
 
+def test_a_trainer_step_of_more_groups_than_the_explorers_step_is_refused(tmp_path: Path, base: str) -> None:
+    """The explorers count batch_size tasks to a trainer step and stay within max_staleness of it: a trainer
+    step of more groups would wait for groups they hold back (a hang until sync_timeout)."""
+    msg = _error(write(tmp_path, base.replace("batch_size: 4", "batch_size: 4\n  train_batch_size: 32")))
+    assert ("buffer.train_batch_size: 32 responses are 8 groups of 4 per trainer step, more than buffer.batch_size "
+            "(4 tasks)") in msg and "Set train_batch_size to 16 (batch_size x repeat_times)" in msg, msg
+    assert load_config(write(tmp_path, base.replace("batch_size: 4", "batch_size: 4\n  train_batch_size: 8")))
+
+
 def test_repeat_times_below_one(tmp_path: Path, base: str) -> None:
     assert "algorithm.repeat_times: 0 must be >= 1" in _error(write(tmp_path, base.replace("repeat_times: 4",
                                                                                            "repeat_times: 0")))
