@@ -147,10 +147,14 @@ class TimeShare:
         self._depth += 1
         try:
             yield
-        finally:
+        except BaseException:
             self._depth -= 1
             if self._depth == 0:
-                self._give()
+                self._give(failing=True)
+            raise
+        self._depth -= 1
+        if self._depth == 0:
+            self._give()
 
     def wrap(self, engine: PolicyEngine) -> PolicyEngine:
         """`engine` taking a turn for every call made outside a `turn()` block, and sleeping between turns."""
@@ -167,10 +171,16 @@ class TimeShare:
         for engine in self.engines:
             engine.wake_up()
 
-    def _give(self) -> None:
+    def _give(self, failing: bool = False) -> None:
+        """Put the engines to sleep and give the turns up; `failing`: as an error unwinds, whose report an engine
+        failing to sleep too must not replace."""
         try:
             for engine in self.engines:
                 engine.sleep()
+        except Exception:
+            if not failing:
+                raise
+            log.warning("an engine could not be put to sleep as an error unwinds", exc_info=True)
         finally:
             self.turns.release()
 

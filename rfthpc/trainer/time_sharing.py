@@ -60,6 +60,13 @@ class TrainerTurns:
             self.turns.release()
         self.held = False
 
+    def abandon(self) -> None:
+        """Let the turns go as the trainer fails: no state moved, no barrier (the other ranks may never meet it;
+        the process is ending)."""
+        if self.turns is not None:
+            self.turns.release()
+        self.held = False
+
     @contextmanager
     def away(self) -> Iterator[None]:
         """Without the turns for the block (waiting for experience), holding them again after it."""
@@ -67,9 +74,11 @@ class TrainerTurns:
         self.give()
         try:
             yield
-        finally:
-            if held:
-                self.take()
+        except BaseException:
+            self.abandon()
+            raise
+        if held:
+            self.take()
 
     @contextmanager
     def turn(self) -> Iterator[None]:
@@ -78,9 +87,11 @@ class TrainerTurns:
         self.take()
         try:
             yield
-        finally:
-            if not held:
-                self.give()
+        except BaseException:
+            self.abandon()
+            raise
+        if not held:
+            self.give()
 
     def take_waited(self) -> float:
         """Seconds waited for turns since the last call."""
