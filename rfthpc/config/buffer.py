@@ -213,7 +213,9 @@ class BufferConfig:
     batch_size: int = 1
     """Tasks per explorer step (veRL's `ppo_mini_batch_size`)."""
     train_batch_size: Optional[int] = None
-    """Experiences per trainer step; defaults to `batch_size * repeat_times`."""
+    """Experiences per trainer step (whole groups of `repeat_times`); defaults to `batch_size * repeat_times`.
+    Where explorers and trainer run together it may not exceed that: explorers count `batch_size` tasks to a
+    trainer step and generate within `max_staleness` of it."""
     total_epochs: int = 1
     """Passes over the training tasksets."""
     total_steps: Optional[int] = None
