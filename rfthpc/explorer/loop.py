@@ -35,12 +35,11 @@ an engine failed (`EngineFailed`: committed groups stay, the batch's claims are 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -661,7 +660,7 @@ class Explorer:
 
     def _turn(self) -> AbstractContextManager[None]:
         """This process's turn on its GPUs for a block (time-sharing them; else nothing to take)."""
-        return self.time_share.turn() if self.time_share is not None else contextlib.nullcontext()
+        return self.time_share.turn() if self.time_share is not None else nullcontext()
 
     def _complete_committed(self) -> None:
         """Complete the claims whose groups the writer has committed (all but the last `buffered`)."""

@@ -158,10 +158,11 @@ class Trainer:
         self.turns: TrainerTurns | None = None
         if time_share_gpus:
             directory = turns_dir(node_local.staging_root(self.settings.staging_dir), self.rundir.root)
-            own = GpuTurns(directory, device_ids(), "trainer") if env.is_main else None
+            devices = device_ids()
+            own = GpuTurns(directory, devices, "trainer") if env.is_main else None
             self.turns = TrainerTurns(own, env, self._holdings, move_models=not self.settings.cpu_offload)
             log.info("time-sharing GPUs %s with the explorers on them: the trainer's state goes to CPU memory "
-                     "while it waits for experience", ",".join(device_ids()))
+                     "while it waits for experience", ",".join(devices))
 
     # ---- entry ---------------------------------------------------------------------------------
 
