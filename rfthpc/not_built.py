@@ -40,20 +40,12 @@ class NotBuilt:
     """The closest working setting in rfthpc, and what differs from the feature."""
 
 
-_GIGPO = ("adds to each step's episode-level GRPO advantage a step-level one, normalised over the steps of the "
-          "group's episodes that start from the same state (GiGPO, multi-turn agents)")
-_ROLL_GIGPO = ("algorithm_type: multi_step_grpo with advantage_fn: gigpo, which is ROLL's GiGPO (the same two terms, "
-               "its episode term normalised over the task's steps), with default_workflow_type: env_workflow and "
-               "workflow_args.step_wise: true (docs/algorithms.md); Trinity-RFT's own gigpo preset is not reproduced "
-               "(its definition was not available to compare against)")
 _TEACHER_IN_TRAINER = ("algorithm_type: on_policy_distill with the taskset's own workflow (math_workflow for a reward "
                        "beside it) and the teacher as explorer.teacher_model (an auxiliary model the explorer has "
                        "score each sample) or model.teacher_model_path (loaded in the trainer): the explorer or the "
                        "trainer scores each sampled token, not the workflow")
 NOT_BUILT: dict[str, dict[str, NotBuilt]] = {
-    ALGORITHM: {
-        "gigpo": NotBuilt(_GIGPO, _ROLL_GIGPO),
-    },
+    ALGORITHM: {},
     ADVANTAGE: {
         "clipv": NotBuilt(
             "takes GRPO's advantage and leaves out of the step the negative-advantage tokens whose entropy-change "

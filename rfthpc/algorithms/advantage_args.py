@@ -6,6 +6,7 @@ value is reported before anything is queued."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from rfthpc.errors import ConfigError
@@ -23,7 +24,7 @@ def opmd_args(*, opmd_baseline: str, tau: float, **_: Any) -> None:
 
 def roll_normalisation_args(*, norm_mean_type: str | None, norm_std_type: str | None, reward_clip: float | None,
                             advantage_clip: float | None, **_: Any) -> None:
-    """ROLL's reward normalisation and clips (lite_ppo, step_reinforce, gigpo): known levels, positive clips."""
+    """ROLL's reward normalisation and clips (lite_ppo, step_reinforce, roll_gigpo): known levels, positive clips."""
     for key, level in (("norm_mean_type", norm_mean_type), ("norm_std_type", norm_std_type)):
         if level not in ("group", "batch", None):
             raise ConfigError(f"{_KEY}.{key}: unknown level {level!r}; use group, batch or null (ROLL's running "
@@ -65,10 +66,23 @@ def jsd_args(*, lambda_coef: float, kl_coef: float, temperature: float, chunk_si
 
 def step_return_args(*, step_reward_gamma: float, norm_mean_type: str | None, norm_std_type: str | None,
                      reward_clip: float | None, advantage_clip: float | None, **_: Any) -> None:
-    """step_reinforce, gigpo: a discount in [0, 1]; ROLL's normalisation levels and clips."""
+    """step_reinforce, roll_gigpo: a discount in [0, 1]; ROLL's normalisation levels and clips."""
     roll_normalisation_args(norm_mean_type=norm_mean_type, norm_std_type=norm_std_type, reward_clip=reward_clip,
                             advantage_clip=advantage_clip)
     if isinstance(step_reward_gamma, bool) or not isinstance(step_reward_gamma, (int, float)) \
             or not 0 <= step_reward_gamma <= 1:
         raise ConfigError(f"{_KEY}.step_reward_gamma must lie in [0, 1] (the discount of later steps' rewards), "
                           f"got {step_reward_gamma!r}.")
+
+
+def gigpo_args(*, omega: float, gamma: float, fnorm: str, epsilon: float, **_: Any) -> None:
+    """gigpo (Trinity-RFT's): a known normalisation; a discount in [0, 1]; a finite weight; epsilon > 0."""
+    if fnorm not in ("std", "none"):
+        raise ConfigError(f"{_KEY}.fnorm: unknown normalisation {fnorm!r}; use std (divide by the set's std) or none.")
+    for key, value in (("omega", omega), ("gamma", gamma), ("epsilon", epsilon)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ConfigError(f"{_KEY}.{key} must be a number, got {value!r}.")
+    if not 0 <= gamma <= 1:
+        raise ConfigError(f"{_KEY}.gamma must lie in [0, 1] (the discount of later steps' rewards), got {gamma!r}.")
+    if not epsilon > 0:
+        raise ConfigError(f"{_KEY}.epsilon must be > 0 (it keeps a flat set's division finite), got {epsilon!r}.")

@@ -57,9 +57,9 @@ class AdvantageInputs:
     """(B,) each response's place in its episode's steps (0 for a whole episode)."""
     step_rewards: torch.Tensor | None = None
     """(B,) what each step earned on its own (the environment's reward for that turn); NaN where not said,
-    and then the episode's reward counts as its last step's. Read by step_reinforce and gigpo."""
+    and then the episode's reward counts as its last step's. Read by step_reinforce and the GiGPOs."""
     state_ids: torch.Tensor | None = None
-    """(B,) integer id of the environment state each step acted in, equal for equal states of one group
+    """(B,) integer id of the environment state each step acted in, equal for equal states across the batch
     (GiGPO's anchor states); one per response when not given."""
     values: torch.Tensor | None = None
     """(B, T) critic values V(s_t); needed by ppo (GAE)."""

@@ -155,6 +155,9 @@ ALGORITHM_PRESETS: dict[str, dict[str, Any]] = {
     # Trinity-RFT's MultiStepGRPOAlgorithm: each model call of an episode trained as an experience of its
     # own (env_workflow with step_wise: true), the episode's group-normalised score as every call's advantage.
     "multi_step_grpo": _preset(advantage_fn="step_wise_grpo", policy_loss_fn="ppo", repeat_times=8),
+    # Trinity-RFT's GiGPOAlgorithm: the same steps, each advantage its episode's group-relative return plus its
+    # return against the batch's steps taken from the same state (omega 1, gamma 1, centred only: its defaults).
+    "gigpo": _preset(advantage_fn="gigpo", policy_loss_fn="ppo", repeat_times=8),
     # SFT+RL mixing as Trinity-RFT's presets: each step's batch also holds expert rows of an SFT dataset (the mix
     # sample strategy, which the policy loss selects), trained with the SFT loss weighted mu (mix_chord: on a
     # schedule, phi-weighted tokens) beside GRPO's loss on the rollouts; the entropy term on the rollouts only.

@@ -111,7 +111,7 @@ class AlgorithmConfig:
     advantage_fn: Optional[str] = None
     """Advantage estimator (grpo, rloo, opmd, asymre, rec, opo, gpg, grpo_passk, gdpo, lite_ppo, remax,
     reinforce, reinforceplusplus, reinforce_plus_plus_baseline, optimal_token_baseline, clipb, raft,
-    on_policy_distill, jsd, step_wise_grpo, step_reinforce, gigpo (steps of multi-turn episodes), ppo/gae;
+    on_policy_distill, jsd, step_wise_grpo, step_reinforce, gigpo, roll_gigpo (steps of multi-turn episodes), ppo/gae;
     docs/algorithms.md) or `module:function`."""
     advantage_fn_args: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the advantage function (e.g. gamma, lam, std_normalize)."""

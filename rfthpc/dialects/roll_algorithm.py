@@ -2,8 +2,8 @@
 section, for `roll_import`.
 
 ROLL's reinforce and grpo estimators are rfthpc's `lite_ppo` with ROLL's normalisation levels, reward
-clip, token whitening and advantage clip, its step-wise step_reinforce and gigpo the advantages of those names
-with the same pipeline; its PPO loss is rfthpc's `ppo` with ROLL's dual-clip bound
+clip, token whitening and advantage clip, its step-wise step_reinforce and gigpo rfthpc's step_reinforce and
+roll_gigpo with the same pipeline; its PPO loss is rfthpc's `ppo` with ROLL's dual-clip bound
 (1 + 2 * pg_clip, or none); its ActorPGWorker variants are the rfthpc losses of the same names.
 """
 
@@ -20,8 +20,9 @@ NO_DUAL_CLIP = 1.0e9
 _OTHER_ESTIMATOR = ("the importer translates ROLL's reinforce and grpo (rfthpc's lite_ppo with ROLL's "
                     "normalisation) and its step-wise step_reinforce and gigpo; for gae write the algorithm section "
                     "by hand (docs/configuration.md)")
-_STEP_ESTIMATORS = ("step_reinforce", "gigpo")
-"""ROLL's step-wise estimators (its agentic pipeline's): rfthpc's advantage functions of the same names."""
+_STEP_ESTIMATORS = {"step_reinforce": "step_reinforce", "gigpo": "roll_gigpo"}
+"""ROLL's step-wise estimators (its agentic pipeline's) and rfthpc's advantage functions that compute them as ROLL
+does (rfthpc's `gigpo` is Trinity-RFT's)."""
 
 
 def translate_algorithm(t: Translation, agentic: bool) -> None:
@@ -37,8 +38,9 @@ def translate_algorithm(t: Translation, agentic: bool) -> None:
         t.refuse("adv_estimator", f"{estimator!r}: {_OTHER_ESTIMATOR}")
     t.set("algorithm.algorithm_type", "lite_ppo", source)
     if step_wise:
-        t.set("algorithm.advantage_fn", estimator, f"{source} (the steps' discounted returns, ROLL's reward "
-                                                   "normalisation, then its advantage pipeline)")
+        t.set("algorithm.advantage_fn", _STEP_ESTIMATORS[estimator], f"{source} (the steps' discounted returns, "
+                                                                     "ROLL's reward normalisation, then its advantage "
+                                                                     "pipeline)")
     else:
         t.set("algorithm.advantage_fn", "lite_ppo", f"{source}: {estimator} (ROLL's reward normalisation, "
                                                      "then its advantage pipeline)")

@@ -176,10 +176,11 @@ def step_rewards(samples: list[Sample]) -> list[float]:
 
 
 def state_ids(samples: list[Sample]) -> list[int]:
-    """Per sample, the index of the environment state it acted in, among the batch's (group, subgroup,
-    state); a sample without a state is a state of its own."""
+    """Per sample, the index of the environment state it acted in among the batch's states (equal states of
+    different tasks too: Trinity-RFT's GiGPO compares them, ROLL's pairs them with the group); a sample
+    without a state is a state of its own."""
     index: dict[tuple, int] = {}
-    return [index.setdefault((s.group, s.subgroup, s.state) if s.state is not None else ("own", i), len(index))
+    return [index.setdefault(("state", s.state) if s.state is not None else ("own", i), len(index))
             for i, s in enumerate(samples)]
 
 

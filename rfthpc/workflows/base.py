@@ -175,7 +175,7 @@ STEP = "step"
 """Key of an experience's `info`: its place (0, 1, ...) in its episode's steps (with `EPISODE`)."""
 STEP_REWARD = "step_reward"
 """Key of an experience's `info` (with `EPISODE`): what the step itself earned (the environment's reward for
-that turn, ROLL's step score), which ROLL's step_reinforce and gigpo discount back over the episode. Absent:
+that turn, ROLL's step score), which ROLL's step_reinforce and the GiGPOs discount back over the episode. Absent:
 the episode's reward counts as earned by its last step only."""
 STATE = "state"
 """Key of an experience's `info` (with `EPISODE`): a digest of the environment state the step acted in (its

@@ -102,13 +102,13 @@ def _lines_naming(msg: str, text: str) -> list[str]:
 
 def test_a_refused_key_is_reported_once_under_one_kind(tmp_path: Path, base: str) -> None:  # noqa: F811
     """A refused selector, its estimator keys and a reward function rfthpc does not have are not also
-    an invalid choice, unknown keys or an unknown function; an algorithm rfthpc has not built is refused, and
-    not also the functions its preset would have named."""
+    an invalid choice, unknown keys or an unknown function; an advantage function rfthpc has not built is refused,
+    and not also an unknown function."""
     text = base.replace("      name: t\n", "      name: t\n      data_selector:\n        selector_type: difficulty_based\n"
                         "        feature_keys: [pass_rate]\n        kwargs: {m: 16}\n")
     text = text.replace("default_workflow_type: math_workflow",
                         "default_workflow_type: math_workflow\n    default_reward_fn_type: rm_gallery_reward")
-    text = text.replace("algorithm_type: grpo", "algorithm_type: gigpo")
+    text = text.replace("repeat_times: 4", "repeat_times: 4\n  advantage_fn: clipv")
     msg = str(pytest.raises(ConfigError, load_config, write(tmp_path, text)).value)
     for key in ("selector_type", "feature_keys", "kwargs", "rm_gallery_reward"):
         [line] = _lines_naming(msg, key)

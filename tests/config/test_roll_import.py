@@ -290,12 +290,13 @@ STEP_MANAGER = "roll.pipeline.agentic.env_manager.step_env_manager.StepEnvManage
 def test_rolls_step_wise_estimators_train_each_step(tmp_path: Path, estimator: str) -> None:
     """ROLL's FrozenLake example as its GiGPO page sets it up (env_manager_cls StepEnvManager, which its
     environments read, and gigpo or step_reinforce): the
-    trained taskset plays step-wise, the advantage of that name gets ROLL's settings, and the result validates."""
+    trained taskset plays step-wise, the advantage computed as ROLL does (ROLL's gigpo is rfthpc's roll_gigpo) gets
+    ROLL's settings, and the result validates."""
     cfg, text = imported(tmp_path, AGENTIC, f"adv_estimator={estimator}", f"env_manager_cls={STEP_MANAGER}",
                          "+step_reward_gamma=0.9", "+step_reward_weight=0.5")
     config = load_config(tmp_path / "imported.yaml", check_paths=False).config
     alg = cfg["algorithm"]
-    assert alg["advantage_fn"] == estimator
+    assert alg["advantage_fn"] == {"gigpo": "roll_gigpo"}.get(estimator, estimator)
     expected = {"step_reward_gamma": 0.9} | ({"episode_reward_weight": 1.0, "step_reward_weight": 0.5}
                                             if estimator == "gigpo" else {})
     assert {k: alg["advantage_fn_args"][k] for k in alg["advantage_fn_args"] if k in

@@ -33,9 +33,6 @@ def _set(config: str, key: str, value: str) -> str:
 
 
 @pytest.mark.parametrize(("key", "name", "kind", "feature", "instead"), [
-    (_ALGORITHM, "gigpo", "algorithm", "a step-level one, normalised over the steps of the group's episodes that "
-     "start from the same state (GiGPO", "algorithm_type: multi_step_grpo with advantage_fn: gigpo, which is "
-     "ROLL's GiGPO"),
     ("algorithm.advantage_fn", "clipv", "advantage function", "(Clip_V)", "advantage_fn: clipb"),
     ("algorithm.policy_loss_fn", "sft_phi", "policy loss", "CHORD's SFT loss weighted by p(1-p) per token, as an SFT "
      "stage's loss", "policy_loss_fn: sft (unweighted) for an sft stage"),

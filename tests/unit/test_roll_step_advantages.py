@@ -1,6 +1,6 @@
-"""ROLL's step-wise estimators (step_reinforce, gigpo) against a plain re-statement of ROLL's agentic pipeline
-(roll/pipeline/agentic/utils.py: compute_discounted_returns, grouped_reward_norm with method mean_std,
-build_state_group, compute_response_level_rewards), written here step by step with Python lists."""
+"""ROLL's step-wise estimators (step_reinforce, gigpo: rfthpc's roll_gigpo) against a plain re-statement of ROLL's
+agentic pipeline (roll/pipeline/agentic/utils.py: compute_discounted_returns, grouped_reward_norm with method
+mean_std, build_state_group, compute_response_level_rewards), written here step by step with Python lists."""
 
 from __future__ import annotations
 
@@ -84,18 +84,18 @@ def test_gigpo_adds_the_anchor_state_groups_step_score_to_the_episodes():
     episode_part = grouped([r[3] for r in ROWS], [r[0] for r in ROWS])
     step_part = grouped(returns, [(r[0], r[5]) for r in ROWS])
     expected = [0.7 * e + 0.3 * s for e, s in zip(episode_part, step_part, strict=True)]
-    adv, _ = ADVANTAGE_FNS.get("gigpo")(inputs(ROWS), episode_reward_weight=0.7, step_reward_weight=0.3)
+    adv, _ = ADVANTAGE_FNS.get("roll_gigpo")(inputs(ROWS), episode_reward_weight=0.7, step_reward_weight=0.3)
     torch.testing.assert_close(adv[:, 0], torch.tensor(expected))
     # State "a" of task 0 was met by three episodes: their first steps differ; task 1's "a" is another state.
     assert step_part[0] != 0 and step_part[1] != 0 and step_part[4] == 0.0
 
 
 def test_gigpo_without_states_is_its_episode_term():
-    adv, _ = ADVANTAGE_FNS.get("gigpo")(dataclasses.replace(inputs(ROWS), state_ids=None))
+    adv, _ = ADVANTAGE_FNS.get("roll_gigpo")(dataclasses.replace(inputs(ROWS), state_ids=None))
     torch.testing.assert_close(adv[:, 0], torch.tensor(grouped([r[3] for r in ROWS], [r[0] for r in ROWS])))
 
 
-@pytest.mark.parametrize("name", ["step_reinforce", "gigpo"])
+@pytest.mark.parametrize("name", ["step_reinforce", "roll_gigpo"])
 @pytest.mark.parametrize(("args", "message"), [
     ({"step_reward_gamma": 1.5}, "step_reward_gamma must lie in [0, 1]"),
     ({"norm_mean_type": "running"}, "norm_mean_type: unknown level 'running'"),

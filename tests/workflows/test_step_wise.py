@@ -122,13 +122,14 @@ def test_multi_step_grpo_trains_the_steps_of_stored_groups(tmp_path: Path, tiny_
             assert tensors.advantages[i, 0].item() == pytest.approx(want, abs=1e-5)
     assert (tensors.advantages.abs() > 0).any(), "some group's episodes differ"
 
-    # What each step earned and the state it acted in come back from the store; ROLL's gigpo reads them.
+    # What each step earned and the state it acted in come back from the store; both GiGPOs read them.
     for g in range(len(groups)):
         for e in {s.episode for s in samples if s.group == g}:
             mine = [s for s in samples if s.group == g and s.episode == e]
             assert sum(s.step_reward for s in mine) == pytest.approx(mine[0].reward, abs=1e-6)
             assert all(s.state is not None for s in mine)
-    gigpo = Algorithm.from_settings(AlgorithmSettings.of(finalize(Config(algorithm=AlgorithmConfig(
-        algorithm_type="multi_step_grpo", advantage_fn="gigpo"))).algorithm))
-    stepwise, _ = build_step_tensors(samples, gigpo)
-    assert torch.isfinite(stepwise.advantages).all() and not torch.equal(stepwise.advantages, tensors.advantages)
+    for algorithm_type, advantage_fn in (("gigpo", None), ("multi_step_grpo", "roll_gigpo")):
+        gigpo = Algorithm.from_settings(AlgorithmSettings.of(finalize(Config(algorithm=AlgorithmConfig(
+            algorithm_type=algorithm_type, advantage_fn=advantage_fn))).algorithm))
+        stepwise, _ = build_step_tensors(samples, gigpo)
+        assert torch.isfinite(stepwise.advantages).all() and not torch.equal(stepwise.advantages, tensors.advantages)
