@@ -10,8 +10,10 @@
 
 The agent is a function `agent(base_url, api_key, task, **agent_args)`: it talks to the policy with
 any OpenAI-compatible client (`openai.OpenAI(base_url=base_url, api_key=api_key)`, AgentScope, the
-OpenAI Agents SDK, a plain HTTP call) and returns the episode's reward, or one reward per call it
-made (None for a call not to train on). `task` is a dict of the task: `task_id`, `index`, `prompt`, `messages`, `truth`,
+OpenAI Agents SDK, a plain HTTP call) and returns the episode's reward, or one entry per call it
+made: its reward, None for a call not to train on, or a mapping `{"reward": r, "step_reward": s, "state": h}`
+(the last two optional: what the call itself earned, and the environment state it acted in, which GiGPO
+groups steps by). `task` is a dict of the task: `task_id`, `index`, `prompt`, `messages`, `truth`,
 `system_prompt` and `raw` (the whole row). Each of the task's `repeat_times` episodes runs at the
 same time with a base URL of its own (`rfthpc.workflows.endpoint`), in a thread of the explorer, or,
 with `isolation: process`, in a process of its own (`rfthpc.workflows.agent_runner`) that a timeout kills
@@ -49,7 +51,16 @@ from typing import Any, Literal
 from rfthpc.errors import ConfigError
 from rfthpc.registry import load_user_function
 from rfthpc.tasks.tasksets import Task
-from rfthpc.workflows.base import EPISODE, STEP, STEP_REWARD, Experience, WorkflowContext, WorkflowResult, needs
+from rfthpc.workflows.base import (
+    EPISODE,
+    STATE,
+    STEP,
+    STEP_REWARD,
+    Experience,
+    WorkflowContext,
+    WorkflowResult,
+    needs,
+)
 from rfthpc.workflows.endpoint import Call, endpoint_for
 
 Isolation = Literal["thread", "process"]
@@ -232,33 +243,55 @@ class _Episode:
         return self.result
 
 
-def _rewards(returned: Any, calls: list[Call]) -> list[float | None]:
-    """One reward per call from what the agent returned (None: a call not trained on); ValueError says what is
-    wrong with it."""
-    def number(value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise ValueError(f"the agent returned {value!r} as a reward; return a finite number")
-        return float(value)
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"the agent returned {value!r} as {what}; return a finite number")
+    return float(value)
 
+
+def _call_outcome(value: Any) -> dict[str, Any] | None:
+    """One call's entry of what the agent returned, as {reward, step_reward, state} (None: not trained on)."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        reward = _number(value, "a reward")
+        return {"reward": reward, STEP_REWARD: reward}
+    unknown = sorted(set(value) - {"reward", STEP_REWARD, STATE})
+    if unknown or "reward" not in value:
+        raise ValueError(f"the agent returned {dict(value)!r} for a call; give a mapping with 'reward' and, if it "
+                         f"says them, '{STEP_REWARD}' (what the call itself earned) and '{STATE}' (the state it acted in)")
+    out: dict[str, Any] = {"reward": _number(value["reward"], "a reward")}
+    if value.get(STEP_REWARD) is not None:
+        out[STEP_REWARD] = _number(value[STEP_REWARD], "a step reward")
+    if value.get(STATE) is not None:
+        out[STATE] = str(value[STATE])
+    return out
+
+
+def _outcomes(returned: Any, calls: list[Call]) -> list[dict[str, Any] | None]:
+    """Per call, its reward and what the agent says of the step (None: a call not trained on); ValueError says
+    what is wrong with what the agent returned."""
     if isinstance(returned, (list, tuple)):
         if len(returned) != len(calls):
             raise ValueError(f"the agent returned {len(returned)} rewards for its {len(calls)} calls; return one "
                              "per call (None for one not to train on), or one for the episode")
-        return [None if r is None else number(r) for r in returned]
-    return [number(returned)] * len(calls)
+        return [_call_outcome(r) for r in returned]
+    reward = _number(returned, "a reward")
+    return [{"reward": reward}] * len(calls)
 
 
 def episode_experiences(calls: list[Call], returned: Any, episode: int) -> list[Experience]:
-    """Each call as an experience: exactly its prompt and reply tokens, marked with `episode` and its step;
-    rewards given per call are also each step's own (`STEP_REWARD`), and a call given None is left out.
-    ValueError: what the agent returned is no reward for these calls."""
-    rewards = _rewards(returned, calls)
-    per_call = isinstance(returned, (list, tuple))
+    """Each call as an experience: exactly its prompt and reply tokens, marked with `episode` and its step.
+    Per call the agent may return a reward (also the step's own, `STEP_REWARD`), None (the call is left out), or
+    a mapping of its `reward` and, where it says them, its `step_reward` and the `state` it acted in (`STATE`,
+    which GiGPO groups steps by). ValueError: what the agent returned is no reward for these calls."""
+    outcomes = _outcomes(returned, calls)
     return [Experience(prompt_token_ids=c.prompt_ids, response_token_ids=c.response_ids, logprobs=c.logprobs,
-                       loss_mask=[1] * len(c.response_ids), reward=r, response_text=c.text,
+                       loss_mask=[1] * len(c.response_ids), reward=o["reward"], response_text=c.text,
                        finish_reason=c.finish_reason,
-                       info={EPISODE: episode, STEP: k, "calls": len(calls), **({STEP_REWARD: r} if per_call else {})})
-            for k, (c, r) in enumerate(zip(calls, rewards, strict=True)) if r is not None]
+                       info={EPISODE: episode, STEP: k, "calls": len(calls),
+                             **{key: o[key] for key in (STEP_REWARD, STATE) if key in o}})
+            for k, (c, o) in enumerate(zip(calls, outcomes, strict=True)) if o is not None]
 
 
 @needs(args=ARG_NAMES, reward_fn=False, check=arg_problems)

@@ -15,8 +15,9 @@ first on the import path (`rfthpc/compat/trinity`: `Workflow`, `Task`, `ModelWra
 endpoint: `model.get_openai_client()` / `get_openai_async_client()` (which AgentScope's `OpenAIChatModel` and
 the OpenAI Agents SDK take), `model.chat(messages, n=...)` and `model.extract_experience_from_history()`.
 Every call the endpoint answers is one step of the episode, recorded exactly (prompt and reply tokens,
-behaviour log-probabilities); the experiences the plugin returns give their calls' rewards, and a call it
-does not return is not trained on (train with `multi_step_grpo`). The plugin's module comes from the user,
+behaviour log-probabilities); the experiences the plugin returns give their calls' rewards (and, from their
+`info`, the `step_reward` and `env_state_hash` Trinity's GiGPO reads), and a call it does not return is not
+trained on (train with `multi_step_grpo` or `gigpo`). The plugin's module comes from the user,
 importable where the explorer runs (its working directory, PYTHONPATH or an installed package), as with
 Trinity.
 

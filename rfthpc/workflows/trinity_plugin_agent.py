@@ -1,7 +1,8 @@
 """One episode of a Trinity-RFT plugin workflow, as an agent of `agent_workflow`'s runner process: the
 plugin's class is built on rfthpc's implementation of Trinity's workflow API (`rfthpc/compat/trinity`, put
 first on the import path here) with the policy behind the episode's endpoint, run once, and what it returns
-becomes one reward per call of the episode (`rfthpc.workflows.trinity_plugin`).
+becomes one reward per call of the episode, with the step reward and state its info gives
+(`rfthpc.workflows.trinity_plugin`).
 
 Standard library only (the interpreter is the plugin's: `workflow_args.python`).
 """
@@ -39,10 +40,16 @@ def check(path: str) -> None:
     load_plugin(path)
 
 
+STEP_REWARD_KEY = "step_reward"
+STATE_KEY = "env_state_hash"
+"""The keys of a Trinity experience's `info` that Trinity's GiGPO reads: what the step earned, the state it acted in."""
+
+
 def play(base_url: str, key: str, task: dict[str, Any], *, workflow_class: str, workflow_args: dict[str, Any],
-         rollout: dict[str, Any], model_name: str) -> list[float | None]:
-    """Run the plugin's workflow on `task` for one episode; return the reward of each call the episode made,
-    in call order (None for a call the workflow did not return, which is not trained on)."""
+         rollout: dict[str, Any], model_name: str) -> list[dict[str, Any] | None]:
+    """Run the plugin's workflow on `task` for one episode; return, for each call the episode made in call order,
+    its experience's reward and, where its info gives them, its step reward and state (`agent_workflow`'s
+    per-call mapping), or None for a call the workflow did not return (not trained on)."""
     cls = load_plugin(workflow_class)
     from trinity.common.models.model import ModelWrapper
     from trinity.common.workflows.workflow import RolloutArgs, Task
@@ -59,7 +66,7 @@ def play(base_url: str, key: str, task: dict[str, Any], *, workflow_class: str, 
     else:
         returned = workflow.run()
     made = model.calls_made
-    rewards: list[float | None] = [None] * made
+    outcomes: list[dict[str, Any] | None] = [None] * made
     for exp in returned or []:
         call = getattr(exp, "call", None)
         if call is None or not 0 <= call < made:
@@ -69,5 +76,8 @@ def play(base_url: str, key: str, task: dict[str, Any], *, workflow_class: str, 
         if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
             raise ValueError(f"{type(workflow).__name__} left the reward of call {call} at {reward!r}; set each "
                              "returned experience's reward to a finite number")
-        rewards[call] = float(reward)
-    return rewards
+        info = getattr(exp, "info", None) or {}
+        outcomes[call] = {"reward": float(reward),
+                          **({"step_reward": info[STEP_REWARD_KEY]} if info.get(STEP_REWARD_KEY) is not None else {}),
+                          **({"state": str(info[STATE_KEY])} if info.get(STATE_KEY) is not None else {})}
+    return outcomes

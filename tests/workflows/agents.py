@@ -31,6 +31,15 @@ def per_call_rewards(base_url: str, api_key: str, task: dict[str, Any]) -> list[
     return [0.25, 0.75]
 
 
+def steps_with_states(base_url: str, api_key: str, task: dict[str, Any],
+                      outcomes: list[Any]) -> list[Any]:
+    """A call per entry of `outcomes`, which it returns as given (per-call mappings of reward, step reward, state)."""
+    client = OpenAI(base_url=base_url, api_key=api_key, max_retries=0)
+    for _ in outcomes:
+        client.completions.create(model="policy", prompt=task["prompt"], max_tokens=4)
+    return outcomes
+
+
 def dies_once(base_url: str, api_key: str, task: dict[str, Any], marker: str) -> float:
     """The first episode to take `marker` kills its own process after one call (as an agent crashing
     mid-episode would); the others finish."""

@@ -20,7 +20,7 @@ from openai import OpenAI
 from rfthpc.engines import make_engine
 from rfthpc.engines.sampling import SamplingArgs
 from rfthpc.tasks.tasksets import PromptBuilder, Task
-from rfthpc.workflows.base import EPISODE, STEP, STEP_REWARD
+from rfthpc.workflows.base import EPISODE, STATE, STEP, STEP_REWARD
 from rfthpc.workflows.endpoint import PolicyEndpoint
 from rfthpc.workflows.registry import run_workflow
 from tests.workflows.conftest import ScriptedEngine, context
@@ -176,6 +176,22 @@ def test_each_call_of_each_episode_is_an_experience_with_the_episodes_reward(tok
     assert all(e.reward == 8.0 and e.loss_mask == [1] * len(e.response_token_ids) for e in result.experiences)
     per_call = run_workflow(agent_task("per_call_rewards", repeat=1), context(engine, tokenizer))
     assert [e.reward for e in per_call.experiences] == [0.25, 0.75]
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_an_agent_says_per_call_what_each_step_earned_and_the_state_it_acted_in(tokenizer, isolation: str) -> None:
+    """A per-call mapping gives the call's reward, and its step reward and state where said (GiGPO's inputs);
+    a mapping without a reward, or with keys of its own, fails its episode naming the form."""
+    engine = ScriptedEngine(tokenizer, lambda ctx: "ok")
+    outcomes = [{"reward": 1.0, "step_reward": 0.0, "state": "start"}, None, {"reward": 1.0, "state": 7}]
+    result = run_workflow(agent_task("steps_with_states", repeat=1, isolation=isolation,
+                                     agent_args={"outcomes": outcomes}), context(engine, tokenizer))
+    assert [(e.reward, e.info[STEP], e.info.get(STEP_REWARD), e.info.get(STATE)) for e in result.experiences] == [
+        (1.0, 0, 0.0, "start"), (1.0, 2, None, "7")]
+    bad = run_workflow(agent_task("steps_with_states", repeat=1, isolation=isolation,
+                                  agent_args={"outcomes": [{"step_reward": 1.0}, {"reward": 1, "states": "x"}]}),
+                       context(engine, tokenizer))
+    assert bad.experiences == [] and "give a mapping with 'reward'" in bad.info["agent_error"]
 
 
 def test_an_agent_killed_mid_episode_fails_that_episode_only(tmp_path: Path, tokenizer) -> None:

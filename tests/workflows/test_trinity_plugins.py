@@ -12,7 +12,7 @@ import pytest
 from rfthpc.engines.sampling import SamplingArgs
 from rfthpc.errors import ConfigError
 from rfthpc.tasks.tasksets import Task
-from rfthpc.workflows.base import EPISODE, STEP, needs_of
+from rfthpc.workflows.base import EPISODE, STATE, STEP, STEP_REWARD, needs_of
 from rfthpc.workflows.registry import WORKFLOWS, run_workflow
 from tests.workflows.conftest import ScriptedEngine, context
 
@@ -50,6 +50,17 @@ def test_an_async_plugin_trains_only_the_calls_it_returns(tokenizer) -> None:
     [step] = result.experiences
     assert (step.info[STEP], step.info["calls"], step.reward) == (1, 2, 0.5)
     assert "answer" in tokenizer.decode(step.prompt_token_ids)
+
+
+def test_a_step_wise_plugin_gives_gigpo_each_steps_earnings_and_state(tokenizer) -> None:
+    """A plugin's experiences carry to the steps what Trinity's GiGPO reads from their info: `step_reward` and
+    `env_state_hash` (rfthpc's STEP_REWARD and STATE); each step's reward is the one it set."""
+    engine = ScriptedEngine(tokenizer, lambda ctx: "ok")
+    result = run_workflow(plugin_task("StepWiseGiGPOWorkflow", repeat=1), context(engine, tokenizer))
+    assert [(e.info[STEP], e.reward, e.info[STEP_REWARD], e.info[STATE]) for e in result.experiences] == [
+        (0, 1.0, 0.0, "hash-a"), (1, 1.0, 1.0, "hash-b")]
+    plain = run_workflow(plugin_task("PlusChatWorkflow", repeat=1), context(engine, tokenizer))
+    assert all(STEP_REWARD not in e.info and STATE not in e.info for e in plain.experiences)
 
 
 def test_a_plugin_that_sets_no_reward_fails_its_episodes_naming_it(tokenizer) -> None:

@@ -43,6 +43,20 @@ class TwoCallAsyncWorkflow(Workflow):
         return exps[1:]
 
 
+class StepWiseGiGPOWorkflow(Workflow):
+    """Two moves, as Trinity's step-wise workflows write them for its GiGPO: every step given the episode's reward,
+    and in its info what the step earned (`step_reward`) and the state it acted in (`env_state_hash`)."""
+
+    def run(self) -> list[Experience]:
+        exps = []
+        for state, earned in (("a", 0.0), ("b", 1.0)):
+            [exp] = self.model.chat([{"role": "user", "content": f"state {state}"}])
+            exp.reward = 1.0
+            exp.info.update(step_reward=earned, env_state_hash=f"hash-{state}")
+            exps.append(exp)
+        return exps
+
+
 class ForgetfulWorkflow(Workflow):
     """Returns its call without setting the reward."""
 
