@@ -1,6 +1,6 @@
 """The shipped algorithm examples run as written: a veRL config (GSPO, Dr. GRPO's aggregation,
-rollout correction), Trinity-RFT configs (SAPO, RAFT, CHORD, GiGPO on FrozenLake) and an agent written with the
-`openai` client, explorer and trainer, on the demo's tiny model."""
+rollout correction), Trinity-RFT configs (SAPO, RAFT, CHORD, GiGPO on FrozenLake) and agents written with the
+`openai` client and the OpenAI Agents SDK, explorer and trainer, on the demo's tiny model."""
 
 from __future__ import annotations
 
@@ -50,6 +50,7 @@ def test_the_verl_example_is_read_as_gspo_with_rollout_correction(monkeypatch: p
     ("trinity-raft.yaml", ("actor/sft_loss", "critic/dropped_responses")),
     ("trinity-chord.yaml", ("expert/sft_loss", "mix/mu", "actor/pg_loss")),
     ("agent-openai.yaml", ("actor/pg_loss", "critic/advantages/mean")),
+    ("agent-openai-agents-sdk.yaml", ("actor/pg_loss", "critic/advantages/mean")),
 ])
 def test_each_example_trains(example: str, signature: str | tuple[str, ...], demo_dir: Path, tmp_path: Path) -> None:
     steps = 3

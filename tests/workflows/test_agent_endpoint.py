@@ -27,6 +27,7 @@ from tests.workflows.conftest import ScriptedEngine, context
 from tests.workflows.test_env_workflow_engine import TOL, engine_settings, trainer_logprobs
 
 AGENTS = "tests.workflows.agents"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def agent_task(agent: str, repeat: int = 2, **workflow_args) -> Task:
@@ -192,6 +193,28 @@ def test_an_agent_says_per_call_what_each_step_earned_and_the_state_it_acted_in(
                                   agent_args={"outcomes": [{"step_reward": 1.0}, {"reward": 1, "states": "x"}]}),
                        context(engine, tokenizer))
     assert bad.experiences == [] and "give a mapping with 'reward'" in bad.info["agent_error"]
+
+
+def test_an_openai_agents_sdk_agent_runs_its_tool_rounds_through_the_endpoint(tokenizer) -> None:
+    """configs/examples/agents/sdk_agent.py, an OpenAI Agents SDK agent as written: the policy's tool call is read
+    back as one, the SDK runs the calculator and sends its result, the policy answers; each call is a step and the
+    answer is scored against the task's truth."""
+    def policy(ids: list[int]) -> str:
+        if "<|im_start|>tool" in tokenizer.decode(ids):
+            return "The answer is 4"
+        return '<tool_call>{"name": "calculate", "arguments": {"expression": "(1 + 1) * 2"}}</tool_call>'
+
+    engine = ScriptedEngine(tokenizer, policy)
+    task = dataclasses.replace(agent_task("x"), truth="4", prompt="What is (1 + 1) * 2?", workflow_args={
+        "agent": str(ROOT / "configs" / "examples" / "agents" / "sdk_agent.py") + ":solve"},
+                               rollout_args=SamplingArgs(temperature=1.0, max_tokens=128))
+    result = run_workflow(task, context(engine, tokenizer))
+    assert result.info["failed_episodes"] == 0
+    assert [(e.info[EPISODE], e.info[STEP], e.reward) for e in result.experiences] == [
+        (0, 0, 1.0), (0, 1, 1.0), (1, 0, 1.0), (1, 1, 1.0)]
+    # The tool's result, computed by the SDK in the agent, is what the second call was conditioned on.
+    second = [e for e in result.experiences if e.info[STEP] == 1]
+    assert all("<|im_start|>tool\n4<|im_end|>" in tokenizer.decode(e.prompt_token_ids) for e in second)
 
 
 def test_an_agent_killed_mid_episode_fails_that_episode_only(tmp_path: Path, tokenizer) -> None:
