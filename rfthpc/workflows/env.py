@@ -24,6 +24,8 @@ workflow_args (see `EnvWorkflowArgs`; docs/agents.md):
     format_penalty       subtracted from the reward per invalid action (0)
     reward_type          `sum` of step rewards, or `success` (1/0)
     turn_rewards         also give each turn's reward on its last token (token-level rewards)
+    step_wise            each policy turn an experience of its own (step-wise advantages)
+    history_turns        with step_wise: earlier turns each turn's prompt holds (default: all)
 """
 
 from __future__ import annotations
@@ -63,6 +65,11 @@ class EnvWorkflowArgs:
     step_wise: bool = False
     """Each policy turn an experience of its own (Trinity-RFT's step-wise workflows, for step-wise
     advantages such as step_wise_grpo), instead of the whole episode as one multi-turn experience."""
+    history_turns: int | None = None
+    """With `step_wise`: each turn's prompt holds only the last `history_turns` turns before it (0: the
+    current observation alone), opened as the episode's first observation is (verl-agent's and ROLL's
+    history_length), for environments whose observation says what the policy needs; unset: the whole
+    episode so far."""
 
     @classmethod
     def of(cls, workflow_args: Mapping[str, Any]) -> EnvWorkflowArgs:
@@ -110,6 +117,15 @@ def arg_problems(workflow_args: Mapping[str, Any], check_env_class: bool = True)
     for key in ("turn_rewards", "step_wise"):
         if not isinstance(workflow_args.get(key, False), bool):
             out.append(f"workflow_args.{key}={workflow_args[key]!r}: use true or false")
+    history = workflow_args.get("history_turns")
+    if history is not None:
+        if not (_is_int(history) and history >= 0):
+            out.append(f"workflow_args.history_turns={history!r}: use an integer >= 0 (earlier turns in each "
+                       "turn's prompt) or leave it unset (all of them)")
+        elif workflow_args.get("step_wise") is not True:
+            out.append("workflow_args.history_turns: a turn's prompt without some earlier turns is no continuation "
+                       "of one episode-long sequence, so each turn must be an experience of its own: set "
+                       "step_wise: true, or unset history_turns")
     if workflow_args.get("turn_rewards") is True and workflow_args.get("step_wise") is True:
         out.append("workflow_args.turn_rewards: places each turn's reward inside one multi-turn experience, but "
                    "step_wise makes each turn an experience of its own (with the episode's reward); unset one")
@@ -183,10 +199,17 @@ def _play_turn(episodes: list[Episode], envs: list[TextEnv], completions: list[C
             ep.end("max_turns")
             continue
         framing = turns.next_turn(c.token_ids[:keep], observation)
-        if ep.token_limit is not None and len(ep.context) + len(framing) >= ep.token_limit:
+        opening = None
+        if ep.history_turns is not None:
+            opened = turns.first_prompt(observation)
+            if opened is None:
+                ep.end("max_prompt_tokens")  # the observation alone is longer than a prompt may be
+                continue
+            opening = list(opened.token_ids)
+        if ep.token_limit is not None and ep.context_after(framing, opening) >= ep.token_limit:
             ep.end(ep.limited_by)  # no room left for even one token of the next reply
             continue
-        ep.add_framing(framing)
+        ep.add_framing(framing, opening)
 
 
 @needs(args=ARG_NAMES, reward_fn=False, check=arg_problems, text_columns=False)
@@ -224,8 +247,10 @@ def play_episodes(task: Task, ctx: WorkflowContext, args: EnvWorkflowArgs, env_a
                 return WorkflowResult([], {"skipped": "prompt longer than max_prompt_tokens"})
             truncated_prompt |= prompt.truncated
             limit, limited_by = _token_limit(len(prompt.token_ids), args, ctx.engine.max_model_len)
-            episodes.append(Episode(list(prompt.token_ids), token_limit=limit, limited_by=limited_by,
-                                    observation=observation))
+            ids = list(prompt.token_ids)
+            episodes.append(Episode(ids, token_limit=limit, limited_by=limited_by, observation=observation,
+                                    history_turns=args.history_turns,
+                                    openings=[ids] if args.history_turns is not None else []))
         while running := [i for i, ep in enumerate(episodes) if not ep.done]:
             playing = [episodes[i] for i in running]
             completions = _generate(ctx.engine, [ep.context for ep in playing], _turn_params(params, playing))

@@ -35,6 +35,11 @@ class Turn:
     """Format penalty of an invalid action (≤ 0)."""
     state: str = ""
     """Digest of the observation the turn answered (GiGPO's anchor state, `state_digest`)."""
+    head: list[int] = field(default_factory=list)
+    """The turn's prompt is `head` followed by the response from `window_start` to the turn's start: the
+    opening prompt and the whole episode so far, or, with a history window, the opening of an observation of
+    the window and the turns after it."""
+    window_start: int = 0
 
 
 def state_digest(observation: str) -> str:
@@ -61,11 +66,17 @@ class Episode:
     terminated: bool = False
     truncated_by: str | None = None
     """Why the episode was cut short: `env` (the environment truncated it), `max_turns`,
-    `max_context_tokens`, `max_response_tokens`; None if it terminated."""
+    `max_context_tokens`, `max_response_tokens`, `max_prompt_tokens` (with `history_turns`: an observation's
+    opening prompt alone is too long); None if it terminated."""
     finish_reason: str = ""
     env_info: dict[str, Any] = field(default_factory=dict)
     observation: str = ""
     """The environment's latest observation: what the next turn answers."""
+    history_turns: int | None = None
+    """How many earlier turns a turn's prompt holds (None: all of them, the context only grows)."""
+    openings: list[list[int]] = field(default_factory=list)
+    """With `history_turns`: per turn, the opening prompt of the observation it answers (as the episode's own
+    prompt opens its first), which starts the prompt of the turn `history_turns` later."""
 
     @property
     def done(self) -> bool:
@@ -75,28 +86,54 @@ class Episode:
     @property
     def room(self) -> int | None:
         """Tokens the next reply may have within `token_limit` (None: no limit)."""
-        return None if self.token_limit is None else max(0, self.token_limit - len(self.prompt) - len(self.response))
+        return None if self.token_limit is None else max(0, self.token_limit - len(self.context))
+
+    def _window(self) -> tuple[list[int], int]:
+        """(head, window start) of the next turn's prompt (see `Turn.head`)."""
+        turn = len(self.turns)
+        first = 0 if self.history_turns is None else max(0, turn - self.history_turns)
+        if first == 0:
+            return self.prompt, 0
+        return self.openings[first], self.turns[first].start if first < turn else len(self.response)
 
     @property
     def context(self) -> list[int]:
-        """Every token so far: what the policy is conditioned on for its next turn."""
-        return self.prompt + self.response
+        """What the policy is conditioned on for its next turn: every token so far, or, with `history_turns`,
+        the opening of the window's first observation and the turns after it."""
+        head, start = self._window()
+        return head + self.response[start:]
 
     def add_reply(self, completion: Completion, keep: int | None = None) -> None:
         """Append the policy's reply (its first `keep` tokens if given) with its behaviour logprobs."""
         ids, lps = completion.token_ids[:keep], completion.logprobs[:keep]
+        head, window_start = self._window()
         start = len(self.response)
         self.response += ids
         self.logprobs += lps
         self.loss_mask += [1] * len(ids)
-        self.turns.append(Turn(start=start, end=len(self.response) - 1, state=state_digest(self.observation)))
+        self.turns.append(Turn(start=start, end=len(self.response) - 1, state=state_digest(self.observation),
+                               head=head, window_start=window_start))
         self.finish_reason = completion.finish_reason if keep is None else "length"
 
-    def add_framing(self, ids: list[int]) -> None:
-        """Append tokens the policy did not generate (template framing, an observation): mask 0, logprob 0."""
+    def context_after(self, framing: list[int], opening: list[int] | None) -> int:
+        """The length of the next turn's prompt once `framing` (and, with `history_turns`, the next
+        observation's `opening`) is added."""
+        turn = len(self.turns)
+        first = 0 if self.history_turns is None else max(0, turn - self.history_turns)
+        if first == 0:
+            return len(self.prompt) + len(self.response) + len(framing)
+        if first == turn:
+            return len(opening or [])
+        return len(self.openings[first]) + len(self.response) - self.turns[first].start + len(framing)
+
+    def add_framing(self, ids: list[int], opening: list[int] | None = None) -> None:
+        """Append tokens the policy did not generate (template framing, an observation): mask 0, logprob 0;
+        with `history_turns`, `opening` is the opening prompt of the observation they end with."""
         self.response += ids
         self.logprobs += [0.0] * len(ids)
         self.loss_mask += [0] * len(ids)
+        if self.history_turns is not None:
+            self.openings.append(opening or [])
 
     def record_step(self, reward: float, info: dict[str, Any], format_penalty: float) -> None:
         """Book the environment's answer to the last turn."""
@@ -159,7 +196,8 @@ def episode_steps(whole: Experience, played: Episode, reward_type: RewardType, e
                   decode: Callable[[list[int]], str]) -> list[Experience]:
     """The episode `whole` (`played.experience`) as one experience per policy turn, for step-wise training:
     turn k's prompt is every token the policy was conditioned on (the opening prompt and the episode up to
-    the turn), its response the turn's own tokens, its reward the episode's; marked with `episode` and k
+    the turn, or its history window), its response the turn's own tokens, its reward the episode's; marked
+    with `episode` and k
     (`EPISODE`, `STEP`), what the turn earned (`STEP_REWARD`) and the state it answered (`STATE`), with the
     episode's facts in each step's info. A turn cut to nothing is no step."""
     steps = []
@@ -168,7 +206,7 @@ def episode_steps(whole: Experience, played: Episode, reward_type: RewardType, e
     for k, (turn, earned) in enumerate(played_turns):
         span = slice(turn.start, turn.end + 1)
         steps.append(Experience(
-            prompt_token_ids=whole.prompt_token_ids + whole.response_token_ids[:turn.start],
+            prompt_token_ids=turn.head + whole.response_token_ids[turn.window_start:turn.start],
             response_token_ids=whole.response_token_ids[span], logprobs=whole.logprobs[span],
             loss_mask=whole.loss_mask[span], reward=whole.reward, response_text=decode(whole.response_token_ids[span]),
             finish_reason=whole.finish_reason if turn is turns[-1] else "stop",

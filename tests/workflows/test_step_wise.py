@@ -43,9 +43,49 @@ def test_each_turn_is_a_step_that_continues_exactly_what_the_policy_saw(tokenize
     assert len({s.info[STATE] for s in steps if s.info[STEP] == 0}) == 1
 
 
+@pytest.mark.parametrize("history", [0, 1, 2])
+def test_a_history_window_keeps_the_last_turns_and_trains_what_the_policy_saw(tokenizer, history: int) -> None:
+    """history_turns: each turn's prompt is the chat of its last `history` turns before it and its observation,
+    rendered as the policy's chat template renders that chat; the step trains exactly that prompt, which is
+    what the engine was asked; each step's response is the reply as generated."""
+    engine = ScriptedEngine(tokenizer, lambda ctx: "left" if len(engine.calls) % 3 == 2 else "right")
+    steps = run_workflow(env_task(index=3, history_turns=history, step_wise=True),
+                         context(engine, tokenizer)).experiences
+    assert len(steps) >= 4 and [s.info[STEP] for s in steps] == list(range(len(steps)))
+    assert [s.prompt_token_ids for s in steps] == [prompts[0] for prompts, _, _ in engine.calls]
+    observations = [tokenizer.decode(s.prompt_token_ids).split("<|im_start|>user\n")[-1].split("<|im_end|>")[0]
+                    for s in steps]
+    replies = [tokenizer.decode(s.response_token_ids, skip_special_tokens=True) for s in steps]
+    for k, s in enumerate(steps):
+        chat = []
+        for j in range(max(0, k - history), k):
+            chat += [{"role": "user", "content": observations[j]}, {"role": "assistant", "content": replies[j]}]
+        chat.append({"role": "user", "content": observations[k]})
+        assert s.prompt_token_ids == list(tokenizer.apply_chat_template(
+            chat, add_generation_prompt=True, tokenize=True, return_dict=False)), k
+        assert s.loss_mask == [1] * len(s.response_token_ids)
+
+
+def test_a_history_window_ends_an_episode_whose_prompt_would_outgrow_the_context(tokenizer) -> None:
+    """The context limit applies to each turn's windowed prompt: with one turn of history the prompts stop
+    growing, so a limit the whole-episode prompt outgrows is never reached."""
+    engine = ScriptedEngine(tokenizer, lambda ctx: "left")
+    limit = 3 * len(engine.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "x" * 60}], add_generation_prompt=True, tokenize=True, return_dict=False))
+    whole = run_workflow(env_task(index=3, max_turns=12, max_context_tokens=limit, step_wise=True),
+                         context(engine, tokenizer)).experiences
+    windowed = run_workflow(env_task(index=3, max_turns=12, max_context_tokens=limit, step_wise=True,
+                                     history_turns=1), context(engine, tokenizer)).experiences
+    assert whole[-1].info["truncated_by"] == "max_context_tokens" and len(whole) < 12
+    assert windowed[-1].info["truncated_by"] == "max_turns" and len(windowed) == 12
+    assert max(len(s.prompt_token_ids) for s in windowed) < limit
+
+
 @pytest.mark.parametrize(("args", "message"), [
     ({"step_wise": "yes"}, "workflow_args.step_wise='yes': use true or false"),
     ({"step_wise": True, "turn_rewards": True}, "workflow_args.turn_rewards: places each turn's reward inside one"),
+    ({"history_turns": 1}, "workflow_args.history_turns: a turn's prompt without some earlier turns"),
+    ({"step_wise": True, "history_turns": -1}, "workflow_args.history_turns=-1: use an integer >= 0"),
 ])
 def test_bad_step_wise_settings_are_named(args, message) -> None:
     from rfthpc.workflows.env import arg_problems
@@ -53,9 +93,11 @@ def test_bad_step_wise_settings_are_named(args, message) -> None:
     assert any(message in p for p in arg_problems({"env": "frozen_lake", **args}))
 
 
-def test_trainer_logprobs_of_each_step_equal_the_engines(tiny_model: Path, tokenizer) -> None:
+@pytest.mark.parametrize("history", [None, 1])
+def test_trainer_logprobs_of_each_step_equal_the_engines(tiny_model: Path, tokenizer, history: int | None) -> None:
     engine = Recording(make_engine("transformers", engine_settings(tiny_model)))
-    task = env_task(index=2, repeat=3, max_tokens=6, max_turns=3, max_context_tokens=400, step_wise=True)
+    task = env_task(index=2, repeat=3, max_tokens=6, max_turns=3, max_context_tokens=400, step_wise=True,
+                    **({} if history is None else {"history_turns": history}))
     try:
         steps = run_workflow(task, context(engine, tokenizer)).experiences
     finally:
