@@ -227,9 +227,15 @@ def _step_wise(t: Translation, tag: str, ts: str) -> None:
                           "multi_step_grpo): use one of those, or TrajEnvManager")
             return
         t.set(f"{ts}.workflow_args.step_wise", True,
-              f"{key}: StepEnvManager (each step a sample with its step score and state; its prompt is the episode "
-              "so far as the chat template renders it, where ROLL renders its agent_template of the last "
-              "history_length steps)")
+              f"{key}: StepEnvManager (each step a sample with its step score and state)")
+        # ROLL's step prompt holds the steps history[-history_length:-1] before the current one (none without
+        # it), rendered as text in its agent_template; rfthpc's holds as many as chat turns.
+        length = t.whole(f"custom_envs.{tag}.history_length", 0, least=0)
+        t.set(f"{ts}.workflow_args.history_turns", max(0, length - 1),
+              f"custom_envs.{tag}.history_length: {length} (ROLL's step prompt holds the {max(0, length - 1)} "
+              "steps before the current one, as text in its agent_template; rfthpc's as the chat's turns)"
+              if t.has(f"custom_envs.{tag}.history_length") else
+              f"{key}: StepEnvManager (ROLL's step prompt without history_length is the current observation alone)")
     elif manager == _TRAJ_MANAGER:
         if estimator in STEP_ESTIMATORS:
             t.refuse("adv_estimator", f"{estimator!r} trains step samples: ROLL needs env_manager_cls "

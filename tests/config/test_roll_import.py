@@ -302,9 +302,19 @@ def test_rolls_step_wise_estimators_train_each_step(tmp_path: Path, estimator: s
     assert {k: alg["advantage_fn_args"][k] for k in alg["advantage_fn_args"] if k in
             ("step_reward_gamma", "episode_reward_weight", "step_reward_weight")} == expected
     (train,) = config.buffer.explorer_input.tasksets
-    assert train.workflow_args["step_wise"] is True
+    # ROLL's step prompt without history_length is the current observation alone.
+    assert train.workflow_args["step_wise"] is True and train.workflow_args["history_turns"] == 0
     assert all("step_wise" not in ts.workflow_args for ts in config.buffer.explorer_input.eval_tasksets)
     assert "StepEnvManager" in text and accounted(text, AGENTIC) == []
+
+
+def test_rolls_history_length_is_the_steps_history(tmp_path: Path) -> None:
+    """ROLL's StepEnvManager prompt holds history[-history_length:-1]: the history_length - 1 steps before."""
+    cfg, text = imported(tmp_path, AGENTIC, "adv_estimator=gigpo", f"env_manager_cls={STEP_MANAGER}",
+                         "+custom_envs.FrozenLake.history_length=3")
+    (train,) = load_config(tmp_path / "imported.yaml", check_paths=False).config.buffer.explorer_input.tasksets
+    assert train.workflow_args["history_turns"] == 2
+    assert "custom_envs.FrozenLake.history_length: 3" in text and accounted(text, AGENTIC) == []
 
 
 @pytest.mark.parametrize(("overrides", "key", "message"), [
