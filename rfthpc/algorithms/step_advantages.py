@@ -9,7 +9,7 @@ step_reinforce also read what each step earned on its own (`STEP_REWARD`) and, G
 (`STATE`). Conventions as in
 `advantages`: (advantages, returns) are (B, T), zero outside the response mask; a group without
 contrast (one episode, or all last-step scores equal) gets advantage exactly 0, where Trinity-RFT
-gives a lone episode its reward over (1 + epsilon).
+gives a lone episode its reward over (1 + epsilon) (`gigpo`, Trinity's own, keeps Trinity's).
 """
 
 from __future__ import annotations
