@@ -6,7 +6,7 @@ on start-up (`explorer.eval_on_startup`), whenever the version crosses a multipl
 evaluation due goes into the engine with the next training batch (one generate call for both),
 so it does not hold the training rollouts back. For each taskset:
 
-    eval/<taskset>/reward_mean        mean reward over all responses
+    eval/<taskset>/reward_mean        mean reward over all responses (an episode trained step-wise: once)
     eval/<taskset>/<component>        mean of each reward component (math: `accuracy`)
     eval/<taskset>/response_length    mean response tokens
     eval/<taskset>/tasks, failed      tasks evaluated, tasks whose workflow failed
@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from rfthpc.config.settings import ExplorerStageSettings
-from rfthpc.explorer.episodes import episode_metrics
+from rfthpc.explorer.episodes import episode_metrics, stands_for_episode
 from rfthpc.explorer.judged import judge_metrics
 from rfthpc.explorer.rollout import TaskOutcome
 from rfthpc.explorer.setup import Taskset
@@ -61,8 +61,10 @@ def eval_metrics(name: str, outcomes: Sequence[TaskOutcome]) -> dict[str, float]
             failed += 1
             continue
         for e in o.result.experiences:
-            rewards.append(e.reward)
             lengths.append(len(e.response_token_ids))
+            if "turns" in e.info and not stands_for_episode(e.info):
+                continue  # a later step of an episode: its reward is the episode's, counted once
+            rewards.append(e.reward)
             for key, value in e.reward_components.items():
                 components[key].append(value)
     prefix = f"eval/{name}"

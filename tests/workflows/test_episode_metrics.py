@@ -39,3 +39,26 @@ def test_eval_tasksets_report_success_rate_and_mean_turns() -> None:
     metrics = eval_metrics("walk", [TaskOutcome(task, WorkflowResult(exps)), TaskOutcome(task, error="boom")])
     assert metrics["eval/walk/success_rate"] == 0.5 and metrics["eval/walk/turns_mean"] == 4.0
     assert metrics["eval/walk/failed"] == 1.0 and metrics["eval/walk/reward_mean"] == pytest.approx(1 / 3)
+
+
+def test_an_episode_trained_step_wise_counts_once(tokenizer) -> None:
+    """env_workflow with step_wise: every step carries its episode's facts and reward; the rollout and eval
+    figures count the episode once (not once per step, which would weigh long episodes more)."""
+    from rfthpc.workflows.registry import run_workflow
+    from tests.workflows.conftest import ScriptedEngine, context, env_task
+
+    # One episode walks right to the goal in a few moves; the other walks left until the environment gives up.
+    runs = {}
+    for step_wise in (False, True):
+        task = env_task(index=3, env_args={"max_steps": 6}, reward_type="success", step_wise=step_wise)
+        runs[step_wise] = [TaskOutcome(task, run_workflow(task, context(ScriptedEngine(tokenizer, lambda _: move),
+                                                                         tokenizer)))
+                           for move in ("right", "left")]
+    whole, steps = runs[False], runs[True]
+    assert sum(len(o.result.experiences) for o in steps) > 2 * len(whole)
+    figures = eval_metrics("w", whole)
+    assert figures["eval/w/success_rate"] == figures["eval/w/success"] == 0.5
+    assert eval_metrics("w", steps) == {**figures, "eval/w/response_length": eval_metrics("w", steps)[
+        "eval/w/response_length"]}
+    assert episode_metrics("rollout", [e.info for o in steps for e in o.result.experiences]) == episode_metrics(
+        "rollout", [e.info for o in whole for e in o.result.experiences])
