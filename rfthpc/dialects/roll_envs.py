@@ -231,8 +231,9 @@ def _step_wise(t: Translation, tag: str, ts: str) -> None:
         # ROLL's step prompt holds the steps history[-history_length:-1] before the current one (none without
         # it), rendered as text in its agent_template; rfthpc's holds as many as chat turns.
         length = t.whole(f"custom_envs.{tag}.history_length", 0, least=0)
-        t.set(f"{ts}.workflow_args.history_turns", max(0, length - 1),
-              f"custom_envs.{tag}.history_length: {length} (ROLL's step prompt holds the {max(0, length - 1)} "
+        kept = max(0, length - 1)
+        t.set(f"{ts}.workflow_args.history_turns", kept,
+              f"custom_envs.{tag}.history_length: {length} (ROLL's step prompt holds the {kept} "
               "steps before the current one, as text in its agent_template; rfthpc's as the chat's turns)"
               if t.has(f"custom_envs.{tag}.history_length") else
               f"{key}: StepEnvManager (ROLL's step prompt without history_length is the current observation alone)")

@@ -86,15 +86,21 @@ class Episode:
     @property
     def room(self) -> int | None:
         """Tokens the next reply may have within `token_limit` (None: no limit)."""
-        return None if self.token_limit is None else max(0, self.token_limit - len(self.context))
+        if self.token_limit is None:
+            return None
+        head, start = self._window()
+        return max(0, self.token_limit - len(head) - (len(self.response) - start))
+
+    def _first_in_window(self) -> int:
+        """The first turn whose observation the next turn's prompt holds (0: the whole episode)."""
+        return 0 if self.history_turns is None else max(0, len(self.turns) - self.history_turns)
 
     def _window(self) -> tuple[list[int], int]:
         """(head, window start) of the next turn's prompt (see `Turn.head`)."""
-        turn = len(self.turns)
-        first = 0 if self.history_turns is None else max(0, turn - self.history_turns)
+        first = self._first_in_window()
         if first == 0:
             return self.prompt, 0
-        return self.openings[first], self.turns[first].start if first < turn else len(self.response)
+        return self.openings[first], self.turns[first].start if first < len(self.turns) else len(self.response)
 
     @property
     def context(self) -> list[int]:
@@ -118,11 +124,10 @@ class Episode:
     def context_after(self, framing: list[int], opening: list[int] | None) -> int:
         """The length of the next turn's prompt once `framing` (and, with `history_turns`, the next
         observation's `opening`) is added."""
-        turn = len(self.turns)
-        first = 0 if self.history_turns is None else max(0, turn - self.history_turns)
+        first = self._first_in_window()
         if first == 0:
             return len(self.prompt) + len(self.response) + len(framing)
-        if first == turn:
+        if first == len(self.turns):
             return len(opening or [])
         return len(self.openings[first]) + len(self.response) - self.turns[first].start + len(framing)
 
