@@ -4,8 +4,8 @@ The map is drawn from the episode's seed (`generate_random_map(size, p, seed)`: 
 start to goal) unless `desc` fixes it; gymnasium's own environment plays the episode, seeded with the
 same seed, so one seed gives one map and, on slippery ice, one sequence of slips.
 
-Observation (each turn): a line of feedback on the last action (none after reset), the legend, the grid,
-and while the episode goes on the valid actions:
+Observation (each turn): a line of feedback on the last action (none after reset), the legend, the grid
+(both left out with `show_map: false`), and while the episode goes on the valid actions:
 
     Legend: P you, _ frozen ice, O hole, G goal.
     P___
@@ -28,7 +28,7 @@ from typing import Any
 from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv, generate_random_map
 
 from rfthpc.envs.actions import InvalidAction, format_hint, read_action
-from rfthpc.envs.args import bool_arg, float_arg, int_arg, lake_map_arg
+from rfthpc.envs.args import bad_arg, bool_arg, float_arg, int_arg, lake_map_arg
 from rfthpc.envs.seeds import EpisodeSeeds
 
 ACTIONS = ("Left", "Down", "Right", "Up")
@@ -57,7 +57,7 @@ class FrozenLake:
     """gymnasium's FrozenLake-v1 with a text grid for observations and direction words for actions."""
 
     def __init__(self, *, size: int = 4, p: float = 0.8, is_slippery: bool = False, max_steps: int = 100,
-                 desc: list[str] | None = None, describe_surroundings: bool = False) -> None:
+                 desc: list[str] | None = None, describe_surroundings: bool = False, show_map: bool = True) -> None:
         """`size`: side of the random maps; `p`: probability that a cell is frozen (not a hole);
         `is_slippery`: gymnasium's slippery ice (a move goes as chosen 1/3 of the time, else sideways);
         `max_steps`: steps before the episode is truncated; `desc`: a fixed map in gymnasium's letters
@@ -67,7 +67,9 @@ class FrozenLake:
         and 3 Right.` / `Around you: Left ice, Down hole, Right edge, Up edge.`), for a policy too small
         to read positions off the grid. The second line is last and of fixed form, so each direction's
         cell is always the same number of tokens before the reply: a tiny model learns to read it about
-        twice as fast as the same words earlier in the observation (docs/agents.md)."""
+        twice as fast as the same words earlier in the observation (docs/agents.md); `show_map`: False leaves
+        the legend and the grid out of the observations, so the policy sees the map only as those two lines
+        (requires `describe_surroundings`): shorter prompts, cheaper to train a tiny model on (docs/agents.md)."""
         self.size = int_arg("size", size, 2, 32)
         # Below about 0.5, maps with a path from start to goal are so rare that drawing one can take minutes.
         self.p = float_arg("p", p, 0.5, 1.0)
@@ -75,6 +77,10 @@ class FrozenLake:
         self.max_steps = int_arg("max_steps", max_steps, 1)
         self.desc = None if desc is None else lake_map_arg("desc", desc)
         self.describe_surroundings = bool_arg("describe_surroundings", describe_surroundings)
+        self.show_map = bool_arg("show_map", show_map)
+        if not (self.show_map or self.describe_surroundings):
+            raise bad_arg("show_map", show_map, "shows the map only as its surroundings: set describe_surroundings: "
+                          "true too")
         self._seeds = EpisodeSeeds()
         self._env: FrozenLakeEnv | None = None
         self._steps = 0
@@ -108,7 +114,8 @@ class FrozenLake:
 
     def _observation(self, feedback: str) -> str:
         lines = [feedback] if feedback else []
-        lines += [LEGEND, self.render()]
+        if self.show_map:
+            lines += [LEGEND, self.render()]
         if not self._done:
             lines.append(format_hint(ACTIONS))
         if self.describe_surroundings and not self._done:

@@ -107,7 +107,7 @@ def test_a_missing_argument_is_named_when_the_environment_is_made(tmp_path: Path
 
 
 def test_bad_names_and_arguments_name_the_key_and_what_is_accepted(tmp_path: Path) -> None:
-    accepted = "accepted: desc, describe_surroundings, is_slippery, max_steps, p, size."
+    accepted = "accepted: desc, describe_surroundings, is_slippery, max_steps, p, show_map, size."
     assert check_env("frozen_lake", {"sise": 4}) == [
         f"workflow_args.env_args: 'sise' not accepted by environment 'frozen_lake'; {accepted}"]
     with pytest.raises(ConfigError, match=r"^workflow_args\.env_args: 'sise' not accepted by environment "

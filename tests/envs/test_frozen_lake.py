@@ -165,3 +165,27 @@ def test_the_surroundings_are_described_in_words_when_asked() -> None:
     won = env.step("Down")[0]
     assert "Around you" not in won and "You reached the goal!" in won
     assert "Around you" not in FrozenLake(desc=["SF", "FG"]).reset(seed=0)[0]
+
+
+def test_without_the_map_the_surroundings_are_all_that_is_shown() -> None:
+    shown = FrozenLake(desc=["SFF", "FHF", "FFG"], describe_surroundings=True, show_map=False)
+    full = FrozenLake(desc=["SFF", "FHF", "FFG"], describe_surroundings=True)
+    assert shown.reset(seed=0)[0] == ("You are on a frozen lake. Walk from P to the goal G without falling into a hole "
+                                      "O.\nValid actions: Left, Down, Right, Up. Answer with one action, e.g. "
+                                      "<action>Left</action>.\nThe goal is 2 Down and 2 Right.\nAround you: Left edge, "
+                                      "Down ice, Right ice, Up edge.")
+    full.reset(seed=0)
+    for move in ("Right", "Down"):
+        observation, *outcome = shown.step(move)
+        with_map, *same = full.step(move)
+        # The same episode as with the grid, and the same lines but the legend and the grid.
+        assert outcome == same
+        assert observation.split("\n") == [line for line in with_map.split("\n")
+                                           if not line.startswith("Legend") and set(line) - set("_PGO")]
+    assert "Legend" not in observation and "You fell into a hole." in observation and "Around you" not in observation
+
+
+def test_without_the_map_the_surroundings_must_be_described() -> None:
+    with pytest.raises(ConfigError, match=r"^workflow_args\.env_args\.show_map: False shows the map only as its "
+                                          r"surroundings: set describe_surroundings: true too$"):
+        FrozenLake(show_map=False)
