@@ -4,8 +4,8 @@
 # The agentic CPU demo (docs/agents.md, "The FrozenLake demo"). Sets up `.venv`
 # (tools/setup_env.sh), makes the demo's model, maps and demonstrations (`rfthpc make-demo --task
 # frozenlake` into $RFTHPC_DEMO_DIR/frozenlake, default ./demo-data/frozenlake), runs
-# `rfthpc run --config configs/frozenlake-cpu.yaml` (an SFT warm-up, then GRPO with vLLM rollouts
-# over env_workflow) as a new run under $RFTHPC_CHECKPOINT_ROOT_DIR (default ./checkpoints), writes
+# `rfthpc run --config configs/frozenlake-cpu.yaml` (an SFT warm-up, then GiGPO with vLLM rollouts
+# over step-wise env_workflow episodes) as a new run under $RFTHPC_CHECKPOINT_ROOT_DIR (default ./checkpoints), writes
 # its charts (`rfthpc plot`), and ends by printing
 #   FIGURES success_sft=<held-out success rate after the warm-up> success_rft=<after RFT> greedy_sft=… greedy_rft=… wall_s=<seconds>
 # (success_*: the held-out maps played at temperature 1, 4 episodes each; greedy_*: at temperature 0)

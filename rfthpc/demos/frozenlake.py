@@ -1,23 +1,27 @@
 """The agentic CPU demo's model and data (`rfthpc make-demo --task frozenlake`), and its figures.
 
 The demo (configs/frozenlake-cpu.yaml, docs/agents.md) teaches a tiny Qwen2 to walk FrozenLake
-maps (4x4, not slippery) in a multi-turn conversation: the environment shows the map, the model
-answers with a move, and so on until it reaches the goal, falls into a hole or runs out of turns.
-An SFT warm-up on demonstrations comes first, then GRPO with vLLM rollouts over `env_workflow`;
-success on held-out maps is evaluated before and after, sampled as in training and greedily.
+maps (4x4, not slippery): the environment says where the goal is and what lies one move away, the
+model answers with a move, and so on until it reaches the goal, falls into a hole or runs out of
+turns. An SFT warm-up on demonstrated moves comes first, then Trinity-RFT's GiGPO with vLLM rollouts
+over step-wise `env_workflow` episodes; success on held-out maps is evaluated before and after,
+sampled as in training and greedily.
 Everything is made here, offline:
 
     <out>/model/        the random-init model, its tokenizer trained on the environment's text
     <out>/train.jsonl   training tasks: one environment seed per row (`env_args`)
     <out>/test.jsonl    held-out eval tasks: other seeds, on a tenth of the distinct maps (never training maps)
-    <out>/sft.jsonl     warm-up demonstrations: multi-turn chats (`messages`) on training maps
+    <out>/sft.jsonl     warm-up demonstrations on training maps, one move per row: a chat (`messages`) of
+                        the observation and the move, as the step-wise policy is prompted
     <out>/demo.json     what was made (a re-run with the same settings does nothing)
 
 A demonstration plays one training map from its reset: each move is, with probability
 `--optimal`, one that starts a shortest path to the goal, and otherwise a random safe move (one
 that moves the player and does not fall into a hole). With the default (`--optimal 0`) every move
 is a random safe one: the warm-up teaches the reply format and valid moves, not the way to the
-goal, which GRPO then learns from the environment's reward (docs/agents.md, "Measured").
+goal, which RL then learns from the environment's reward (docs/agents.md, "Measured"). Its moves
+are written one per row, in an order shuffled across demonstrations (the SFT stage reads rows in
+order, and a batch of one episode's moves would be one map's).
 """
 
 from __future__ import annotations
@@ -52,6 +56,9 @@ every cell is one token even where transformers loads the tokenizer with Qwen2's
 cell below the player is always the same number of tokens further on, a pattern a 2-layer model
 can learn."""
 STAMP = "demo.json"
+LAYOUT = 2
+"""What the files hold, in the stamp: 2 since the demonstrations are one move per row and the maps are
+shown as their surroundings (a directory made before is made again)."""
 SEED_RANGE = 1_000_000
 """Environment seeds are drawn from [0, SEED_RANGE)."""
 
@@ -84,10 +91,10 @@ EnvFactory = Callable[[Mapping[str, Any]], TextEnv]
 
 
 def env_args(size: int, seed: int) -> dict[str, Any]:
-    """A task's `env_args`: one map of the given size, not slippery, its surroundings described in
-    words (the demo's model is too small to read its position off the grid in minutes); the seed is
-    the episodes' seed."""
-    return {"size": size, "seed": seed, "is_slippery": False, "describe_surroundings": True}
+    """A task's `env_args`: one map of the given size, not slippery, shown only as its surroundings
+    in words (the demo's model is too small to read its position off the grid in minutes, and its
+    warm-up steps cost half as much without the grid); the seed is the episodes' seed."""
+    return {"size": size, "seed": seed, "is_slippery": False, "describe_surroundings": True, "show_map": False}
 
 
 def task_row(size: int, seed: int) -> dict[str, Any]:
@@ -120,25 +127,27 @@ def distinct_seeds(rng: random.Random) -> Iterator[int]:
             yield s
 
 
-def first_observation(make_env: EnvFactory, args: Mapping[str, Any]) -> str:
-    """The observation an episode of the task with `args` starts with (it shows the map)."""
-    env, observation, _ = start(make_env, args)
+def task_map(make_env: EnvFactory, args: Mapping[str, Any]) -> tuple[str, ...]:
+    """The map of the task with `args` (rows in gymnasium's letters), as its reset reports it."""
+    env, _, info = start(make_env, args)
     env.close()
-    return observation
+    return tuple(str(row) for row in info["map"])
 
 
 HELD_OUT_SHARE = 0.1
 """Share of the distinct maps whose tasks are held out for eval."""
 
 
-def held_out(observation: str, seed: int) -> bool:
-    """Whether the map an episode starts with (its first observation) is held out, by a stable hash.
+def held_out(grid: Sequence[str], seed: int) -> bool:
+    """Whether the map `grid` is held out, by a stable hash.
 
     Maps are split, not seeds: a map held out is never a training map. Splitting the distinct maps at
     random (rather than keeping for eval only maps the training tasks happen to miss, which are the
-    rare ones, with about twice as many holes) gives both sides the same distribution of maps.
+    rare ones, with about twice as many holes) gives both sides the same distribution of maps. The map
+    itself is hashed, not the observation: the demo's observations show only the player's surroundings,
+    which many maps share.
     """
-    digest = hashlib.sha256(f"{seed}:{observation}".encode()).digest()
+    digest = hashlib.sha256(f"{seed}:{'/'.join(grid)}".encode()).digest()
     return int.from_bytes(digest[:8], "big") < HELD_OUT_SHARE * 2 ** 64
 
 
@@ -153,7 +162,7 @@ def draw_tasks(make_env: EnvFactory, size: int, n_train: int, n_test: int, seed:
         if tries > 100 * (n_train + n_test):
             raise UserError(f"make-demo: found only {len(test)} of {n_test} held-out and {len(train)} of {n_train} "
                             f"training tasks among {size}x{size} maps; ask for fewer --train or --test tasks")
-        side = test if held_out(first_observation(make_env, env_args(size, s)), seed) else train
+        side = test if held_out(task_map(make_env, env_args(size, s)), seed) else train
         if len(side) < (n_test if side is test else n_train):
             side.append(task_row(size, s))
     return train, test
@@ -246,6 +255,14 @@ def demonstration(make_env: EnvFactory, args: Mapping[str, Any], rng: random.Ran
     return messages[:-1] if messages[-1]["role"] == "user" else messages
 
 
+def moves(chats: Sequence[Sequence[Mapping[str, str]]], rng: random.Random) -> list[list[dict[str, str]]]:
+    """Every demonstrated move as a chat of its own (the observation it answers, then the move), in
+    an order shuffled with `rng`."""
+    out = [[dict(chat[i]), dict(chat[i + 1])] for chat in chats for i in range(0, len(chat) - 1, 2)]
+    rng.shuffle(out)
+    return out
+
+
 def tokenizer_corpus(demonstrations: Sequence[Sequence[Mapping[str, str]]]) -> list[str]:
     """The texts the demo's tokenizer is trained on: the demonstrations as the chat template frames
     them (roles included), and the moves."""
@@ -270,7 +287,7 @@ def make_frozenlake_demo(args: FrozenLakeDemoArgs,
         raise UserError(f"make-demo --size {args.size} --max-turns {args.max_turns}: use a size of at least 2 "
                         "and at least 1 turn")
     out = Path(args.out)
-    want = {"task": "frozenlake",
+    want = {"task": "frozenlake", "layout": LAYOUT,
             **{k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(args).items() if k != "out"}}
     stamp_path = out / STAMP
     if stamp_path.is_file() and json.loads(stamp_path.read_text()) == want:
@@ -280,7 +297,7 @@ def make_frozenlake_demo(args: FrozenLakeDemoArgs,
     chats = [demonstration(make_env, row["env_args"], rng, args.optimal, args.max_turns) for row in train[:args.sft]]
     write_jsonl(out / "train.jsonl", train)
     write_jsonl(out / "test.jsonl", test)
-    write_jsonl(out / "sft.jsonl", [{"messages": chat} for chat in chats])
+    write_jsonl(out / "sft.jsonl", [{"messages": chat} for chat in moves(chats, rng)])
     build_tiny_model(out / "model", size="demo", seed=args.seed, corpus=tokenizer_corpus(chats),
                      pretokenize_pattern=GRID_PATTERN)
     # Written last: an interrupted run is redone next time.

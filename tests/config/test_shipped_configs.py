@@ -13,7 +13,7 @@ SHIPPED = ["grpo.yaml", "async/explorer.yaml", "async/trainer.yaml", "async/expl
            "tiny-cpu-lora.yaml", "frozenlake-cpu.yaml",
            "distill-cpu.yaml", "examples/verl-gspo.yaml", "examples/trinity-sapo.yaml", "examples/trinity-raft.yaml",
            "examples/trinity-chord.yaml", "examples/agent-openai.yaml", "examples/trinity-agentscope-react.yaml",
-           "examples/trinity-gigpo-frozenlake.yaml", "examples/agent-openai-agents-sdk.yaml"]
+           "examples/agent-openai-agents-sdk.yaml"]
 
 
 def test_the_list_covers_every_shipped_config() -> None:

@@ -83,32 +83,3 @@ def test_the_agentscope_example_trains_five_steps_through_the_endpoint(demo_dir:
     assert batches and all(r["rollout/failed_episodes"] == 0 for r in batches), batches
     # The tiny policy never calls a tool: each episode is the agent's 3 rounds and its closing call.
     assert all(r["rollout/tokens"] > 0 for r in batches)
-
-
-def test_the_gigpo_example_warms_up_then_trains_each_move(tmp_path: Path) -> None:
-    """Trinity-RFT's GiGPO on FrozenLake, its stages as shipped (an SFT warm-up, then gigpo over step-wise
-    episodes), shortened: every step of both stages is trained, and the RL stage's experiences are single moves
-    whose prompts are their observation alone (history_turns: 0)."""
-    from rfthpc.demos.frozenlake import FrozenLakeDemoArgs, make_frozenlake_demo
-
-    make_frozenlake_demo(FrozenLakeDemoArgs(out=tmp_path / "demo" / "frozenlake", seed=3, train=40, test=10, sft=20))
-    raw = yaml.safe_load((EXAMPLES / "trinity-gigpo-frozenlake.yaml").read_text())
-    sft, rft = raw["stages"]
-    played = raw["buffer"]["explorer_input"]["taskset"]["workflow_args"]
-    assert rft["algorithm"]["algorithm_type"] == "gigpo" and played["step_wise"] is True
-    assert played["history_turns"] == 0
-    raw["buffer"].update(total_steps=3, batch_size=2)
-    sft["buffer"]["total_steps"] = 2
-    rft["algorithm"]["repeat_times"] = 4
-    raw["explorer"].update(runner_per_model=2, eval_on_startup=False)
-    raw["explorer"]["rollout_model"]["engine_type"] = "transformers"
-    raw["filesystem"] = {"poll_interval_s": 0.2}
-    config = tmp_path / "gigpo.yaml"
-    config.write_text(yaml.safe_dump(raw, sort_keys=False))
-    code, out, err = finish(rfthpc("run", "--config", str(config), env=env_for(tmp_path / "demo", tmp_path / "ckpt")),
-                            600)
-    assert code == 0, f"exit {code}\n{out[-2000:]}\n{err[-3000:]}"
-    records = monitor_records(RunDir(tmp_path / "ckpt" / raw["project"] / raw["name"]).root)
-    assert [r["training/stage_index"] for r in records] == [0, 0, 1, 1, 1]
-    moves = records[2:]
-    assert all(r["response_length/max"] <= 4 and r["prompt_length/max"] <= 128 for r in moves)
