@@ -179,8 +179,8 @@ def main() -> int:
         print(f"{side:8s} {tokens:7d} tokens {seconds:7.2f} s {tokens / seconds:9.1f} tokens/s", flush=True)
     print(f"engine {args.engine}, {args.tasks} tasks x {args.repeat} episodes x {args.turns} turns x {n} tokens; "
           f"{len(calls)} engine calls per agent run")
-    tokens, calls = len(tasks) * args.repeat * args.turns * n, len(tasks) * args.repeat * args.turns
-    added_ms = (tokens / rate["endpoint"] - tokens / rate["agent"]) / calls * 1000
+    # Every reply is n tokens: the time the endpoint adds per token, times n, is what it adds per call.
+    added_ms = (1 / rate["endpoint"] - 1 / rate["agent"]) * n * 1000
     print(f"FIGURES agent_vs_single_turn={rate['agent'] / rate['single']:.3f} agent_tokens_per_s={rate['agent']:.1f} "
           f"endpoint_vs_env_workflow={rate['endpoint'] / rate['agent']:.3f} "
           f"endpoint_tokens_per_s={rate['endpoint']:.1f} endpoint_ms_per_call={added_ms:.2f}")
